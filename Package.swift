@@ -1,0 +1,77 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// Layers (each imports only what is below it):
+//   5 workerctl            the operator's binary
+//   4 Jobs                 the domain jobs + registry
+//   3 Workers, Scheduler   runtime (pool, fetch, retry, heartbeat) / cron
+//   2 Queue, Storage, HTTP wire protocol over hiredis / PostgreSQL over libpq / libcurl
+//   1 CHiredis, CLibPQ, CCurl  system-library shims
+let package = Package(
+    name: "SwiftWorkers",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "workerctl", targets: ["workerctl"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/jpsim/Yams", from: "5.0.1"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.5.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.1.0"),
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.3.0"),
+    ],
+    targets: [
+        .systemLibrary(name: "CHiredis", path: "Sources/CHiredis", pkgConfig: "hiredis",
+                       providers: [.apt(["libhiredis-dev"])]),
+        .systemLibrary(name: "CLibPQ", path: "Sources/CLibPQ", pkgConfig: "libpq",
+                       providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(name: "CCurl", path: "Sources/CCurl", pkgConfig: "libcurl",
+                       providers: [.apt(["libcurl4-openssl-dev"])]),
+
+        .target(name: "Queue", dependencies: ["CHiredis", .product(name: "Logging", package: "swift-log"),
+                                              .product(name: "Crypto", package: "swift-crypto")]),
+        .target(name: "Storage", dependencies: ["CLibPQ", .product(name: "Logging", package: "swift-log"),
+                                                .product(name: "Crypto", package: "swift-crypto")],
+                resources: [.copy("Migrations")]),
+        .target(name: "HTTP", dependencies: ["CCurl", .product(name: "Logging", package: "swift-log")]),
+
+        .target(name: "Workers", dependencies: ["Queue", "Storage", "Yams", .product(name: "Logging", package: "swift-log"),
+                                                .product(name: "CoreMetrics", package: "swift-metrics")]),
+        .target(name: "Scheduler", dependencies: ["Queue", "Yams", .product(name: "Logging", package: "swift-log"),
+                                                  .product(name: "CoreMetrics", package: "swift-metrics")]),
+
+        .target(name: "Jobs", dependencies: ["Workers", "Queue", "Storage", "HTTP",
+                                             .product(name: "Logging", package: "swift-log"),
+                                             .product(name: "Crypto", package: "swift-crypto"),
+                                             .product(name: "_CryptoExtras", package: "swift-crypto"),
+                                             .product(name: "X509", package: "swift-certificates"),
+                                             .product(name: "CoreMetrics", package: "swift-metrics")]),
+
+        .executableTarget(name: "workerctl", dependencies: [
+            "Jobs", "Workers", "Scheduler", "Queue", "Storage", "HTTP",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "Prometheus", package: "swift-prometheus"),
+            .product(name: "CoreMetrics", package: "swift-metrics"),
+            "Yams",
+        ]),
+
+        // Shared by the test targets only: service URLs, fake external servers, process helpers.
+        .target(name: "TestSupport", dependencies: ["Queue", "Storage"], path: "Tests/TestSupport"),
+
+        .testTarget(name: "QueueTests", dependencies: ["Queue", "TestSupport"]),
+        .testTarget(name: "StorageTests", dependencies: ["Storage", "TestSupport"]),
+        .testTarget(name: "HTTPTests", dependencies: ["HTTP", "TestSupport"]),
+        .testTarget(name: "WorkersTests", dependencies: ["Workers", "Queue", "Storage", "TestSupport"]),
+        .testTarget(name: "SchedulerTests", dependencies: ["Scheduler", "Queue", "TestSupport"]),
+        .testTarget(name: "JobsTests", dependencies: ["Jobs", "Workers", "Queue", "Storage", "HTTP", "TestSupport",
+                                                      .product(name: "Crypto", package: "swift-crypto"),
+                                                      .product(name: "_CryptoExtras", package: "swift-crypto"),
+                                                      .product(name: "X509", package: "swift-certificates"),
+                                                      .product(name: "SwiftASN1", package: "swift-asn1")]),
+        .testTarget(name: "WorkerctlTests", dependencies: ["Queue", "TestSupport"]),
+    ]
+)

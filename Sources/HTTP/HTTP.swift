@@ -1,0 +1,12 @@
+// HTTP module: see Package.swift for its place in the layering.
+//
+// What lives here (libcurl through `CCurl`):
+// - `HTTPClient`     blocking HTTP/HTTPS client, safe to share between threads (a pool of curl easy handles).
+// - `HTTPRequest` / `HTTPResponse` / `HTTPHeaders` / `HTTPError`   values with no libcurl types in them.
+// - `HTTPResponseClass`  2xx / 429 / 5xx / other-4xx triage for retry decisions (`RetryAfter` parsing).
+// - `HTTPCancellation`   a flag, deadline or closure checked while a transfer runs.
+// - `FormEncoding`       `application/x-www-form-urlencoded` bodies and query strings.
+// - `SMTPSender` / `EmailMessage`   one RFC 5322 plain-text message through `smtp://` or `smtps://`.
+//
+// Process rule: `CurlRuntime.initialize()` once at start-up, before any thread uses libcurl
+// (`HTTPClient.init` and `SMTPSender.init` call it too, as a fallback).

@@ -1,0 +1,77 @@
+import Foundation
+import HTTP
+import Queue
+import Workers
+
+/// Registers every domain job from the process environment (`docs/jobs-*.md` list the variables).
+///
+/// An area whose configuration is incomplete is not left out: its classes are registered as
+/// `UnconfiguredJob`, which fails *retryably* with the configuration problem as the error, so the
+/// jobs wait in `retry` (and stay visible to operators) until a correctly configured worker runs
+/// them, instead of dying as "unknown class".
+public enum DomainJobs {
+    /// What start-up found for one area.
+    public struct AreaStatus: Sendable {
+        public let area: String
+        public let classNames: [String]
+        /// nil when the area is configured and its real jobs are registered.
+        public let problem: String?
+    }
+
+    public static func register(into registry: inout JobRegistry, environment: [String: String],
+                                redis: RedisPool, http: HTTPClient) -> [AreaStatus] {
+        var statuses: [AreaStatus] = []
+        func area(_ name: String, _ classNames: [String], _ body: (inout JobRegistry) throws -> Void) {
+            do {
+                try body(&registry)
+                statuses.append(AreaStatus(area: name, classNames: classNames, problem: nil))
+            } catch {
+                let problem = "\(error)"
+                for className in classNames {
+                    registry.register(UnconfiguredJob(area: name, problem: problem), as: className)
+                }
+                statuses.append(AreaStatus(area: name, classNames: classNames, problem: problem))
+            }
+        }
+        area("receipts", ReceiptJobs.classNames) { registry in
+            ReceiptJobs.register(into: &registry, configuration: try ReceiptsConfiguration.fromEnvironment(environment),
+                                 http: http)
+        }
+        area("geo", GeoJobs.classNames) { registry in
+            GeoJobs.register(into: &registry, configuration: try GeoConfiguration.fromEnvironment(environment),
+                             http: http, redis: redis)
+        }
+        area("ads", AdsJobs.classNames) { registry in
+            AdsJobs.register(into: &registry, configuration: try AdsConfiguration.fromEnvironment(environment),
+                             http: http, redis: redis)
+        }
+        area("privacy", PrivacyJobs.classNames) { registry in
+            PrivacyJobs.register(into: &registry, configuration: try PrivacyConfiguration.fromEnvironment(environment),
+                                 redis: redis)
+        }
+        return statuses
+    }
+}
+
+/// Stands in for a job whose area is not configured on this worker: every run fails retryably
+/// with the configuration problem (so the job is retried with backoff, not lost or killed).
+public struct UnconfiguredJob: Job {
+    public static let className = "UnconfiguredJob"
+    public static let options = JobOptions(maxRetries: 25)
+    let area: String
+    let problem: String
+
+    public struct NotConfigured: Error, CustomStringConvertible {
+        public let area: String
+        public let problem: String
+        public init(area: String, problem: String) {
+            self.area = area
+            self.problem = problem
+        }
+        public var description: String { "the \(area) jobs are not configured on this worker: \(problem)" }
+    }
+
+    public func perform(_ arguments: IgnoredArguments, context: JobContext) throws {
+        throw NotConfigured(area: area, problem: problem)
+    }
+}

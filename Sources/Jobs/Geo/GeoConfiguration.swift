@@ -1,0 +1,97 @@
+import Foundation
+
+/// Settings of the reverse-geocoding and location jobs. Read once at start-up; immutable after.
+public struct GeoConfiguration: Sendable {
+    /// Nominatim base URL (the `/reverse` endpoint is appended).
+    public var nominatimBaseURL: String
+    /// Identifies this application to the provider (Nominatim's usage policy requires it).
+    public var userAgent: String
+    /// Contact address sent as Nominatim's `email` parameter and in the User-Agent; nil = none.
+    public var contactEmail: String?
+    /// Optional `accept-language` parameter (e.g. "en"); nil = the provider's local names.
+    public var acceptLanguage: String?
+    /// Name of the provider in Redis keys (rate limit and cache are per provider).
+    public var provider: String
+    /// Fleet-wide requests per second to the provider, across all processes and threads.
+    public var requestsPerSecond: Double
+    /// Extra spacing added to `1 / requestsPerSecond` between two granted requests, so that the
+    /// jitter between being granted a slot and the request reaching the provider cannot put two
+    /// requests into one second.
+    public var rateLimitMargin: Double
+    /// Longest a job waits for its slot before it gives the slot up and retries later.
+    public var maxRateLimitWait: Double
+    /// How long a geocoding answer stays in the Redis cache.
+    public var cacheTTL: Int
+    /// Decimals kept when rounding coordinates to a cache cell (2 ≈ 1.1 km). The provider is
+    /// asked about the cell's centre, never about the raw coordinates.
+    public var cellDecimals: Int
+    /// Worst acceptable accuracy in metres.
+    public var maxAccuracyMeters: Double
+    /// Per-request timeout for the provider.
+    public var requestTimeout: Double
+    /// Locations older than this are anonymised by `LocationAnonymizationJob`.
+    public var anonymizeAfterDays: Int
+    /// Rows per anonymisation transaction.
+    public var anonymizeBatchSize: Int
+    /// Decimals kept in anonymised coordinates (1 ≈ 11 km).
+    public var anonymizedDecimals: Int
+
+    public static let productionNominatimURL = "https://nominatim.openstreetmap.org"
+
+    public init(nominatimBaseURL: String = GeoConfiguration.productionNominatimURL,
+                userAgent: String = "SwiftWorkers-Geo/1.0", contactEmail: String? = nil, acceptLanguage: String? = nil,
+                provider: String = "nominatim", requestsPerSecond: Double = 1, rateLimitMargin: Double = 0.1,
+                maxRateLimitWait: Double = 120, cacheTTL: Int = 86_400, cellDecimals: Int = 2,
+                maxAccuracyMeters: Double = 1000, requestTimeout: Double = 10, anonymizeAfterDays: Int = 90,
+                anonymizeBatchSize: Int = 1000, anonymizedDecimals: Int = 1) {
+        self.nominatimBaseURL = nominatimBaseURL
+        self.userAgent = userAgent
+        self.contactEmail = contactEmail
+        self.acceptLanguage = acceptLanguage
+        self.provider = provider
+        self.requestsPerSecond = requestsPerSecond
+        self.rateLimitMargin = rateLimitMargin
+        self.maxRateLimitWait = maxRateLimitWait
+        self.cacheTTL = cacheTTL
+        self.cellDecimals = cellDecimals
+        self.maxAccuracyMeters = maxAccuracyMeters
+        self.requestTimeout = requestTimeout
+        self.anonymizeAfterDays = anonymizeAfterDays
+        self.anonymizeBatchSize = anonymizeBatchSize
+        self.anonymizedDecimals = anonymizedDecimals
+    }
+
+    /// The User-Agent actually sent: the configured one plus the contact, when given.
+    public var effectiveUserAgent: String {
+        guard let contactEmail else { return userAgent }
+        return "\(userAgent) (contact: \(contactEmail))"
+    }
+
+    /// Seconds between two granted requests, fleet-wide.
+    public var minimumInterval: Double { 1 / requestsPerSecond + rateLimitMargin }
+
+    /// Every variable is optional; see docs/jobs-geo-ads.md.
+    public static func fromEnvironment(_ environment: [String: String]) throws -> GeoConfiguration {
+        let env = GeoAdsEnvironment(environment)
+        let provider = env.string("GEO_PROVIDER", default: "nominatim")
+        guard provider.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" }) else {
+            throw GeoAdsConfigurationError(variable: "GEO_PROVIDER", reason: "letters, digits, '-' and '_' only")
+        }
+        return GeoConfiguration(
+            nominatimBaseURL: try env.url("GEO_NOMINATIM_URL", default: productionNominatimURL),
+            userAgent: env.string("GEO_USER_AGENT", default: "SwiftWorkers-Geo/1.0"),
+            contactEmail: env.string("GEO_CONTACT_EMAIL"),
+            acceptLanguage: env.string("GEO_ACCEPT_LANGUAGE"),
+            provider: provider,
+            requestsPerSecond: try env.double("GEO_RATE_LIMIT_PER_SECOND", default: 1, range: 0.001...100),
+            rateLimitMargin: try env.double("GEO_RATE_LIMIT_MARGIN_SECONDS", default: 0.1, range: 0...10),
+            maxRateLimitWait: try env.double("GEO_RATE_LIMIT_MAX_WAIT_SECONDS", default: 120, range: 1...3600),
+            cacheTTL: try env.int("GEO_CACHE_TTL_SECONDS", default: 86_400, range: 1...2_592_000),
+            cellDecimals: try env.int("GEO_CACHE_CELL_DECIMALS", default: 2, range: 0...5),
+            maxAccuracyMeters: try env.double("GEO_MAX_ACCURACY_METERS", default: 1000, range: 1...100_000),
+            requestTimeout: try env.double("GEO_REQUEST_TIMEOUT_SECONDS", default: 10, range: 0.1...120),
+            anonymizeAfterDays: try env.int("GEO_ANONYMIZE_AFTER_DAYS", default: 90, range: 1...3650),
+            anonymizeBatchSize: try env.int("GEO_ANONYMIZE_BATCH_SIZE", default: 1000, range: 1...100_000),
+            anonymizedDecimals: try env.int("GEO_ANONYMIZED_DECIMALS", default: 1, range: 0...3))
+    }
+}

@@ -1,0 +1,18 @@
+import HTTP
+import Queue
+import Workers
+
+/// Registers the Offline/Geolocation jobs: `ReverseGeocodeJob` and `LocationAnonymizationJob`.
+///
+/// `redis` is the pool the geocoding cache and the fleet-wide rate limiter use (jobs get no Redis
+/// connection from the runtime). Give it at least as many connections as you expect concurrent
+/// geocoding jobs to touch it at once; connections are held for one command, never while waiting.
+public enum GeoJobs {
+    public static func register(into registry: inout JobRegistry, configuration: GeoConfiguration, http: HTTPClient,
+                                redis: RedisPool) {
+        registry.register(ReverseGeocodeJob(geocoder: ReverseGeocoder(configuration: configuration, http: http, redis: redis)))
+        registry.register(LocationAnonymizationJob(configuration: configuration))
+    }
+
+    public static let classNames = [ReverseGeocodeJob.className, LocationAnonymizationJob.className]
+}

@@ -1,0 +1,182 @@
+import Foundation
+import Logging
+import Queue
+import Storage
+import Workers
+
+/// `ReverseGeocodeJob` `[{"location_id": "<uuid>"}]`: fills `country_code`, `country` and `city`
+/// of one `user_locations` row.
+///
+/// Rules (jobs.md §4): the user's `consent_geolocation` must be true, else nothing is looked up
+/// and the location is deleted; latitude/longitude in range and accuracy known and ≤ the limit
+/// (1000 m), else bad input (dead). Answers come from the Redis cache or the provider under the
+/// fleet-wide rate limit. After the last retry the raw coordinates stay with country/city NULL
+/// and `geocode_error` says why: a valid end state, not a dead job.
+///
+/// Exactly-once: the row update goes through the ledger; the lookup itself is a read, so a
+/// repeated lookup costs a provider request (usually a cache hit) but changes nothing twice.
+public struct ReverseGeocodeJob: Job {
+    public static let className = "ReverseGeocodeJob"
+    public static let options = JobOptions(maxRetries: 6, backoff: .exponential(base: 30, cap: 1800, jitter: 0.2),
+                                           timeout: 300, usesLedger: true)
+
+    public struct Args: Decodable, Sendable, ValidatedArguments {
+        public let location_id: String
+        public init(location_id: String) { self.location_id = location_id }
+        public func validate() throws(JobError) {
+            guard GeoAdsIdentifier.uuid(location_id) != nil else { throw .badInput("location_id must be a UUID") }
+        }
+    }
+
+    let geocoder: ReverseGeocoder
+    let configuration: GeoConfiguration
+
+    public init(geocoder: ReverseGeocoder) {
+        self.geocoder = geocoder
+        self.configuration = geocoder.configuration
+    }
+
+    /// The location as read before the lookup.
+    struct Location {
+        let userID: UUID?
+        let latitude: Double
+        let longitude: Double
+        let accuracy: Double?
+        let geocoded: Bool
+        let anonymized: Bool
+        let consent: Bool
+    }
+
+    public func perform(_ arguments: SingleArgument<Args>, context: JobContext) throws {
+        let id = GeoAdsIdentifier.uuid(arguments.value.location_id)!
+        guard let location = try context.withConnection({ try Self.load(id, $0) }) else {
+            context.logger.info("location no longer exists; nothing to geocode")
+            return
+        }
+        if location.anonymized || location.userID == nil {
+            context.logger.info("location already anonymised; nothing to geocode")
+            return
+        }
+        if !location.consent {
+            try context.transaction { connection in
+                try connection.execute("DELETE FROM user_locations WHERE id = $1", [id])
+            }
+            context.logger.info("no geolocation consent: location deleted without lookup")
+            return
+        }
+        if location.geocoded {
+            context.logger.info("location already geocoded")
+            return
+        }
+        if let problem = validate(location) {
+            try context.withConnection { try Self.recordError(id, "bad input: \(problem)", $0) }
+            throw JobError.badInput(problem)
+        }
+
+        let result: GeocodeResult
+        do {
+            let cancellation = context.cancellation
+            result = try geocoder.reverse(latitude: location.latitude, longitude: location.longitude,
+                                          isCancelled: { cancellation.isCancelled })
+        } catch {
+            try handleFailure(error, id: id, context: context)
+            return
+        }
+        try context.transaction { connection in
+            // Consent is checked again under the row lock: a revocation during the lookup wins.
+            let row = try connection.queryFirst("""
+                SELECT coalesce(p.consent_geolocation, false) AS consent
+                FROM user_locations l LEFT JOIN privacy_settings p ON p.user_id = l.user_id
+                WHERE l.id = $1 FOR UPDATE OF l
+                """, [id])
+            guard let row else { return }
+            if try !row.bool("consent") {
+                try connection.execute("DELETE FROM user_locations WHERE id = $1", [id])
+                return
+            }
+            try connection.execute("""
+                UPDATE user_locations SET country_code = $2, country = $3, city = $4, geocoded_at = now(),
+                       geocode_error = NULL
+                WHERE id = $1 AND anonymized_at IS NULL
+                """, [id, result.countryCode, result.country, result.city])
+        }
+        context.logger.info("location geocoded", metadata: ["found": "\(result != .empty)"])
+    }
+
+    /// Range and accuracy checks; nil when the location is acceptable.
+    func validate(_ location: Location) -> String? {
+        guard location.latitude.isFinite, (-90...90).contains(location.latitude) else {
+            return "latitude out of range -90...90"
+        }
+        guard location.longitude.isFinite, (-180...180).contains(location.longitude) else {
+            return "longitude out of range -180...180"
+        }
+        guard let accuracy = location.accuracy else {
+            return "accuracy unknown; at most \(Int(configuration.maxAccuracyMeters)) m is accepted"
+        }
+        guard accuracy.isFinite, accuracy >= 0, accuracy <= configuration.maxAccuracyMeters else {
+            return "accuracy \(Int(accuracy.rounded())) m is worse than the accepted \(Int(configuration.maxAccuracyMeters)) m"
+        }
+        return nil
+    }
+
+    /// Retryable failures are retried until the last attempt, which keeps the raw coordinates
+    /// (country/city NULL, `geocode_error` set) and succeeds. A refusal goes to dead.
+    func handleFailure(_ error: any Error, id: UUID, context: JobContext) throws {
+        let message = "\(error)"
+        if case GeocodeFailure.refused = error {
+            try context.withConnection { try Self.recordError(id, message, $0) }
+            context.logger.error("geocoding provider refused the request", metadata: ["error": "\(message)"])
+            throw JobError.permanent(message)
+        }
+        if Self.isLastAttempt(context) {
+            try context.transaction { connection in
+                try connection.execute("""
+                    UPDATE user_locations SET geocode_error = $2 WHERE id = $1
+                    """, [id, "gave up after \(context.attempt) attempts: \(message)"])
+            }
+            context.logger.warning("geocoding gave up; raw coordinates kept", metadata: ["error": "\(message)"])
+            return
+        }
+        try context.withConnection { try Self.recordError(id, message, $0) }
+        switch error {
+        case GeocodeFailure.rateLimited(let after):
+            throw JobError.retryAfter(seconds: after ?? 1, reason: message)
+        case ProviderRateLimiter.WaitError.backlog(let seconds):
+            throw JobError.retryAfter(seconds: seconds, reason: message)
+        default:
+            throw error
+        }
+    }
+
+    /// Whether a failure of this run would exhaust the retries (the runtime's rule: a run with
+    /// retry count n fails into dead when n + 1 ≥ max retries).
+    static func isLastAttempt(_ context: JobContext) -> Bool {
+        let maxRetries: Int
+        switch context.payload.retry {
+        case .disabled: maxRetries = 0
+        case .limit(let n): maxRetries = n
+        case .enabled, .unspecified: maxRetries = options.maxRetries
+        }
+        return context.attempt - 1 >= maxRetries
+    }
+
+    static func load(_ id: UUID, _ connection: PostgresConnection) throws -> Location? {
+        guard let row = try connection.queryFirst("""
+            SELECT l.user_id, l.latitude, l.longitude, l.accuracy, l.geocoded_at IS NOT NULL AS geocoded,
+                   l.anonymized_at IS NOT NULL AS anonymized, coalesce(p.consent_geolocation, false) AS consent
+            FROM user_locations l LEFT JOIN privacy_settings p ON p.user_id = l.user_id
+            WHERE l.id = $1
+            """, [id]) else { return nil }
+        return Location(userID: try row.optionalUUID("user_id"), latitude: try row.double("latitude"),
+                        longitude: try row.double("longitude"), accuracy: try row.optionalDouble("accuracy"),
+                        geocoded: try row.bool("geocoded"), anonymized: try row.bool("anonymized"),
+                        consent: try row.bool("consent"))
+    }
+
+    /// The last failure, outside the ledger (a note, not an effect).
+    static func recordError(_ id: UUID, _ message: String, _ connection: PostgresConnection) throws {
+        try connection.execute("UPDATE user_locations SET geocode_error = $2 WHERE id = $1 AND geocoded_at IS NULL",
+                               [id, String(message.prefix(500))])
+    }
+}

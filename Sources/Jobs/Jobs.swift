@@ -1,0 +1,1 @@
+// Jobs module: see Package.swift for its place in the layering.

@@ -1,0 +1,90 @@
+import Foundation
+import Logging
+import Queue
+import Storage
+import Workers
+
+/// GDPR Art. 17 erasure: `AccountDeletionJob` with args `[{"user_id": UUID, "request_id": UUID}]`, enqueued by
+/// the Auth Service with `at` = request time + 30 days (and by `DueDeletionSweepJob` as a safety net).
+///
+/// 1. One ledger transaction: lock request and user, re-check (exists and belongs to the user → else dead;
+///    cancelled or `users.delete_requested` false → no-op; not due → no-op; already completed → skip to 2),
+///    refuse if a foreign key to `users` is not covered by `DeletionPolicy`, then remove PII, detach
+///    accounting rows, mark the request completed and write an `account_deleted` audit entry.
+/// 2. After the commit (also on every later run of a completed request): delete the user's export files,
+///    then their `privacy_exports` rows; purge scheduled / retry / dead / enqueued jobs carrying the user id.
+///
+/// Idempotent: a second run finds the request completed and step 2 finds nothing left to remove.
+public struct AccountDeletionJob: Job {
+    public static let className = "AccountDeletionJob"
+    public static let options = JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 600, usesLedger: false)
+
+    public struct Args: Decodable, Sendable, ValidatedArguments {
+        public let user_id: String
+        public let request_id: String
+        public func validate() throws(JobError) {
+            _ = try parseUUID(user_id, field: "user_id")
+            _ = try parseUUID(request_id, field: "request_id")
+        }
+    }
+
+    let store: ExportFileStore
+    let purger: RedisJobPurger
+
+    public init(configuration: PrivacyConfiguration, redis: RedisPool) {
+        self.store = ExportFileStore(directory: configuration.storageDirectory)
+        self.purger = RedisJobPurger(pool: redis)
+    }
+
+    public func perform(_ arguments: SingleArgument<Args>, context: JobContext) throws {
+        let userID = try parseUUID(arguments.value.user_id, field: "user_id")
+        let requestID = try parseUUID(arguments.value.request_id, field: "request_id")
+
+        var decision = DeletionDecision.alreadyCompleted
+        let outcome = try context.transaction { conn in
+            decision = try AccountAnonymizer().run(requestID: requestID, userID: userID, jid: context.jid, conn: conn)
+        }
+        if outcome == .alreadyApplied {
+            // This jid committed before (crash between commit and acknowledge): look at the request as it is now.
+            let completed = try context.withConnection { conn in
+                try conn.queryFirst("SELECT completed_at FROM deletion_requests WHERE id = $1", [requestID])?
+                    .optionalDate("completed_at")
+            }
+            decision = completed != nil ? .alreadyCompleted : .cancelled
+        }
+        switch decision {
+        case .cancelled:
+            context.logger.info("deletion request cancelled: nothing done")
+            return
+        case .notDue:
+            context.logger.info("deletion request not due yet: nothing done (the daily sweep enqueues it when due)")
+            return
+        case .anonymised:
+            context.logger.info("account anonymised")
+        case .alreadyCompleted:
+            break
+        }
+        let files = try removeExportFiles(userID: userID, context: context)
+        let report = try purger.purge(userID: userID)
+        context.logger.info("deletion cleanup done", metadata: ["export_files_removed": "\(files)",
+                                                              "redis_jobs_purged": "\(report.total)"])
+    }
+
+    /// Deletes the files of the user's exports, then the rows (each row only after its file is gone, so a
+    /// crash in between leaves a row that the next run still finds).
+    private func removeExportFiles(userID: UUID, context: JobContext) throws -> Int {
+        let rows = try context.withConnection { conn in
+            try conn.query("SELECT id, file_path FROM privacy_exports WHERE user_id = $1", [userID])
+        }
+        var removed = 0
+        for row in rows {
+            if let path = try row.optionalString("file_path"), try store.remove(path: path) { removed += 1 }
+            // A file for this export id written under the standard name (e.g. an export that was mid-flight).
+            if try store.remove(path: store.finalPath(exportID: try row.uuid("id"))) { removed += 1 }
+            _ = try context.withConnection { conn in
+                try conn.execute("DELETE FROM privacy_exports WHERE id = $1 AND user_id = $2", [try row.uuid("id"), userID])
+            }
+        }
+        return removed
+    }
+}

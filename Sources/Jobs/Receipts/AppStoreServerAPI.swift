@@ -1,0 +1,104 @@
+import Foundation
+import HTTP
+import Workers
+
+/// `GET /inApps/v1/subscriptions/{transactionId}` (Get All Subscription Statuses).
+struct SubscriptionStatusesResponse: Decodable, Sendable {
+    struct LastTransaction: Decodable, Sendable {
+        let originalTransactionId: String?
+        let status: Int?
+        let signedTransactionInfo: String?
+        let signedRenewalInfo: String?
+    }
+    struct Group: Decodable, Sendable {
+        let subscriptionGroupIdentifier: String?
+        let lastTransactions: [LastTransaction]?
+    }
+    let environment: String?
+    let bundleId: String?
+    let data: [Group]?
+}
+
+/// The App Store Server API client (Get Transaction Info, Get All Subscription Statuses).
+///
+/// Every request carries a fresh ES256 JWT. A transaction unknown to production (404) is looked up in sandbox,
+/// as Apple advises. A 401 is retried once at once with a new JWT (a token rejected as expired, e.g. clock skew),
+/// then becomes `StoreUnavailable` (our credentials are refused; retried with backoff so the purchase is not lost).
+/// Thread rules: a value; safe from any thread.
+struct AppStoreServerAPIClient: Sendable {
+    let http: StoreHTTP
+    let productionURL: String
+    let sandboxURL: String
+    let credentials: AppStoreServerAPICredentials
+    let bundleID: String
+
+    enum Lookup<T: Sendable>: Sendable {
+        case found(T, environment: String)
+        case notFound(String)
+    }
+
+    private struct SignedTransaction: Decodable { let signedTransactionInfo: String }
+
+    /// The signed transaction `transactionID`, from production or else sandbox.
+    func transactionInfo(_ transactionID: String, cancellation: HTTPCancellation?) throws -> Lookup<String> {
+        switch try get("/inApps/v1/transactions/" + transactionID, environments: ["Production", "Sandbox"],
+                       cancellation: cancellation) {
+        case .found(let response, let environment):
+            let body = try StoreHTTP.decode(SignedTransaction.self, response, service: "App Store Server API")
+            return .found(body.signedTransactionInfo, environment: environment)
+        case .notFound(let why):
+            return .notFound(why)
+        }
+    }
+
+    /// The statuses of every subscription of the customer owning `transactionID`, in `environment`.
+    func subscriptionStatuses(_ transactionID: String, environment: String,
+                              cancellation: HTTPCancellation?) throws -> Lookup<SubscriptionStatusesResponse> {
+        switch try get("/inApps/v1/subscriptions/" + transactionID, environments: [environment], cancellation: cancellation) {
+        case .found(let response, let env):
+            return .found(try StoreHTTP.decode(SubscriptionStatusesResponse.self, response, service: "App Store Server API"),
+                          environment: env)
+        case .notFound(let why):
+            return .notFound(why)
+        }
+    }
+
+    private func get(_ path: String, environments: [String], cancellation: HTTPCancellation?) throws -> Lookup<HTTPResponse> {
+        var lastNotFound = "not found"
+        for environment in environments {
+            let base = environment == "Production" ? productionURL : sandboxURL
+            let service = "App Store Server API (\(environment))"
+            var response = try send(base + path, service: service, cancellation: cancellation)
+            if response.status == 401 {
+                response = try send(base + path, service: service, cancellation: cancellation)
+                if response.status == 401 {
+                    throw StoreUnavailable(service, "HTTP 401: our JWT is refused; check issuer id, key id, key and bundle id")
+                }
+            }
+            try StoreHTTP.throwIfRetryable(response, service: service)
+            if response.isSuccess { return .found(response, environment: environment) }
+            let error = try? response.jsonObject()
+            let code = (error?["errorCode"] as? NSNumber)?.intValue
+            let message = error?["errorMessage"] as? String ?? "HTTP \(response.status)"
+            switch response.status {
+            case 404:
+                lastNotFound = "\(environment): \(message)" + (code.map { " (\($0))" } ?? "")
+                continue
+            case 400:
+                throw JobError.badInput("\(service): \(message)" + (code.map { " (\($0))" } ?? ""))
+            default:
+                throw JobError.permanent("\(service) answered HTTP \(response.status): \(message)")
+            }
+        }
+        return .notFound(lastNotFound)
+    }
+
+    private func send(_ url: String, service: String, cancellation: HTTPCancellation?) throws -> HTTPResponse {
+        let jwt: String
+        do { jwt = try AppStoreJWT.make(credentials: credentials, bundleID: bundleID) } catch {
+            throw JobError.permanent("cannot sign the App Store Server API JWT: \(error)")
+        }
+        let request = HTTPRequest.get(url, headers: ["Authorization": "Bearer " + jwt, "Accept": "application/json"])
+        return try http.send(request, service: service, cancellation: cancellation)
+    }
+}

@@ -1,0 +1,291 @@
+import Foundation
+import HTTP
+import Logging
+import Storage
+import Workers
+
+/// `AppStoreNotificationJob` arguments: `[{"signed_payload"}]`, the App Store Server Notifications V2 body.
+public struct AppStoreNotificationArguments: Decodable, Sendable, ValidatedArguments {
+    public let signed_payload: String
+    public init(signed_payload: String) { self.signed_payload = signed_payload }
+    public func validate() throws(JobError) {
+        guard signed_payload.split(separator: ".", omittingEmptySubsequences: false).count == 3,
+              signed_payload.count <= 1_000_000 else {
+            throw .badInput("signed_payload is not a compact JWS")
+        }
+    }
+}
+
+/// Applies an App Store Server Notification V2: verified (chain, signature, bundle id, environment), de-duplicated
+/// by `notificationUUID`, then the subscription it names is upserted like a validation (renewal, expiry, grace
+/// period, billing retry, refund, revocation).
+///
+/// A notification whose subscription we do not know yet (`original_transaction_id` never validated) is recorded as
+/// `unmatched` and changes nothing: without a validated receipt we do not know the user. Signed data that does not
+/// verify goes to `dead` with the reason.
+public struct AppStoreNotificationJob: Job {
+    public static let className = "AppStoreNotificationJob"
+    public static let options = JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 60, usesLedger: true)
+    let services: ReceiptServices
+
+    public init(services: ReceiptServices) { self.services = services }
+
+    public func perform(_ arguments: SingleArgument<AppStoreNotificationArguments>, context: JobContext) throws {
+        let verifier = try services.requireVerifier()
+        let notification: AppleNotification
+        do { notification = try verifier.verifyNotification(arguments.value.signed_payload) } catch {
+            context.logger.warning("security alert RCV-JWS: App Store notification rejected: \(error.description)",
+                                   metadata: ["alert": "RCV-JWS", "security": "true"])
+            throw JobError.permanent("App Store notification rejected: \(error.description)")
+        }
+        var logger = context.logger
+        logger[metadataKey: "notification"] = "\(notification.notificationUUID)"
+        logger[metadataKey: "type"] = "\(notification.notificationType)"
+        let id = notification.notificationUUID
+        if try context.withConnection({ try SubscriptionStore.notificationSeen(store: .apple, id: id, on: $0) }) {
+            logger.info("duplicate App Store notification skipped")
+            return
+        }
+        let environment = notification.data?.environment
+        var transaction: AppleTransaction?
+        var renewal: AppleRenewalInfo?
+        do {
+            if let s = notification.data?.signedTransactionInfo {
+                transaction = try verifier.verifyTransaction(s, expectedEnvironment: environment)
+            }
+            if let s = notification.data?.signedRenewalInfo {
+                renewal = try verifier.verifyRenewalInfo(s, expectedEnvironment: environment)
+            }
+        } catch {
+            throw JobError.permanent("App Store notification \(id): embedded signed data rejected: \(error.description)")
+        }
+        let signedAt = notification.signedDate?.millisecondsDate ?? Date()
+        let state = transaction.flatMap {
+            AppleStateDerivation.state(transaction: $0, renewal: renewal, statusCode: notification.data?.status,
+                                       notificationType: notification.notificationType, subtype: notification.subtype,
+                                       stateAt: signedAt, now: Date())
+        }
+        var outcomeText = "ignored"
+        try context.transaction { c in
+            guard try SubscriptionStore.claimNotification(store: .apple, id: id, type: notification.notificationType,
+                                                          subtype: notification.subtype, on: c) else { return }
+            guard let state, Self.changesState(notification.notificationType) else { outcomeText = "ignored"; return }
+            guard let existing = try SubscriptionStore.subscription(store: .apple, key: state.key, on: c) else {
+                try SubscriptionStore.finishNotification(store: .apple, id: id, outcome: "unmatched", subscriptionID: nil, on: c)
+                outcomeText = "unmatched"
+                return
+            }
+            let outcome = try SubscriptionStore.upsert(state, owner: existing.owner, on: c)
+            if outcome.applied {
+                try SubscriptionStore.applyEntitlement(subscriptionID: outcome.subscriptionID, userID: existing.userID,
+                                                       entitled: state.status.isEntitled, on: c)
+            }
+            try SubscriptionStore.event(outcome.subscriptionID,
+                                        type: Self.eventType(notification.notificationType, subtype: notification.subtype, status: state.status),
+                                        data: ["source": "app_store_notification", "notification_type": notification.notificationType,
+                                               "subtype": notification.subtype ?? "", "transaction_id": state.transactionID,
+                                               "status": state.status.rawValue],
+                                        idempotencyKey: "apple:notification:\(id)", on: c)
+            outcomeText = outcome.applied ? "applied" : "stale"
+            try SubscriptionStore.finishNotification(store: .apple, id: id, outcome: outcomeText,
+                                                     subscriptionID: outcome.subscriptionID, on: c)
+        }
+        logger.info("App Store notification handled", metadata: ["outcome": "\(outcomeText)"])
+    }
+
+    /// Types that say something about the subscription's state; others (TEST, CONSUMPTION_REQUEST, PRICE_INCREASE,
+    /// REFUND_DECLINED, …) are recorded and ignored.
+    static func changesState(_ type: String) -> Bool {
+        ["SUBSCRIBED", "DID_RENEW", "DID_CHANGE_RENEWAL_STATUS", "DID_CHANGE_RENEWAL_PREF", "OFFER_REDEEMED", "EXPIRED",
+         "DID_FAIL_TO_RENEW", "GRACE_PERIOD_EXPIRED", "REFUND", "REVOKE", "REFUND_REVERSED", "RENEWAL_EXTENDED"].contains(type)
+    }
+
+    static func eventType(_ type: String, subtype: String?, status: SubscriptionStatus) -> String {
+        switch type {
+        case "SUBSCRIBED": return status.validationEvent
+        case "DID_RENEW": return "renewed"
+        case "EXPIRED", "GRACE_PERIOD_EXPIRED": return "expired"
+        case "DID_FAIL_TO_RENEW": return subtype == "GRACE_PERIOD" ? "grace_period" : "billing_retry"
+        case "REFUND": return "refunded"
+        case "REVOKE": return "revoked"
+        case "DID_CHANGE_RENEWAL_STATUS": return subtype == "AUTO_RENEW_DISABLED" ? "auto_renew_disabled" : "auto_renew_enabled"
+        default: return type.lowercased()
+        }
+    }
+}
+
+/// `PlayNotificationJob` arguments: `[{"message": {"data", "messageId", "attributes"}}]`, the Pub/Sub push body
+/// of a Real-time Developer Notification (`data` = base64 of the DeveloperNotification JSON).
+public struct PlayNotificationArguments: Decodable, Sendable, ValidatedArguments {
+    public struct Message: Decodable, Sendable {
+        public let data: String
+        public let messageId: String
+        public let attributes: [String: String]?
+        public init(data: String, messageId: String, attributes: [String: String]? = nil) {
+            self.data = data
+            self.messageId = messageId
+            self.attributes = attributes
+        }
+    }
+    public let message: Message
+    public let subscription: String?
+
+    public init(message: Message, subscription: String? = nil) {
+        self.message = message
+        self.subscription = subscription
+    }
+
+    public func validate() throws(JobError) {
+        guard !message.messageId.isEmpty, message.messageId.count <= 256 else { throw .badInput("message.messageId is empty or too long") }
+        _ = try notification()
+    }
+
+    /// The decoded `DeveloperNotification`.
+    public func notification() throws(JobError) -> DeveloperNotification {
+        guard let bytes = Data(base64Encoded: message.data) ?? Base64URL.decode(message.data) else {
+            throw .badInput("message.data is not base64")
+        }
+        do { return try JSONDecoder().decode(DeveloperNotification.self, from: bytes) } catch {
+            throw .badInput("message.data is not a DeveloperNotification: \(error)")
+        }
+    }
+}
+
+/// Google's RTDN payload (one of the notification kinds is set).
+public struct DeveloperNotification: Decodable, Sendable {
+    public struct SubscriptionNotification: Decodable, Sendable {
+        public let notificationType: Int
+        public let purchaseToken: String
+        public let subscriptionId: String?
+    }
+    public struct VoidedPurchaseNotification: Decodable, Sendable {
+        public let purchaseToken: String
+        public let orderId: String?
+    }
+    public struct TestNotification: Decodable, Sendable { public let version: String? }
+    public let version: String?
+    public let packageName: String
+    public let eventTimeMillis: String?
+    public let subscriptionNotification: SubscriptionNotification?
+    public let voidedPurchaseNotification: VoidedPurchaseNotification?
+    public let testNotification: TestNotification?
+}
+
+/// Applies a Google Play RTDN: de-duplicated by Pub/Sub `messageId`; the notification only says "something
+/// changed", so the state is read again with `subscriptionsv2.get` and upserted; voided purchases become `refunded`.
+/// Purchases still unacknowledged and entitled are acknowledged. Unknown purchase tokens are recorded `unmatched`.
+public struct PlayNotificationJob: Job {
+    public static let className = "PlayNotificationJob"
+    public static let options = JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 60, usesLedger: true)
+    let services: ReceiptServices
+
+    public init(services: ReceiptServices) { self.services = services }
+
+    public func perform(_ arguments: SingleArgument<PlayNotificationArguments>, context: JobContext) throws {
+        let args = arguments.value
+        let notification = try args.notification()
+        let id = args.message.messageId
+        var logger = context.logger
+        logger[metadataKey: "message_id"] = "\(id)"
+        try services.checkPackage(notification.packageName)
+        if try context.withConnection({ try SubscriptionStore.notificationSeen(store: .google, id: id, on: $0) }) {
+            logger.info("duplicate Play notification skipped")
+            return
+        }
+        let eventTime = notification.eventTimeMillis.flatMap(Int64.init)?.millisecondsDate ?? Date()
+        let cancellation = HTTPCancellation(isCancelled: { [cancellation = context.cancellation] in cancellation.isCancelled })
+
+        if let voided = notification.voidedPurchaseNotification {
+            try record(id: id, type: "voided_purchase", context: context) { c in
+                guard let existing = try SubscriptionStore.subscription(store: .google, key: voided.purchaseToken, on: c) else {
+                    return ("unmatched", nil)
+                }
+                try SubscriptionStore.markRefunded(existing.id, at: eventTime, on: c)
+                try SubscriptionStore.applyEntitlement(subscriptionID: existing.id, userID: existing.userID, entitled: false, on: c)
+                try SubscriptionStore.event(existing.id, type: "refunded", data: ["source": "play_notification", "kind": "voided"],
+                                            idempotencyKey: "google:notification:\(id)", on: c)
+                return ("applied", existing.id)
+            }
+            return
+        }
+        guard let sub = notification.subscriptionNotification else {
+            try record(id: id, type: notification.testNotification != nil ? "test" : "other", context: context) { _ in ("ignored", nil) }
+            return
+        }
+        logger[metadataKey: "purchase_token"] = "\(Redact.token(sub.purchaseToken))"
+        guard let existing = try context.withConnection({
+            try SubscriptionStore.subscription(store: .google, key: sub.purchaseToken, on: $0)
+        }) else {
+            try record(id: id, type: "subscription_\(sub.notificationType)", context: context) { _ in ("unmatched", nil) }
+            logger.info("Play notification for an unknown purchase token recorded as unmatched")
+            return
+        }
+        let play = try services.requireGoogle()
+        let purchase: GoogleSubscriptionPurchase
+        switch try play.subscription(packageName: notification.packageName, purchaseToken: sub.purchaseToken, cancellation: cancellation) {
+        case .found(let p): purchase = p
+        case .notFound(let status, let reason):
+            try record(id: id, type: "subscription_\(sub.notificationType)", context: context) { _ in ("ignored", existing.id) }
+            logger.warning("Play notification: purchase no longer readable (HTTP \(status)): \(reason)")
+            return
+        }
+        guard var state = GoogleStateDerivation.state(purchase, purchaseToken: sub.purchaseToken, productID: existing.productID,
+                                                      graceDays: services.configuration.googleGracePeriodDays, now: Date()) else {
+            throw StoreUnavailable("Google Play API", "state \(purchase.subscriptionState ?? "<none>") or product not readable")
+        }
+        if sub.notificationType == 12 {  // REVOKED: refunded and revoked before it expired
+            state.status = .refunded
+            state.cancelledAt = state.cancelledAt ?? eventTime
+            state.endDate = min(state.endDate ?? eventTime, eventTime)
+            state.autoRenew = false
+        }
+        let finalState = state
+        try record(id: id, type: "subscription_\(sub.notificationType)", context: context) { c in
+            let outcome = try SubscriptionStore.upsert(finalState, owner: existing.owner, on: c)
+            if outcome.applied {
+                try SubscriptionStore.applyEntitlement(subscriptionID: outcome.subscriptionID, userID: existing.userID,
+                                                       entitled: finalState.status.isEntitled, on: c)
+            }
+            try SubscriptionStore.event(outcome.subscriptionID, type: Self.eventType(sub.notificationType),
+                                        data: ["source": "play_notification", "notification_type": "\(sub.notificationType)",
+                                               "status": finalState.status.rawValue],
+                                        idempotencyKey: "google:notification:\(id)", on: c)
+            return (outcome.applied ? "applied" : "stale", outcome.subscriptionID)
+        }
+        if purchase.needsAcknowledgement && finalState.status.isEntitled {
+            try play.acknowledge(packageName: notification.packageName, productID: existing.productID,
+                                 purchaseToken: sub.purchaseToken, cancellation: cancellation)
+        }
+        logger.info("Play notification handled", metadata: ["status": "\(finalState.status.rawValue)"])
+    }
+
+    /// Claims the message id and runs `body` in the ledger transaction; a duplicate claim skips `body`.
+    private func record(id: String, type: String, context: JobContext,
+                        _ body: (PostgresConnection) throws -> (outcome: String, subscriptionID: UUID?)) throws {
+        try context.transaction { c in
+            guard try SubscriptionStore.claimNotification(store: .google, id: id, type: type, subtype: nil, on: c) else { return }
+            let (outcome, subscriptionID) = try body(c)
+            try SubscriptionStore.finishNotification(store: .google, id: id, outcome: outcome, subscriptionID: subscriptionID, on: c)
+        }
+    }
+
+    /// Subscription RTDN `notificationType` → event type.
+    static func eventType(_ type: Int) -> String {
+        switch type {
+        case 1: return "recovered"
+        case 2: return "renewed"
+        case 3: return "cancelled"
+        case 4: return "purchased"
+        case 5: return "on_hold"
+        case 6: return "grace_period"
+        case 7: return "restarted"
+        case 9: return "deferred"
+        case 10: return "paused"
+        case 11: return "pause_schedule_changed"
+        case 12: return "revoked"
+        case 13: return "expired"
+        case 20: return "pending_purchase_cancelled"
+        default: return "play_notification_\(type)"
+        }
+    }
+}

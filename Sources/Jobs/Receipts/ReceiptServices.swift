@@ -1,0 +1,120 @@
+import Foundation
+import HTTP
+import Logging
+import Storage
+import Workers
+
+/// The store clients built once from a `ReceiptsConfiguration`, shared by every receipt job and pool thread.
+///
+/// Immutable after `init`; the only mutable state is the Google access-token cache, which guards itself.
+public final class ReceiptServices: Sendable {
+    public let configuration: ReceiptsConfiguration
+    let http: StoreHTTP
+    let verifyReceipt: AppleVerifyReceiptClient
+    let appStoreAPI: AppStoreServerAPIClient?
+    /// Nil when no bundle id is configured (signed Apple data cannot be checked).
+    let appleVerifier: AppleSignedDataVerifier?
+    public let googleTokens: GoogleAccessTokenProvider?
+    let googlePlay: GooglePlayClient?
+
+    public init(configuration: ReceiptsConfiguration, http client: HTTPClient) throws {
+        self.configuration = configuration
+        let http = StoreHTTP(client: client, timeout: configuration.requestTimeout)
+        self.http = http
+        verifyReceipt = AppleVerifyReceiptClient(http: http, productionURL: configuration.appleVerifyReceiptProductionURL,
+                                                 sandboxURL: configuration.appleVerifyReceiptSandboxURL,
+                                                 sharedSecret: configuration.appleSharedSecret)
+        if let bundle = configuration.appleBundleID {
+            appleVerifier = try AppleSignedDataVerifier(rootCertificatesDER: configuration.appleRootCertificates,
+                                                        bundleID: bundle,
+                                                        allowedEnvironments: configuration.appleAllowedEnvironments,
+                                                        appAppleID: configuration.appleAppAppleID)
+        } else {
+            appleVerifier = nil
+        }
+        if let credentials = configuration.appleCredentials, let bundle = configuration.appleBundleID {
+            appStoreAPI = AppStoreServerAPIClient(http: http, productionURL: configuration.appleServerAPIProductionURL,
+                                                  sandboxURL: configuration.appleServerAPISandboxURL,
+                                                  credentials: credentials, bundleID: bundle)
+        } else {
+            appStoreAPI = nil
+        }
+        if let account = configuration.googleServiceAccount {
+            let tokens = GoogleAccessTokenProvider(account: account, tokenURL: configuration.effectiveGoogleTokenURL, http: http)
+            googleTokens = tokens
+            googlePlay = GooglePlayClient(http: http, tokens: tokens, baseURL: configuration.googlePlayAPIURL)
+        } else {
+            googleTokens = nil
+            googlePlay = nil
+        }
+    }
+
+    func requireVerifier() throws -> AppleSignedDataVerifier {
+        guard let appleVerifier else {
+            // A configuration fault on our side: retried (a configured worker may take it), never dead.
+            throw UnconfiguredJob.NotConfigured(area: "receipts",
+                                                problem: "RECEIPTS_APPLE_BUNDLE_ID is not set: signed App Store data cannot be verified")
+        }
+        return appleVerifier
+    }
+
+    func requireGoogle() throws -> GooglePlayClient {
+        guard let googlePlay else {
+            throw UnconfiguredJob.NotConfigured(area: "receipts",
+                                                problem: "RECEIPTS_GOOGLE_SERVICE_ACCOUNT is not set: Google purchases cannot be checked")
+        }
+        return googlePlay
+    }
+
+    func checkPackage(_ name: String) throws {
+        let allowed = configuration.googlePackageNames
+        if !allowed.isEmpty && !allowed.contains(name) {
+            throw JobError.badInput("package_name \(name) is not one of RECEIPTS_GOOGLE_PACKAGE_NAMES")
+        }
+    }
+}
+
+/// Registration of the receipt jobs.
+public enum ReceiptJobs {
+    public static let classNames = [ValidateReceiptJob.className, AppStoreNotificationJob.className,
+                                    PlayNotificationJob.className, SubscriptionExpirySweepJob.className]
+
+    /// Registers `ValidateReceiptJob`, `AppStoreNotificationJob`, `PlayNotificationJob` and
+    /// `SubscriptionExpirySweepJob`, sharing one set of store clients (and one Google token cache).
+    ///
+    /// A configuration that cannot be turned into clients (an unparsable root certificate) is a start-up error:
+    /// it is reported by `ReceiptServices.init`; this function then registers jobs that fail permanently with
+    /// that reason, so the worker still runs the other areas' jobs.
+    public static func register(into registry: inout JobRegistry, configuration: ReceiptsConfiguration, http: HTTPClient) {
+        do {
+            register(into: &registry, services: try ReceiptServices(configuration: configuration, http: http))
+        } catch {
+            let broken = BrokenReceiptsConfiguration(reason: "receipts configuration unusable: \(error)")
+            registry.register(BrokenReceiptJob<SingleArgument<ValidateReceiptArguments>>(failure: broken), as: ValidateReceiptJob.className)
+            registry.register(BrokenReceiptJob<SingleArgument<AppStoreNotificationArguments>>(failure: broken), as: AppStoreNotificationJob.className)
+            registry.register(BrokenReceiptJob<SingleArgument<PlayNotificationArguments>>(failure: broken), as: PlayNotificationJob.className)
+            registry.register(BrokenReceiptJob<NoArguments>(failure: broken), as: SubscriptionExpirySweepJob.className)
+        }
+    }
+
+    /// Registers the jobs with services already built (tests use this to share them).
+    public static func register(into registry: inout JobRegistry, services: ReceiptServices) {
+        registry.register(ValidateReceiptJob(services: services))
+        registry.register(AppStoreNotificationJob(services: services))
+        registry.register(PlayNotificationJob(services: services))
+        registry.register(SubscriptionExpirySweepJob(configuration: services.configuration))
+    }
+}
+
+struct BrokenReceiptsConfiguration: Sendable {
+    let reason: String
+}
+
+/// Stands in for a receipt job whose configuration could not be loaded: every run fails with the reason.
+struct BrokenReceiptJob<Arguments: Decodable & Sendable>: Job {
+    static var className: String { "BrokenReceiptJob" }
+    let failure: BrokenReceiptsConfiguration
+    func perform(_ arguments: Arguments, context: JobContext) throws {
+        throw StoreUnavailable("receipts", failure.reason)
+    }
+}

@@ -1,0 +1,54 @@
+/// Lua scripts that make the admin moves atomic: a job is removed by its exact bytes and written
+/// to its destination only if this call removed it, so two operators (or an operator and a
+/// poller) acting on the same job never duplicate or lose it.
+///
+/// Like `Scripts`, the destination keys are built inside the scripts from queue names (Sidekiq's
+/// layout has no hash tags), so they assume a single Redis server, as Sidekiq does.
+enum AdminScripts {
+    /// KEYS[1] = source ZSET. ARGV in triples: raw member, queue, payload to push.
+    /// For each member that `ZREM` removed: `SADD queues Q`, `LPUSH queue:Q payload`.
+    /// Returns an array of 0/1, one per triple.
+    static let setToQueue = RedisScript("""
+        local out = {}
+        for i = 1, #ARGV, 3 do
+          if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then
+            redis.call('SADD', 'queues', ARGV[i + 1])
+            redis.call('LPUSH', 'queue:' .. ARGV[i + 1], ARGV[i + 2])
+            out[#out + 1] = 1
+          else
+            out[#out + 1] = 0
+          end
+        end
+        return out
+        """)
+
+    /// KEYS[1] = source (ZSET or LIST). ARGV[1] = `zset` or `list`, ARGV[2] = now,
+    /// ARGV[3] = dead max jobs, ARGV[4] = dead timeout in seconds, ARGV[5…] = raw members.
+    /// Each member removed from the source (`ZREM`, or `LREM key 1`) is added unchanged to
+    /// `dead` at `now`; then the set is trimmed as `DeadSet#kill` does (§6):
+    /// `ZREMRANGEBYSCORE dead -inf now-timeout`, `ZREMRANGEBYRANK dead 0 -(max+1)`: the set keeps exactly `max` jobs (Sidekiq keeps max-1).
+    /// Returns an array of 0/1, one per member.
+    static let toDead = RedisScript("""
+        local isList = ARGV[1] == 'list'
+        local now = ARGV[2]
+        local out = {}
+        local killed = false
+        for i = 5, #ARGV do
+          local removed
+          if isList then removed = redis.call('LREM', KEYS[1], 1, ARGV[i])
+          else removed = redis.call('ZREM', KEYS[1], ARGV[i]) end
+          if removed == 1 then
+            redis.call('ZADD', 'dead', now, ARGV[i])
+            killed = true
+            out[#out + 1] = 1
+          else
+            out[#out + 1] = 0
+          end
+        end
+        if killed then
+          redis.call('ZREMRANGEBYSCORE', 'dead', '-inf', tonumber(now) - tonumber(ARGV[4]))
+          redis.call('ZREMRANGEBYRANK', 'dead', 0, -(tonumber(ARGV[3]) + 1))
+        end
+        return out
+        """)
+}

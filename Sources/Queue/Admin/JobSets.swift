@@ -1,0 +1,211 @@
+import Foundation
+
+/// One of Sidekiq's sorted sets of jobs (`schedule`, `retry`, `dead`), read the way Ruby's
+/// `JobSet` reads it (wire doc §7): listings go from the **highest score down**, lookups by jid
+/// use `ZSCAN MATCH *jid*` and then check the parsed jid.
+public struct SortedJobSet: Sendable {
+    public let state: JobState
+    public let key: String
+
+    /// `state` must be `scheduled`, `retry` or `dead`.
+    public init(_ state: JobState) {
+        precondition(state.setKey != nil, "\(state) is not a sorted set")
+        self.state = state
+        self.key = state.setKey!
+    }
+
+    static let chunk = 500
+
+    public func size(_ connection: RedisConnection) throws(RedisError) -> Int {
+        Int(try connection.command("ZCARD", key).integer ?? 0)
+    }
+
+    /// One page, highest score first. Without a filter only the page is read (`ZREVRANGE`);
+    /// with one, the whole set is read in chunks to count the matches.
+    public func page(_ connection: RedisConnection, filter: JobFilter = JobFilter(),
+                     page: PageRequest) throws(RedisError) -> Page<JobRecord> {
+        if filter.isEmpty {
+            let total = try size(connection)
+            let items = try range(connection, start: page.offset, stop: page.offset + page.size - 1)
+            return Page(items: items, request: page, total: total)
+        }
+        return try Page.filtered(page, filter: filter) { (body) throws(RedisError) in try forEachDescending(connection, body) }
+    }
+
+    /// Every matching entry, highest score first (read in chunks of 500).
+    public func all(_ connection: RedisConnection, filter: JobFilter = JobFilter()) throws(RedisError) -> [JobRecord] {
+        var out: [JobRecord] = []
+        try forEachDescending(connection) { if filter.matches($0) { out.append($0) } }
+        return out
+    }
+
+    /// The `limit` entries with the highest scores.
+    public func latest(_ connection: RedisConnection, limit: Int) throws(RedisError) -> [JobRecord] {
+        limit <= 0 ? [] : try range(connection, start: 0, stop: limit - 1)
+    }
+
+    /// Entries by descending rank `start...stop`.
+    func range(_ connection: RedisConnection, start: Int, stop: Int) throws(RedisError) -> [JobRecord] {
+        let reply = try connection.command("ZREVRANGE", key, start, stop, "WITHSCORES")
+        return Self.records(state: state, pairs: reply.array ?? [])
+    }
+
+    /// Walks the set from the highest score down. Entries added or removed meanwhile may be
+    /// skipped or seen twice (as with Ruby's `JobSet#each`).
+    func forEachDescending(_ connection: RedisConnection, _ body: (JobRecord) -> Void) throws(RedisError) {
+        var start = 0
+        while true {
+            let records = try range(connection, start: start, stop: start + Self.chunk - 1)
+            records.forEach(body)
+            if records.count < Self.chunk { return }
+            start += Self.chunk
+        }
+    }
+
+    /// Every entry whose parsed `jid` is `jid` (normally zero or one): `ZSCAN key 0 MATCH *jid*
+    /// COUNT 1000` until the cursor comes back to 0, like Ruby's `find_job`.
+    public func find(_ connection: RedisConnection, jid: String) throws(RedisError) -> [JobRecord] {
+        var cursor = "0"
+        var found: [JobRecord] = []
+        var seen = Set<[UInt8]>()
+        repeat {
+            let reply = try connection.command("ZSCAN", key, cursor, "MATCH", "*\(jid)*", "COUNT", 1000)
+            guard let parts = reply.array, parts.count == 2, let next = parts[0].string else {
+                throw .unexpectedReply("ZSCAN returned \(reply)")
+            }
+            cursor = next
+            for record in Self.records(state: state, pairs: parts[1].array ?? []) where record.jid == jid {
+                if seen.insert(record.raw).inserted { found.append(record) }
+            }
+        } while cursor != "0"
+        return found
+    }
+
+    static func records(state: JobState, pairs: [RedisReply]) -> [JobRecord] {
+        var out: [JobRecord] = []
+        out.reserveCapacity(pairs.count / 2)
+        var index = 0
+        while index + 1 < pairs.count {
+            if let raw = pairs[index].bytes {
+                out.append(JobRecord(state: state, raw: raw, score: pairs[index + 1].double))
+            }
+            index += 2
+        }
+        return out
+    }
+}
+
+/// One `queue:NAME` list, read like Ruby's `Sidekiq::Queue` (§7): newest job first (the head),
+/// latency from the oldest (the tail).
+public struct JobQueue: Sendable {
+    public let name: String
+    public var key: String { Keys.queue(name) }
+
+    public init(_ name: String) { self.name = name }
+
+    static let chunk = 500
+
+    public func size(_ connection: RedisConnection) throws(RedisError) -> Int {
+        Int(try connection.command("LLEN", key).integer ?? 0)
+    }
+
+    /// Seconds since the oldest job was enqueued: `now − enqueued_at` of `LRANGE queue:X -1 -1`;
+    /// 0 if the queue is empty or that job has no `enqueued_at` (Ruby's `Queue#latency`).
+    public func latency(_ connection: RedisConnection, now: Double = Clock.now()) throws(RedisError) -> Double {
+        let reply = try connection.command("LRANGE", key, -1, -1)
+        return Self.latency(tail: reply.array?.first?.bytes, now: now)
+    }
+
+    static func latency(tail: [UInt8]?, now: Double) -> Double {
+        guard let tail, let text = String(validating: tail, as: UTF8.self),
+              let enqueuedAt = (try? JSONValue.parse(text))?.objectValue?["enqueued_at"]?.doubleValue else { return 0 }
+        return max(0, now - enqueuedAt)
+    }
+
+    public func page(_ connection: RedisConnection, filter: JobFilter = JobFilter(),
+                     page: PageRequest) throws(RedisError) -> Page<JobRecord> {
+        if filter.isEmpty || filter == JobFilter(queue: name) {
+            let total = try size(connection)
+            let items = try range(connection, start: page.offset, stop: page.offset + page.size - 1)
+            return Page(items: items, request: page, total: total)
+        }
+        return try Page.filtered(page, filter: filter) { (body) throws(RedisError) in try forEach(connection, body) }
+    }
+
+    public func all(_ connection: RedisConnection, filter: JobFilter = JobFilter()) throws(RedisError) -> [JobRecord] {
+        var out: [JobRecord] = []
+        try forEach(connection) { if filter.matches($0) { out.append($0) } }
+        return out
+    }
+
+    func range(_ connection: RedisConnection, start: Int, stop: Int) throws(RedisError) -> [JobRecord] {
+        let reply = try connection.command("LRANGE", key, start, stop)
+        return (reply.array ?? []).compactMap { $0.bytes.map { JobRecord(state: .enqueued, raw: $0, listQueue: name) } }
+    }
+
+    /// Head (newest) to tail, in chunks of 500.
+    func forEach(_ connection: RedisConnection, _ body: (JobRecord) -> Void) throws(RedisError) {
+        var start = 0
+        while true {
+            let records = try range(connection, start: start, stop: start + Self.chunk - 1)
+            records.forEach(body)
+            if records.count < Self.chunk { return }
+            start += Self.chunk
+        }
+    }
+
+    /// A linear scan for `jid` (Ruby's `Queue#find_job`); only entries whose bytes contain the
+    /// jid are parsed.
+    public func find(_ connection: RedisConnection, jid: String) throws(RedisError) -> [JobRecord] {
+        let needle = Array(jid.utf8)
+        var found: [JobRecord] = []
+        var start = 0
+        while true {
+            let reply = try connection.command("LRANGE", key, start, start + Self.chunk - 1)
+            let items = reply.array ?? []
+            for item in items {
+                guard let raw = item.bytes, ByteSearch.contains(raw, needle) else { continue }
+                let record = JobRecord(state: .enqueued, raw: raw, listQueue: name)
+                if record.jid == jid { found.append(record) }
+            }
+            if items.count < Self.chunk { return found }
+            start += Self.chunk
+        }
+    }
+}
+
+/// The jobs live processes are running, from their `IDENTITY:workers` hashes, like Ruby's
+/// `Sidekiq::Workers` (§10.4): members of `processes` whose `IDENTITY` hash is gone are skipped.
+public enum WorkSet {
+    /// Busy jobs sorted by start time (oldest first), then identity and thread.
+    public static func all(_ connection: RedisConnection) throws(RedisError) -> [JobRecord] {
+        let members = try connection.command("SMEMBERS", Keys.processes).strings.sorted()
+        if members.isEmpty { return [] }
+        let exists = try connection.pipeline(members.map { ["EXISTS", Keys.process($0)] })
+        let live = zip(members, exists).filter { $0.1.integer == 1 }.map(\.0)
+        if live.isEmpty { return [] }
+        let hashes = try connection.pipeline(live.map { ["HGETALL", Keys.workers($0)] })
+        var out: [JobRecord] = []
+        for (identity, reply) in zip(live, hashes) {
+            let fields = reply.array ?? []
+            var index = 0
+            while index + 1 < fields.count {
+                defer { index += 2 }
+                guard let thread = fields[index].string, let text = fields[index + 1].string,
+                      let work = (try? JSONValue.parse(text))?.objectValue else { continue }
+                // 6.4.1 stores the payload as a JSON string; a plain object is accepted too.
+                let raw: [UInt8]
+                switch work["payload"] {
+                case .string(let payload)?: raw = Array(payload.utf8)
+                case .object(let object)?: raw = Array(JSONValue.object(object).serialized().utf8)
+                default: continue
+                }
+                let busy = BusyWork(identity: identity, thread: thread, runAt: work["run_at"]?.doubleValue ?? 0)
+                out.append(JobRecord(state: .busy, raw: raw, listQueue: work["queue"]?.stringValue, work: busy))
+            }
+        }
+        return out.sorted {
+            ($0.work!.runAt, $0.work!.identity, $0.work!.thread) < ($1.work!.runAt, $1.work!.identity, $1.work!.thread)
+        }
+    }
+}

@@ -1,0 +1,147 @@
+import Foundation
+
+/// A queue as `queues ls` shows it.
+public struct QueueSummary: Sendable, Equatable {
+    public var name: String
+    public var size: Int
+    /// Seconds since the oldest job was enqueued (0 when empty).
+    public var latency: Double
+    /// Member of the `paused` set: our workers skip it; Ruby Sidekiq OSS ignores it.
+    public var paused: Bool
+}
+
+/// Queue-level operations (wire doc §7 "Queues"), plus pausing through the `paused` SET, which
+/// our workers honour and Ruby Sidekiq OSS processes ignore.
+public enum QueueAdmin {
+    /// Queue names: the `queues` SET plus paused names not in it, sorted by name.
+    public static func names(_ connection: RedisConnection) throws(RedisError) -> [String] {
+        let replies = try connection.pipeline([["SMEMBERS", Keys.queues], ["SMEMBERS", Keys.paused]])
+        return Set(try replies[0].checked().strings + (try replies[1].checked().strings)).sorted()
+    }
+
+    /// Every queue with size, latency and paused flag, sorted by name (two round trips).
+    public static func list(_ connection: RedisConnection, now: Double = Clock.now()) throws(RedisError) -> [QueueSummary] {
+        let names = try names(connection)
+        if names.isEmpty { return [] }
+        let paused = Set(try connection.command("SMEMBERS", Keys.paused).strings)
+        var commands: [[any RedisArgument]] = []
+        for name in names {
+            commands.append(["LLEN", Keys.queue(name)])
+            commands.append(["LRANGE", Keys.queue(name), -1, -1])
+        }
+        let replies = try connection.pipeline(commands)
+        return names.enumerated().map { index, name in
+            QueueSummary(name: name, size: Int(replies[2 * index].integer ?? 0),
+                         latency: JobQueue.latency(tail: replies[2 * index + 1].array?.first?.bytes, now: now),
+                         paused: paused.contains(name))
+        }
+    }
+
+    public static func summary(_ connection: RedisConnection, name: String, now: Double = Clock.now()) throws(RedisError) -> QueueSummary {
+        let queue = JobQueue(name)
+        let replies = try connection.pipeline([["LLEN", queue.key], ["LRANGE", queue.key, -1, -1],
+                                               ["SISMEMBER", Keys.paused, name]])
+        return QueueSummary(name: name, size: Int(try replies[0].checked().integer ?? 0),
+                            latency: JobQueue.latency(tail: try replies[1].checked().array?.first?.bytes, now: now),
+                            paused: try replies[2].checked().integer == 1)
+    }
+
+    /// True if the name is in `queues` or the list has jobs.
+    public static func exists(_ connection: RedisConnection, name: String) throws(RedisError) -> Bool {
+        let replies = try connection.pipeline([["SISMEMBER", Keys.queues, name], ["EXISTS", Keys.queue(name)]])
+        return replies.contains { $0.integer == 1 }
+    }
+
+    /// `SADD paused NAME`. Returns false if it was already paused.
+    @discardableResult
+    public static func pause(_ connection: RedisConnection, name: String) throws(RedisError) -> Bool {
+        try connection.command("SADD", Keys.paused, name).integer == 1
+    }
+
+    /// `SREM paused NAME`. Returns false if it was not paused.
+    @discardableResult
+    public static func resume(_ connection: RedisConnection, name: String) throws(RedisError) -> Bool {
+        try connection.command("SREM", Keys.paused, name).integer == 1
+    }
+
+    /// Ruby's `Queue#clear`: MULTI `UNLINK queue:NAME` + `SREM queues NAME` (with an `LLEN`
+    /// first in the same transaction, to report how many jobs went). The paused flag is kept.
+    @discardableResult
+    public static func clear(_ connection: RedisConnection, name: String) throws(RedisError) -> Int {
+        let results = try connection.transaction([["LLEN", Keys.queue(name)], ["UNLINK", Keys.queue(name)],
+                                                  ["SREM", Keys.queues, name]])
+        return Int(results.first?.integer ?? 0)
+    }
+}
+
+/// `INFO` fields an operator looks at.
+public struct RedisServerInfo: Sendable, Equatable {
+    public var version: String
+    public var usedMemory: Int
+    public var usedMemoryHuman: String
+    public var connectedClients: Int
+    public var uptimeSeconds: Int
+
+    /// Parses `INFO` text (`key:value` lines); missing fields become "" / 0.
+    public init(infoText: String) {
+        var fields: [Substring: Substring] = [:]
+        for line in infoText.split(whereSeparator: \.isNewline) {
+            guard let colon = line.firstIndex(of: ":"), !line.hasPrefix("#") else { continue }
+            fields[line[..<colon]] = line[line.index(after: colon)...]
+        }
+        version = fields["redis_version"].map(String.init) ?? ""
+        usedMemory = fields["used_memory"].flatMap { Int($0) } ?? 0
+        usedMemoryHuman = fields["used_memory_human"].map(String.init) ?? ""
+        connectedClients = fields["connected_clients"].flatMap { Int($0) } ?? 0
+        uptimeSeconds = fields["uptime_in_seconds"].flatMap { Int($0) } ?? 0
+    }
+
+    public static func load(_ connection: RedisConnection) throws(RedisError) -> RedisServerInfo {
+        let reply = try connection.command("INFO")
+        return RedisServerInfo(infoText: reply.string ?? "")
+    }
+}
+
+/// A snapshot of the numbers `Sidekiq::Stats` shows (wire doc §7 "Stats"), with the same
+/// definitions so they match Ruby's: `processes` is the raw `SCARD processes` (stale members
+/// count until pruned) and `busy` is Σ `HGET IDENTITY busy` over those members.
+public struct Stats: Sendable, Equatable {
+    public var processed: Int
+    public var failed: Int
+    /// The UTC day the `*Today` counters are for (`YYYY-MM-DD`).
+    public var day: String
+    public var processedToday: Int
+    public var failedToday: Int
+    /// Σ LLEN over the `queues` set.
+    public var enqueued: Int
+    public var scheduled: Int
+    public var retries: Int
+    public var dead: Int
+    public var processes: Int
+    public var busy: Int
+    public var queues: [QueueSummary]
+    public var redis: RedisServerInfo
+
+    public static func load(_ connection: RedisConnection, now: Double = Clock.now()) throws(RedisError) -> Stats {
+        let day = Clock.utcDay(now)
+        let fast = try connection.pipeline([
+            ["GET", Keys.statProcessed], ["GET", Keys.statFailed],
+            ["GET", Keys.statProcessed(day: day)], ["GET", Keys.statFailed(day: day)],
+            ["ZCARD", Keys.schedule], ["ZCARD", Keys.retry], ["ZCARD", Keys.dead],
+            ["SMEMBERS", Keys.processes], ["SMEMBERS", Keys.queues], ["INFO"],
+        ])
+        for reply in fast { try reply.checked() }
+        let members = fast[7].strings
+        let busyReplies = try connection.pipeline(members.map { ["HGET", Keys.process($0), "busy"] })
+        let queueNames = Set(fast[8].strings)
+        let queues = try QueueAdmin.list(connection, now: now)
+        func int(_ reply: RedisReply) -> Int { Int(reply.integer ?? 0) }
+        return Stats(
+            processed: int(fast[0]), failed: int(fast[1]), day: day,
+            processedToday: int(fast[2]), failedToday: int(fast[3]),
+            enqueued: queues.filter { queueNames.contains($0.name) }.reduce(0) { $0 + $1.size },
+            scheduled: int(fast[4]), retries: int(fast[5]), dead: int(fast[6]),
+            processes: members.count, busy: busyReplies.reduce(0) { $0 + int($1) },
+            queues: queues, redis: RedisServerInfo(infoText: fast[9].string ?? ""))
+    }
+}

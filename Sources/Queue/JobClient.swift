@@ -1,0 +1,173 @@
+import Foundation
+
+/// A job to enqueue. `retry` is always written (`true`, `false` or an integer), as the issue and
+/// Sidekiq's client do.
+public struct NewJob: Sendable {
+    public var className: String
+    public var args: [JSONValue]
+    public var queue: String
+    public var retry: JSONValue
+    /// Extra top-level fields (e.g. `backtrace`, `tags`, `retry_queue`), kept as given.
+    public var extra: JSONObject
+
+    public init(_ className: String, args: [JSONValue] = [], queue: String = "default",
+                retry: JSONValue = .bool(true), extra: JSONObject = [:]) {
+        self.className = className
+        self.args = args
+        self.queue = queue
+        self.retry = retry
+        self.extra = extra
+    }
+}
+
+/// Input a producer got wrong: refused before anything is written to Redis.
+public enum EnqueueError: Error, Sendable, CustomStringConvertible, Equatable {
+    case invalidClassName(String)
+    case invalidQueueName(String)
+    case invalidRetry(String)
+    case invalidTime(String)
+
+    public var description: String {
+        switch self {
+        case .invalidClassName(let why): return "invalid job class: \(why)"
+        case .invalidQueueName(let why): return "invalid queue name: \(why)"
+        case .invalidRetry(let why): return "invalid retry: \(why)"
+        case .invalidTime(let why): return "invalid time: \(why)"
+        }
+    }
+}
+
+/// Enqueues jobs in Sidekiq's wire format (`shared/docs/sidekiq-wire-format.md` §3).
+///
+/// Immediate jobs: one pipeline `SADD queues Q` + `LPUSH queue:Q json…` with `enqueued_at`.
+/// Scheduled jobs: `ZADD schedule at json…` without `enqueued_at`. Thread-safe: it borrows
+/// connections from a `RedisPool`.
+public struct JobClient: Sendable {
+    public let pool: RedisPool
+
+    public init(pool: RedisPool) { self.pool = pool }
+
+    /// Builds the payload Ruby's client would build, in its key order.
+    public static func payload(for job: NewJob, jid: String = Identifiers.jid(), createdAt: Double,
+                               enqueuedAt: Double?) throws(EnqueueError) -> JobPayload {
+        try validate(job)
+        var fields: JSONObject = ["retry": job.retry, "queue": .string(job.queue)]
+        for (key, value) in job.extra where fields[key] == nil && !["class", "args", "jid", "at"].contains(key) {
+            fields[key] = value
+        }
+        fields["class"] = .string(job.className)
+        fields["args"] = .array(job.args)
+        fields["jid"] = .string(jid)
+        fields["created_at"] = .double(createdAt)
+        if let enqueuedAt { fields["enqueued_at"] = .double(enqueuedAt) }
+        return JobPayload(fields: fields)
+    }
+
+    static func validate(_ job: NewJob) throws(EnqueueError) {
+        if job.className.isEmpty { throw .invalidClassName("empty") }
+        if job.className.contains(where: { $0.isWhitespace }) { throw .invalidClassName("'\(job.className)' contains whitespace") }
+        try validateQueue(job.queue)
+        switch job.retry {
+        case .bool: break
+        case .int(let n) where n >= 0: break
+        default: throw .invalidRetry("expected true, false or a non-negative integer, got \(job.retry.serialized())")
+        }
+    }
+
+    public static func validateQueue(_ queue: String) throws(EnqueueError) {
+        if queue.isEmpty { throw .invalidQueueName("empty") }
+        if queue.contains(where: { $0.isWhitespace || $0 == "*" || $0 == "?" || $0 == "[" || $0 == "]" }) {
+            throw .invalidQueueName("'\(queue)' contains whitespace or a glob character")
+        }
+    }
+
+    /// Enqueues one job now and returns its jid.
+    @discardableResult
+    public func enqueue(_ job: NewJob) throws -> String {
+        try enqueueMany([job])[0]
+    }
+
+    /// Enqueues jobs now, all in one round trip (one LPUSH per queue). Returns their jids in order;
+    /// within a queue they run in the order given.
+    @discardableResult
+    public func enqueueMany(_ jobs: [NewJob]) throws -> [String] {
+        if jobs.isEmpty { return [] }
+        let now = Clock.now()
+        var jids: [String] = []
+        var byQueue: [(queue: String, payloads: [String])] = []
+        for job in jobs {
+            let jid = Identifiers.jid()
+            let payload = try Self.payload(for: job, jid: jid, createdAt: now, enqueuedAt: now)
+            jids.append(jid)
+            if let index = byQueue.firstIndex(where: { $0.queue == job.queue }) {
+                byQueue[index].payloads.append(payload.serialized())
+            } else {
+                byQueue.append((job.queue, [payload.serialized()]))
+            }
+        }
+        var commands: [[any RedisArgument]] = []
+        for (queue, payloads) in byQueue {
+            commands.append(["SADD", Keys.queues, queue])
+            commands.append(["LPUSH", Keys.queue(queue)] + payloads)
+        }
+        let replies = try pool.withConnection { try $0.pipeline(commands) }
+        for reply in replies { try reply.checked() }
+        return jids
+    }
+
+    /// Enqueues one job to run at `at` (epoch seconds). A time not in the future is pushed now.
+    @discardableResult
+    public func enqueue(_ job: NewJob, at: Double) throws -> String {
+        try enqueueMany([job], at: [at])[0]
+    }
+
+    /// Enqueues one job to run `delay` seconds from now.
+    @discardableResult
+    public func enqueue(_ job: NewJob, in delay: Double) throws -> String {
+        try enqueue(job, at: Clock.now() + delay)
+    }
+
+    /// Schedules jobs in one `ZADD schedule` (jobs whose time has come are pushed now instead).
+    @discardableResult
+    public func enqueueMany(_ jobs: [NewJob], at times: [Double]) throws -> [String] {
+        guard jobs.count == times.count else { throw EnqueueError.invalidTime("\(jobs.count) jobs but \(times.count) times") }
+        for time in times where !time.isFinite || time < 0 { throw EnqueueError.invalidTime("\(time) is not an epoch time") }
+        let now = Clock.now()
+        var jids = [String](repeating: "", count: jobs.count)
+        var immediate: [(Int, NewJob)] = []
+        var zadd: [any RedisArgument] = ["ZADD", Keys.schedule]
+        for (index, job) in jobs.enumerated() {
+            if times[index] <= now {
+                immediate.append((index, job))
+                continue
+            }
+            let jid = Identifiers.jid()
+            let payload = try Self.payload(for: job, jid: jid, createdAt: now, enqueuedAt: nil)
+            zadd.append(times[index])
+            zadd.append(payload.serialized())
+            jids[index] = jid
+        }
+        if zadd.count > 2 {
+            _ = try pool.withConnection { try $0.send(zadd).checked() }
+        }
+        if !immediate.isEmpty {
+            let pushed = try enqueueMany(immediate.map(\.1))
+            for (offset, item) in immediate.enumerated() { jids[item.0] = pushed[offset] }
+        }
+        return jids
+    }
+
+    /// Pushes an existing payload (kept as is but for `enqueued_at` = now) onto its queue, as
+    /// Sidekiq's client does when the poller or an operator moves a job.
+    public func push(existing payload: JobPayload, connection: RedisConnection) throws {
+        var payload = payload
+        let queue = payload.queue ?? "default"
+        payload.queue = queue
+        if payload.fields["retry"] == nil { payload.fields["retry"] = .bool(true) }
+        if payload.fields["created_at"] == nil { payload.fields["created_at"] = .double(Clock.now()) }
+        payload.fields["enqueued_at"] = .double(Clock.now())
+        let replies = try connection.pipeline([["SADD", Keys.queues, queue],
+                                               ["LPUSH", Keys.queue(queue), payload.serialized()]])
+        for reply in replies { try reply.checked() }
+    }
+}

@@ -1,0 +1,107 @@
+import Foundation
+
+/// Why a fetched payload cannot run at all. These go straight to `dead` with
+/// `error_class` = `BadPayload` and the description as `error_message`.
+public enum PayloadError: Error, Sendable, Equatable, CustomStringConvertible {
+    case notUTF8
+    case unparseable(JSONParseError)
+    case notAnObject(String)
+    case missingClass
+    case invalidClass(String)
+    case missingArgs
+    case argsNotArray(String)
+
+    public var description: String {
+        switch self {
+        case .notUTF8: return "payload is not valid UTF-8"
+        case .unparseable(let error): return "payload is not JSON: \(error)"
+        case .notAnObject(let type): return "payload must be a JSON object, got \(type)"
+        case .missingClass: return "payload has no \"class\""
+        case .invalidClass(let why): return "payload \"class\" is invalid: \(why)"
+        case .missingArgs: return "payload has no \"args\""
+        case .argsNotArray(let type): return "payload \"args\" must be an array, got \(type)"
+        }
+    }
+}
+
+/// How a job wants to be retried, from its `retry` field (Sidekiq semantics, §6 of the wire doc).
+public enum RetrySetting: Sendable, Equatable {
+    /// No `retry` field: the job class decides (default 25).
+    case unspecified
+    /// `retry: true`: the class's or the global maximum.
+    case enabled
+    /// `retry: false`: no retry and no dead entry.
+    case disabled
+    /// `retry: N`: at most N retries (0 = straight to dead).
+    case limit(Int)
+}
+
+/// A Sidekiq job: the ordered JSON object plus typed access to the fields the runtime uses.
+/// Unknown fields are kept as they are.
+public struct JobPayload: Sendable, Equatable {
+    public var fields: JSONObject
+
+    public init(fields: JSONObject) { self.fields = fields }
+
+    /// Parses and checks the shape every job must have (`class` string, `args` array).
+    public init(parsing text: String) throws(PayloadError) {
+        let value: JSONValue
+        do { value = try JSONValue.parse(text) } catch { throw .unparseable(error) }
+        try self.init(validating: value)
+    }
+
+    public init(parsing bytes: [UInt8]) throws(PayloadError) {
+        guard let text = String(validating: bytes, as: UTF8.self) else { throw .notUTF8 }
+        try self.init(parsing: text)
+    }
+
+    public init(validating value: JSONValue) throws(PayloadError) {
+        guard case .object(let object) = value else { throw .notAnObject(value.typeName) }
+        guard let classValue = object["class"] else { throw .missingClass }
+        guard case .string(let name) = classValue else { throw .invalidClass("expected a string, got \(classValue.typeName)") }
+        guard !name.isEmpty else { throw .invalidClass("empty string") }
+        guard let args = object["args"] else { throw .missingArgs }
+        guard case .array = args else { throw .argsNotArray(args.typeName) }
+        fields = object
+    }
+
+    public func serialized() -> String { JSONValue.object(fields).serialized() }
+
+    // MARK: Typed fields
+
+    public var className: String { fields["class"]?.stringValue ?? "" }
+    public var args: [JSONValue] { fields["args"]?.arrayValue ?? [] }
+    public var jid: String? {
+        get { fields["jid"]?.stringValue }
+        set { fields["jid"] = newValue.map { .string($0) } }
+    }
+    public var queue: String? {
+        get { fields["queue"]?.stringValue }
+        set { fields["queue"] = newValue.map { .string($0) } }
+    }
+
+    /// The class that really runs: ActiveJob's `wrapped`, else `class`.
+    public var displayClass: String {
+        fields["display_class"]?.stringValue ?? fields["wrapped"]?.stringValue ?? className
+    }
+
+    public var retry: RetrySetting {
+        switch fields["retry"] {
+        case nil, .null?: return .unspecified
+        case .bool(true)?: return .enabled
+        case .bool(false)?: return .disabled
+        case .int(let n)?: return .limit(Int(clamping: n))
+        default: return .enabled  // Ruby: any other truthy value (e.g. 5.0) means "retry, default max"
+        }
+    }
+
+    public var retryCount: Int? { fields["retry_count"]?.intValue.map { Int(clamping: $0) } }
+    public var createdAt: Double? { fields["created_at"]?.doubleValue }
+    public var enqueuedAt: Double? { fields["enqueued_at"]?.doubleValue }
+    public var interruptedCount: Int { fields["interrupted_count"]?.intValue.map { Int(clamping: $0) } ?? 0 }
+    public var retryQueue: String? { fields["retry_queue"]?.stringValue }
+    /// `dead: false` keeps an exhausted job out of the dead set.
+    public var allowsDead: Bool { fields["dead"]?.boolValue ?? true }
+    public var errorMessage: String? { fields["error_message"]?.stringValue }
+    public var errorClass: String? { fields["error_class"]?.stringValue }
+}

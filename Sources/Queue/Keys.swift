@@ -1,0 +1,64 @@
+/// The Redis key layout, as Sidekiq 6.4.1 and gitlab-sidekiq-fetcher write it (no prefix).
+/// See `shared/docs/sidekiq-wire-format.md` §1.
+public enum Keys {
+    /// SET of queue names.
+    public static let queues = "queues"
+    /// ZSET of jobs to run later (score = run time).
+    public static let schedule = "schedule"
+    /// ZSET of failed jobs waiting for their next attempt (score = next attempt time).
+    public static let retry = "retry"
+    /// ZSET of jobs whose retries ran out or that cannot run (score = time of death).
+    public static let dead = "dead"
+    /// SET of live process identities.
+    public static let processes = "processes"
+    /// SET of paused queue names (ours and Sidekiq Pro's; Ruby Sidekiq OSS ignores it).
+    public static let paused = "paused"
+
+    public static let orphanSweepLock = "orphan-sweep-lock"
+
+    public static let statProcessed = "stat:processed"
+    public static let statFailed = "stat:failed"
+
+    /// LIST of one queue's jobs (LPUSH at the head, fetched from the tail).
+    public static func queue(_ name: String) -> String { "queue:" + name }
+
+    /// `stat:processed:YYYY-MM-DD` (UTC day).
+    public static func statProcessed(day: String) -> String { "stat:processed:" + day }
+    public static func statFailed(day: String) -> String { "stat:failed:" + day }
+
+    /// LIST of jobs a process has fetched from `queue` and not yet acknowledged.
+    public static func working(queue: String, identity: String) -> String {
+        "working:queue:\(queue):\(identity)"
+    }
+
+    /// Prefix to SCAN for every in-flight list.
+    public static let workingPattern = "working:queue:*"
+
+    /// Liveness of a fetcher identity (`SET … EX ttl`, refreshed by the heartbeat).
+    public static func fetcherHeartbeat(identity: String) -> String {
+        "reliable-fetcher-heartbeat-" + identity.replacingOccurrences(of: ":", with: "-")
+    }
+
+    /// HASH of a process (info, busy, beat, quiet, rss, rtt_us).
+    public static func process(_ identity: String) -> String { identity }
+    /// HASH of a process's busy threads.
+    public static func workers(_ identity: String) -> String { identity + ":workers" }
+    /// LIST of signals for a process (`TSTP`, `TERM`, `TTIN`).
+    public static func signals(_ identity: String) -> String { identity + "-signals" }
+
+    /// Splits a working-list key into its queue and owner identity, the way the gitlab fetcher's
+    /// cleaner does (`working:(queue:.*):([^:]*:[0-9]*:[0-9a-f]*)$`); queue names may hold colons.
+    public static func parseWorking(_ key: String) -> (queue: String, identity: String)? {
+        let prefix = "working:queue:"
+        guard key.hasPrefix(prefix) else { return nil }
+        let rest = key.dropFirst(prefix.count)
+        let parts = rest.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count >= 4 else { return nil }
+        let nonce = parts[parts.count - 1], pid = parts[parts.count - 2], host = parts[parts.count - 3]
+        guard !nonce.isEmpty, nonce.allSatisfy({ $0.isHexDigit && !$0.isUppercase }),
+              !pid.isEmpty, pid.allSatisfy(\.isNumber) else { return nil }
+        let queue = parts[0..<(parts.count - 3)].joined(separator: ":")
+        guard !queue.isEmpty else { return nil }
+        return (queue, "\(host):\(pid):\(nonce)")
+    }
+}

@@ -1,0 +1,61 @@
+import Foundation
+
+/// A process as Sidekiq's `ProcessSet` shows it (§10 of the wire doc).
+public struct ProcessEntry: Sendable, Equatable {
+    public var identity: String
+    public var info: JSONObject
+    public var busy: Int
+    public var beat: Double
+    public var quiet: Bool
+    public var rssKilobytes: Int
+    public var rttMicroseconds: Int
+
+    public var hostname: String { info["hostname"]?.stringValue ?? "" }
+    public var pid: Int { Int(info["pid"]?.intValue ?? 0) }
+    public var concurrency: Int { Int(info["concurrency"]?.intValue ?? 0) }
+    public var startedAt: Double { info["started_at"]?.doubleValue ?? 0 }
+    public var queues: [String] { info["queues"]?.arrayValue?.compactMap(\.stringValue) ?? [] }
+    public var tag: String { info["tag"]?.stringValue ?? "" }
+}
+
+/// Reading and signalling the process registry, the way Sidekiq's API does.
+public enum ProcessRegistry {
+    /// Removes members of `processes` whose hash has no `info` (expired: the process is gone),
+    /// like `Sidekiq::ProcessSet.new`'s cleanup. Returns the number removed.
+    @discardableResult
+    public static func prune(_ connection: RedisConnection) throws(RedisError) -> Int {
+        let members = try connection.command("SMEMBERS", Keys.processes).strings
+        if members.isEmpty { return 0 }
+        let infos = try connection.pipeline(members.map { ["HGET", Keys.process($0), "info"] })
+        let gone = zip(members, infos).filter { $0.1.isNull }.map(\.0)
+        if gone.isEmpty { return 0 }
+        let arguments: [any RedisArgument] = ["SREM", Keys.processes] + gone
+        try connection.send(arguments).checked()
+        return gone.count
+    }
+
+    /// The live processes, sorted by identity (entries whose hash expired are skipped).
+    public static func list(_ connection: RedisConnection) throws(RedisError) -> [ProcessEntry] {
+        let members = try connection.command("SMEMBERS", Keys.processes).strings.sorted()
+        if members.isEmpty { return [] }
+        let replies = try connection.pipeline(members.map {
+            ["HMGET", Keys.process($0), "info", "busy", "beat", "quiet", "rss", "rtt_us"]
+        })
+        var entries: [ProcessEntry] = []
+        for (identity, reply) in zip(members, replies) {
+            guard let fields = reply.array, fields.count == 6, let infoText = fields[0].string,
+                  let info = try? JSONValue.parse(infoText).objectValue else { continue }
+            entries.append(ProcessEntry(identity: identity, info: info, busy: Int(fields[1].integer ?? 0),
+                                        beat: fields[2].double ?? 0, quiet: fields[3].string == "true",
+                                        rssKilobytes: Int(fields[4].integer ?? 0),
+                                        rttMicroseconds: Int(fields[5].integer ?? 0)))
+        }
+        return entries
+    }
+
+    /// Sends a Sidekiq signal (`TSTP` quiet, `TERM` stop, `TTIN` dump) through the process's
+    /// signal list; the process acts on it at its next heartbeat. Works for Ruby processes too.
+    public static func signal(_ connection: RedisConnection, identity: String, _ signal: String) throws(RedisError) {
+        _ = try connection.transaction([["LPUSH", Keys.signals(identity), signal], ["EXPIRE", Keys.signals(identity), 60]])
+    }
+}

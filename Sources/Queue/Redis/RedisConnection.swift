@@ -1,0 +1,201 @@
+import CHiredis
+import Foundation
+
+/// One TCP connection to Redis over hiredis' blocking API.
+///
+/// Thread rule: a connection is used by **one thread at a time** (hiredis contexts are not
+/// thread-safe). Share connections between threads only through `RedisPool`, which hands each
+/// one out exclusively. That invariant is why the class is `@unchecked Sendable`.
+///
+/// A broken link (I/O error, timeout) closes the context; the next command reconnects once,
+/// selects the database and authenticates again. Commands are never retried silently: the
+/// failing command throws `RedisError.io` and the caller decides.
+public final class RedisConnection: @unchecked Sendable {
+    public let endpoint: RedisEndpoint
+    /// Socket read/write timeout for ordinary commands, in seconds.
+    public let commandTimeout: Double
+    private var context: UnsafeMutablePointer<redisContext>?
+    private var loadedScripts: Set<String> = []
+
+    public init(endpoint: RedisEndpoint, commandTimeout: Double = 10) throws(RedisError) {
+        self.endpoint = endpoint
+        self.commandTimeout = commandTimeout
+        try connect()
+    }
+
+    public convenience init(url: String, commandTimeout: Double = 10) throws(RedisError) {
+        try self.init(endpoint: RedisEndpoint(url: url), commandTimeout: commandTimeout)
+    }
+
+    deinit { if let context { redisFree(context) } }
+
+    public var isConnected: Bool { context != nil }
+
+    /// Drops the TCP connection (the next command reconnects).
+    public func close() {
+        if let context { redisFree(context) }
+        context = nil
+        loadedScripts.removeAll()
+    }
+
+    private func connect() throws(RedisError) {
+        close()
+        let tv = Self.timeval(seconds: min(commandTimeout, 5))
+        guard let ctx = redisConnectWithTimeout(endpoint.host, Int32(endpoint.port), tv) else {
+            throw .connectionFailed(address: endpoint.description, reason: "out of memory")
+        }
+        if ctx.pointee.err != 0 {
+            let reason = Self.errorString(ctx)
+            redisFree(ctx)
+            throw .connectionFailed(address: endpoint.description, reason: reason)
+        }
+        redisSetTimeout(ctx, Self.timeval(seconds: commandTimeout))
+        redisEnableKeepAlive(ctx)
+        context = ctx
+        do {
+            if let password = endpoint.password {
+                if let user = endpoint.username {
+                    try send(["AUTH", user, password]).checked()
+                } else {
+                    try send(["AUTH", password]).checked()
+                }
+            }
+            if endpoint.database != 0 { try send(["SELECT", endpoint.database]).checked() }
+        } catch {
+            close()
+            throw .connectionFailed(address: endpoint.description, reason: error.description)
+        }
+    }
+
+    private static func timeval(seconds: Double) -> Glibc.timeval {
+        let whole = Int(seconds)
+        return Glibc.timeval(tv_sec: whole, tv_usec: Int((seconds - Double(whole)) * 1_000_000))
+    }
+
+    private static func errorString(_ ctx: UnsafeMutablePointer<redisContext>) -> String {
+        withUnsafePointer(to: ctx.pointee.errstr) { pointer in
+            pointer.withMemoryRebound(to: CChar.self, capacity: 128) { String(cString: $0) }
+        }
+    }
+
+    // MARK: Commands
+
+    /// Sends one command and waits for its reply. An error reply is returned as `.error`, not
+    /// thrown; call `.checked()` to throw it.
+    @discardableResult
+    public func send(_ arguments: [any RedisArgument]) throws(RedisError) -> RedisReply {
+        try pipeline([arguments])[0]
+    }
+
+    /// Sends one command and throws if Redis answered with an error.
+    @discardableResult
+    public func command(_ arguments: any RedisArgument...) throws(RedisError) -> RedisReply {
+        try send(arguments).checked()
+    }
+
+    /// Sends all commands in one round trip and returns their replies in order.
+    public func pipeline(_ commands: [[any RedisArgument]]) throws(RedisError) -> [RedisReply] {
+        if commands.isEmpty { return [] }
+        if context == nil { try connect() }
+        guard let ctx = context else { throw .io(address: endpoint.description, reason: "not connected") }
+        for arguments in commands {
+            let status = Self.withArgv(arguments) { argc, argv, lengths in
+                redisAppendCommandArgv(ctx, argc, argv, lengths)
+            }
+            if status != REDIS_OK { throw failIO(ctx) }
+        }
+        var replies: [RedisReply] = []
+        replies.reserveCapacity(commands.count)
+        for _ in commands {
+            var raw: UnsafeMutableRawPointer?
+            if redisGetReply(ctx, &raw) != REDIS_OK || raw == nil { throw failIO(ctx) }
+            let reply = raw!.assumingMemoryBound(to: redisReply.self)
+            replies.append(Self.convert(reply))
+            freeReplyObject(raw)
+        }
+        return replies
+    }
+
+    /// Runs `commands` inside MULTI/EXEC in one round trip and returns EXEC's replies.
+    public func transaction(_ commands: [[any RedisArgument]]) throws(RedisError) -> [RedisReply] {
+        let replies = try pipeline([["MULTI"]] + commands + [["EXEC"]])
+        for reply in replies.dropLast() { try reply.checked() }
+        guard case .array(let results) = try replies[replies.count - 1].checked() else {
+            throw .unexpectedReply("EXEC returned no results (transaction aborted)")
+        }
+        return results
+    }
+
+    /// Runs a Lua script by its SHA, loading it on first use and again after `NOSCRIPT`
+    /// (for example after the server restarted).
+    public func evaluate(_ script: RedisScript, keys: [any RedisArgument] = [],
+                         arguments: [any RedisArgument] = []) throws(RedisError) -> RedisReply {
+        let call: [any RedisArgument] = ["EVALSHA", script.sha1, keys.count] + keys + arguments
+        if !loadedScripts.contains(script.sha1) {
+            let replies = try pipeline([["SCRIPT", "LOAD", script.source], call])
+            try replies[0].checked()
+            loadedScripts.insert(script.sha1)
+            return try replies[1].checked()
+        }
+        let reply = try send(call)
+        if case .error(let message) = reply, message.hasPrefix("NOSCRIPT") {
+            loadedScripts.remove(script.sha1)
+            return try evaluate(script, keys: keys, arguments: arguments)
+        }
+        return try reply.checked()
+    }
+
+    private func failIO(_ ctx: UnsafeMutablePointer<redisContext>) -> RedisError {
+        let reason = ctx.pointee.err != 0 ? Self.errorString(ctx) : "no reply"
+        close()
+        return .io(address: endpoint.description, reason: reason)
+    }
+
+    /// Lays the arguments out in one buffer and calls `body` with hiredis' argv/argvlen arrays.
+    private static func withArgv<R>(_ arguments: [any RedisArgument],
+                                    _ body: (Int32, UnsafeMutablePointer<UnsafePointer<CChar>?>, UnsafePointer<Int>) -> R) -> R {
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(64 * arguments.count)
+        var offsets: [Int] = []
+        offsets.reserveCapacity(arguments.count + 1)
+        for argument in arguments {
+            offsets.append(buffer.count)
+            argument.appendRedisBytes(to: &buffer)
+        }
+        offsets.append(buffer.count)
+        if buffer.isEmpty { buffer.append(0) }  // keep a valid base address for empty arguments
+        return buffer.withUnsafeBufferPointer { bytes in
+            let base = UnsafeRawPointer(bytes.baseAddress!).assumingMemoryBound(to: CChar.self)
+            var argv: [UnsafePointer<CChar>?] = (0..<arguments.count).map { base + offsets[$0] }
+            let lengths: [Int] = (0..<arguments.count).map { offsets[$0 + 1] - offsets[$0] }
+            return argv.withUnsafeMutableBufferPointer { argvBuffer in
+                lengths.withUnsafeBufferPointer { lengthBuffer in
+                    body(Int32(arguments.count), argvBuffer.baseAddress!, lengthBuffer.baseAddress!)
+                }
+            }
+        }
+    }
+
+    private static func convert(_ reply: UnsafeMutablePointer<redisReply>) -> RedisReply {
+        let r = reply.pointee
+        switch r.type {
+        case REDIS_REPLY_STRING:
+            return .bulk(Array(UnsafeRawBufferPointer(start: r.str, count: Int(r.len))))
+        case REDIS_REPLY_STATUS:
+            return .status(String(decoding: UnsafeRawBufferPointer(start: r.str, count: Int(r.len)), as: UTF8.self))
+        case REDIS_REPLY_ERROR:
+            return .error(String(decoding: UnsafeRawBufferPointer(start: r.str, count: Int(r.len)), as: UTF8.self))
+        case REDIS_REPLY_INTEGER:
+            return .integer(r.integer)
+        case REDIS_REPLY_ARRAY:
+            var elements: [RedisReply] = []
+            elements.reserveCapacity(Int(r.elements))
+            for i in 0..<Int(r.elements) {
+                if let element = r.element[i] { elements.append(convert(element)) } else { elements.append(.null) }
+            }
+            return .array(elements)
+        default:
+            return .null
+        }
+    }
+}

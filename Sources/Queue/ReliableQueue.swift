@@ -1,0 +1,237 @@
+import Foundation
+
+/// A job fetched into this process's in-flight list. `raw` is the exact bytes taken from the
+/// queue; acknowledging removes exactly those bytes.
+public struct FetchedJob: Sendable {
+    public let queue: String
+    public let raw: [UInt8]
+    public let workingKey: String
+
+    public init(queue: String, raw: [UInt8], workingKey: String) {
+        self.queue = queue
+        self.raw = raw
+        self.workingKey = workingKey
+    }
+}
+
+/// What to do with an in-flight job when its run is over.
+public enum Settlement: Sendable, Equatable {
+    /// Done (success, or a duplicate already applied): remove it.
+    case ack
+    /// Failed and will be retried: `payload` (with the error fields) goes to `retry` at `at`.
+    case retry(payload: String, at: Double)
+    /// Failed for good: `payload` goes to `dead`.
+    case dead(payload: String)
+    /// Not run or not finished: `payload` goes back to the front of `queue`.
+    case requeue(payload: String)
+    /// Failed with `retry: false`: removed without a trace (Sidekiq's behaviour).
+    case drop
+}
+
+/// Limits of the dead set (Sidekiq defaults: 10,000 jobs, 180 days).
+public struct DeadSetLimits: Sendable, Equatable {
+    public var maxJobs: Int
+    public var maxAgeSeconds: Double
+
+    public init(maxJobs: Int = 10_000, maxAgeSeconds: Double = 180 * 86_400) {
+        self.maxJobs = maxJobs
+        self.maxAgeSeconds = maxAgeSeconds
+    }
+}
+
+/// The reliable-fetch protocol on one connection: fetch into an in-flight list, settle, move due
+/// scheduled/retry jobs, take back the jobs of dead processes. Compatible with
+/// gitlab-sidekiq-fetcher's keys, so Ruby cleaners and ours recover each other's orphans.
+public enum ReliableQueue {
+    /// Moves up to `limit` jobs from `queues` (tried in the given order; paused queues skipped)
+    /// into this process's in-flight lists.
+    public static func fetch(_ connection: RedisConnection, identity: String, queues: [String],
+                             limit: Int) throws(RedisError) -> [FetchedJob] {
+        let reply = try connection.evaluate(Scripts.fetch, arguments: [identity, limit] + queues)
+        guard case .array(let items) = reply else { throw .unexpectedReply("fetch returned \(reply)") }
+        var jobs: [FetchedJob] = []
+        jobs.reserveCapacity(items.count / 2)
+        var index = 0
+        while index + 1 < items.count {
+            guard let queue = items[index].string, let raw = items[index + 1].bytes else {
+                throw .unexpectedReply("fetch returned a non-string element")
+            }
+            jobs.append(FetchedJob(queue: queue, raw: raw, workingKey: Keys.working(queue: queue, identity: identity)))
+            index += 2
+        }
+        return jobs
+    }
+
+    /// Blocks up to `timeout` seconds for one job on a single queue (used when every queue was
+    /// empty and the process serves one queue, so pickup is immediate instead of polled).
+    public static func fetchBlocking(_ connection: RedisConnection, identity: String, queue: String,
+                                     timeout: Double) throws(RedisError) -> FetchedJob? {
+        let working = Keys.working(queue: queue, identity: identity)
+        let reply = try connection.send(["BLMOVE", Keys.queue(queue), working, "RIGHT", "LEFT", timeout]).checked()
+        guard let raw = reply.bytes else { return nil }
+        return FetchedJob(queue: queue, raw: raw, workingKey: working)
+    }
+
+    /// Settles jobs and adds to the processed/failed counters, in one atomic script call.
+    /// Returns how many of the jobs were still in flight (and so were settled).
+    @discardableResult
+    public static func settle(_ connection: RedisConnection, _ items: [(job: FetchedJob, settlement: Settlement)],
+                              processed: Int, failed: Int, deadLimits: DeadSetLimits = DeadSetLimits(),
+                              now: Double = Clock.now()) throws(RedisError) -> Int {
+        if items.isEmpty && processed == 0 && failed == 0 { return 0 }
+        var arguments: [any RedisArgument] = [now, Clock.utcDay(now), deadLimits.maxJobs, deadLimits.maxAgeSeconds,
+                                              processed, failed]
+        arguments.reserveCapacity(6 + items.count * 5)
+        for (job, settlement) in items {
+            switch settlement {
+            case .ack: arguments += ["ack", job.workingKey, job.raw, "", ""]
+            case .drop: arguments += ["drop", job.workingKey, job.raw, "", ""]
+            case .retry(let payload, let at): arguments += ["retry", job.workingKey, job.raw, payload, at]
+            case .dead(let payload): arguments += ["dead", job.workingKey, job.raw, payload, ""]
+            case .requeue(let payload): arguments += ["requeue", job.workingKey, job.raw, payload, job.queue]
+            }
+        }
+        let reply = try connection.evaluate(Scripts.complete, arguments: arguments)
+        return Int(reply.integer ?? 0)
+    }
+
+    /// Moves the jobs of `set` (`schedule` or `retry`) whose time has come to their queues, in
+    /// batches of `batchSize`, until none is due. Each job is pushed once however many processes
+    /// poll (the script pushes only what its own ZREM removed). Members that are not valid jobs go
+    /// to `dead`. Returns the number moved.
+    @discardableResult
+    public static func moveDue(_ connection: RedisConnection, from set: String, now: Double = Clock.now(),
+                               batchSize: Int = 100) throws(RedisError) -> Int {
+        var total = 0
+        while true {
+            let reply = try connection.command("ZRANGEBYSCORE", set, "-inf", now, "LIMIT", 0, batchSize)
+            let members = reply.array ?? []
+            if members.isEmpty { return total }
+            var arguments: [any RedisArgument] = [set]
+            var invalid: [[UInt8]] = []
+            for member in members {
+                guard let raw = member.bytes else { continue }
+                guard var payload = try? JobPayload(parsing: raw) else {
+                    invalid.append(raw)
+                    continue
+                }
+                let queue = payload.queue ?? "default"
+                payload.queue = queue
+                if payload.fields["retry"] == nil { payload.fields["retry"] = .bool(true) }
+                if payload.fields["created_at"] == nil { payload.fields["created_at"] = .double(now) }
+                payload.fields["enqueued_at"] = .double(Clock.now())
+                arguments += [raw, queue, payload.serialized()]
+            }
+            if arguments.count > 1 {
+                let moved = try connection.evaluate(Scripts.moveDue, arguments: arguments)
+                total += Int(moved.integer ?? 0)
+            }
+            for raw in invalid {
+                // ZREM first so that only one poller writes the dead entry.
+                let removed = try connection.command("ZREM", set, raw)
+                if removed.integer == 1 { try connection.command("ZADD", Keys.dead, now, raw) }
+            }
+            if members.count < batchSize { return total }
+        }
+    }
+
+    /// Puts back every job in this process's in-flight lists (for `queues`) that the process does
+    /// not know it holds. A fetch whose reply was lost (the link broke after Redis ran it) leaves
+    /// such jobs behind; nobody else would recover them while our heartbeat lives.
+    ///
+    /// `known` must be read *after* the lists (see `WorkerProcess`): a job settled in between is
+    /// then "unknown" here, but the requeue only acts on a job still in the list, so it is a no-op.
+    /// Returns the number of jobs put back at the front of their queues.
+    @discardableResult
+    public static func reclaimUnknown(_ connection: RedisConnection, identity: String, queues: [String],
+                                      known: () -> [[UInt8]]) throws(RedisError) -> Int {
+        var listed: [FetchedJob] = []
+        for queue in queues {
+            let key = Keys.working(queue: queue, identity: identity)
+            for reply in try connection.command("LRANGE", key, 0, -1).array ?? [] {
+                if let raw = reply.bytes { listed.append(FetchedJob(queue: queue, raw: raw, workingKey: key)) }
+            }
+        }
+        if listed.isEmpty { return 0 }
+        var held: [[UInt8]: Int] = [:]
+        for raw in known() { held[raw, default: 0] += 1 }
+        var unknown: [(job: FetchedJob, settlement: Settlement)] = []
+        for job in listed {
+            if let count = held[job.raw], count > 0 {
+                held[job.raw] = count - 1
+            } else {
+                unknown.append((job, .requeue(payload: String(decoding: job.raw, as: UTF8.self))))
+            }
+        }
+        return try settle(connection, unknown, processed: 0, failed: 0)
+    }
+
+    /// What an orphan sweep found and did.
+    public struct RecoveryReport: Sendable, Equatable {
+        public var deadProcesses: [String] = []
+        public var requeued = 0
+        public var killed = 0
+    }
+
+    /// Takes back the in-flight jobs of every process whose fetcher heartbeat has expired: each
+    /// job goes back to the front of its queue with `interrupted_count` + 1, or to `dead` once it
+    /// has been interrupted `interruptLimit` times (a job that kills its worker must not loop).
+    public static func recoverOrphans(_ connection: RedisConnection, ownIdentity: String,
+                                      interruptLimit: Int = 3, deadLimits: DeadSetLimits = DeadSetLimits(),
+                                      now: Double = Clock.now()) throws(RedisError) -> RecoveryReport {
+        var report = RecoveryReport()
+        var cursor = "0"
+        var keys: [String] = []
+        repeat {
+            let reply = try connection.command("SCAN", cursor, "MATCH", Keys.workingPattern, "COUNT", 1000)
+            guard let parts = reply.array, parts.count == 2, let next = parts[0].string else {
+                throw .unexpectedReply("SCAN returned \(reply)")
+            }
+            cursor = next
+            keys += parts[1].strings
+        } while cursor != "0"
+
+        var aliveCache: [String: Bool] = [:]
+        for key in Set(keys).sorted() {
+            guard let (queue, identity) = Keys.parseWorking(key), identity != ownIdentity else { continue }
+            let heartbeat = Keys.fetcherHeartbeat(identity: identity)
+            let alive: Bool
+            if let cached = aliveCache[identity] { alive = cached } else {
+                alive = try connection.command("EXISTS", heartbeat).integer == 1
+                aliveCache[identity] = alive
+            }
+            if alive { continue }
+            let jobs = try connection.command("LRANGE", key, 0, -1).array ?? []
+            if jobs.isEmpty { continue }
+            var arguments: [any RedisArgument] = [key, heartbeat, now, deadLimits.maxJobs, deadLimits.maxAgeSeconds, queue]
+            var killed = 0
+            for job in jobs {
+                guard let raw = job.bytes else { continue }
+                guard var payload = try? JobPayload(parsing: raw) else {
+                    arguments += [raw, "dead", raw]
+                    killed += 1
+                    continue
+                }
+                let count = payload.interruptedCount + 1
+                payload.fields["interrupted_count"] = .int(Int64(count))
+                if count >= interruptLimit && interruptLimit > 0 {
+                    payload.fields["error_class"] = "Interrupted"
+                    payload.fields["error_message"] = .string(
+                        "interrupted \(count) times: the worker process died while running it (last owner \(identity))")
+                    payload.fields["failed_at"] = payload.fields["failed_at"] ?? .double(now)
+                    arguments += [raw, "dead", payload.serialized()]
+                    killed += 1
+                } else {
+                    arguments += [raw, "requeue", payload.serialized()]
+                }
+            }
+            let moved = try connection.evaluate(Scripts.recover, arguments: arguments)
+            if let count = moved.integer, count >= 0 {
+                if !report.deadProcesses.contains(identity) { report.deadProcesses.append(identity) }
+                report.requeued += Int(count) - min(killed, Int(count))
+                report.killed += min(killed, Int(count))
+            }
+        }
+        return report
+    }
+}

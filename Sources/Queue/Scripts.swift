@@ -1,0 +1,122 @@
+/// The Lua scripts that make fetch, acknowledge, scheduling and recovery atomic.
+///
+/// Keys are built inside the scripts from queue names (Sidekiq's layout has no hash tags), so
+/// these scripts assume a single Redis server, as Sidekiq itself does.
+enum Scripts {
+    /// Moves up to ARGV[2] jobs from the queues ARGV[3…] (in that order, paused ones skipped) into
+    /// this process's in-flight lists `working:queue:Q:ARGV[1]`. Returns a flat array
+    /// `[queue1, job1, queue2, job2, …]`. The in-flight entry is byte-identical to the queued one.
+    static let fetch = RedisScript("""
+        local identity = ARGV[1]
+        local limit = tonumber(ARGV[2])
+        local out = {}
+        local n = 0
+        for i = 3, #ARGV do
+          if n >= limit then break end
+          local q = ARGV[i]
+          if redis.call('SISMEMBER', 'paused', q) == 0 then
+            local src = 'queue:' .. q
+            local dst = 'working:queue:' .. q .. ':' .. identity
+            while n < limit do
+              local job = redis.call('LMOVE', src, dst, 'RIGHT', 'LEFT')
+              if not job then break end
+              out[#out + 1] = q
+              out[#out + 1] = job
+              n = n + 1
+            end
+          end
+        end
+        return out
+        """)
+
+    /// Settles a batch of in-flight jobs and moves the counters, atomically.
+    /// ARGV: now, utc day, dead max jobs, dead timeout seconds, processed, failed, then groups of
+    /// five: op, working key, raw job, new payload, target. An op only takes effect if the raw job
+    /// was still in the in-flight list (so a job that an orphan sweep already took back is not
+    /// also retried). Ops: `ack` (remove), `retry` (ZADD retry target payload), `dead` (ZADD dead
+    /// now payload + trims), `requeue` (RPUSH queue:target payload: the front of the line),
+    /// `drop` (remove without a trace: `retry: false`). Returns the number of jobs settled.
+    static let complete = RedisScript("""
+        local now = ARGV[1]
+        local day = ARGV[2]
+        local deadMax = tonumber(ARGV[3])
+        local deadTimeout = tonumber(ARGV[4])
+        local processed = tonumber(ARGV[5])
+        local failed = tonumber(ARGV[6])
+        local settled = 0
+        local killed = false
+        for i = 7, #ARGV, 5 do
+          local op, working, raw, payload, target = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+          if redis.call('LREM', working, -1, raw) == 1 then
+            settled = settled + 1
+            if op == 'retry' then
+              redis.call('ZADD', 'retry', target, payload)
+            elseif op == 'dead' then
+              redis.call('ZADD', 'dead', now, payload)
+              killed = true
+            elseif op == 'requeue' then
+              redis.call('RPUSH', 'queue:' .. target, payload)
+            end
+          end
+        end
+        if killed then
+          redis.call('ZREMRANGEBYSCORE', 'dead', '-inf', tonumber(now) - deadTimeout)
+          redis.call('ZREMRANGEBYRANK', 'dead', 0, -(deadMax + 1))
+        end
+        if processed > 0 then
+          redis.call('INCRBY', 'stat:processed', processed)
+          redis.call('INCRBY', 'stat:processed:' .. day, processed)
+          redis.call('EXPIRE', 'stat:processed:' .. day, 157680000)
+        end
+        if failed > 0 then
+          redis.call('INCRBY', 'stat:failed', failed)
+          redis.call('INCRBY', 'stat:failed:' .. day, failed)
+          redis.call('EXPIRE', 'stat:failed:' .. day, 157680000)
+        end
+        return settled
+        """)
+
+    /// Moves due members of the ZSET ARGV[1] to their queues. ARGV[2…] in triples: raw member,
+    /// queue, payload to push. A member is pushed only if this call removed it (ZREM == 1), so
+    /// however many pollers race, each job is pushed once. Returns the number moved.
+    static let moveDue = RedisScript("""
+        local set = ARGV[1]
+        local moved = 0
+        for i = 2, #ARGV, 3 do
+          if redis.call('ZREM', set, ARGV[i]) == 1 then
+            redis.call('SADD', 'queues', ARGV[i + 1])
+            redis.call('LPUSH', 'queue:' .. ARGV[i + 1], ARGV[i + 2])
+            moved = moved + 1
+          end
+        end
+        return moved
+        """)
+
+    /// Takes back the in-flight jobs of a dead process. ARGV: working key, that process's
+    /// fetcher-heartbeat key, now, dead max, dead timeout, then triples: raw job, op (`requeue` or
+    /// `dead`), payload; the queue is ARGV[6]. Does nothing if the heartbeat came back. Returns the
+    /// number of jobs moved.
+    static let recover = RedisScript("""
+        local working, heartbeat, now = ARGV[1], ARGV[2], ARGV[3]
+        local deadMax, deadTimeout, queue = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+        if redis.call('EXISTS', heartbeat) == 1 then return -1 end
+        local moved = 0
+        local killed = false
+        for i = 7, #ARGV, 3 do
+          if redis.call('LREM', working, -1, ARGV[i]) == 1 then
+            moved = moved + 1
+            if ARGV[i + 1] == 'dead' then
+              redis.call('ZADD', 'dead', now, ARGV[i + 2])
+              killed = true
+            else
+              redis.call('RPUSH', 'queue:' .. queue, ARGV[i + 2])
+            end
+          end
+        end
+        if killed then
+          redis.call('ZREMRANGEBYSCORE', 'dead', '-inf', tonumber(now) - deadTimeout)
+          redis.call('ZREMRANGEBYRANK', 'dead', 0, -(deadMax + 1))
+        end
+        return moved
+        """)
+}

@@ -1,0 +1,244 @@
+import CoreMetrics
+import Foundation
+import Synchronization
+import Logging
+import Queue
+
+/// The outcome of one tick considered in one round.
+public struct TickResult: Sendable, Equatable {
+    public var entry: String
+    public var tick: Date
+    public var outcome: FireOutcome
+}
+
+/// What one round did.
+public struct RoundReport: Sendable, Equatable {
+    public var now: Date
+    /// Every tick the planner proposed, in the order tried (per entry, oldest first).
+    public var results: [TickResult] = []
+    /// Entries skipped because Redis has no hash for them.
+    public var missing: [String] = []
+    /// Entries whose fire failed this round (entry name → error), e.g. a key of the wrong type.
+    /// Their earlier ticks of the round stay fired; the next round retries from the cursor.
+    public var failures: [String: String] = [:]
+
+    /// The ticks this round fired.
+    public var fired: [TickResult] { results.filter { $0.outcome.jid != nil } }
+}
+
+/// The scheduler loop: each round reads every entry's status and catch-up cursor from Redis, asks
+/// the `CatchUpPlanner` which ticks are due, and fires each through `CronStore.fire` (one atomic
+/// claim + enqueue per tick). Any number of runners, in any number of processes, may run against
+/// the same Redis: the claim makes each tick fire once.
+///
+/// Definitions (cron, class, args, policy) come from the schedule file this runner was given; the
+/// status (enabled/disabled) and the cursor come from Redis every round. An entry whose hash is
+/// gone from Redis is not fired (a newer schedule file removed it).
+///
+/// Thread rules: `runRound`, `run` and `sync` are called from one thread (the runner owns one
+/// `CronStore`, hence one connection); `stop` may be called from any thread.
+public final class SchedulerRunner: @unchecked Sendable {
+    public let entries: [ScheduleEntry]
+    public let store: CronStore
+    public let clock: any WallClock
+    public let planner: CatchUpPlanner
+    /// The longest the loop sleeps between rounds, in real seconds (so that status changes and
+    /// `stop` are noticed promptly even when the next tick is hours away).
+    public let maxSleep: TimeInterval
+    let logger: Logger
+    private let stopSignal = StopSignal()
+    private let done = DispatchSemaphore(value: 0)
+    private var warnedMissing: Set<String> = []
+    /// Wall-clock time (seconds since 1970) of the last round that reached Redis; 0 before the first.
+    /// Written by the loop's thread, read by any (`health`).
+    private let lastRoundAt = Atomic<Double>(0)
+    private var lastFailures: [String: String] = [:]
+
+    public init(entries: [ScheduleEntry], store: CronStore, clock: any WallClock = SystemClock(),
+                planner: CatchUpPlanner = CatchUpPlanner(), maxSleep: TimeInterval = 1,
+                logger: Logger = Logger(label: "scheduler")) {
+        precondition(maxSleep > 0)
+        self.entries = entries
+        self.store = store
+        self.clock = clock
+        self.planner = planner
+        self.maxSleep = maxSleep
+        self.logger = logger
+    }
+
+    /// Writes the entries into Redis (`CronStore.sync`) and logs what changed.
+    @discardableResult
+    public func sync() throws -> CronSyncReport {
+        let report = try store.sync(entries)
+        logger.info("schedule synced to Redis", metadata: [
+            "entries": "\(entries.count)", "created": "\(report.created.joined(separator: ","))",
+            "removed": "\(report.removed.joined(separator: ","))"])
+        return report
+    }
+
+    /// One pass at `clock.now()`: fires every due tick of every enabled entry.
+    /// Throws on a Redis failure; ticks fired before the failure stay fired (each fire is atomic)
+    /// and the next round continues from the persisted cursor.
+    @discardableResult
+    public func runRound() throws -> RoundReport {
+        let now = clock.now()
+        var report = RoundReport(now: now)
+        let states = try store.states(for: entries.map(\.name))
+        for entry in entries {
+            guard let state = states[entry.name], state.exists else {
+                report.missing.append(entry.name)
+                if warnedMissing.insert(entry.name).inserted {
+                    logger.warning("entry not in Redis (removed by a newer schedule file?); not firing it",
+                                   metadata: ["entry": "\(entry.name)"])
+                }
+                continue
+            }
+            warnedMissing.remove(entry.name)
+            guard state.isEnabled else { continue }
+            let ticks = planner.dueTicks(entry: entry.withEnabled(true), lastFired: state.catchUpCursor, now: now)
+            do {
+                var fired: [Date] = []
+                defer { Self.countMisses(entry: entry, after: state.catchUpCursor, fired: fired) }
+                for tick in ticks {
+                    let outcome = try store.fire(entry, tick: tick, now: now)
+                    report.results.append(TickResult(entry: entry.name, tick: tick, outcome: outcome))
+                    if let jid = outcome.jid {
+                        fired.append(tick)
+                        Counter(label: "workers_scheduler_fires_total", dimensions: [("entry", entry.name)]).increment()
+                        logger.info("fired", metadata: ["entry": "\(entry.name)", "tick": "\(TickFormat.iso8601UTC(tick))",
+                                                        "jid": "\(jid)", "class": "\(entry.className)", "queue": "\(entry.queue)"])
+                    } else if outcome == .disabled || outcome == .missing {
+                        break
+                    }
+                }
+            } catch let error as RedisError where error.isConnectionLevel {
+                throw error  // the whole round is lost; the loop retries
+            } catch {
+                // This entry's keys or data are broken: the other entries still fire.
+                report.failures[entry.name] = "\(error)"
+            }
+        }
+        logFailureChanges(report.failures)
+        return report
+    }
+
+    /// Ticks the catch-up policy passed over on the way to the newest tick fired this round (counted
+    /// once: they lie behind the cursor afterwards).
+    private static func countMisses(entry: ScheduleEntry, after cursor: Date?, fired: [Date]) {
+        guard let cursor, let newest = fired.max() else { return }
+        let between = entry.cron.ticks(from: cursor, to: newest, in: entry.timeZone, limit: 100_000).count
+        let missed = between - fired.count
+        if missed > 0 {
+            Counter(label: "workers_scheduler_missed_ticks_total", dimensions: [("entry", entry.name)]).increment(by: missed)
+        }
+    }
+
+    /// Logs an entry's fire failure when it starts or changes, and when it clears, not every round.
+    private func logFailureChanges(_ failures: [String: String]) {
+        for (name, error) in failures where lastFailures[name] != error {
+            logger.error("cannot fire entry; other entries continue", metadata: ["entry": "\(name)", "error": "\(error)"])
+        }
+        for name in lastFailures.keys where failures[name] == nil {
+            logger.notice("entry fires again", metadata: ["entry": "\(name)"])
+        }
+        lastFailures = failures
+    }
+
+    /// The earliest tick of any entry after `date` (nil if no entry ever fires again).
+    public func nextTick(after date: Date) -> Date? {
+        entries.compactMap { $0.nextTick(after: date) }.min()
+    }
+
+    /// Runs rounds until `stop()`: a round, then a sleep until the next tick of any entry (at most
+    /// `maxSleep`). A failed round is logged and retried after `maxSleep`; nothing is lost because
+    /// the cursor is in Redis.
+    public func run() {
+        defer { done.signal() }
+        logger.info("scheduler started", metadata: ["entries": "\(entries.count)"])
+        var failures = 0
+        while !stopSignal.isStopped {
+            var pause = maxSleep
+            do {
+                try runRound()
+                lastRoundAt.store(Date().timeIntervalSince1970, ordering: .relaxed)
+                if failures > 0 { logger.notice("scheduler round succeeded again", metadata: ["failed_rounds": "\(failures)"]) }
+                failures = 0
+                let now = clock.now()
+                if let next = nextTick(after: now) { pause = min(maxSleep, max(0.001, next.timeIntervalSince(now))) }
+            } catch {
+                failures += 1
+                if failures == 1 || failures % 60 == 0 {
+                    logger.error("scheduler round failed; retrying", metadata: ["error": "\(error)", "failed_rounds": "\(failures)"])
+                }
+            }
+            stopSignal.wait(seconds: pause)
+        }
+        logger.info("scheduler stopped")
+    }
+
+    /// Healthy while rounds reach Redis (the last one within `max(10 s, 5 × maxSleep)`) and the loop
+    /// has not been stopped. For `/healthz`; any thread.
+    public var health: (ok: Bool, detail: String) {
+        if stopSignal.isStopped { return (false, "stopped") }
+        let last = lastRoundAt.load(ordering: .relaxed)
+        guard last > 0 else { return (false, "no scheduler round has reached Redis yet") }
+        let age = Date().timeIntervalSince1970 - last
+        if age > max(10, 5 * maxSleep) { return (false, "no scheduler round reached Redis for \(Int(age)) s") }
+        return (true, "ok: \(entries.count) entries, last round \(Int(age * 1000)) ms ago")
+    }
+
+    /// Runs the loop on a new thread and returns at once.
+    public func start() {
+        let thread = Thread { [self] in run() }
+        thread.name = "scheduler"
+        thread.start()
+    }
+
+    /// Asks the loop to stop after its current round. Any thread.
+    public func stop() { stopSignal.stop() }
+
+    /// Waits until `run()` has returned (after `stop()`), at most `timeout` seconds; true if it did.
+    @discardableResult
+    public func waitUntilStopped(timeout: Double = .infinity) -> Bool {
+        if timeout.isFinite {
+            guard done.wait(timeout: .now() + timeout) == .success else { return false }
+        } else {
+            done.wait()
+        }
+        done.signal()  // let later callers through too
+        return true
+    }
+}
+
+/// A stop flag that sleeping threads can wait on.
+final class StopSignal: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var stopped = false
+
+    var isStopped: Bool { condition.withLock { stopped } }
+
+    func stop() {
+        condition.withLock {
+            stopped = true
+            condition.broadcast()
+        }
+    }
+
+    /// Sleeps up to `seconds`, returning early when stopped.
+    func wait(seconds: TimeInterval) {
+        let deadline = Date(timeIntervalSinceNow: seconds)
+        condition.withLock {
+            while !stopped, Date() < deadline { _ = condition.wait(until: deadline) }
+        }
+    }
+}
+
+extension RedisError {
+    /// The link to Redis failed (as opposed to Redis refusing one command).
+    var isConnectionLevel: Bool {
+        switch self {
+        case .connectionFailed, .io: return true
+        default: return false
+        }
+    }
+}

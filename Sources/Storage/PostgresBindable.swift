@@ -1,0 +1,136 @@
+import Foundation
+
+/// A Swift value that can be sent as a query parameter (`$1`, `$2`, ...).
+///
+/// Parameters travel separately from the SQL text (`PQexecParams`, text format), so no value is ever
+/// spliced into a statement. `postgresText` is the value's PostgreSQL text representation;
+/// `nil` sends SQL `NULL`. The server infers each parameter's type from the statement; add a cast
+/// (`$1::uuid`, `$2::jsonb`, `$3::timestamptz`) where the context is ambiguous.
+public protocol PostgresBindable: Sendable {
+    var postgresText: String? { get }
+}
+
+extension String: PostgresBindable {
+    public var postgresText: String? { self }
+}
+
+extension Substring: PostgresBindable {
+    public var postgresText: String? { String(self) }
+}
+
+extension Int: PostgresBindable {
+    public var postgresText: String? { String(self) }
+}
+
+extension Int32: PostgresBindable {
+    public var postgresText: String? { String(self) }
+}
+
+extension Int64: PostgresBindable {
+    public var postgresText: String? { String(self) }
+}
+
+extension Double: PostgresBindable {
+    /// `NaN`, `Infinity` and `-Infinity` use PostgreSQL's spellings.
+    public var postgresText: String? {
+        if isNaN { return "NaN" }
+        if isInfinite { return self < 0 ? "-Infinity" : "Infinity" }
+        return String(self)  // shortest representation that round-trips
+    }
+}
+
+extension Bool: PostgresBindable {
+    public var postgresText: String? { self ? "true" : "false" }
+}
+
+extension UUID: PostgresBindable {
+    public var postgresText: String? { uuidString.lowercased() }
+}
+
+extension Date: PostgresBindable {
+    /// UTC timestamp with microseconds, e.g. `2025-11-23 16:00:00.123456+00` (valid for `timestamptz`).
+    public var postgresText: String? { PostgresTimestamp.format(self) }
+}
+
+extension Data: PostgresBindable {
+    /// `bytea` hex format: `\x0a1b...`.
+    public var postgresText: String? {
+        var text = "\\x"
+        text.reserveCapacity(2 + count * 2)
+        let digits = Array("0123456789abcdef")
+        for byte in self {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0x0f)])
+        }
+        return text
+    }
+}
+
+extension Optional: PostgresBindable where Wrapped: PostgresBindable {
+    public var postgresText: String? {
+        switch self {
+        case .none: return nil
+        case .some(let value): return value.postgresText
+        }
+    }
+}
+
+extension Array: PostgresBindable where Element: PostgresBindable {
+    /// A one-dimensional array literal, e.g. `{"a","b\\"c",NULL}`, for `= ANY($1::text[])` and batch
+    /// statements. Every element is quoted, so any text is safe; cast the parameter to the element type.
+    public var postgresText: String? {
+        var text = "{"
+        for (index, element) in enumerated() {
+            if index > 0 { text += "," }
+            guard let value = element.postgresText else {
+                text += "NULL"
+                continue
+            }
+            text += "\""
+            for character in value {
+                if character == "\"" || character == "\\" { text += "\\" }
+                text.append(character)
+            }
+            text += "\""
+        }
+        return text + "}"
+    }
+}
+
+/// A date without time of day (PostgreSQL `date`), e.g. the day an aggregate row is about.
+public struct PostgresDay: PostgresBindable, Hashable, Comparable, CustomStringConvertible {
+    public var year: Int
+    public var month: Int
+    public var day: Int
+
+    public init(year: Int, month: Int, day: Int) {
+        self.year = year
+        self.month = month
+        self.day = day
+    }
+
+    /// The UTC calendar day containing `date`.
+    public init(utc date: Date) {
+        let parts = PostgresTimestamp.utcComponents(of: date)
+        self.init(year: parts.year, month: parts.month, day: parts.day)
+    }
+
+    /// Midnight UTC at the start of this day.
+    public var startDate: Date {
+        PostgresTimestamp.makeDate(year: year, month: month, day: day, seconds: 0, micros: 0, offsetSeconds: 0)
+    }
+
+    public var postgresText: String? { description }
+
+    public var description: String {
+        func pad(_ value: Int, _ width: Int) -> String {
+            let digits = String(value)
+            return String(repeating: "0", count: max(0, width - digits.count)) + digits
+        }
+        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))"
+    }
+
+    public static func < (lhs: PostgresDay, rhs: PostgresDay) -> Bool {
+        (lhs.year, lhs.month, lhs.day) < (rhs.year, rhs.month, rhs.day)
+    }
+}

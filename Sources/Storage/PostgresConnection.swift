@@ -1,0 +1,479 @@
+import CLibPQ
+import Foundation
+
+/// How a `PostgresConnection` connects and sets up its session.
+public struct PostgresConnectionOptions: Sendable {
+    /// Seconds libpq waits for the server when connecting (`connect_timeout`); a URL's own
+    /// `connect_timeout` wins.
+    public var connectTimeout: Int
+    /// `application_name` shown in `pg_stat_activity` unless the URL sets one.
+    public var applicationName: String
+    /// Server-side `statement_timeout` in milliseconds for every statement of the session; nil = server default.
+    public var statementTimeoutMilliseconds: Int?
+
+    public init(connectTimeout: Int = 5, applicationName: String = "swift-workers",
+                statementTimeoutMilliseconds: Int? = nil) {
+        self.connectTimeout = connectTimeout
+        self.applicationName = applicationName
+        self.statementTimeoutMilliseconds = statementTimeoutMilliseconds
+    }
+}
+
+/// One PostgreSQL session over libpq.
+///
+/// ## Threading
+/// A `PGconn` must not be used by two threads at once. **Invariant:** a `PostgresConnection` is owned by
+/// exactly one thread at a time — the thread that created it, or the thread a `PostgresPool` handed it to
+/// inside `withConnection` — and only that thread calls its methods. Ownership moves only through a
+/// happens-before edge (the pool's lock). The class is `@unchecked Sendable` solely so that it can travel
+/// through such hand-offs; it does no locking of its own.
+///
+/// ## Safety
+/// Values never enter SQL text: `query`/`execute` send them as separate parameters through
+/// `PQexecParams`, which also refuses several statements in one string. `executeScript` (used for
+/// migrations) runs trusted, constant SQL and takes no parameters.
+///
+/// The session runs with `TimeZone = 'UTC'`, `DateStyle = ISO` and `client_encoding = UTF8`.
+public final class PostgresConnection: @unchecked Sendable {
+    private var handle: OpaquePointer?
+    /// Savepoints of nested transactions that succeeded and still await their RELEASE. The RELEASE needs
+    /// no answer, so it is sent with the next statement (in one pipeline) instead of costing a round trip;
+    /// COMMIT and ROLLBACK make it moot. Invariant: 0 whenever no transaction is open.
+    private var pendingReleases = 0
+    /// The URL without its password, for messages and logs.
+    public let redactedURL: String
+
+    /// Connects to `url` (`postgres://user:pass@host:port/db?sslmode=require&...`; any libpq URI parameter
+    /// works, `sslmode` included). Throws a `.connection` `PostgresError` when the server cannot be reached
+    /// or refuses the session, `.usage` when `url` is not a postgres URL.
+    public init(url: String, options: PostgresConnectionOptions = .init()) throws {
+        redactedURL = PostgresURL.redacted(url)
+        guard PostgresURL.isPostgresURL(url) else {
+            throw PostgresError(category: .usage, message: "not a postgres:// or postgresql:// URL: \(redactedURL)")
+        }
+        guard !url.utf8.contains(0) else {
+            throw PostgresError(category: .usage, message: "URL contains a NUL byte")
+        }
+        // Keywords are applied in order and later ones win: the defaults come before `dbname` (the
+        // expanded URL) so the URL can override them; the encoding comes after so it is always UTF-8.
+        let settings: [(String, String)] = [
+            ("connect_timeout", String(options.connectTimeout)),
+            ("fallback_application_name", options.applicationName),
+            ("keepalives", "1"),
+            ("keepalives_idle", "30"),
+            ("keepalives_interval", "10"),
+            ("keepalives_count", "3"),
+            ("dbname", url),
+            ("client_encoding", "UTF8"),
+        ]
+        let connection = PostgresConnection.connect(settings)
+        guard let connection, PQstatus(connection) == CONNECTION_OK else {
+            let message = connection.map { PostgresConnection.errorMessage(of: $0) } ?? "out of memory"
+            PQfinish(connection)
+            throw PostgresError(category: .connection, message: "cannot connect to \(redactedURL): \(message)")
+        }
+        // Discard NOTICEs (e.g. "relation already exists, skipping") instead of printing them on stderr.
+        PQsetNoticeProcessor(connection, { _, _ in }, nil)
+        handle = connection
+
+        let setup = PQexec(connection, "SET TIME ZONE 'UTC'; SET DateStyle TO ISO, YMD")
+        let setupOK = PQresultStatus(setup) == PGRES_COMMAND_OK
+        PQclear(setup)
+        guard setupOK else {
+            let failure = makeError(result: nil, query: "SET TIME ZONE 'UTC'")
+            close()
+            throw failure
+        }
+        if let milliseconds = options.statementTimeoutMilliseconds {
+            do {
+                try query("SELECT set_config('statement_timeout', $1, false)", [String(milliseconds)])
+            } catch {
+                close()
+                throw error
+            }
+        }
+    }
+
+    deinit {
+        PQfinish(handle)
+    }
+
+    private static func connect(_ settings: [(String, String)]) -> OpaquePointer? {
+        let keywords = settings.map { strdup($0.0) }
+        let values = settings.map { strdup($0.1) }
+        defer {
+            keywords.forEach { free($0) }
+            values.forEach { free($0) }
+        }
+        let keywordPointers: [UnsafePointer<CChar>?] = keywords.map { $0.map { UnsafePointer($0) } } + [nil]
+        let valuePointers: [UnsafePointer<CChar>?] = values.map { $0.map { UnsafePointer($0) } } + [nil]
+        return keywordPointers.withUnsafeBufferPointer { keywordBuffer in
+            valuePointers.withUnsafeBufferPointer { valueBuffer in
+                PQconnectdbParams(keywordBuffer.baseAddress, valueBuffer.baseAddress, 1)
+            }
+        }
+    }
+
+    // MARK: - State
+
+    /// Closes the session. Later calls throw a `.connection` error. Idempotent.
+    public func close() {
+        PQfinish(handle)
+        handle = nil
+        pendingReleases = 0
+    }
+
+    /// True when libpq still considers the session open (it learns about a lost server only when it
+    /// next reads from the socket; see `checkAlive()`).
+    public var isOpen: Bool {
+        guard let handle else { return false }
+        return PQstatus(handle) == CONNECTION_OK
+    }
+
+    /// True when a transaction (or a failed one) is open on this session.
+    public var isInTransaction: Bool {
+        guard let handle else { return false }
+        return PQtransactionStatus(handle) != PQTRANS_IDLE
+    }
+
+    /// True when the open transaction hit an error and only ROLLBACK is accepted.
+    public var isTransactionFailed: Bool {
+        guard let handle else { return false }
+        return PQtransactionStatus(handle) == PQTRANS_INERROR
+    }
+
+    /// Server process id of this session (0 when closed).
+    public var backendPID: Int32 {
+        guard let handle else { return 0 }
+        return PQbackendPID(handle)
+    }
+
+    /// Reads whatever the server sent while the session was idle, without blocking, and reports whether
+    /// the session is still usable. Catches a backend that was terminated or a server that shut down
+    /// (their FATAL message and EOF are already in the socket) without a round trip.
+    public func checkAlive() -> Bool {
+        guard let handle, PQstatus(handle) == CONNECTION_OK else { return false }
+        // One read may return only the FATAL message; EOF is seen by the next one. An idle session
+        // receives nothing in normal operation, so two or three non-blocking reads are cheap.
+        for _ in 0..<3 {
+            guard PQconsumeInput(handle) == 1, PQstatus(handle) == CONNECTION_OK else { return false }
+        }
+        return true
+    }
+
+    // MARK: - Statements
+
+    /// Runs one statement with `$1...$n` bound to `parameters` and returns its rows.
+    /// A `nil` element (or a nil Optional) is SQL NULL.
+    @discardableResult
+    public func query(_ sql: String, _ parameters: [(any PostgresBindable)?] = []) throws -> PostgresRows {
+        guard let handle else {
+            throw PostgresError(category: .connection, message: "connection is closed", query: sql)
+        }
+        if pendingReleases > 0 {
+            // COMMIT and ROLLBACK end every savepoint (and ROLLBACK must not wait behind a RELEASE an
+            // aborted transaction would refuse).
+            if sql == "COMMIT" || sql == "ROLLBACK" { pendingReleases = 0 } else {
+                return try pipeline([Statement(sql, parameters)])[0]
+            }
+        }
+        let bound = try BoundParameters(parameters, query: sql)
+        let result = bound.withPointers { count, values in
+            PQexecParams(handle, sql, count, nil, values, nil, nil, 0)
+        }
+        defer { PQclear(result) }
+        return try rows(from: result, query: sql)
+    }
+
+    /// One statement of a `pipeline`.
+    public struct Statement {
+        public let sql: String
+        public let parameters: [(any PostgresBindable)?]
+        public init(_ sql: String, _ parameters: [(any PostgresBindable)?] = []) {
+            self.sql = sql
+            self.parameters = parameters
+        }
+    }
+
+    /// Sends `statements` together and reads their results in one round trip (libpq's pipeline mode),
+    /// instead of one round trip each. They run in order, as separate statements; the first one that
+    /// fails throws its error and the server skips the rest (inside a transaction it is left aborted, as
+    /// after any failed statement). Returns every statement's rows, in order.
+    public func pipeline(_ statements: [Statement]) throws -> [PostgresRows] {
+        guard let handle else {
+            throw PostgresError(category: .connection, message: "connection is closed", query: statements.first?.sql)
+        }
+        let releases = pendingReleases
+        pendingReleases = 0
+        let statements = Array(repeating: Statement("RELEASE SAVEPOINT storage_nested"), count: releases) + statements
+        let bound = try statements.map { try BoundParameters($0.parameters, query: $0.sql) }
+        guard PQenterPipelineMode(handle) == 1 else {
+            throw makeError(result: nil, query: statements.first?.sql ?? "pipeline")
+        }
+        var sendFailed = false
+        for (statement, parameters) in zip(statements, bound) where !sendFailed {
+            let sent = parameters.withPointers { count, values in
+                PQsendQueryParams(handle, statement.sql, count, nil, values, nil, nil, 0)
+            }
+            sendFailed = sent != 1
+        }
+        if sendFailed || PQpipelineSync(handle) != 1 {
+            let error = makeError(result: nil, query: statements.first?.sql ?? "pipeline")
+            abandonPipeline()
+            throw error
+        }
+        var results: [PostgresRows] = []
+        var firstError: PostgresError?
+        for statement in statements {
+            guard let result = PQgetResult(handle) else {
+                firstError = firstError ?? makeError(result: nil, query: statement.sql)
+                break
+            }
+            if PQresultStatus(result) != PGRES_PIPELINE_ABORTED {
+                do { results.append(try rows(from: result, query: statement.sql)) } catch let error as PostgresError {
+                    firstError = firstError ?? error
+                }
+            }
+            PQclear(result)
+            // Each statement's results end with a NULL.
+            while let extra = PQgetResult(handle) { PQclear(extra) }
+        }
+        // The Sync's own result closes the pipeline.
+        if firstError == nil || isOpen {
+            while let result = PQgetResult(handle) {
+                let status = PQresultStatus(result)
+                PQclear(result)
+                if status == PGRES_PIPELINE_SYNC { break }
+            }
+        }
+        if PQexitPipelineMode(handle) != 1 {
+            let error = firstError ?? makeError(result: nil, query: statements.first?.sql ?? "pipeline")
+            abandonPipeline()
+            throw error
+        }
+        if let firstError { throw firstError }
+        return Array(results.dropFirst(releases))
+    }
+
+    /// A pipeline that cannot be brought back to a clean state: the session is closed, so no later
+    /// statement can run on it half-read (the pool then drops it).
+    private func abandonPipeline() {
+        close()
+    }
+
+    /// Runs one statement and returns the number of rows it affected.
+    @discardableResult
+    public func execute(_ sql: String, _ parameters: [(any PostgresBindable)?] = []) throws -> Int {
+        try query(sql, parameters).affectedRows
+    }
+
+    /// The first row of the statement's result, or nil when it returned none.
+    public func queryFirst(_ sql: String, _ parameters: [(any PostgresBindable)?] = []) throws -> PostgresRow? {
+        try query(sql, parameters).first
+    }
+
+    /// Runs trusted SQL text that may hold several statements (migration files) through `PQexec`.
+    /// Never pass anything built from values: this entry point has no parameters on purpose.
+    public func executeScript(_ sql: String) throws {
+        guard let handle else {
+            throw PostgresError(category: .connection, message: "connection is closed", query: sql)
+        }
+        if pendingReleases > 0 { _ = try pipeline([]) }
+        let result = PQexec(handle, sql)
+        defer { PQclear(result) }
+        _ = try rows(from: result, query: sql)
+    }
+
+    // MARK: - Transactions
+
+    /// Runs `body` in a transaction: BEGIN, then COMMIT when `body` returns, ROLLBACK when it throws
+    /// (the error is rethrown unchanged). Called inside another transaction, it uses a savepoint, so an
+    /// inner failure undoes only the inner work.
+    ///
+    /// If `body` swallowed a statement error, the transaction is aborted on the server: this rolls it back
+    /// and throws SQLSTATE 25P02 rather than pretending to commit.
+    @discardableResult
+    public func transaction<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
+        let nested = isInTransaction
+        try execute(nested ? "SAVEPOINT storage_nested" : "BEGIN")
+        return try finishTransaction(nested: nested) { try body(self) }
+    }
+
+    /// `transaction`, with `first` sent together with BEGIN (or SAVEPOINT) in one round trip; `body`
+    /// receives its rows. A failure of `first` rolls back and throws, like any failure inside.
+    @discardableResult
+    public func transaction<T>(startingWith first: Statement,
+                               _ body: (PostgresConnection, PostgresRows) throws -> T) throws -> T {
+        let nested = isInTransaction
+        if nested && isTransactionFailed {
+            // SAVEPOINT fails on an aborted transaction: let it say so, without touching outer savepoints.
+            try execute("SAVEPOINT storage_nested")
+        }
+        let opened: [PostgresRows]
+        do {
+            opened = try pipeline([Statement(nested ? "SAVEPOINT storage_nested" : "BEGIN"), first])
+        } catch {
+            // BEGIN (or the savepoint) ran and `first` failed; or the session broke. Either way undo it.
+            if isOpen && (nested ? isTransactionFailed : isInTransaction) { rollbackQuietly(nested: nested) }
+            throw error
+        }
+        return try finishTransaction(nested: nested) { try body(self, opened[1]) }
+    }
+
+    /// Runs `body` inside the transaction (or savepoint) just opened, then commits (releases) it, or rolls it
+    /// back when `body` throws or left it aborted.
+    private func finishTransaction<T>(nested: Bool, _ body: () throws -> T) throws -> T {
+        let value: T
+        do {
+            value = try body()
+        } catch {
+            rollbackQuietly(nested: nested)
+            throw error
+        }
+        if isTransactionFailed {
+            rollbackQuietly(nested: nested)
+            throw PostgresError(category: .query, sqlState: "25P02",
+                                message: "the transaction was aborted by an error the body caught; rolled back")
+        }
+        if nested {
+            pendingReleases += 1  // sent with the next statement; see `pendingReleases`
+        } else {
+            pendingReleases = 0  // COMMIT releases every savepoint
+            let commit = try query("COMMIT")
+            if commit.commandTag == "ROLLBACK" {
+                throw PostgresError(category: .query, sqlState: "25P02",
+                                    message: "COMMIT rolled back an aborted transaction", query: "COMMIT")
+            }
+        }
+        return value
+    }
+
+    private func rollbackQuietly(nested: Bool) {
+        guard isOpen else { return }
+        if nested {
+            // Inner savepoints still awaiting RELEASE sit above ours under the same name: undo and drop each
+            // of them, then ours (an aborted transaction accepts ROLLBACK TO, not RELEASE, so no bare RELEASE
+            // goes first). One round trip.
+            let savepoints = pendingReleases + 1
+            pendingReleases = 0
+            let undo = [Statement("ROLLBACK TO SAVEPOINT storage_nested"), Statement("RELEASE SAVEPOINT storage_nested")]
+            _ = try? pipeline(Array(Array(repeating: undo, count: savepoints).joined()))
+        } else {
+            pendingReleases = 0
+            _ = try? execute("ROLLBACK")
+        }
+    }
+
+    // MARK: - Results and errors
+
+    private func rows(from result: OpaquePointer?, query sql: String) throws -> PostgresRows {
+        guard let result else { throw makeError(result: nil, query: sql) }
+        let status = PQresultStatus(result)
+        guard status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK || status == PGRES_EMPTY_QUERY else {
+            throw makeError(result: result, query: sql)
+        }
+        let rowCount = Int(PQntuples(result))
+        let columnCount = Int(PQnfields(result))
+        var columns: [String] = []
+        columns.reserveCapacity(columnCount)
+        for column in 0..<columnCount {
+            columns.append(PQfname(result, Int32(column)).map { String(cString: $0) } ?? "?column?")
+        }
+        var values: [[String?]] = []
+        values.reserveCapacity(rowCount)
+        for row in 0..<rowCount {
+            var rowValues: [String?] = []
+            rowValues.reserveCapacity(columnCount)
+            for column in 0..<columnCount {
+                if PQgetisnull(result, Int32(row), Int32(column)) == 1 {
+                    rowValues.append(nil)
+                } else {
+                    rowValues.append(PQgetvalue(result, Int32(row), Int32(column)).map { String(cString: $0) } ?? "")
+                }
+            }
+            values.append(rowValues)
+        }
+        let tag = PQcmdStatus(result).map { String(cString: $0) } ?? ""
+        let affected = PQcmdTuples(result).flatMap { Int(String(cString: $0)) } ?? rowCount
+        return PostgresRows(columns: columns, values: values, affectedRows: affected, commandTag: tag, query: sql)
+    }
+
+    /// Builds the error for a failed statement. The category is `.connection` when libpq lost the session
+    /// or the server sent a connection-class SQLSTATE (08xxx, 57P01-57P03).
+    private func makeError(result: OpaquePointer?, query sql: String) -> PostgresError {
+        func field(_ code: Character) -> String? {
+            guard let result, let ascii = code.asciiValue, let value = PQresultErrorField(result, Int32(ascii)) else {
+                return nil
+            }
+            return String(cString: value)
+        }
+        let sqlState = field("C")
+        var message = field("M") ?? ""
+        if message.isEmpty {
+            if let result, let text = PQresultErrorMessage(result) { message = String(cString: text) }
+        }
+        if message.isEmpty, let handle { message = PostgresConnection.errorMessage(of: handle) }
+        if message.isEmpty { message = "unknown error" }
+        message = message.trimmingCharacters(in: .whitespacesAndNewlines)
+
+        let lost = !isOpen
+            || (sqlState.map { $0.hasPrefix("08") || PostgresError.connectionLostStates.contains($0) } ?? false)
+            || (result == nil)
+        return PostgresError(category: lost ? .connection : .query, sqlState: sqlState, message: message,
+                             detail: field("D"), hint: field("H"), constraint: field("n"), query: sql)
+    }
+
+    private static func errorMessage(of handle: OpaquePointer) -> String {
+        guard let text = PQerrorMessage(handle) else { return "" }
+        return String(cString: text).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}
+
+/// Helpers for postgres:// URLs. Pure functions.
+public enum PostgresURL {
+    static func isPostgresURL(_ url: String) -> Bool {
+        url.hasPrefix("postgres://") || url.hasPrefix("postgresql://")
+    }
+
+    /// `url` with the password (if any) replaced by `***`, safe for logs.
+    public static func redacted(_ url: String) -> String {
+        guard let schemeEnd = url.range(of: "://") else { return url }
+        let rest = url[schemeEnd.upperBound...]
+        let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? rest.endIndex
+        let authority = rest[rest.startIndex..<authorityEnd]
+        guard let at = authority.lastIndex(of: "@") else { return url }
+        let userInfo = authority[authority.startIndex..<at]
+        guard let colon = userInfo.firstIndex(of: ":") else { return url }
+        return String(url[url.startIndex..<colon]) + ":***" + String(url[at...])
+    }
+}
+
+/// Statement parameters as C strings for libpq, alive as long as this value (freed on deinit).
+/// Values are checked here: a NUL byte cannot be sent as text and is refused.
+final class BoundParameters {
+    private let cStrings: [UnsafeMutablePointer<CChar>?]
+
+    init(_ parameters: [(any PostgresBindable)?], query sql: String) throws {
+        guard parameters.count <= Int(Int32.max) else {
+            throw PostgresError(category: .usage, message: "too many parameters", query: sql)
+        }
+        var texts: [String?] = []
+        texts.reserveCapacity(parameters.count)
+        for (position, parameter) in parameters.enumerated() {
+            let text = parameter?.postgresText
+            if let text, text.utf8.contains(0) {
+                throw PostgresError(category: .usage, message: "parameter $\(position + 1) contains a NUL byte", query: sql)
+            }
+            texts.append(text)
+        }
+        cStrings = texts.map { $0.flatMap { strdup($0) } }
+    }
+
+    deinit { cStrings.forEach { free($0) } }
+
+    /// Calls `body` with the parameter count and the array of value pointers (NULL = SQL NULL).
+    func withPointers<T>(_ body: (Int32, UnsafePointer<UnsafePointer<CChar>?>?) -> T) -> T {
+        let pointers: [UnsafePointer<CChar>?] = cStrings.map { $0.map { UnsafePointer($0) } }
+        return pointers.withUnsafeBufferPointer { buffer in body(Int32(buffer.count), buffer.baseAddress) }
+    }
+}

@@ -1,0 +1,8 @@
+// Storage module: PostgreSQL over libpq (see Package.swift for its place in the layering).
+//
+//   PostgresConnection   one libpq session, owned by one thread at a time; parameterised queries only
+//   PostgresRows/Row     copied result rows with typed accessors
+//   PostgresError        typed errors: category (connection / query / ...), SQLSTATE, message, SQL first line
+//   PostgresPool         thread-safe fixed-size pool with health checks and reconnect backoff
+//   Migration/Migrator   versioned SQL files in Migrations/, applied once under an advisory lock
+//   JobLedger            a job's effects + its ledger row (keyed by jid) in one transaction

@@ -1,0 +1,131 @@
+import Foundation
+import Logging
+import Queue
+
+/// A kind of job: a Sidekiq class name, the arguments it decodes, and what it does.
+///
+/// Instances are shared by every pool thread, so they must be `Sendable` and keep no
+/// per-run state; per-run state lives in `JobContext`. Arguments are decoded from the payload's
+/// `args` array with `JSONDecoder`: a payload whose `args` do not decode is bad input and goes to
+/// `dead` at once with the decoder's explanation.
+public protocol Job: Sendable {
+    associatedtype Arguments: Decodable & Sendable
+
+    /// The `class` field this job answers to (e.g. `"ValidateReceiptJob"`).
+    static var className: String { get }
+    /// Retries, backoff and timeout for this class (payload fields override retries).
+    static var options: JobOptions { get }
+
+    /// Runs the job. Throw `JobError.badInput` for input that can never succeed (dead at once),
+    /// `JobError.retryAfter` to ask for a given delay, anything else to be retried with backoff.
+    func perform(_ arguments: Arguments, context: JobContext) throws
+}
+
+extension Job {
+    public static var options: JobOptions { JobOptions() }
+}
+
+/// Arguments a job can check beyond their types (ranges, formats). A failed check is bad input.
+public protocol ValidatedArguments {
+    func validate() throws(JobError)
+}
+
+/// `args: []`.
+public struct NoArguments: Decodable, Sendable, Equatable {
+    public init() {}
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.unkeyedContainer()
+        if let count = container.count, count > 0 {
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: "expected no arguments, got \(count)")
+        }
+    }
+}
+
+/// `args: [value]` — the common shape `[{"user_id": …}]`.
+public struct SingleArgument<Value: Decodable & Sendable>: Decodable, Sendable {
+    public let value: Value
+    public init(_ value: Value) { self.value = value }
+    public init(from decoder: any Decoder) throws {
+        var container = try decoder.unkeyedContainer()
+        if let count = container.count, count != 1 {
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: "expected exactly one argument, got \(count)")
+        }
+        value = try container.decode(Value.self)
+    }
+}
+
+extension SingleArgument: ValidatedArguments where Value: ValidatedArguments {
+    public func validate() throws(JobError) { try value.validate() }
+}
+
+/// Errors a job throws to say how its failure must be handled.
+public enum JobError: Error, Sendable, CustomStringConvertible {
+    /// The input can never succeed (wrong types, out-of-range values, unknown ids): `dead` now.
+    case badInput(String)
+    /// Failed for a reason retrying cannot fix (e.g. configuration): `dead` now.
+    case permanent(String)
+    /// Failed for now; try again after `seconds` (e.g. a 429's Retry-After). Counts as an attempt.
+    case retryAfter(seconds: Double, reason: String)
+
+    public var description: String {
+        switch self {
+        case .badInput(let why): return "bad input: \(why)"
+        case .permanent(let why): return why
+        case .retryAfter(let seconds, let why): return "\(why) (retry after \(Int(seconds)) s)"
+        }
+    }
+}
+
+/// How a job class wants failures handled.
+public struct JobOptions: Sendable {
+    /// Retries when the payload says `retry: true` or nothing (Sidekiq's default: 25).
+    public var maxRetries: Int
+    public var backoff: Backoff
+    /// Seconds a run may take before it fails with `JobTimeout` (and is retried).
+    public var timeout: Double
+    /// Whether the runtime checks the ledger before running a job that may have run before
+    /// (interrupted or retried), skipping it when an earlier delivery committed.
+    public var usesLedger: Bool
+    /// Group commit: the job's only effects are its ledger transaction (`context.transaction`), and it is
+    /// short. A pool thread may then run several such jobs one after another inside one PostgreSQL
+    /// transaction — each in its own savepoint, so one job's failure undoes only its own work — and commit
+    /// them together (at most `WorkerConfiguration.commitBatch` jobs, open at most `commitWindow` seconds,
+    /// and only while more jobs are already waiting in this process). Their acknowledgements wait for that
+    /// commit; if it fails, every job of the group is retried and the ledger keeps them exactly-once.
+    /// Leave it off for jobs that call other services or hold row locks other jobs wait for.
+    public var groupCommit: Bool
+
+    public init(maxRetries: Int = 25, backoff: Backoff = .sidekiq, timeout: Double = 1800, usesLedger: Bool = false,
+                groupCommit: Bool = false) {
+        self.maxRetries = maxRetries
+        self.backoff = backoff
+        self.timeout = timeout
+        self.usesLedger = usesLedger || groupCommit
+        self.groupCommit = groupCommit
+    }
+}
+
+/// Delay before the next attempt, given the retry count so far (0 after the first failure).
+public enum Backoff: Sendable {
+    /// Sidekiq: `count⁴ + 15 + rand(0…9) × (count + 1)` seconds.
+    case sidekiq
+    /// `min(cap, base × 2^count)` with ±`jitter` (fraction) random spread.
+    case exponential(base: Double, cap: Double, jitter: Double)
+    /// A fixed list of delays; the last one repeats.
+    case schedule([Double])
+
+    public func delay(retryCount count: Int) -> Double {
+        switch self {
+        case .sidekiq:
+            let c = Double(count)
+            return c * c * c * c + 15 + Double(Int.random(in: 0...9)) * (c + 1)
+        case .exponential(let base, let cap, let jitter):
+            let raw = min(cap, base * pow(2, Double(min(count, 60))))
+            let spread = raw * jitter
+            return max(0, raw + Double.random(in: -spread...spread))
+        case .schedule(let delays):
+            guard let last = delays.last else { return 15 }
+            return count < delays.count ? delays[count] : last
+        }
+    }
+}

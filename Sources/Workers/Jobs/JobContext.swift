@@ -1,0 +1,51 @@
+import Foundation
+import Logging
+import Queue
+import Storage
+import Synchronization
+
+/// A flag set from another thread to ask a running job to stop (its timeout passed, or the
+/// process is shutting down hard). Jobs that loop or wait should check it; HTTP calls pass it to
+/// curl's progress callback.
+public final class CancellationFlag: Sendable {
+    private let flag = Atomic<Bool>(false)
+    public init() {}
+    public var isCancelled: Bool { flag.load(ordering: .acquiring) }
+    public func cancel() { flag.store(true, ordering: .releasing) }
+}
+
+/// What a running job knows about its run. Created by the runtime for one run on one pool
+/// thread; not shared.
+public struct JobContext: Sendable {
+    public let jid: String
+    public let className: String
+    public let queue: String
+    /// 1 for the first run, 2 after the first failure, …
+    public let attempt: Int
+    public let payload: JobPayload
+    public let deadline: Date
+    public let cancellation: CancellationFlag
+    /// Carries jid, class, queue and attempt in its metadata.
+    public let logger: Logger
+    /// Access to PostgreSQL through the exactly-once ledger (nil when the process has no database).
+    public let database: JobDatabase?
+    /// Set by the runtime for a group-commit job (`JobOptions.groupCommit`): the pool thread's open
+    /// transaction, shared with the jobs it ran just before. `transaction` and `withConnection` use it
+    /// (the job's work nests in a savepoint); only this run's thread touches it, and only during the run.
+    var sharedTransaction: PostgresConnection?
+
+    public init(jid: String, className: String, queue: String, attempt: Int, payload: JobPayload, deadline: Date,
+                cancellation: CancellationFlag, logger: Logger, database: JobDatabase?) {
+        self.jid = jid
+        self.className = className
+        self.queue = queue
+        self.attempt = attempt
+        self.payload = payload
+        self.deadline = deadline
+        self.cancellation = cancellation
+        self.logger = logger
+        self.database = database
+    }
+
+    public var isCancelled: Bool { cancellation.isCancelled }
+}

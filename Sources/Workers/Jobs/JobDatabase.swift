@@ -1,0 +1,50 @@
+import Storage
+
+/// PostgreSQL for jobs: the exactly-once ledger and the pool it draws from. Shared by every pool
+/// thread (the pool hands each connection to one thread at a time).
+public struct JobDatabase: Sendable {
+    public let pool: PostgresPool
+    public let ledger: JobLedger
+
+    public init(pool: PostgresPool) {
+        self.pool = pool
+        self.ledger = JobLedger(pool: pool)
+    }
+
+    public func isApplied(jid: String) throws -> Bool { try ledger.isApplied(jid: jid) }
+
+    /// `isApplied` on a connection the caller owns (inside a shared transaction it also sees this
+    /// transaction's own, not yet committed, ledger rows).
+    func isApplied(jid: String, on connection: PostgresConnection) throws -> Bool {
+        try ledger.isApplied(jid: jid, on: connection)
+    }
+}
+
+/// The database is not configured for this process, but a job needs it.
+public struct DatabaseUnavailable: Error, CustomStringConvertible {
+    public var description: String { "this job needs PostgreSQL but the worker runs without a database" }
+}
+
+extension JobContext {
+    /// Runs `body` in one transaction together with this job's ledger row: the job's effects
+    /// commit exactly once however often the job is delivered. Returns `.alreadyApplied` (and does
+    /// not run `body`) when an earlier delivery committed. The job must not COMMIT itself; throwing
+    /// rolls everything back. A lost connection throws a transient `PostgresError`: the job is retried.
+    @discardableResult
+    public func transaction(_ body: (PostgresConnection) throws -> Void) throws -> LedgerOutcome {
+        guard let database else { throw JobError.permanent(DatabaseUnavailable().description) }
+        if let shared = sharedTransaction {
+            return try database.ledger.runOnce(jid: jid, jobClass: className, queue: queue, on: shared, body)
+        }
+        return try database.ledger.runOnce(jid: jid, jobClass: className, queue: queue, body)
+    }
+
+    /// A pooled connection for reads outside the ledger transaction (e.g. loading the row a job
+    /// works on before calling an external service). For a group-commit job it is the shared
+    /// transaction's connection.
+    public func withConnection<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
+        guard let database else { throw JobError.permanent(DatabaseUnavailable().description) }
+        if let shared = sharedTransaction { return try body(shared) }
+        return try database.pool.withConnection(body)
+    }
+}

@@ -1,0 +1,109 @@
+import Foundation
+import Queue
+
+/// Why a payload could not be turned into a runnable job: always bad input (dead at once).
+public enum DispatchError: Error, Sendable, CustomStringConvertible {
+    case unknownClass(String)
+    case undecodableArguments(className: String, reason: String)
+    case invalidArguments(className: String, reason: String)
+
+    public var description: String {
+        switch self {
+        case .unknownClass(let name): return "unknown job class '\(name)': no job is registered under that name"
+        case .undecodableArguments(let name, let reason): return "arguments do not fit \(name): \(reason)"
+        case .invalidArguments(let name, let reason): return "invalid arguments for \(name): \(reason)"
+        }
+    }
+}
+
+/// A job with its arguments decoded, ready to run.
+public struct PreparedJob: Sendable {
+    public let className: String
+    public let options: JobOptions
+    let body: @Sendable (JobContext) throws -> Void
+
+    public func run(_ context: JobContext) throws { try body(context) }
+}
+
+/// From Sidekiq class name to job. Filled once at start-up, then read by every pool thread
+/// (immutable after `freeze`-style use: register before the pool starts).
+public struct JobRegistry: Sendable {
+    private var entries: [String: @Sendable (JobPayload) throws -> PreparedJob] = [:]
+    private var optionsByName: [String: JobOptions] = [:]
+
+    public init() {}
+
+    /// Registers `job` under its class name, or under `name` (an alias, e.g. a Ruby class name
+    /// that another service enqueues).
+    public mutating func register<J: Job>(_ job: J, as name: String? = nil) {
+        let key = name ?? J.className
+        entries[key] = { payload in
+            let arguments: J.Arguments
+            do {
+                arguments = try ArgumentsDecoding.decode(J.Arguments.self, from: payload.args)
+            } catch {
+                throw DispatchError.undecodableArguments(className: J.className, reason: ArgumentsDecoding.describe(error))
+            }
+            if let validated = arguments as? any ValidatedArguments {
+                do { try validated.validate() } catch {
+                    throw DispatchError.invalidArguments(className: J.className, reason: Self.reason(error))
+                }
+            }
+            return PreparedJob(className: J.className, options: J.options) { context in
+                try job.perform(arguments, context: context)
+            }
+        }
+        optionsByName[key] = J.options
+    }
+
+    public var classNames: [String] { entries.keys.sorted() }
+
+    public func options(for className: String) -> JobOptions? { optionsByName[className] }
+
+    /// Looks the payload's class up and decodes its arguments.
+    public func prepare(_ payload: JobPayload) throws(DispatchError) -> PreparedJob {
+        guard let make = entries[payload.className] else { throw .unknownClass(payload.className) }
+        do {
+            return try make(payload)
+        } catch let error as DispatchError {
+            throw error
+        } catch {
+            throw .undecodableArguments(className: payload.className, reason: "\(error)")
+        }
+    }
+
+    private static func reason(_ error: any Error) -> String {
+        if case JobError.badInput(let why) = error { return why }
+        return "\(error)"
+    }
+}
+
+/// Decodes `args` (a JSON array) into a job's `Arguments` with Foundation's `JSONDecoder`.
+enum ArgumentsDecoding {
+    static func decode<T: Decodable>(_ type: T.Type, from args: [JSONValue]) throws -> T {
+        if let accepting = T.self as? AnyArguments.Type, let value = accepting.init() as? T { return value }
+        let data = Data(JSONValue.array(args).serialized().utf8)
+        return try JSONDecoder().decode(T.self, from: data)
+    }
+
+    /// A one-line explanation of a decoding error: what was expected where.
+    static func describe(_ error: any Error) -> String {
+        guard let error = error as? DecodingError else { return "\(error)" }
+        func path(_ codingPath: [any CodingKey]) -> String {
+            let text = codingPath.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined()
+            return "args" + text
+        }
+        switch error {
+        case .typeMismatch(let type, let context):
+            return "\(path(context.codingPath)): expected \(type), \(context.debugDescription)"
+        case .valueNotFound(let type, let context):
+            return "\(path(context.codingPath)): missing \(type) value"
+        case .keyNotFound(let key, let context):
+            return "\(path(context.codingPath)): missing key \"\(key.stringValue)\""
+        case .dataCorrupted(let context):
+            return "\(path(context.codingPath)): \(context.debugDescription)"
+        @unknown default:
+            return "\(error)"
+        }
+    }
+}

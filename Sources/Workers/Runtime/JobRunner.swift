@@ -1,0 +1,197 @@
+import Foundation
+import Logging
+import Queue
+import Storage
+
+/// Turns one fetched job into a settlement: parse, look up, decode, run, and on failure apply
+/// Sidekiq's retry rules (§6 of the wire doc). Stateless apart from its configuration; any pool
+/// thread may call it.
+struct JobRunner: Sendable {
+    let registry: JobRegistry
+    let configuration: WorkerConfiguration
+    let database: JobDatabase?
+    let logger: Logger
+
+    /// What a run produced.
+    struct Outcome {
+        let settlement: Settlement
+        let failed: Bool
+    }
+
+    /// The timeout for a payload (its class's, else the process default, else 30 min).
+    func timeout(for payload: JobPayload?) -> Double {
+        if let payload, let options = registry.options(for: payload.className) {
+            return configuration.defaultTimeout.map { min($0, options.timeout) } ?? options.timeout
+        }
+        return configuration.defaultTimeout ?? 1800
+    }
+
+    static func parse(_ job: FetchedJob) -> Result<JobPayload, PayloadError> {
+        do { return .success(try JobPayload(parsing: job.raw)) } catch { return .failure(error) }
+    }
+
+    /// True when jobs of this payload's class may share a commit with their neighbours
+    /// (`JobOptions.groupCommit`) and this process has a database and group commits enabled.
+    func sharesCommits(_ payload: JobPayload?) -> Bool {
+        guard database != nil, configuration.commitBatch > 1, let payload else { return false }
+        return registry.options(for: payload.className)?.groupCommit ?? false
+    }
+
+    /// Runs one job. `sharedTransaction` is the pool thread's open group-commit transaction (for jobs
+    /// that `sharesCommits`): the job's ledger check and transaction use it instead of a pooled connection.
+    func run(_ job: FetchedJob, payload parsed: Result<JobPayload, PayloadError>, execution: Execution,
+             sharedTransaction: PostgresConnection? = nil) -> Outcome {
+        let payload: JobPayload
+        switch parsed {
+        case .failure(let error):
+            logger.warning("bad payload sent to dead", metadata: ["queue": "\(job.queue)", "reason": "\(error)"])
+            return Outcome(settlement: .dead(payload: Self.wrapUnreadable(job, reason: error.description)), failed: true)
+        case .success(let value):
+            payload = value
+        }
+        let jid = payload.jid ?? "-"
+        let attempt = (payload.retryCount ?? -1) + 2
+        var jobLogger = logger
+        jobLogger[metadataKey: "jid"] = "\(jid)"
+        jobLogger[metadataKey: "class"] = "\(payload.className)"
+        jobLogger[metadataKey: "queue"] = "\(job.queue)"
+        jobLogger[metadataKey: "attempt"] = "\(attempt)"
+
+        let prepared: PreparedJob
+        do {
+            prepared = try registry.prepare(payload)
+        } catch {
+            jobLogger.warning("bad input sent to dead", metadata: ["reason": "\(error.description)"])
+            return Outcome(settlement: .dead(payload: failed(payload, queue: job.queue, errorClass: "BadInput",
+                                                          message: error.description)), failed: true)
+        }
+
+        // A job that may have run before (interrupted, or retried after a failure) is checked against the
+        // ledger first, so a redelivery skips its external calls too. A first delivery skips this round
+        // trip: the ledger row inside its transaction still makes a duplicate push apply once.
+        let mayHaveRun = payload.interruptedCount > 0 || payload.retryCount != nil
+        if prepared.options.usesLedger, mayHaveRun, let database, let jidValue = payload.jid {
+            do {
+                let applied = try sharedTransaction.map { try database.isApplied(jid: jidValue, on: $0) }
+                    ?? database.isApplied(jid: jidValue)
+                if applied {
+                    jobLogger.info("already applied; acknowledged without running")
+                    return Outcome(settlement: .ack, failed: false)
+                }
+            } catch {
+                return failure(error, payload: payload, job: job, options: prepared.options, logger: jobLogger)
+            }
+        }
+
+        var context = JobContext(jid: jid, className: payload.className, queue: job.queue, attempt: attempt,
+                                 payload: payload, deadline: Date(timeIntervalSince1970: execution.deadline),
+                                 cancellation: execution.cancellation, logger: jobLogger, database: database)
+        context.sharedTransaction = sharedTransaction
+        let started = Clock.now()
+        do {
+            try prepared.run(context)
+            jobLogger.debug("done", metadata: ["ms": "\(Int((Clock.now() - started) * 1000))"])
+            return Outcome(settlement: .ack, failed: false)
+        } catch {
+            return failure(error, payload: payload, job: job, options: prepared.options, logger: jobLogger)
+        }
+    }
+
+    /// Settlement for a run that overran its timeout (decided by the watchdog).
+    func timedOut(_ execution: Execution) -> Outcome {
+        guard let payload = execution.payload else {
+            return Outcome(settlement: .dead(payload: Self.wrapUnreadable(execution.job, reason: "timed out")), failed: true)
+        }
+        let options = registry.options(for: payload.className) ?? JobOptions()
+        let seconds = Int(execution.deadline - execution.startedAt)
+        return failure(JobTimeout(seconds: seconds), payload: payload, job: execution.job, options: options, logger: logger)
+    }
+
+    struct JobTimeout: Error, CustomStringConvertible {
+        let seconds: Int
+        var description: String { "job ran longer than its timeout of \(seconds) s" }
+    }
+
+    /// Applies Sidekiq's retry rules to a failed run.
+    func failure(_ error: any Error, payload: JobPayload, job: FetchedJob, options: JobOptions, logger: Logger) -> Outcome {
+        let errorClass = Self.errorClassName(error)
+        let message = Self.message(error)
+        if error.isPostgresConnectionFailure { RuntimeMetrics.dependencyError("PostgreSQL") }
+        switch error {
+        case JobError.badInput, JobError.permanent:
+            logger.warning("failed permanently; sent to dead", metadata: ["error": "\(message)"])
+            return Outcome(settlement: .dead(payload: failed(payload, queue: job.queue, errorClass: errorClass, message: message)),
+                           failed: true)
+        default:
+            break
+        }
+        let maxRetries: Int
+        switch payload.retry {
+        case .disabled:
+            logger.warning("failed; retry disabled, dropped", metadata: ["error": "\(message)"])
+            return Outcome(settlement: .drop, failed: true)
+        case .limit(let n): maxRetries = n
+        case .enabled, .unspecified: maxRetries = options.maxRetries
+        }
+        let updated = failed(payload, queue: job.queue, errorClass: errorClass, message: message)
+        let count = (payload.retryCount.map { $0 + 1 }) ?? 0
+        if count < maxRetries {
+            var delay = options.backoff.delay(retryCount: count)
+            if case JobError.retryAfter(let seconds, _) = error { delay = max(seconds, 0) }
+            logger.info("failed; retry scheduled",
+                        metadata: ["error": "\(message)", "retry_count": "\(count)", "delay_s": "\(Int(delay))"])
+            return Outcome(settlement: .retry(payload: updated, at: Clock.now() + delay), failed: true)
+        }
+        if !payload.allowsDead {
+            logger.warning("retries exhausted; dead disabled, dropped", metadata: ["error": "\(message)"])
+            return Outcome(settlement: .drop, failed: true)
+        }
+        logger.warning("retries exhausted; sent to dead", metadata: ["error": "\(message)", "retry_count": "\(count)"])
+        return Outcome(settlement: .dead(payload: updated), failed: true)
+    }
+
+    /// The payload with Sidekiq's failure bookkeeping: queue, error fields, failed_at/retried_at,
+    /// retry_count.
+    func failed(_ payload: JobPayload, queue: String, errorClass: String, message: String) -> String {
+        var payload = payload
+        payload.queue = payload.retryQueue ?? queue
+        payload.fields["error_message"] = .string(String(message.prefix(10_000)))
+        payload.fields["error_class"] = .string(errorClass)
+        let now = Clock.now()
+        if let count = payload.retryCount {
+            payload.fields["retried_at"] = .double(now)
+            payload.fields["retry_count"] = .int(Int64(count + 1))
+        } else {
+            payload.fields["failed_at"] = .double(now)
+            payload.fields["retry_count"] = .int(0)
+        }
+        return payload.serialized()
+    }
+
+    /// A payload that is not a job at all is kept in `dead` inside a readable envelope: the reason
+    /// in `error_message` and the original text in `raw_payload`.
+    static func wrapUnreadable(_ job: FetchedJob, reason: String) -> String {
+        let now = Clock.now()
+        let fields: JSONObject = [
+            "retry": false, "queue": .string(job.queue), "class": "BadPayload", "args": [],
+            "jid": .string(Identifiers.jid()), "created_at": .double(now), "enqueued_at": .double(now),
+            "error_message": .string(reason), "error_class": "BadPayload", "failed_at": .double(now), "retry_count": 0,
+            "raw_payload": .string(String(decoding: job.raw.prefix(100_000), as: UTF8.self)),
+        ]
+        return JSONValue.object(fields).serialized()
+    }
+
+    static func errorClassName(_ error: any Error) -> String {
+        switch error {
+        case JobError.badInput: return "BadInput"
+        case JobError.permanent: return "PermanentFailure"
+        case JobError.retryAfter: return "RetryLater"
+        case is JobTimeout: return "JobTimeout"
+        default: return String(reflecting: type(of: error))
+        }
+    }
+
+    static func message(_ error: any Error) -> String {
+        "\(error)"
+    }
+}

@@ -1,0 +1,101 @@
+import Foundation
+import Queue
+
+/// A queue a worker serves and its weight (`--queue NAME[:WEIGHT]`).
+public struct QueueWeight: Sendable, Equatable {
+    public var name: String
+    public var weight: Int
+
+    public init(name: String, weight: Int = 1) {
+        self.name = name
+        self.weight = weight
+    }
+
+    /// Parses `NAME` or `NAME:WEIGHT` (weight 1…1000). Queue names may hold colons, so only a
+    /// numeric last part is read as a weight.
+    public init(parsing text: String) throws(ConfigurationError) {
+        var name = text
+        var weight = 1
+        if let colon = text.lastIndex(of: ":"), let value = Int(text[text.index(after: colon)...]) {
+            name = String(text[..<colon])
+            weight = value
+            guard (1...1000).contains(value) else {
+                throw .invalid("queue '\(name)': weight must be within 1...1000, got \(value)")
+            }
+        }
+        do { try JobClient.validateQueue(name) } catch { throw .invalid(error.description) }
+        self.init(name: name, weight: weight)
+    }
+}
+
+/// A setting that cannot be used, with the reason.
+public enum ConfigurationError: Error, Sendable, CustomStringConvertible, Equatable {
+    case invalid(String)
+    public var description: String {
+        switch self {
+        case .invalid(let why): return why
+        }
+    }
+}
+
+/// Everything a worker process needs to know. All durations in seconds.
+public struct WorkerConfiguration: Sendable {
+    public var redisURL: String = RedisEndpoint.defaultURL
+    /// Pool threads running jobs.
+    public var concurrency: Int = 10
+    public var queues: [QueueWeight] = [QueueWeight(name: "default")]
+    /// Weighted random order per fetch when any weight differs from 1; else strict order.
+    public var strictOrder: Bool { Set(queues.map(\.weight)).count <= 1 }
+    /// At most this many jobs fetched ahead of free threads (they wait in this process's in-flight
+    /// list). The fetcher uses less when jobs are slow: it keeps the expected wait of a buffered
+    /// job under `prefetchWait` seconds, so long jobs are not hoarded by one process.
+    public var prefetch: Int = 100
+    public var prefetchWait: Double = 0.02
+    /// Group commit (jobs whose options set `groupCommit`): most jobs one PostgreSQL transaction may
+    /// carry, and the longest it stays open, in seconds. `commitBatch` 1 commits every job on its own.
+    /// At most `maxCommitBatch`: each job's savepoint that writes takes a subtransaction id, and past 64 in
+    /// one transaction PostgreSQL overflows its per-backend subtransaction cache, which slows every
+    /// snapshot on the server.
+    public var commitBatch: Int = 50
+    public var commitWindow: Double = 0.05
+    /// Most jobs moved by one fetch call.
+    public var fetchBatch: Int = 100
+    /// Longest idle wait between fetches when several queues are served (one queue blocks instead).
+    public var idlePollMax: Double = 0.05
+    public var heartbeatInterval: Double = 5
+    /// TTL of the fetcher heartbeat; once it has expired another process takes back our jobs.
+    public var fetcherHeartbeatTTL: Double = 30
+    /// How often a process looks for dead processes' in-flight jobs.
+    public var orphanSweepInterval: Double = 15
+    /// Interruptions (worker died mid-run) before a job goes to dead instead of back to its queue.
+    public var interruptLimit: Int = 3
+    /// Average seconds between polls of `schedule` and `retry`.
+    public var pollInterval: Double = 5
+    /// How long SIGTERM waits for running jobs before putting them back.
+    public var shutdownTimeout: Double = 25
+    /// Default job timeout for classes that do not set one.
+    public var defaultTimeout: Double? = nil
+    public var deadLimits = DeadSetLimits()
+    /// Label shown by Sidekiq's UI (`tag`).
+    public var tag: String = ""
+    public var labels: [String] = []
+
+    public static let maxCommitBatch = 64
+
+    public init() {}
+
+    public func validate() throws(ConfigurationError) {
+        guard (1...1000).contains(concurrency) else { throw .invalid("concurrency must be within 1...1000, got \(concurrency)") }
+        guard !queues.isEmpty else { throw .invalid("at least one queue is needed") }
+        guard Set(queues.map(\.name)).count == queues.count else { throw .invalid("a queue is listed twice") }
+        guard prefetch >= 0, fetchBatch >= 1 else { throw .invalid("prefetch must be >= 0 and fetch batch >= 1") }
+        guard heartbeatInterval > 0, fetcherHeartbeatTTL > heartbeatInterval else {
+            throw .invalid("fetcher heartbeat TTL (\(fetcherHeartbeatTTL) s) must exceed the heartbeat interval (\(heartbeatInterval) s)")
+        }
+        guard (1...Self.maxCommitBatch).contains(commitBatch) else {
+            throw .invalid("commit batch must be within 1...\(Self.maxCommitBatch), got \(commitBatch)")
+        }
+        guard commitWindow >= 0, commitWindow <= 60 else { throw .invalid("commit window must be within 0...60 s, got \(commitWindow)") }
+        guard shutdownTimeout >= 0, pollInterval > 0, orphanSweepInterval > 0 else { throw .invalid("intervals must be positive") }
+    }
+}

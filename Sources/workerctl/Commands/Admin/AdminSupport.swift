@@ -1,0 +1,168 @@
+import ArgumentParser
+import Foundation
+import Queue
+
+/// Where the operator commands connect: `--redis-url`, else `$REDIS_URL`, else the `redis_url`
+/// of `--config FILE`, else the local default (the same order as `workerctl worker`).
+struct ConnectionOptions: ParsableArguments {
+    @OptionGroup var redis: RedisOptions
+
+    @Option(name: .long, help: "YAML config file whose redis_url to use (see config/workers.yaml).")
+    var config: String?
+
+    /// Opens the connection. Unreachable Redis ⇒ `CLIError.runtime("cannot connect to Redis at
+    /// host:port/db: reason")` (exit 1); a bad URL or config file ⇒ usage error (exit 2).
+    func connect() throws -> RedisConnection {
+        let url = try resolvedURL()
+        let endpoint: RedisEndpoint
+        do { endpoint = try RedisEndpoint(url: url) } catch { throw CLIError.usage(error.description) }
+        do { return try RedisConnection(endpoint: endpoint) } catch { throw CLIError.runtime(error.description) }
+    }
+
+    /// The URL to use; an empty `REDIS_URL` counts as unset.
+    func resolvedURL() throws -> String {
+        let configured = try config.map { try WorkerConfigFile.load(path: $0).redisURL } ?? nil
+        let environment = ProcessInfo.processInfo.environment["REDIS_URL"].flatMap { $0.isEmpty ? nil : $0 }
+        return redis.redisURL ?? environment ?? configured ?? RedisEndpoint.defaultURL
+    }
+}
+
+/// `--json`: print the documented JSON shape (docs/workerctl.md) instead of a table.
+struct OutputOptions: ParsableArguments {
+    @Flag(name: .long, help: "Print JSON (shapes in docs/workerctl.md) instead of a table.")
+    var json = false
+}
+
+/// Runs an operator command body, mapping every failure to a `CLIError` so that the user sees one
+/// line and the documented exit code: request errors 2, Redis failures and "not found" 1.
+func adminCall<T>(_ body: () throws -> T) throws -> T {
+    do { return try body() } catch let error as CLIError {
+        throw error
+    } catch let error as AdminError {
+        throw error.isUsageError ? CLIError.usage(error.description) : CLIError.runtime(error.description)
+    } catch let error as RedisError {
+        throw CLIError.runtime(error.description)
+    } catch {
+        throw CLIError.runtime("\(error)")
+    }
+}
+
+/// Parses `--state`.
+func parseState(_ name: String?, required: Bool = true, allowed: [JobState] = JobState.allCases) throws -> JobState? {
+    guard let name else {
+        if required { throw CLIError.usage("--state is required: one of \(allowed.map(\.rawValue).joined(separator: ", "))") }
+        return nil
+    }
+    guard let state = JobState(name: name), allowed.contains(state) else {
+        throw CLIError.usage("unknown state '\(name)': expected one of \(allowed.map(\.rawValue).joined(separator: ", "))")
+    }
+    return state
+}
+
+func pageRequest(page: Int, size: Int) throws -> PageRequest {
+    do { return try PageRequest(number: page, size: size) } catch { throw CLIError.usage(error.description) }
+}
+
+/// Asks before bulk-destructive commands. On a terminal (stdin is a tty) it asks `[y/N]`;
+/// otherwise it requires `--yes` and fails with exit 2 saying so.
+enum Confirmation {
+    static func require(_ what: String, yes: Bool) throws {
+        if yes { return }
+        guard isatty(0) == 1 else {
+            throw CLIError.usage("refusing to \(what) without confirmation: stdin is not a terminal; pass --yes")
+        }
+        FileHandle.standardError.write(Data("About to \(what). Continue? [y/N] ".utf8))
+        let answer = readLine()?.trimmingCharacters(in: .whitespaces).lowercased()
+        guard answer == "y" || answer == "yes" else { throw CLIError.runtime("aborted; nothing changed") }
+    }
+}
+
+/// Prints a `JSONValue` as one line of compact JSON.
+func printJSON(_ value: JSONValue) { print(value.serialized()) }
+
+// MARK: Formatting for tables
+
+enum Format {
+    /// `2026-11-22 07:01:05` (UTC).
+    static func time(_ epoch: Double?) -> String {
+        guard let epoch, epoch > 0 else { return "-" }
+        var t = time_t(epoch)
+        var parts = tm()
+        gmtime_r(&t, &parts)
+        return String(format: "%04d-%02d-%02d %02d:%02d:%02d", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1,
+                      Int(parts.tm_mday), Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec))
+    }
+
+    /// ISO 8601 UTC with milliseconds, for JSON: `2026-11-22T07:01:05.123Z`.
+    static func iso(_ epoch: Double?) -> JSONValue {
+        guard let epoch, epoch.isFinite else { return .null }
+        var t = time_t(epoch.rounded(.down))
+        var parts = tm()
+        gmtime_r(&t, &parts)
+        let millis = Int(((epoch - epoch.rounded(.down)) * 1000).rounded(.down))
+        return .string(String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", Int(parts.tm_year) + 1900,
+                              Int(parts.tm_mon) + 1, Int(parts.tm_mday), Int(parts.tm_hour), Int(parts.tm_min),
+                              Int(parts.tm_sec), millis))
+    }
+
+    /// `4.2s`, `3m05s`, `2h07m`, `3d04h`.
+    static func duration(_ seconds: Double) -> String {
+        let s = max(0, seconds)
+        if s < 60 { return String(format: "%.1fs", s) }
+        let whole = Int(s)
+        if whole < 3600 { return String(format: "%dm%02ds", whole / 60, whole % 60) }
+        if whole < 86_400 { return String(format: "%dh%02dm", whole / 3600, (whole % 3600) / 60) }
+        return String(format: "%dd%02dh", whole / 86_400, (whole % 86_400) / 3600)
+    }
+
+    /// `in 3m05s` or `3m05s ago`.
+    static func relative(_ epoch: Double?, now: Double) -> String {
+        guard let epoch, epoch > 0 else { return "-" }
+        return epoch >= now ? "in \(duration(epoch - now))" : "\(duration(now - epoch)) ago"
+    }
+
+    static func bytes(_ count: Int) -> String {
+        let units = ["B", "K", "M", "G", "T"]
+        var value = Double(count)
+        var unit = 0
+        while value >= 1024 && unit < units.count - 1 { value /= 1024; unit += 1 }
+        return unit == 0 ? "\(count)B" : String(format: "%.1f%@", value, units[unit])
+    }
+
+    /// Cuts `text` to `width` characters (with `…`), on one line.
+    static func cut(_ text: String, _ width: Int) -> String {
+        let oneLine = text.replacingOccurrences(of: "\n", with: " ")
+        guard oneLine.count > width, width > 1 else { return oneLine }
+        return String(oneLine.prefix(width - 1)) + "…"
+    }
+}
+
+/// A plain-text table: left-aligned columns separated by two spaces.
+struct TextTable {
+    var headers: [String]
+    var rows: [[String]] = []
+    /// Cells longer than this are cut with `…`.
+    var maxCellWidth = 60
+
+    init(_ headers: [String]) { self.headers = headers }
+
+    mutating func add(_ row: [String]) { rows.append(row.map { Format.cut($0, maxCellWidth) }) }
+
+    func lines() -> [String] {
+        var widths = headers.map(\.count)
+        for row in rows { for (index, cell) in row.enumerated() where index < widths.count { widths[index] = max(widths[index], cell.count) } }
+        func line(_ cells: [String]) -> String {
+            var parts: [String] = []
+            for (index, cell) in cells.enumerated() {
+                let last = index == cells.count - 1
+                parts.append(last ? cell : cell.padding(toLength: widths[index], withPad: " ", startingAt: 0))
+            }
+            var text = parts.joined(separator: "  ")
+            while text.last == " " { text.removeLast() }
+            return text
+        }
+        return [line(headers)] + rows.map(line)
+    }
+
+    func print() { for line in lines() { Swift.print(line) } }
+}

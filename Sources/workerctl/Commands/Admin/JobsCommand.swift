@@ -1,0 +1,224 @@
+import ArgumentParser
+import Foundation
+import Queue
+
+struct JobsCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "jobs",
+        abstract: "List, show, retry, run, kill and delete jobs.",
+        discussion: """
+            States: enqueued (queue:NAME lists), scheduled, retry, dead (sorted sets), busy (running \
+            on a live process). A JID that is not found exits with code 1; bad arguments exit with 2.
+            """,
+        subcommands: [List.self, Show.self, Retry.self, Run.self, Kill.self, Delete.self]
+    )
+
+    static func printTable(_ page: Page<JobRecord>, now: Double) {
+        if page.items.isEmpty {
+            print(page.total == 0 ? "no jobs" : "no jobs on page \(page.request.number) (\(page.total) in all)")
+            return
+        }
+        var table = TextTable(["JID", "STATE", "QUEUE", "CLASS", "ARGS", "WHEN", "INFO"])
+        table.maxCellWidth = 48
+        for record in page.items {
+            table.add([record.jid ?? "-", record.state.rawValue, record.queue, record.displayClass ?? "?",
+                       record.args.map { JSONValue.array($0).serialized() } ?? "(invalid)",
+                       when(record, now: now), info(record)])
+        }
+        table.print()
+        print("page \(page.request.number)/\(max(page.pageCount, 1)), \(page.total) jobs")
+    }
+
+    static func when(_ record: JobRecord, now: Double) -> String {
+        switch record.state {
+        case .enqueued: return Format.relative(record.enqueuedAt, now: now)
+        case .busy: return Format.relative(record.work?.runAt, now: now)
+        case .scheduled, .retry, .dead: return Format.relative(record.score, now: now)
+        }
+    }
+
+    static func info(_ record: JobRecord) -> String {
+        if let reason = record.invalidReason { return "INVALID: \(reason)" }
+        if record.state == .busy, let work = record.work { return "\(work.identity) \(work.thread)" }
+        guard let errorClass = record.errorClass else { return "" }
+        let count = record.retryCount.map { "#\($0) " } ?? ""
+        return "\(count)\(errorClass): \(record.errorMessage ?? "")"
+    }
+
+    // MARK: ls
+
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "ls", abstract: "List jobs in a state (sorted sets: latest score first).")
+        @OptionGroup var connection: ConnectionOptions
+        @OptionGroup var output: OutputOptions
+        @Option(help: "enqueued, scheduled, retry, dead or busy.") var state: String?
+        @Option(help: "Only jobs of this queue.") var queue: String?
+        @Option(name: .customLong("class"), help: "Only jobs of this class (or ActiveJob wrapped class).") var className: String?
+        @Option(help: "Only jobs whose JSON contains this text (case-sensitive).") var grep: String?
+        @Option(help: "Page number, from 1.") var page = 1
+        @Option(help: "Jobs per page (1...1000).") var size = 25
+
+        func run() throws {
+            try adminCall {
+                let state = try parseState(state)!
+                let request = try pageRequest(page: page, size: size)
+                let filter = JobFilter(queue: queue, className: className, grep: grep)
+                let jobs = try JobAdmin(connection: try connection.connect()).list(state, filter: filter, page: request)
+                if output.json {
+                    return printJSON(AdminJSON.page(jobs, extra: ["state": .string(state.rawValue), "filter": AdminJSON.filter(filter)]))
+                }
+                JobsCommand.printTable(jobs, now: Clock.now())
+            }
+        }
+    }
+
+    // MARK: show
+
+    struct Show: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "show", abstract: "Show one job: the whole record, its error and decoded backtrace.")
+        @OptionGroup var connection: ConnectionOptions
+        @OptionGroup var output: OutputOptions
+        @Argument(help: "The job's jid.") var jid: String
+        @Option(help: "Only look in this state.") var state: String?
+
+        func run() throws {
+            try adminCall {
+                let states = try parseState(state, required: false).map { [$0] } ?? JobAdmin.searchOrder
+                let record = try JobAdmin(connection: try connection.connect()).findOne(jid: jid, in: states)
+                if output.json { return printJSON(AdminJSON.detail(record)) }
+                Show.printDetail(record, now: Clock.now())
+            }
+        }
+
+        static func printDetail(_ record: JobRecord, now: Double) {
+            func line(_ label: String, _ value: String) { print("\(label.padding(toLength: 13, withPad: " ", startingAt: 0))\(value)") }
+            line("jid", record.jid ?? "-")
+            var state = record.state.rawValue
+            switch record.state {
+            case .scheduled: state += " (runs at \(Format.time(record.score)) UTC, \(Format.relative(record.score, now: now)))"
+            case .retry: state += " (next attempt \(Format.time(record.score)) UTC, \(Format.relative(record.score, now: now)))"
+            case .dead: state += " (died \(Format.time(record.score)) UTC, \(Format.relative(record.score, now: now)))"
+            case .busy: state += " on \(record.work?.identity ?? "?") thread \(record.work?.thread ?? "?") since \(Format.time(record.work?.runAt)) UTC"
+            case .enqueued: break
+            }
+            line("state", state)
+            line("queue", record.queue)
+            if let reason = record.invalidReason { line("INVALID", reason) }
+            line("class", record.displayClass.map { $0 == record.className ? $0 : "\($0) (\(record.className ?? "?"))" } ?? "-")
+            line("args", record.args.map { JSONValue.array($0).serialized() } ?? "-")
+            line("created", Format.time(record.createdAt))
+            line("enqueued", Format.time(record.enqueuedAt))
+            if let retry = record.item?["retry"] { line("retry", retry.serialized() + (record.retryCount.map { ", retry_count \($0)" } ?? "")) }
+            if let errorClass = record.errorClass {
+                line("error", "\(errorClass): \(record.errorMessage ?? "")")
+                line("failed at", Format.time(record.item?["failed_at"]?.doubleValue))
+                if let retried = record.item?["retried_at"]?.doubleValue { line("retried at", Format.time(retried)) }
+            }
+            let backtrace = AdminJSON.decodedBacktrace(record)
+            if let lines = backtrace.lines {
+                print("backtrace")
+                for entry in lines { print("  \(entry)") }
+            } else if let error = backtrace.error {
+                line("backtrace", "cannot decode: \(error)")
+            }
+            print("payload")
+            print("  \(record.rawText)")
+        }
+    }
+
+    // MARK: actions
+
+    /// Which jobs an action applies to: one JID, or `--all --state S` with optional filters.
+    struct Target: ParsableArguments {
+        @Argument(help: "The job's jid.") var jid: String?
+        @Flag(help: "Act on every job in --state (matching --queue/--class/--grep).") var all = false
+        @Option(help: "The state to act on (required with --all; with a JID, where to look).") var state: String?
+        @Option(help: "With --all: only jobs of this queue.") var queue: String?
+        @Option(name: .customLong("class"), help: "With --all: only jobs of this class.") var className: String?
+        @Option(help: "With --all: only jobs whose JSON contains this text.") var grep: String?
+        @Flag(help: "With --all: do not ask for confirmation (required when stdin is not a terminal).") var yes = false
+
+        var filter: JobFilter { JobFilter(queue: queue, className: className, grep: grep) }
+    }
+
+    static func perform(_ action: JobAction, verb: String, target: Target, connection: ConnectionOptions,
+                        output: OutputOptions) throws {
+        try adminCall {
+            if target.all {
+                if target.jid != nil { throw CLIError.usage("give a JID or --all, not both") }
+                let state = try parseState(target.state, allowed: action.allowedStates)!
+                let admin = JobAdmin(connection: try connection.connect())
+                let matched = try admin.list(state, filter: target.filter, page: PageRequest(number: 1, size: 1)).total
+                if matched > 0 {
+                    let scope = target.filter.isEmpty ? "" : " matching the filter"
+                    try Confirmation.require("\(action.rawValue) \(matched) \(state.rawValue) jobs\(scope)", yes: target.yes)
+                }
+                let result = matched == 0 ? BulkResult() : try admin.performAll(action, state: state, filter: target.filter)
+                if output.json { return printJSON(AdminJSON.bulk(action: action, state: state, filter: target.filter, result: result)) }
+                var message = "\(verb) \(result.done) of \(result.matched) \(state.rawValue) jobs"
+                if result.gone > 0 { message += "; \(result.gone) were already gone" }
+                if result.invalid > 0 { message += "; \(result.invalid) are not valid jobs and were left in place" }
+                print(message)
+            } else {
+                guard let jid = target.jid else { throw CLIError.usage("give the job's JID, or --all --state STATE") }
+                if !target.filter.isEmpty { throw CLIError.usage("--queue, --class and --grep only apply with --all") }
+                let states = try parseState(target.state, required: false).map { [$0] }
+                let record = try JobAdmin(connection: try connection.connect()).perform(action, jid: jid, in: states)
+                let destination: String
+                switch action {
+                case .retry, .run: destination = "queue \(record.payload?.queue ?? "default")"
+                case .kill: destination = "dead"
+                case .delete: destination = ""
+                }
+                if output.json {
+                    return printJSON(.object(["action": .string(action.rawValue), "jid": .string(jid),
+                                              "from": .string(record.state.rawValue), "queue": .string(record.queue),
+                                              "to": destination.isEmpty ? .null : .string(action == .kill ? "dead" : "enqueued")]))
+                }
+                let what = "\(jid) (\(record.displayClass ?? "?"))"
+                print(destination.isEmpty ? "\(verb) \(what) from \(record.location)"
+                                          : "\(verb) \(what): \(record.location) → \(destination)")
+            }
+        }
+    }
+
+    struct Retry: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "retry", abstract: "Put retry, dead or scheduled jobs back in their queue now.",
+            discussion: "Like Ruby's SortedEntry#retry: retry_count is decreased by one, so the manual retry does not use up an attempt.")
+        @OptionGroup var connection: ConnectionOptions
+        @OptionGroup var output: OutputOptions
+        @OptionGroup var target: Target
+        func run() throws { try JobsCommand.perform(.retry, verb: "retried", target: target, connection: connection, output: output) }
+    }
+
+    struct Run: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "run", abstract: "Enqueue scheduled or retry jobs now, unchanged (Ruby's add_to_queue).")
+        @OptionGroup var connection: ConnectionOptions
+        @OptionGroup var output: OutputOptions
+        @OptionGroup var target: Target
+        func run() throws { try JobsCommand.perform(.run, verb: "enqueued", target: target, connection: connection, output: output) }
+    }
+
+    struct Kill: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "kill", abstract: "Move enqueued, scheduled or retry jobs to the dead set.",
+            discussion: "Like Ruby's DeadSet#kill: ZADD dead now, then the set is trimmed to 180 days and 10,000 entries.")
+        @OptionGroup var connection: ConnectionOptions
+        @OptionGroup var output: OutputOptions
+        @OptionGroup var target: Target
+        func run() throws { try JobsCommand.perform(.kill, verb: "killed", target: target, connection: connection, output: output) }
+    }
+
+    struct Delete: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "delete", abstract: "Delete enqueued, scheduled, retry or dead jobs.")
+        @OptionGroup var connection: ConnectionOptions
+        @OptionGroup var output: OutputOptions
+        @OptionGroup var target: Target
+        func run() throws { try JobsCommand.perform(.delete, verb: "deleted", target: target, connection: connection, output: output) }
+    }
+}

@@ -1,0 +1,105 @@
+import ArgumentParser
+import Foundation
+import Queue
+
+struct EnqueueCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "enqueue",
+        abstract: "Enqueue a job (Sidekiq JSON), now or later.",
+        discussion: "Prints the job's jid. Example: workerctl enqueue Sleep --args '[250]' --in 60"
+    )
+
+    @OptionGroup var redis: RedisOptions
+
+    @Argument(help: "The job class (Sidekiq's \"class\").")
+    var className: String
+
+    @Option(name: .long, help: "Queue name.")
+    var queue: String = "default"
+
+    @Option(name: .long, help: "Arguments as a JSON array.")
+    var args: String = "[]"
+
+    @Option(name: .customLong("in"), help: "Run after this many seconds.")
+    var delay: Double?
+
+    @Option(name: .long, help: "Run at this Unix time (seconds).")
+    var at: Double?
+
+    @Option(name: .long, help: "Retry policy: true, false or a number of retries.")
+    var retry: String = "true"
+
+    @Option(name: .long, help: "Enqueue this many copies (for load tests).")
+    var count: Int = 1
+
+    @Option(name: .long, help: "With --count: jobs per round trip (1 = one at a time).")
+    var batch: Int = 1000
+
+    @Option(name: .long, help: "With --count: enqueue at this steady rate (jobs per second) instead of as fast as possible.")
+    var rate: Double?
+
+    mutating func validate() throws {
+        if delay != nil && at != nil { throw ValidationError("give --in or --at, not both") }
+        if let delay, !(delay.isFinite && delay >= 0) { throw ValidationError("--in must be a non-negative number of seconds") }
+        if let at, !(at.isFinite && at > 0) { throw ValidationError("--at must be a Unix time in seconds") }
+        guard (1...10_000_000).contains(count) else { throw ValidationError("--count must be within 1...10000000") }
+        guard (1...10_000).contains(batch) else { throw ValidationError("--batch must be within 1...10000") }
+        if let rate, !(rate > 0 && rate <= 1_000_000) { throw ValidationError("--rate must be within 0...1000000 jobs/s") }
+    }
+
+    func run() throws {
+        let parsedArgs: [JSONValue]
+        do {
+            guard case .array(let array) = try JSONValue.parse(args) else {
+                throw CLIError.usage("--args must be a JSON array, e.g. '[1, \"two\"]'")
+            }
+            parsedArgs = array
+        } catch let error as JSONParseError {
+            throw CLIError.usage("--args is not valid JSON: \(error)")
+        }
+        let retryValue: JSONValue
+        switch retry {
+        case "true": retryValue = .bool(true)
+        case "false": retryValue = .bool(false)
+        default:
+            guard let n = Int64(retry), n >= 0 else { throw CLIError.usage("--retry must be true, false or a non-negative integer") }
+            retryValue = .int(n)
+        }
+        let job = NewJob(className, args: parsedArgs, queue: queue, retry: retryValue)
+        let client = JobClient(pool: RedisPool(endpoint: try redis.endpoint(), maxConnections: 1))
+        let jobs = Array(repeating: job, count: count)
+        let jids: [String]
+        do {
+            if let at {
+                jids = try client.enqueueMany(jobs, at: Array(repeating: at, count: count))
+            } else if let delay {
+                jids = try client.enqueueMany(jobs, at: Array(repeating: Clock.now() + delay, count: count))
+            } else {
+                var all: [String] = []
+                all.reserveCapacity(count)
+                let started = Clock.now()
+                let step = rate == nil ? batch : 1
+                for start in stride(from: 0, to: jobs.count, by: step) {
+                    if let rate {
+                        let due = started + Double(start) / rate
+                        let wait = due - Clock.now()
+                        if wait > 0 { Thread.sleep(forTimeInterval: wait) }
+                    }
+                    all += try client.enqueueMany(Array(jobs[start..<min(start + step, jobs.count)]))
+                }
+                let elapsed = Clock.now() - started
+                if count > 1 {
+                    print(String(format: "enqueued %d jobs in %.3f s: %.0f jobs/s (batch %d)", count, elapsed,
+                                 Double(count) / elapsed, step))
+                    return
+                }
+                jids = all
+            }
+        } catch let error as EnqueueError {
+            throw CLIError.usage(error.description)
+        } catch let error as RedisError {
+            throw CLIError.runtime(error.description)
+        }
+        if count == 1 { print(jids[0]) } else { print("scheduled \(jids.count) jobs") }
+    }
+}

@@ -1,0 +1,53 @@
+import ArgumentParser
+import Foundation
+import Logging
+import Storage
+
+struct MigrateCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "migrate",
+        abstract: "Apply pending PostgreSQL migrations (once, in order, under an advisory lock).",
+        discussion: "With --status: list applied and pending migrations; exit 1 if any is pending or modified."
+    )
+
+    @OptionGroup var database: DatabaseOptions
+
+    @Flag(name: .long, help: "Only show what is applied and what is pending.")
+    var status = false
+
+    @Flag(name: .long, help: "Print JSON.")
+    var json = false
+
+    func run() throws {
+        let url = database.resolvedURL()
+        let connection: PostgresConnection
+        do { connection = try PostgresConnection(url: url) } catch {
+            throw CLIError.runtime("cannot connect to PostgreSQL at \(PostgresURL.redacted(url)): \(error)")
+        }
+        do {
+            let migrator = try Migrator.bundled(logger: Logger(label: "workerctl.migrate"))
+            if status {
+                let state = try migrator.status(on: connection)
+                if json {
+                    let applied = state.applied.map { "{\"version\":\($0.version),\"name\":\"\($0.name)\"}" }
+                    let pending = state.pending.map { "{\"version\":\($0.version),\"name\":\"\($0.name)\"}" }
+                    print("{\"applied\":[\(applied.joined(separator: ","))],\"pending\":[\(pending.joined(separator: ","))],"
+                          + "\"modified\":\(state.modified),\"unknown\":\(state.unknown),\"up_to_date\":\(state.isUpToDate)}")
+                } else {
+                    for item in state.applied { print(String(format: "applied  %04d %@", item.version, item.name)) }
+                    for item in state.pending { print(String(format: "pending  %04d %@", item.version, item.name)) }
+                    for version in state.modified { print(String(format: "MODIFIED %04d (file changed after it was applied)", version)) }
+                    for version in state.unknown { print(String(format: "unknown  %04d (in the database, not in this build)", version)) }
+                    print(state.isUpToDate ? "schema is up to date" : "schema is behind: run `workerctl migrate`")
+                }
+                if !state.isUpToDate { throw ExitCode(1) }
+                return
+            }
+            let applied = try migrator.migrate(on: connection)
+            if applied.isEmpty { print("schema is up to date") }
+            for item in applied { print(String(format: "applied %04d %@", item.version, item.name)) }
+        } catch let error as PostgresError {
+            throw CLIError.runtime("migration failed: \(error)")
+        }
+    }
+}

@@ -1,0 +1,35 @@
+import ArgumentParser
+import Foundation
+import Workers
+
+struct RunCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "Run workers and the cron scheduler in one process.",
+        discussion: """
+            The worker starts exactly as `workerctl worker` does (same flags); the scheduler loop runs on its \
+            own thread with the schedule file of --schedule. SIGTERM/SIGINT shuts the worker down gracefully \
+            (as `worker`), then stops the scheduler. An invalid schedule file is refused before anything \
+            starts (exit 2).
+            """
+    )
+
+    @OptionGroup var worker: WorkerOptions
+    @OptionGroup var schedule: ScheduleOptions
+
+    func run() throws {
+        let file = try schedule.loadFile()
+        let process = try worker.makeProcess()
+        let runner = try schedule.makeRunner(file: file, redisURL: process.configuration.redisURL)
+        // No signal source of our own: libdispatch installs one sigaction per signal when the first
+        // source for it is created, and WorkerProcess's `signal(SIGTERM, SIG_IGN)` before its own
+        // source would then silence both. The worker handles SIGTERM/SIGINT (and Sidekiq's TERM
+        // through Redis); when it has shut down, `run()` returns and the scheduler is stopped.
+        runner.start()
+        defer {
+            runner.stop()
+            runner.waitUntilStopped()
+        }
+        try worker.run(process)
+    }
+}

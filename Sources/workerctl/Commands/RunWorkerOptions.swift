@@ -1,0 +1,151 @@
+import ArgumentParser
+import Foundation
+import HTTP
+import Jobs
+import Logging
+import Queue
+import Storage
+import Workers
+
+/// The worker's flags and how they become a `WorkerProcess`: shared by `workerctl worker` and
+/// `workerctl run` (workers and scheduler in one process), so both start workers the same way.
+struct WorkerOptions: ParsableArguments {
+    @OptionGroup var redis: RedisOptions
+    @OptionGroup var database: DatabaseOptions
+
+    @Flag(name: .customLong("no-database"), help: "Run without PostgreSQL (only jobs that do not need it can run).")
+    var noDatabase = false
+
+    @Option(name: .long, help: "Pool threads running jobs (default 10, or the config file's).")
+    var concurrency: Int?
+
+    @Option(name: .long, help: "A queue to serve, NAME or NAME:WEIGHT; repeat for more. Without weights the order is strict.")
+    var queue: [String] = []
+
+    @Option(name: .long, help: "YAML config file (see config/workers.yaml).")
+    var config: String?
+
+    @Option(name: .customLong("shutdown-timeout"), help: "Seconds SIGTERM waits for running jobs.")
+    var shutdownTimeout: Double?
+
+    @Option(name: .customLong("heartbeat-ttl"), help: "Seconds after a crash before other processes take back this one's jobs.")
+    var heartbeatTTL: Double?
+
+    @Option(name: .customLong("heartbeat-interval"), help: "Seconds between heartbeats.")
+    var heartbeatInterval: Double?
+
+    @Option(name: .customLong("orphan-sweep-interval"), help: "Seconds between sweeps for dead processes' jobs.")
+    var orphanSweepInterval: Double?
+
+    @Option(name: .customLong("poll-interval"), help: "Average seconds between polls of the schedule and retry sets.")
+    var pollInterval: Double?
+
+    @Option(name: .customLong("job-timeout"), help: "Default job timeout in seconds (classes may set less).")
+    var jobTimeout: Double?
+
+    @Option(name: .customLong("commit-batch"), help: "Most group-commit jobs (e.g. ProbeInsert) sharing one PostgreSQL COMMIT (default 50; 1 commits each job alone).")
+    var commitBatch: Int?
+
+    @Option(name: .customLong("commit-window"), help: "Longest a shared group-commit transaction stays open, in seconds (default 0.05).")
+    var commitWindow: Double?
+
+    @Option(name: .customLong("metrics-port"), help: "Serve Prometheus /metrics and /healthz on 127.0.0.1:PORT (0: any free port, logged).")
+    var metricsPort: Int?
+
+    mutating func validate() throws {
+        if let concurrency, !(1...1000).contains(concurrency) { throw ValidationError("--concurrency must be within 1...1000") }
+        if let metricsPort, !(0...65535).contains(metricsPort) { throw ValidationError("--metrics-port must be within 0...65535") }
+        if let commitBatch, !(1...WorkerConfiguration.maxCommitBatch).contains(commitBatch) {
+            throw ValidationError("--commit-batch must be within 1...\(WorkerConfiguration.maxCommitBatch)")
+        }
+        if let commitWindow, !(commitWindow.isFinite && (0...60).contains(commitWindow)) {
+            throw ValidationError("--commit-window must be within 0...60 seconds")
+        }
+        for value in [shutdownTimeout, heartbeatTTL, heartbeatInterval, orphanSweepInterval, pollInterval, jobTimeout] {
+            if let value, !(value.isFinite && value >= 0) { throw ValidationError("durations must be non-negative numbers") }
+        }
+    }
+
+    /// Builds the worker process from the config file, environment and flags (flags win).
+    /// Bad settings ⇒ usage error (exit 2); a schema behind this build ⇒ runtime error (exit 1).
+    func makeProcess() throws -> WorkerProcess {
+        let file = try config.map { try WorkerConfigFile.load(path: $0) } ?? WorkerConfigFile()
+        var configuration = file.configuration
+        configuration.redisURL = redis.resolvedURL(configured: file.redisURL)
+        if let concurrency { configuration.concurrency = concurrency }
+        if !queue.isEmpty {
+            configuration.queues = try queue.map { text in
+                do { return try QueueWeight(parsing: text) } catch { throw CLIError.usage("\(error)") }
+            }
+        }
+        if let shutdownTimeout { configuration.shutdownTimeout = shutdownTimeout }
+        if let heartbeatTTL { configuration.fetcherHeartbeatTTL = heartbeatTTL }
+        if let heartbeatInterval { configuration.heartbeatInterval = heartbeatInterval }
+        if let orphanSweepInterval { configuration.orphanSweepInterval = orphanSweepInterval }
+        if let pollInterval { configuration.pollInterval = pollInterval }
+        if let jobTimeout { configuration.defaultTimeout = jobTimeout }
+        if let commitBatch { configuration.commitBatch = commitBatch }
+        if let commitWindow { configuration.commitWindow = commitWindow }
+        do { try configuration.validate() } catch { throw CLIError.usage("\(error)") }
+
+        // Metric handles bind to the factory when created: bootstrap before the process exists.
+        if metricsPort != nil { MetricsEndpoint.bootstrap() }
+        var registry = JobRegistry.builtins()
+        registerDomainJobs(into: &registry, redisURL: configuration.redisURL)
+        let jobDatabase = noDatabase ? nil : try openDatabase(configured: file.databaseURL,
+                                                               poolSize: file.pgPoolSize ?? configuration.concurrency)
+        do {
+            return try WorkerProcess(configuration: configuration, registry: registry, database: jobDatabase,
+                                     logger: Logger(label: "workerctl.worker"))
+        } catch let error as RedisError {
+            throw CLIError.usage(error.description)
+        }
+    }
+
+    /// Runs the process (and the metrics endpoint when asked) until SIGTERM/SIGINT (or Sidekiq's
+    /// TERM through Redis) has shut it down.
+    func run(_ process: WorkerProcess) throws {
+        let server = try metricsPort.map { port in
+            try MetricsEndpoint.listen(port: port, redisURL: process.configuration.redisURL,
+                                       logger: Logger(label: "workerctl.worker"), health: { process.health })
+        }
+        do { try process.run() } catch let error as RedisError { throw CLIError.runtime(error.description) }
+        withExtendedLifetime(server) {}
+    }
+
+    /// The domain jobs, configured from the environment (`docs/jobs-*.md`). An area that is not
+    /// configured is logged once here and its jobs retry until a configured worker runs them.
+    private func registerDomainJobs(into registry: inout JobRegistry, redisURL: String) {
+        let logger = Logger(label: "workerctl.worker")
+        guard CurlRuntime.initialize(), let pool = try? RedisPool(url: redisURL, maxConnections: 4) else {
+            logger.error("domain jobs not registered: libcurl or the Redis URL could not be initialised")
+            return
+        }
+        let http = HTTPClient(configuration: HTTPClientConfiguration())
+        for status in DomainJobs.register(into: &registry, environment: ProcessInfo.processInfo.environment,
+                                          redis: pool, http: http) {
+            if let problem = status.problem {
+                logger.warning("jobs not configured on this worker; they will retry until a configured worker runs them",
+                               metadata: ["area": "\(status.area)", "problem": "\(problem)"])
+            }
+        }
+    }
+
+    /// Connects the pool and refuses to start on a schema that is behind this build.
+    private func openDatabase(configured: String?, poolSize: Int) throws -> JobDatabase {
+        let url = database.resolvedURL(configured: configured)
+        let pool = PostgresPool(configuration: PostgresPoolConfiguration(url: url, maxConnections: max(1, poolSize)),
+                                logger: Logger(label: "workerctl.postgres"))
+        do {
+            let status = try Migrator.bundled().status(pool: pool)
+            if !status.isUpToDate {
+                let pending = status.pending.map { String(format: "%04d_%@", $0.version, $0.name) }
+                throw CLIError.runtime("the database schema is behind this build (pending: \(pending.joined(separator: ", "))"
+                                       + "\(status.modified.isEmpty ? "" : "; modified: \(status.modified)")); run `workerctl migrate` first")
+            }
+        } catch let error as PostgresError {
+            throw CLIError.runtime("cannot use PostgreSQL at \(PostgresURL.redacted(url)): \(error)")
+        }
+        return JobDatabase(pool: pool)
+    }
+}

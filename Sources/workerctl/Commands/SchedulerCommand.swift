@@ -1,0 +1,114 @@
+import ArgumentParser
+import Foundation
+import Logging
+import Queue
+import Scheduler
+import Workers
+
+/// The schedule file and scheduler settings: shared by `workerctl scheduler` and `workerctl run`.
+struct ScheduleOptions: ParsableArguments {
+    static let defaultPath = "config/schedule.yaml"
+
+    @Option(name: .long, help: "Schedule file (YAML list of entries). Default: \(ScheduleOptions.defaultPath).")
+    var schedule: String = ScheduleOptions.defaultPath
+
+    @Option(name: .customLong("history-size"), help: "Fires kept per entry in cron_job:NAME:jid_history (sidekiq-cron: 10).")
+    var historySize = 10
+
+    @Option(name: .customLong("max-sleep"), help: "Most seconds between rounds (status changes are seen within this).")
+    var maxSleep: Double = 1
+
+    mutating func validate() throws {
+        if !(1...1000).contains(historySize) { throw ValidationError("--history-size must be within 1...1000") }
+        if !(maxSleep.isFinite && maxSleep > 0 && maxSleep <= 60) { throw ValidationError("--max-sleep must be within (0, 60]") }
+    }
+
+    /// Parses the schedule file; any problem ⇒ usage error (exit 2) naming each entry and reason.
+    func loadFile() throws -> ScheduleFile {
+        do { return try ScheduleFile.load(path: schedule) } catch { throw CLIError.usage(error.description) }
+    }
+
+    /// Connects to Redis (failure ⇒ exit 1), writes the entries into Redis and returns the runner.
+    func makeRunner(file: ScheduleFile, redisURL: String) throws -> SchedulerRunner {
+        let endpoint: RedisEndpoint
+        do { endpoint = try RedisEndpoint(url: redisURL) } catch { throw CLIError.usage(error.description) }
+        let connection: RedisConnection
+        do { connection = try RedisConnection(endpoint: endpoint) } catch { throw CLIError.runtime(error.description) }
+        var logger = Logger(label: "workerctl.scheduler")
+        logger[metadataKey: "schedule"] = "\(schedule)"
+        let runner = SchedulerRunner(entries: file.entries, store: CronStore(connection: connection, historySize: historySize),
+                                     maxSleep: maxSleep, logger: logger)
+        _ = try redisCall { try runner.sync() }
+        return runner
+    }
+}
+
+/// Stops a scheduler on SIGTERM/SIGINT. Keep the value alive as long as the handlers should be.
+///
+/// Not for a process that also runs a `WorkerProcess`: libdispatch installs its sigaction when the
+/// first source for a signal is created, and a later `signal(_, SIG_IGN)` (as WorkerProcess does
+/// before creating its own source) would silence every source for that signal.
+final class SchedulerSignals {
+    private var sources: [DispatchSourceSignal] = []
+
+    init(onStop: @escaping @Sendable () -> Void) {
+        let queue = DispatchQueue(label: "scheduler-signals")
+        for number in [SIGTERM, SIGINT] {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
+            source.setEventHandler(handler: onStop)
+            source.resume()
+            sources.append(source)
+        }
+    }
+
+    deinit { for source in sources { source.cancel() } }
+}
+
+struct SchedulerCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "scheduler",
+        abstract: "Run the cron scheduler: enqueue the jobs of the schedule file at their ticks.",
+        discussion: """
+            Several schedulers may run against the same Redis: each tick of each entry is enqueued once \
+            (an atomic claim in Redis). Missed ticks are caught up per entry (catch_up). An invalid schedule \
+            file is refused (exit 2). SIGTERM/SIGINT: finish the current round and exit 0. See docs/scheduler.md.
+            """
+    )
+
+    @OptionGroup var redis: RedisOptions
+    @OptionGroup var options: ScheduleOptions
+
+    @Flag(name: .long, help: "Only check the schedule file and list its entries; do not connect to Redis.")
+    var check = false
+
+    @Option(name: .customLong("metrics-port"), help: "Serve Prometheus /metrics and /healthz on 127.0.0.1:PORT (0: any free port, logged).")
+    var metricsPort: Int?
+
+    func validate() throws {
+        if let metricsPort, !(0...65535).contains(metricsPort) { throw ValidationError("--metrics-port must be within 0...65535") }
+    }
+
+    func run() throws {
+        let file = try options.loadFile()
+        if check {
+            for entry in file.entries {
+                print("\(entry.name)\t\(entry.cron.source)\t\(entry.timeZone.identifier)\t\(entry.className)\t\(entry.queue)\t"
+                      + "catch_up=\(entry.catchUp)\tpass_tick=\(entry.tickArgument)\(entry.enabled ? "" : "\tdisabled")")
+            }
+            print("\(options.schedule): \(file.entries.count) entr\(file.entries.count == 1 ? "y" : "ies"), OK")
+            return
+        }
+        // Metric handles bind to the factory when created: bootstrap before the runner exists.
+        if metricsPort != nil { MetricsEndpoint.bootstrap() }
+        let redisURL = redis.resolvedURL()
+        let runner = try options.makeRunner(file: file, redisURL: redisURL)
+        let server = try metricsPort.map { port in
+            try MetricsEndpoint.listen(port: port, redisURL: redisURL, logger: Logger(label: "workerctl.scheduler"),
+                                       health: { runner.health })
+        }
+        let signals = SchedulerSignals { runner.stop() }
+        runner.run()
+        withExtendedLifetime((signals, server)) {}
+    }
+}

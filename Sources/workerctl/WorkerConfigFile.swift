@@ -1,0 +1,70 @@
+import Foundation
+import Workers
+import Yams
+
+/// `config/workers.yaml`: the worker settings an operator keeps in a file. Flags and
+/// environment variables override it. Unknown keys are refused, so a typo does not pass silently.
+struct WorkerConfigFile {
+    static let knownKeys: Set<String> = [
+        "redis_url", "database_url", "concurrency", "queues", "prefetch", "shutdown_timeout", "heartbeat_interval",
+        "fetcher_heartbeat_ttl", "orphan_sweep_interval", "interrupt_limit", "poll_interval", "job_timeout",
+        "dead_max_jobs", "dead_max_age_days", "tag", "labels", "pg_pool_size", "commit_batch", "commit_window",
+    ]
+
+    var configuration = WorkerConfiguration()
+    var redisURL: String?
+    var databaseURL: String?
+    var pgPoolSize: Int?
+
+    static func load(path: String) throws -> WorkerConfigFile {
+        let text: String
+        do { text = try String(contentsOfFile: path, encoding: .utf8) } catch {
+            throw CLIError.usage("cannot read config file \(path): \(error.localizedDescription)")
+        }
+        let node: Any?
+        do { node = try Yams.load(yaml: text) } catch { throw CLIError.usage("config file \(path) is not valid YAML: \(error)") }
+        guard let map = node as? [String: Any] else { throw CLIError.usage("config file \(path) must be a YAML mapping") }
+        let unknown = Set(map.keys).subtracting(knownKeys)
+        if !unknown.isEmpty { throw CLIError.usage("config file \(path): unknown keys \(unknown.sorted().joined(separator: ", "))") }
+
+        var file = WorkerConfigFile()
+        func number(_ key: String) throws -> Double? {
+            guard let value = map[key] else { return nil }
+            if let int = value as? Int { return Double(int) }
+            if let double = value as? Double { return double }
+            throw CLIError.usage("config file \(path): \(key) must be a number")
+        }
+        func integer(_ key: String) throws -> Int? {
+            guard let value = map[key] else { return nil }
+            guard let int = value as? Int else { throw CLIError.usage("config file \(path): \(key) must be an integer") }
+            return int
+        }
+        file.redisURL = map["redis_url"] as? String
+        file.databaseURL = map["database_url"] as? String
+        file.pgPoolSize = try integer("pg_pool_size")
+        if let value = try integer("concurrency") { file.configuration.concurrency = value }
+        if let value = try integer("prefetch") { file.configuration.prefetch = value }
+        if let value = try number("shutdown_timeout") { file.configuration.shutdownTimeout = value }
+        if let value = try number("heartbeat_interval") { file.configuration.heartbeatInterval = value }
+        if let value = try number("fetcher_heartbeat_ttl") { file.configuration.fetcherHeartbeatTTL = value }
+        if let value = try number("orphan_sweep_interval") { file.configuration.orphanSweepInterval = value }
+        if let value = try integer("interrupt_limit") { file.configuration.interruptLimit = value }
+        if let value = try number("poll_interval") { file.configuration.pollInterval = value }
+        if let value = try number("job_timeout") { file.configuration.defaultTimeout = value }
+        if let value = try integer("commit_batch") { file.configuration.commitBatch = value }
+        if let value = try number("commit_window") { file.configuration.commitWindow = value }
+        if let value = try integer("dead_max_jobs") { file.configuration.deadLimits.maxJobs = value }
+        if let value = try number("dead_max_age_days") { file.configuration.deadLimits.maxAgeSeconds = value * 86_400 }
+        if let value = map["tag"] as? String { file.configuration.tag = value }
+        if let value = map["labels"] as? [String] { file.configuration.labels = value }
+        if let queues = map["queues"] {
+            guard let list = queues as? [Any] else { throw CLIError.usage("config file \(path): queues must be a list") }
+            file.configuration.queues = try list.map { item in
+                do { return try QueueWeight(parsing: "\(item)") } catch {
+                    throw CLIError.usage("config file \(path): \(error)")
+                }
+            }
+        }
+        return file
+    }
+}

@@ -1,0 +1,98 @@
+import ArgumentParser
+import Foundation
+import Logging
+import Queue
+import Workers
+
+struct WorkerCtl: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "workerctl",
+        abstract: "Run and operate the Sidekiq-compatible job system.",
+        subcommands: [
+            WorkerCommand.self, EnqueueCommand.self, MigrateCommand.self,
+            StatsCommand.self, QueuesCommand.self, JobsCommand.self, WorkersCommand.self, TopCommand.self,
+            SchedulerCommand.self, RunCommand.self, CronCommand.self, RevenueCommand.self, ExportCommand.self,
+        ]
+    )
+
+    /// Parses, runs, and maps errors to exit codes: usage errors 2, runtime errors 1, never a
+    /// stack trace.
+    static func mainWithExitCodes() {
+        StructuredLogHandler.bootstrap()
+        do {
+            var command = try parseAsRoot()
+            try command.run()
+        } catch let error as CLIError {
+            FileHandle.standardError.write(Data("workerctl: \(error.message)\n".utf8))
+            Foundation.exit(error.exitCode)
+        } catch let error as CleanExit {
+            _ = error
+            exit(withError: error)
+        } catch let error as ExitCode {
+            Foundation.exit(error.rawValue)
+        } catch {
+            let message = fullMessage(for: error)
+            let code = exitCode(for: error)
+            if code == .success {
+                print(message)
+                Foundation.exit(0)
+            }
+            FileHandle.standardError.write(Data("\(message)\n".utf8))
+            // ArgumentParser's usage errors (64) become 2, as operators' scripts expect.
+            Foundation.exit(code == .validationFailure ? 2 : (code.rawValue == 0 ? 0 : 2))
+        }
+    }
+}
+
+/// An error with a message for the operator and its exit code.
+struct CLIError: Error {
+    let message: String
+    let exitCode: Int32
+
+    static func usage(_ message: String) -> CLIError { CLIError(message: message, exitCode: 2) }
+    static func runtime(_ message: String) -> CLIError { CLIError(message: message, exitCode: 1) }
+}
+
+/// `--redis-url`, else `REDIS_URL`, else the local instance from `scripts/services`.
+struct RedisOptions: ParsableArguments {
+    @Option(name: .customLong("redis-url"), help: "Redis URL (redis://[:password@]host:port/db). Default: $REDIS_URL or \(RedisEndpoint.defaultURL).")
+    var redisURL: String?
+
+    func resolvedURL(configured: String? = nil) -> String {
+        redisURL ?? ProcessInfo.processInfo.environment["REDIS_URL"] ?? configured ?? RedisEndpoint.defaultURL
+    }
+
+    func endpoint(configured: String? = nil) throws -> RedisEndpoint {
+        do { return try RedisEndpoint(url: resolvedURL(configured: configured)) } catch {
+            throw CLIError.usage(error.description)
+        }
+    }
+
+    /// Opens a connection, turning failure into "address: reason" with exit code 1.
+    func connect(configured: String? = nil) throws -> RedisConnection {
+        let endpoint = try endpoint(configured: configured)
+        do { return try RedisConnection(endpoint: endpoint) } catch {
+            throw CLIError.runtime(error.description)
+        }
+    }
+}
+
+/// Runs a Redis operation, mapping Redis failures to a runtime error (exit 1).
+func redisCall<T>(_ body: () throws -> T) throws -> T {
+    do { return try body() } catch let error as RedisError {
+        throw CLIError.runtime(error.description)
+    }
+}
+
+/// `--database-url`, else `DATABASE_URL`, else the config file's, else the local instance from
+/// `scripts/services`.
+struct DatabaseOptions: ParsableArguments {
+    static let defaultURL = "postgres://postgres@127.0.0.1:5440/workers"
+
+    @Option(name: .customLong("database-url"), help: "PostgreSQL URL. Default: $DATABASE_URL or \(DatabaseOptions.defaultURL).")
+    var databaseURL: String?
+
+    func resolvedURL(configured: String? = nil) -> String {
+        databaseURL ?? ProcessInfo.processInfo.environment["DATABASE_URL"] ?? configured ?? Self.defaultURL
+    }
+}

@@ -1,0 +1,1199 @@
+#!/usr/bin/env python3
+"""Fake external servers for tests and the demo (Python 3 stdlib only, 127.0.0.1 only).
+
+Usage:
+    python3 Tests/Fakes/fakes.py [--apple] [--google] [--nominatim] [--subscription] [--smtp] [--all]
+                                 [--host 127.0.0.1] [--fixtures DIR] [--exit-on-stdin-close] [--verbose]
+
+Every fake listens on an OS-chosen port. When all are ready, one JSON line is printed to stdout, e.g.
+    {"apple": 40001, "google": 40002, "nominatim": 40003, "subscription": 40004, "smtp": 40005, "smtp_admin": 40006}
+The process then runs until SIGTERM/SIGINT, or until stdin closes when --exit-on-stdin-close is given
+(the Swift test helper uses that so the fakes die with the test process).
+
+Admin API (HTTP, JSON), on each HTTP fake's own port and on `smtp_admin` for SMTP:
+    GET  /__admin/health                      {"ok": true, "service": NAME}
+    POST /__admin/reset                       forget requests, scripts, config and service state; release hung requests
+    POST /__admin/script                      queue scripted responses: one object or a list (see Script below)
+    GET  /__admin/scripts                     scripts still queued
+    GET  /__admin/requests[?path=P&prefix=P]  {"requests": [{method, path, query, headers, body, timestamp,
+                                                            client_port}, ...]}
+    GET  /__admin/stats[?path=P&prefix=P&window=1.0]
+                                              {"count": N, "max_in_window": M, "window": W}: the most requests whose
+                                              timestamps fall within any `window` seconds (Nominatim's 1 req/s rule)
+    POST /__admin/config                      merge service options (see each service)
+    SMTP only:  GET /__admin/messages         {"messages": [{mail_from, rcpt_to, data, subject, message_id,
+                                                             headers, body, auth_user, timestamp, links}, ...]}
+                                              (links: the http(s) URLs found in the body, in order)
+    Apple:      POST /__admin/apple/receipts      {"receipt-data": R, "status": 0, "environment": "Sandbox",
+                                                   "latest_receipt_info": [...], "pending_renewal_info": [...],
+                                                   "is-retryable": 1, "product_id": P, "transaction_id": T}
+                POST /__admin/apple/transactions  {"transaction_id": T, "signedTransactionInfo": JWS} or
+                                                  {"transaction_id": T, "status": 404}
+                POST /__admin/apple/subscriptions {"transaction_id": T, "response": {...Get All Subscription
+                                                  Statuses body...}} (default: the fixture's canned body)
+                config {"api_jwt": {"issuer": I, "key_id": K, "bundle_id": B, "public_key_pem": PEM}}: /inApps
+                requests must carry an ES256 JWT with these claims, aud "appstoreconnect-v1", unexpired (else 401
+                with {"errorMessage": reason}); the signature is checked when the `cryptography` module is present.
+    Google:     POST /__admin/google/subscriptions {"token": T, "subscriptionState": ..., "productId": ...,
+                                                    "expiryTime": RFC3339, "acknowledgementState": ..., ...}
+                GET  /__admin/google/acknowledgements  {"acknowledgements": {token: count}}
+                GET  /__admin/google/tokens            {"issued": [access tokens], "rejected": [reasons]}
+                POST /__admin/google/expire_tokens     every access token issued so far is now expired (401)
+                config {"service_account": {"client_email": E, "public_key_pem": PEM}}: the token endpoint
+                checks the JWT bearer assertion: RS256, iss = E, scope androidpublisher, aud ending in /token,
+                unexpired, lifetime <= 3600 s; signature checked when `cryptography` is present
+                (else invalid_grant with the reason).
+    Nominatim:  POST /__admin/nominatim/places     {"lat": x, "lon": y, "result": {...jsonv2...}} (exact match
+                                                   on 4-decimal rounding) or {"lat":x,"lon":y,"error":"Unable to geocode"}
+    Subscription: GET /__admin/subscription/credits  {"credited_by_key": {key: amount}, "applications_by_key":
+                                                      {key: n}, "balances": {user: total}, "earn_requests": n}
+
+Script (POST /__admin/script), all fields optional:
+    match:   {"method": "POST", "path": "/exact", "prefix": "/pre", "contains": "substring of body"}
+             (SMTP: {"stage": "connect|ehlo|auth|mail|rcpt|data|eom"})
+    times:   how many requests it answers (default 1); -1 = forever (until reset)
+    status:  HTTP status (SMTP: reply code), body: string, json: any JSON value, fixture: path relative to the
+             Apple fixtures dir (e.g. "models/apiException.json"), headers: {name: value}
+    delay:   seconds to wait before answering
+    hang:    true = wait `delay` seconds (default 3600) or until reset/shutdown, then drop the connection
+    close:   true = drop the connection without answering
+    malformed_json: true = answer a truncated JSON document (status 200 unless given)
+    passthrough: true = run the service's normal handler first (its side effects happen), then answer with the
+             scripted status/body instead of the real one (a lost response after a commit)
+    retry_after: shorthand for headers {"Retry-After": value}
+Scripts are consumed first-in first-out among those whose `match` fits the request.
+
+Service behaviours (defaults; see the handlers below):
+    apple:        POST /verifyReceipt (production) and POST /sandbox/verifyReceipt (sandbox);
+                  GET /inApps/v1/transactions/{id}, GET /inApps/v1/subscriptions/{id}
+                  (also under /sandbox/inApps/...), Bearer token required.
+                  Unregistered receipt-data: "sandbox..." => 21007 in production, 0 in sandbox; "status:NNNNN" =>
+                  that status; anything else => 0 in production, 21008 in sandbox. config: {"shared_secret": S}
+    google:       POST /token, GET /androidpublisher/v3/applications/{pkg}/purchases/subscriptionsv2/tokens/{t},
+                  POST /androidpublisher/v3/applications/{pkg}/purchases/subscriptions/{sub}/tokens/{t}:acknowledge
+                  Unknown tokens are ACTIVE (tokens starting "invalid" => 400, "gone" => 410).
+                  config: {"require_issued_token": true}
+    nominatim:    GET /reverse?lat&lon&format=jsonv2 (nearest of a few built-in places); empty User-Agent => 403.
+                  config: {"rate_limit_per_second": 0 (off) | N => 429 beyond N requests in 1 s}
+    subscription: POST /subscription/v1/credits/earn (Idempotency-Key required, replays keep the first response)
+    smtp:         EHLO/HELO, AUTH PLAIN/LOGIN (any credentials unless config {"username","password"}), MAIL, RCPT,
+                  DATA, RSET, NOOP, QUIT; no STARTTLS.
+"""
+
+import argparse
+import base64
+import hashlib
+import json
+import math
+import os
+import re
+import signal
+import socket
+import socketserver
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+try:  # optional: lets the Apple and Google fakes check JWT signatures (stdlib-only otherwise)
+    from cryptography.hazmat.primitives import hashes as _hashes
+    from cryptography.hazmat.primitives.asymmetric import ec as _ec, padding as _padding
+    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature as _dss
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key as _load_pem_public_key
+    HAVE_CRYPTOGRAPHY = True
+except ImportError:  # pragma: no cover
+    HAVE_CRYPTOGRAPHY = False
+
+
+def b64url_decode(text):
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def check_jwt(token, alg, public_key_pem=None):
+    """Splits a compact JWT, checks `alg` and (when possible) its signature. Returns (header, claims, error)."""
+    try:
+        h, c, sig = token.split(".")
+        header = json.loads(b64url_decode(h))
+        claims = json.loads(b64url_decode(c))
+        signature = b64url_decode(sig)
+    except (ValueError, TypeError):
+        return None, None, "not a compact JWT"
+    if header.get("alg") != alg:
+        return header, claims, f"alg is {header.get('alg')}, expected {alg}"
+    if public_key_pem and HAVE_CRYPTOGRAPHY:
+        try:
+            key = _load_pem_public_key(public_key_pem.encode())
+            data = f"{h}.{c}".encode()
+            if alg == "ES256":
+                if len(signature) != 64:
+                    return header, claims, "ES256 signature is not 64 bytes"
+                der = _dss(int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:], "big"))
+                key.verify(der, data, _ec.ECDSA(_hashes.SHA256()))
+            else:
+                key.verify(signature, data, _padding.PKCS1v15(), _hashes.SHA256())
+        except Exception as e:  # noqa: BLE001
+            return header, claims, f"signature does not verify ({type(e).__name__})"
+    return header, claims, None
+
+HOST = "127.0.0.1"
+FIXTURES_DIR = None
+VERBOSE = False
+SHUTDOWN = threading.Event()
+
+
+def log(*args):
+    if VERBOSE:
+        print("[fakes]", *args, file=sys.stderr, flush=True)
+
+
+def load_fixture(rel):
+    if not FIXTURES_DIR:
+        return None
+    path = os.path.join(FIXTURES_DIR, rel)
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        print(f"[fakes] missing fixture {path}", file=sys.stderr, flush=True)
+        return None
+
+
+def json_bytes(value):
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+class Response:
+    def __init__(self, status=200, body=b"", headers=None, content_type="application/json"):
+        self.status = status
+        self.body = body if isinstance(body, bytes) else (body.encode() if isinstance(body, str) else json_bytes(body))
+        self.headers = dict(headers or {})
+        if content_type and not any(k.lower() == "content-type" for k in self.headers):
+            self.headers["Content-Type"] = content_type
+
+
+def jresp(value, status=200, headers=None):
+    return Response(status, json_bytes(value), headers)
+
+
+class Script:
+    """One queued scripted behaviour. Guarded by the owning service's lock."""
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.match = spec.get("match") or {}
+        self.times = int(spec.get("times", 1))
+
+    def matches(self, method=None, path=None, body=b"", stage=None):
+        m = self.match
+        if "stage" in m and m["stage"] != stage:
+            return False
+        if stage is not None and "stage" not in m and ("method" in m or "path" in m or "prefix" in m):
+            return False
+        if "method" in m and method is not None and m["method"].upper() != method.upper():
+            return False
+        if "path" in m and m["path"] != path:
+            return False
+        if "prefix" in m and (path is None or not path.startswith(m["prefix"])):
+            return False
+        if "contains" in m and m["contains"].encode() not in (body or b""):
+            return False
+        return True
+
+
+class Service:
+    """State shared by every fake: recorded requests, script queue, config. All access under self.lock."""
+
+    name = "service"
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.release = threading.Event()  # set on reset/shutdown to free hung requests
+        self.reset_state()
+
+    def reset_state(self):
+        self.requests = []
+        self.scripts = []
+        self.config = self.default_config()
+        self.reset_service()
+
+    def default_config(self):
+        return {}
+
+    def reset_service(self):
+        pass
+
+    def reset(self):
+        with self.lock:
+            old = self.release
+            self.release = threading.Event()
+            self.reset_state()
+        old.set()
+
+    def add_scripts(self, specs):
+        if isinstance(specs, dict):
+            specs = [specs]
+        with self.lock:
+            for s in specs:
+                self.scripts.append(Script(s))
+        return len(specs)
+
+    def take_script(self, **kw):
+        with self.lock:
+            for i, s in enumerate(self.scripts):
+                if s.matches(**kw):
+                    if s.times > 0:
+                        s.times -= 1
+                        if s.times == 0:
+                            del self.scripts[i]
+                    return s.spec, self.release
+        return None, self.release
+
+    def record(self, entry):
+        with self.lock:
+            self.requests.append(entry)
+
+    def filtered_requests(self, query):
+        path = query.get("path", [None])[0]
+        prefix = query.get("prefix", [None])[0]
+        with self.lock:
+            reqs = list(self.requests)
+        if path:
+            reqs = [r for r in reqs if r.get("path") == path]
+        if prefix:
+            reqs = [r for r in reqs if r.get("path", "").startswith(prefix)]
+        return reqs
+
+    def admin_extra(self, method, path, query, body):
+        """Service-specific admin routes; return a Response or None."""
+        return None
+
+    def handle(self, req):
+        """The default behaviour: return a Response. `req` is a dict (method, path, query, headers, body)."""
+        return jresp({"error": "not found"}, 404)
+
+
+def max_in_window(timestamps, window):
+    ts = sorted(timestamps)
+    best = 0
+    j = 0
+    for i, t in enumerate(ts):
+        while ts[j] <= t - window:
+            j += 1
+        best = max(best, i - j + 1)
+    return best
+
+
+def scripted_response(spec):
+    headers = dict(spec.get("headers") or {})
+    if "retry_after" in spec:
+        headers["Retry-After"] = str(spec["retry_after"])
+    if spec.get("malformed_json"):
+        return Response(spec.get("status", 200), b'{"status": 0, "latest_receipt_info": [{"product_id": ', headers)
+    if "json" in spec:
+        return Response(spec.get("status", 200), json_bytes(spec["json"]), headers)
+    if "fixture" in spec:
+        data = load_fixture(spec["fixture"]) or b"{}"
+        return Response(spec.get("status", 200), data, headers)
+    body = spec.get("body", "")
+    ctype = "application/json" if body[:1] in ("{", "[") else "text/plain"
+    return Response(spec.get("status", 200), body.encode(), headers, ctype)
+
+
+class FakeHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, so clients can reuse connections
+    server_version = "Fake/1.0"
+    sys_version = ""
+    service: Service = None  # set per server subclass
+
+    def log_message(self, fmt, *args):
+        log(self.service.name, fmt % args)
+
+    def _read_body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        if n:
+            return self.rfile.read(n)
+        if (self.headers.get("Transfer-Encoding") or "").lower() == "chunked":
+            data = b""
+            while True:
+                line = self.rfile.readline().strip()
+                size = int(line.split(b";")[0], 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                data += self.rfile.read(size)
+                self.rfile.readline()
+            return data
+        return b""
+
+    def _send(self, resp):
+        self.send_response(resp.status)
+        for k, v in resp.headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(resp.body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(resp.body)
+        self.wfile.flush()
+
+    def _drop(self):
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _dispatch(self):
+        parsed = urllib.parse.urlsplit(self.path)
+        path = parsed.path
+        query = urllib.parse.parse_qs(parsed.query, keep_blank_values=True)
+        body = self._read_body()
+        if path.startswith("/__admin/"):
+            self._send(admin(self.service, self.command, path, query, body))
+            return
+        req = {
+            "method": self.command,
+            "path": path,
+            "query": parsed.query,
+            "params": {k: v[-1] for k, v in query.items()},
+            "headers": {k: v for k, v in self.headers.items()},
+            "body": body.decode("utf-8", "replace"),
+            "raw_body": body,
+            "timestamp": time.time(),
+            "client_port": self.client_address[1],
+        }
+        record = {k: v for k, v in req.items() if k not in ("raw_body", "params")}
+        self.service.record(record)
+        spec, release = self.service.take_script(method=self.command, path=path, body=body)
+        if spec is not None:
+            if spec.get("hang"):
+                release.wait(float(spec.get("delay", 3600)))
+                self._drop()
+                return
+            if spec.get("delay"):
+                release.wait(float(spec["delay"]))
+            if spec.get("passthrough"):
+                try:
+                    self.service.handle(req)
+                except Exception as e:  # noqa: BLE001
+                    log("passthrough handler error", e)
+            if spec.get("close"):
+                self._drop()
+                return
+            self._send(scripted_response(spec))
+            return
+        try:
+            resp = self.service.handle(req)
+        except Exception as e:  # noqa: BLE001
+            resp = jresp({"error": "fake crashed", "detail": repr(e)}, 500)
+        self._send(resp)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = lambda self: self._dispatch()
+
+
+def admin(service, method, path, query, body):
+    try:
+        payload = json.loads(body) if body.strip() else {}
+    except ValueError:
+        return jresp({"error": "admin body is not JSON"}, 400)
+    if path == "/__admin/health":
+        return jresp({"ok": True, "service": service.name})
+    if path == "/__admin/reset" and method == "POST":
+        service.reset()
+        return jresp({"ok": True})
+    if path == "/__admin/script" and method == "POST":
+        return jresp({"queued": service.add_scripts(payload)})
+    if path == "/__admin/scripts":
+        with service.lock:
+            return jresp({"scripts": [dict(s.spec, remaining=s.times) for s in service.scripts]})
+    if path == "/__admin/requests":
+        return jresp({"requests": service.filtered_requests(query)})
+    if path == "/__admin/stats":
+        reqs = service.filtered_requests(query)
+        window = float(query.get("window", ["1.0"])[0])
+        ts = [r["timestamp"] for r in reqs]
+        return jresp({"count": len(ts), "max_in_window": max_in_window(ts, window), "window": window})
+    if path == "/__admin/config" and method == "POST":
+        with service.lock:
+            service.config.update(payload)
+            return jresp({"config": service.config})
+    if path == "/__admin/config":
+        with service.lock:
+            return jresp({"config": service.config})
+    extra = service.admin_extra(method, path, query, payload)
+    if extra is not None:
+        return extra
+    return jresp({"error": f"unknown admin route {method} {path}"}, 404)
+
+
+# ---------------------------------------------------------------- Apple
+
+def bearer(req):
+    auth = next((v for k, v in req["headers"].items() if k.lower() == "authorization"), "")
+    if not auth.startswith("Bearer "):
+        return None
+    token = auth[len("Bearer "):].strip()
+    return token or None
+
+
+class AppleService(Service):
+    name = "apple"
+    DEFAULT_PRODUCT = "com.example.premium.monthly"
+
+    def default_config(self):
+        return {"shared_secret": None, "bundle_id": "com.example", "product_id": self.DEFAULT_PRODUCT}
+
+    def reset_service(self):
+        self.receipts = {}
+        self.transactions = {}
+        self.statuses = {}
+
+    def admin_extra(self, method, path, query, payload):
+        if path == "/__admin/apple/receipts" and method == "POST":
+            with self.lock:
+                self.receipts[payload["receipt-data"]] = payload
+            return jresp({"ok": True})
+        if path == "/__admin/apple/transactions" and method == "POST":
+            with self.lock:
+                self.transactions[str(payload["transaction_id"])] = payload
+            return jresp({"ok": True})
+        if path == "/__admin/apple/subscriptions" and method == "POST":
+            with self.lock:
+                self.statuses[str(payload["transaction_id"])] = payload["response"]
+            return jresp({"ok": True})
+        return None
+
+    def jwt_problem(self, req):
+        """Why the /inApps bearer JWT is refused under config `api_jwt`, or None."""
+        with self.lock:
+            spec = self.config.get("api_jwt")
+        if not spec:
+            return None
+        header, claims, error = check_jwt(bearer(req) or "", "ES256", spec.get("public_key_pem"))
+        if error:
+            return error
+        now = time.time()
+        if header.get("kid") != spec.get("key_id"):
+            return "wrong kid"
+        if claims.get("iss") != spec.get("issuer"):
+            return "wrong issuer"
+        if claims.get("aud") != "appstoreconnect-v1":
+            return "wrong audience"
+        if spec.get("bundle_id") and claims.get("bid") != spec["bundle_id"]:
+            return "wrong bundle id"
+        if not isinstance(claims.get("exp"), int) or claims["exp"] <= now:
+            return "token expired"
+        if not isinstance(claims.get("iat"), int) or claims["exp"] - claims["iat"] > 3600:
+            return "token lifetime exceeds 60 minutes"
+        return None
+
+    def handle(self, req):
+        path = req["path"]
+        env = "Production"
+        if path.startswith("/sandbox/"):
+            env = "Sandbox"
+            path = path[len("/sandbox"):]
+        if path == "/verifyReceipt" and req["method"] == "POST":
+            return self.verify_receipt(req, env)
+        if path.startswith("/inApps/"):
+            if not bearer(req):
+                return Response(401, b"", content_type=None)
+            problem = self.jwt_problem(req)
+            if problem:
+                return jresp({"errorCode": 4010000, "errorMessage": problem}, 401)
+            parts = path.split("/")
+            # ['', 'inApps', 'v1', 'transactions', id]
+            if len(parts) == 5 and parts[2] == "v1" and parts[3] == "transactions" and req["method"] == "GET":
+                return self.transaction_info(parts[4])
+            if len(parts) == 5 and parts[2] == "v1" and parts[3] == "subscriptions" and req["method"] == "GET":
+                return self.subscription_statuses(parts[4], env)
+        return jresp({"errorCode": 4040000, "errorMessage": "Not found."}, 404)
+
+    @staticmethod
+    def _tx_id(receipt):
+        return str(2000000000000000 + int(hashlib.sha256(receipt.encode()).hexdigest()[:10], 16) % 10**12)
+
+    def verify_receipt(self, req, env):
+        try:
+            body = json.loads(req["raw_body"])
+            receipt = body["receipt-data"]
+            if not isinstance(receipt, str) or not receipt:
+                raise ValueError
+        except (ValueError, KeyError, TypeError):
+            return jresp({"status": 21000})
+        with self.lock:
+            reg = self.receipts.get(receipt)
+            secret = self.config.get("shared_secret")
+            product = self.config.get("product_id")
+            bundle = self.config.get("bundle_id")
+        if secret is not None and body.get("password") != secret:
+            return jresp({"status": 21004, "environment": env})
+        if reg is not None:
+            reg_env = reg.get("environment", "Production")
+            status = int(reg.get("status", 0))
+            if status == 0 and reg_env != env:
+                status = 21007 if reg_env == "Sandbox" else 21008
+            product = reg.get("product_id", product)
+            tx = str(reg.get("transaction_id", self._tx_id(receipt)))
+        else:
+            tx = self._tx_id(receipt)
+            if receipt.startswith("status:"):
+                status = int(receipt.split(":")[1])
+            elif receipt.startswith("sandbox"):
+                status = 0 if env == "Sandbox" else 21007
+            else:
+                status = 0 if env == "Production" else 21008
+        if status != 0:
+            out = {"status": status, "environment": env}
+            if 21100 <= status <= 21199:
+                out["is-retryable"] = int((reg or {}).get("is-retryable", 1))
+            return jresp(out)
+        now_ms = int(time.time() * 1000)
+        info = (reg or {}).get("latest_receipt_info")
+        if info is None:
+            info = [{
+                "quantity": "1",
+                "product_id": product,
+                "transaction_id": tx,
+                "original_transaction_id": tx,
+                "purchase_date": time.strftime("%Y-%m-%d %H:%M:%S Etc/GMT", time.gmtime(now_ms / 1000 - 86400)),
+                "purchase_date_ms": str(now_ms - 86400000),
+                "original_purchase_date_ms": str(now_ms - 86400000),
+                "expires_date": time.strftime("%Y-%m-%d %H:%M:%S Etc/GMT", time.gmtime(now_ms / 1000 + 29 * 86400)),
+                "expires_date_ms": str(now_ms + 29 * 86400000),
+                "web_order_line_item_id": str(int(tx) + 1),
+                "is_trial_period": "false",
+                "is_in_intro_offer_period": "false",
+                "in_app_ownership_type": "PURCHASED",
+                "subscription_group_identifier": "20000001",
+            }]
+        pending = (reg or {}).get("pending_renewal_info")
+        if pending is None:
+            pending = [{"auto_renew_product_id": product, "product_id": product, "original_transaction_id": tx,
+                        "auto_renew_status": "1"}]
+        return jresp({
+            "status": 0,
+            "environment": env,
+            "receipt": {"receipt_type": "ProductionSandbox" if env == "Sandbox" else "Production",
+                        "bundle_id": bundle, "in_app": info},
+            "latest_receipt": receipt,
+            "latest_receipt_info": info,
+            "pending_renewal_info": pending,
+        })
+
+    def transaction_info(self, tx):
+        if not tx.isdigit():
+            return Response(400, load_fixture("models/invalidTransactionIdError.json")
+                            or json_bytes({"errorCode": 4000006, "errorMessage": "Invalid transaction id."}))
+        with self.lock:
+            reg = self.transactions.get(tx)
+        if reg is not None and int(reg.get("status", 200)) == 404 or tx == "404":
+            return jresp({"errorCode": 4040010, "errorMessage": "Transaction id not found."}, 404)
+        signed = (reg or {}).get("signedTransactionInfo")
+        if signed is None:
+            signed = (load_fixture("mock_signed_data/transactionInfo") or b"signed_transaction").decode().strip()
+        return jresp({"signedTransactionInfo": signed})
+
+    def subscription_statuses(self, tx, env):
+        if not tx.isdigit():
+            return Response(400, load_fixture("models/invalidTransactionIdError.json")
+                            or json_bytes({"errorCode": 4000006, "errorMessage": "Invalid transaction id."}))
+        with self.lock:
+            registered = self.statuses.get(tx)
+        if registered is not None:
+            return jresp(registered)
+        data = load_fixture("models/getAllSubscriptionStatusesResponse.json")
+        return Response(200, data or json_bytes({"environment": env, "data": []}))
+
+
+# ---------------------------------------------------------------- Google
+
+GOOGLE_PUBLISHER = "/androidpublisher/v3/applications/"
+
+
+def google_error(code, status, message):
+    return jresp({"error": {"code": code, "message": message, "status": status,
+                            "errors": [{"message": message, "domain": "global", "reason": status.lower()}]}}, code)
+
+
+class GoogleService(Service):
+    name = "google"
+
+    def default_config(self):
+        return {"require_issued_token": True, "expires_in": 3599}
+
+    def reset_service(self):
+        self.issued = []
+        self.expired_tokens = set()
+        self.rejected = []
+        self.subscriptions = {}
+        self.acks = {}
+
+    def admin_extra(self, method, path, query, payload):
+        if path == "/__admin/google/subscriptions" and method == "POST":
+            with self.lock:
+                self.subscriptions[payload["token"]] = {k: v for k, v in payload.items() if k != "token"}
+            return jresp({"ok": True})
+        if path == "/__admin/google/acknowledgements":
+            with self.lock:
+                return jresp({"acknowledgements": dict(self.acks)})
+        if path == "/__admin/google/tokens":
+            with self.lock:
+                return jresp({"issued": list(self.issued), "rejected": list(self.rejected)})
+        if path == "/__admin/google/expire_tokens" and method == "POST":
+            with self.lock:
+                self.expired_tokens.update(self.issued)
+            return jresp({"ok": True})
+        return None
+
+    def handle(self, req):
+        path = req["path"]
+        if path == "/token" and req["method"] == "POST":
+            return self.token(req)
+        if path.startswith(GOOGLE_PUBLISHER):
+            token = bearer(req)
+            with self.lock:
+                ok = token is not None and (not self.config.get("require_issued_token") or token in self.issued)
+                ok = ok and token not in self.expired_tokens
+            if not ok:
+                return google_error(401, "UNAUTHENTICATED",
+                                    "Request had invalid authentication credentials.")
+            rest = path[len(GOOGLE_PUBLISHER):].split("/")
+            # pkg/purchases/subscriptionsv2/tokens/TOKEN
+            if len(rest) == 5 and rest[1] == "purchases" and rest[2] == "subscriptionsv2" and rest[3] == "tokens" \
+                    and req["method"] == "GET":
+                return self.subscription_v2(rest[0], urllib.parse.unquote(rest[4]))
+            # pkg/purchases/subscriptions/SUB/tokens/TOKEN:acknowledge
+            if len(rest) == 6 and rest[1] == "purchases" and rest[2] == "subscriptions" and rest[4] == "tokens" \
+                    and rest[5].endswith(":acknowledge") and req["method"] == "POST":
+                return self.acknowledge(rest[0], rest[3], urllib.parse.unquote(rest[5][:-len(":acknowledge")]))
+        return google_error(404, "NOT_FOUND", "Not found")
+
+    def token(self, req):
+        form = urllib.parse.parse_qs(req["body"], keep_blank_values=True)
+        grant = form.get("grant_type", [""])[0]
+        assertion = form.get("assertion", [""])[0]
+        if grant != "urn:ietf:params:oauth:grant-type:jwt-bearer":
+            return jresp({"error": "unsupported_grant_type", "error_description": f"Invalid grant_type: {grant}"}, 400)
+        if not assertion:
+            return jresp({"error": "invalid_request", "error_description": "Missing required parameter: assertion"},
+                         400)
+        if assertion.count(".") != 2:
+            return jresp({"error": "invalid_grant", "error_description": "Invalid JWT Signature."}, 400)
+        with self.lock:
+            account = self.config.get("service_account")
+        if account:
+            problem = self.assertion_problem(assertion, account)
+            if problem:
+                with self.lock:
+                    self.rejected.append(problem)
+                return jresp({"error": "invalid_grant", "error_description": problem}, 400)
+        with self.lock:
+            tok = f"ya29.fake-{len(self.issued) + 1}-{hashlib.sha256(assertion.encode()).hexdigest()[:12]}"
+            self.issued.append(tok)
+            expires = int(self.config.get("expires_in", 3599))
+        return jresp({"access_token": tok, "expires_in": expires, "token_type": "Bearer"})
+
+    @staticmethod
+    def assertion_problem(assertion, account):
+        header, claims, error = check_jwt(assertion, "RS256", account.get("public_key_pem"))
+        if error:
+            return error
+        now = time.time()
+        if claims.get("iss") != account.get("client_email"):
+            return "iss is not the service account's client_email"
+        if "https://www.googleapis.com/auth/androidpublisher" not in str(claims.get("scope", "")).split():
+            return "scope lacks androidpublisher"
+        if not str(claims.get("aud", "")).endswith("/token"):
+            return "aud is not the token endpoint"
+        iat, exp = claims.get("iat"), claims.get("exp")
+        if not isinstance(iat, int) or not isinstance(exp, int):
+            return "iat/exp missing"
+        if exp <= now:
+            return "Invalid JWT: Token must be a short-lived token and in a reasonable timeframe"
+        if exp - iat > 3600:
+            return "Invalid JWT: lifetime over 3600 s"
+        return None
+
+    def subscription_v2(self, pkg, token):
+        if token.startswith("invalid"):
+            return google_error(400, "INVALID_ARGUMENT", "Invalid Value")
+        if token.startswith("gone"):
+            return google_error(410, "GONE", "The subscription purchase is no longer available for query "
+                                             "because it has been expired for too long.")
+        with self.lock:
+            reg = dict(self.subscriptions.get(token, {}))
+            acked = self.acks.get(token, 0) > 0
+        now = time.time()
+        product = reg.pop("productId", "premium_monthly")
+        expiry = reg.pop("expiryTime", time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(now + 30 * 86400)))
+        state = reg.pop("subscriptionState", "SUBSCRIPTION_STATE_ACTIVE")
+        ack = reg.pop("acknowledgementState", "ACKNOWLEDGEMENT_STATE_PENDING")
+        if acked:
+            ack = "ACKNOWLEDGEMENT_STATE_ACKNOWLEDGED"
+        order = "GPA.3300-0000-0000-" + hashlib.sha256(token.encode()).hexdigest()[:5]
+        line = {
+            "productId": product,
+            "expiryTime": expiry,
+            "autoRenewingPlan": {"autoRenewEnabled": state in ("SUBSCRIPTION_STATE_ACTIVE",
+                                                               "SUBSCRIPTION_STATE_IN_GRACE_PERIOD")},
+            "offerDetails": {"basePlanId": "monthly", "offerTags": []},
+            "latestSuccessfulOrderId": order,
+        }
+        line.update(reg.pop("lineItem", {}))
+        body = {
+            "kind": "androidpublisher#subscriptionPurchaseV2",
+            "regionCode": "FR",
+            "startTime": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(now - 86400)),
+            "subscriptionState": state,
+            "latestOrderId": order,
+            "acknowledgementState": ack,
+            "lineItems": [line],
+        }
+        if state == "SUBSCRIPTION_STATE_CANCELED":
+            body["canceledStateContext"] = {"userInitiatedCancellation": {"cancelTime": body["startTime"]}}
+        body.update(reg)  # any other override (testPurchase, linkedPurchaseToken, ...)
+        return jresp(body)
+
+    def acknowledge(self, pkg, sub, token):
+        with self.lock:
+            self.acks[token] = self.acks.get(token, 0) + 1
+        return jresp({})
+
+
+# ---------------------------------------------------------------- Nominatim
+
+PLACES = [
+    # (lat, lon, name, addresstype, address)
+    (48.8566, 2.3522, "Paris", "city",
+     {"city": "Paris", "county": "Paris", "ISO3166-2-lvl6": "FR-75", "state": "Île-de-France",
+      "ISO3166-2-lvl4": "FR-IDF", "country": "France", "postcode": "75004", "country_code": "fr"}),
+    (51.5074, -0.1278, "London", "city",
+     {"city": "London", "state_district": "Greater London", "state": "England", "ISO3166-2-lvl4": "GB-ENG",
+      "country": "United Kingdom", "postcode": "WC2N 5DU", "country_code": "gb"}),
+    (52.5200, 13.4050, "Berlin", "city",
+     {"city": "Berlin", "state": "Berlin", "ISO3166-2-lvl4": "DE-BE", "country": "Deutschland",
+      "postcode": "10178", "country_code": "de"}),
+    (45.8992, 6.1294, "Annecy", "town",
+     {"town": "Annecy", "county": "Haute-Savoie", "state": "Auvergne-Rhône-Alpes", "country": "France",
+      "postcode": "74000", "country_code": "fr"}),
+    (47.0660, 9.5040, "Triesen", "village",
+     {"village": "Triesen", "country": "Liechtenstein", "postcode": "9495", "country_code": "li"}),
+    (-34.4400, -58.7000, "Ingeniero Maschwitz", "village",
+     {"road": "Calle 3", "village": "Ingeniero Maschwitz", "state_district": "Partido de Escobar",
+      "state": "Buenos Aires", "ISO3166-2-lvl4": "AR-B", "country": "Argentina", "country_code": "ar"}),
+]
+
+
+class NominatimService(Service):
+    name = "nominatim"
+
+    def default_config(self):
+        return {"rate_limit_per_second": 0, "require_user_agent": True}
+
+    def reset_service(self):
+        self.places = {}
+        self.served = []  # timestamps of /reverse requests answered normally
+
+    def admin_extra(self, method, path, query, payload):
+        if path == "/__admin/nominatim/places" and method == "POST":
+            key = (round(float(payload["lat"]), 4), round(float(payload["lon"]), 4))
+            with self.lock:
+                self.places[key] = payload
+            return jresp({"ok": True})
+        return None
+
+    def handle(self, req):
+        if req["path"] not in ("/reverse", "/reverse.php") or req["method"] not in ("GET", "HEAD"):
+            return jresp({"error": {"code": 404, "message": "Not found"}}, 404)
+        ua = next((v for k, v in req["headers"].items() if k.lower() == "user-agent"), "")
+        with self.lock:
+            cfg = dict(self.config)
+            now = time.time()
+            limit = int(cfg.get("rate_limit_per_second") or 0)
+            if limit and len([t for t in self.served if t > now - 1.0]) >= limit:
+                return Response(429, b"Too Many Requests", {"Retry-After": "1"}, "text/plain")
+            self.served.append(now)
+        if cfg.get("require_user_agent") and not ua.strip():
+            return Response(403, b"Access blocked: missing User-Agent (see the usage policy)", content_type="text/plain")
+        p = req["params"]
+        if "lat" not in p or "lon" not in p:
+            return jresp({"error": {"code": 400, "message": "Need coordinates or OSM object to lookup."}}, 400)
+        try:
+            lat, lon = float(p["lat"]), float(p["lon"])
+        except ValueError:
+            return jresp({"error": {"code": 400, "message": "Invalid coordinates."}}, 400)
+        if not (-90 <= lat <= 90 and -180 <= lon <= 180) or (lat == 0 and lon == 0):
+            return jresp({"error": "Unable to geocode"})
+        with self.lock:
+            reg = self.places.get((round(lat, 4), round(lon, 4)))
+        if reg is not None:
+            if "error" in reg:
+                return jresp({"error": reg["error"]})
+            return jresp(reg["result"])
+        best = min(PLACES, key=lambda pl: (pl[0] - lat) ** 2 + (pl[1] - lon) ** 2)
+        plat, plon, name, kind, address = best
+        address = dict(address)
+        display = ", ".join(v for k, v in address.items() if not k.startswith("ISO") and k != "country_code")
+        pid = 100000 + PLACES.index(best)
+        return jresp({
+            "place_id": pid,
+            "licence": "Data © OpenStreetMap contributors, ODbL 1.0. http://osm.org/copyright",
+            "osm_type": "relation",
+            "osm_id": 7444 + pid,
+            "lat": f"{plat:.7f}",
+            "lon": f"{plon:.7f}",
+            "place_rank": 16 if kind == "city" else 18,
+            "category": "boundary",
+            "type": "administrative",
+            "importance": 0.5,
+            "addresstype": kind,
+            "name": name,
+            "display_name": display,
+            "address": address,
+            "boundingbox": [f"{plat - 0.1:.7f}", f"{plat + 0.1:.7f}", f"{plon - 0.1:.7f}", f"{plon + 0.1:.7f}"],
+        })
+
+
+# ---------------------------------------------------------------- Subscription Service
+
+class SubscriptionService(Service):
+    name = "subscription"
+
+    def default_config(self):
+        return {"api_key": None}
+
+    def reset_service(self):
+        self.idempotent = {}  # key -> (body fingerprint, Response)
+        self.credited = {}  # key -> amount
+        self.applications = {}  # key -> times the credit was applied (must stay 1)
+        self.balances = {}
+        self.earn_requests = 0
+        self.next_tx = 1
+
+    def admin_extra(self, method, path, query, payload):
+        if path == "/__admin/subscription/credits":
+            with self.lock:
+                return jresp({"credited_by_key": dict(self.credited), "applications_by_key": dict(self.applications),
+                              "balances": dict(self.balances), "earn_requests": self.earn_requests})
+        return None
+
+    def handle(self, req):
+        if req["path"] != "/subscription/v1/credits/earn" or req["method"] != "POST":
+            return jresp({"error": "not_found"}, 404)
+        headers = {k.lower(): v for k, v in req["headers"].items()}
+        with self.lock:
+            self.earn_requests += 1
+            api_key = self.config.get("api_key")
+        if api_key and headers.get("authorization") != f"Bearer {api_key}":
+            return jresp({"error": "unauthorized"}, 401)
+        key = headers.get("idempotency-key", "").strip()
+        if not key:
+            return jresp({"error": "missing_idempotency_key", "message": "Idempotency-Key header is required"}, 400)
+        try:
+            body = json.loads(req["raw_body"])
+            user = str(body["user_id"])
+            amount = body["amount"]
+            if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
+                raise ValueError("amount")
+        except (ValueError, KeyError, TypeError):
+            return jresp({"error": "invalid_request", "message": "user_id and a positive integer amount required"},
+                         422)
+        fingerprint = hashlib.sha256(req["raw_body"]).hexdigest()
+        with self.lock:
+            prior = self.idempotent.get(key)
+            if prior is not None:
+                if prior[0] != fingerprint:
+                    return jresp({"error": "idempotency_key_reused",
+                                  "message": "Keys for idempotent requests can only be used with the same "
+                                             "parameters they were first used with."}, 422)
+                resp = prior[1]
+                return Response(resp.status, resp.body, dict(resp.headers, **{"Idempotent-Replayed": "true"}))
+            self.balances[user] = self.balances.get(user, 0) + amount
+            self.credited[key] = self.credited.get(key, 0) + amount
+            self.applications[key] = self.applications.get(key, 0) + 1
+            tx = f"cr_{self.next_tx:06d}"
+            self.next_tx += 1
+            resp = jresp({"transaction_id": tx, "user_id": body["user_id"], "amount": amount,
+                          "source": body.get("source"), "reference": body.get("reference"),
+                          "balance": self.balances[user]}, 201)
+            self.idempotent[key] = (fingerprint, resp)
+        return resp
+
+
+# ---------------------------------------------------------------- SMTP
+
+class SMTPService(Service):
+    name = "smtp"
+
+    def default_config(self):
+        return {"username": None, "password": None, "hostname": "fake-smtp.local"}
+
+    def reset_service(self):
+        self.messages = []
+        self.sessions = 0
+
+    def admin_extra(self, method, path, query, payload):
+        if path == "/__admin/messages":
+            with self.lock:
+                return jresp({"messages": list(self.messages)})
+        return None
+
+
+def parse_message(data):
+    text = data.decode("utf-8", "replace")
+    head, _, body = text.partition("\r\n\r\n")
+    headers = []
+    for line in head.split("\r\n"):
+        if line[:1] in (" ", "\t") and headers:
+            headers[-1][1] += " " + line.strip()
+        elif ":" in line:
+            k, v = line.split(":", 1)
+            headers.append([k.strip(), v.strip()])
+    return headers, body
+
+
+def extract_links(body, transfer_encoding):
+    """http(s) URLs in a text body, in order (quoted-printable soft breaks and escapes undone first)."""
+    text = body
+    if transfer_encoding.strip().lower() == "quoted-printable":
+        import quopri
+        text = quopri.decodestring(body.encode("utf-8", "replace")).decode("utf-8", "replace")
+    return re.findall(r"https?://[^\s<>\"]+", text)
+
+
+class SMTPHandler(socketserver.StreamRequestHandler):
+    service: SMTPService = None
+    timeout = 60
+
+    def reply(self, line):
+        self.wfile.write((line + "\r\n").encode())
+        self.wfile.flush()
+
+    def script(self, stage):
+        """Apply a scripted behaviour for `stage`; return True if the command was answered (or dropped)."""
+        spec, release = self.service.take_script(stage=stage)
+        if spec is None:
+            return False
+        if spec.get("hang"):
+            release.wait(float(spec.get("delay", 3600)))
+            raise ConnectionAbortedError
+        if spec.get("delay"):
+            release.wait(float(spec["delay"]))
+        if spec.get("close"):
+            raise ConnectionAbortedError
+        self.reply(f"{int(spec.get('status', 451))} {spec.get('message', 'Scripted reply')}")
+        return True
+
+    def handle(self):
+        svc = self.service
+        with svc.lock:
+            svc.sessions += 1
+            cfg = dict(svc.config)
+        try:
+            if self.script("connect"):
+                return
+            self.reply(f"220 {cfg['hostname']} ESMTP fake ready")
+            mail_from, rcpts, auth_user = None, [], None
+            while True:
+                raw = self.rfile.readline(65536)
+                if not raw:
+                    return
+                line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                verb, _, arg = line.partition(" ")
+                verb = verb.upper()
+                if verb in ("EHLO", "HELO"):
+                    if self.script("ehlo"):
+                        continue
+                    if verb == "HELO":
+                        self.reply(f"250 {cfg['hostname']}")
+                    else:
+                        for ext in (cfg["hostname"], "8BITMIME", "SIZE 10485760", "AUTH PLAIN LOGIN"):
+                            self.reply("250-" + ext)
+                        self.reply("250 SMTPUTF8")
+                elif verb == "AUTH":
+                    if self.script("auth"):
+                        continue
+                    mech, _, initial = arg.partition(" ")
+                    mech = mech.upper()
+                    if mech == "PLAIN":
+                        if not initial:
+                            self.reply("334 ")
+                            initial = self.rfile.readline().decode().strip()
+                        try:
+                            _, user, pw = base64.b64decode(initial).decode().split("\0")
+                        except (ValueError, UnicodeDecodeError):
+                            self.reply("501 malformed AUTH PLAIN")
+                            continue
+                    elif mech == "LOGIN":
+                        if initial:
+                            user = base64.b64decode(initial).decode()
+                        else:
+                            self.reply("334 VXNlcm5hbWU6")
+                            user = base64.b64decode(self.rfile.readline().strip()).decode()
+                        self.reply("334 UGFzc3dvcmQ6")
+                        pw = base64.b64decode(self.rfile.readline().strip()).decode()
+                    else:
+                        self.reply("504 unrecognized authentication type")
+                        continue
+                    if cfg.get("username") is not None and (user, pw) != (cfg["username"], cfg["password"]):
+                        self.reply("535 5.7.8 Authentication credentials invalid")
+                        continue
+                    auth_user = user
+                    self.reply("235 2.7.0 Authentication successful")
+                elif verb == "MAIL":
+                    if self.script("mail"):
+                        continue
+                    mail_from = arg.partition(":")[2].strip().split(" ")[0].strip("<>")
+                    rcpts = []
+                    self.reply("250 2.1.0 OK")
+                elif verb == "RCPT":
+                    if mail_from is None:
+                        self.reply("503 5.5.1 MAIL first")
+                        continue
+                    if self.script("rcpt"):
+                        continue
+                    rcpts.append(arg.partition(":")[2].strip().split(" ")[0].strip("<>"))
+                    self.reply("250 2.1.5 OK")
+                elif verb == "DATA":
+                    if not rcpts:
+                        self.reply("503 5.5.1 RCPT first")
+                        continue
+                    if self.script("data"):
+                        continue
+                    self.reply("354 End data with <CR><LF>.<CR><LF>")
+                    lines = []
+                    while True:
+                        l = self.rfile.readline(1 << 20)
+                        if not l:
+                            return
+                        if l in (b".\r\n", b".\n"):
+                            break
+                        if l.startswith(b"."):
+                            l = l[1:]
+                        lines.append(l)
+                    data = b"".join(lines)
+                    if self.script("eom"):
+                        mail_from, rcpts = None, []
+                        continue
+                    headers, body = parse_message(data)
+                    hmap = {k.lower(): v for k, v in headers}
+                    msg = {
+                        "mail_from": mail_from, "rcpt_to": rcpts, "data": data.decode("utf-8", "replace"),
+                        "headers": headers, "subject": hmap.get("subject"), "message_id": hmap.get("message-id"),
+                        "body": body, "auth_user": auth_user, "timestamp": time.time(),
+                        "links": extract_links(body, hmap.get("content-transfer-encoding", "")),
+                    }
+                    with svc.lock:
+                        svc.messages.append(msg)
+                        qid = f"Q{len(svc.messages):05d}"
+                    svc.record({"method": "DATA", "path": "smtp", "timestamp": msg["timestamp"]})
+                    self.reply(f"250 2.0.0 OK queued as {qid}")
+                    mail_from, rcpts = None, []
+                elif verb == "RSET":
+                    mail_from, rcpts = None, []
+                    self.reply("250 2.0.0 OK")
+                elif verb == "NOOP":
+                    self.reply("250 2.0.0 OK")
+                elif verb == "VRFY":
+                    self.reply("252 2.0.0 Cannot VRFY")
+                elif verb == "QUIT":
+                    self.reply("221 2.0.0 Bye")
+                    return
+                else:
+                    self.reply("502 5.5.2 Command not recognized")
+        except (ConnectionError, OSError, socket.timeout):
+            return
+
+
+class ThreadingTCP(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    # Never wait for handler threads on close: a client that keeps a connection open (or a scripted hang)
+    # would otherwise keep this process from exiting.
+    block_on_close = False
+    allow_reuse_address = True
+
+
+class ThreadingHTTP(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 128
+
+
+def start_http(service):
+    handler = type(f"{service.name.title()}Handler", (FakeHandler,), {"service": service})
+    server = ThreadingHTTP((HOST, 0), handler)
+    threading.Thread(target=server.serve_forever, name=service.name, daemon=True).start()
+    return server
+
+
+def main():
+    global HOST, FIXTURES_DIR, VERBOSE
+    here = os.path.dirname(os.path.abspath(__file__))
+    default_fixtures = os.environ.get("FAKES_FIXTURES") or os.path.normpath(
+        os.path.join(here, "..", "Fixtures", "apple-app-store-server"))
+    ap = argparse.ArgumentParser(description="Fake external servers for tests (127.0.0.1 only).")
+    for name in ("apple", "google", "nominatim", "subscription", "smtp", "all"):
+        ap.add_argument(f"--{name}", action="store_true")
+    ap.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
+    ap.add_argument("--fixtures", default=default_fixtures, help="Apple fixtures dir (default %(default)s)")
+    ap.add_argument("--exit-on-stdin-close", action="store_true", help="exit when stdin reaches EOF")
+    ap.add_argument("--verbose", action="store_true", help="log requests to stderr")
+    args = ap.parse_args()
+    if not args.host.startswith("127.") and args.host not in ("::1", "localhost"):
+        ap.error("fakes bind to loopback only")
+    HOST, FIXTURES_DIR, VERBOSE = args.host, args.fixtures, args.verbose
+    wanted = [n for n in ("apple", "google", "nominatim", "subscription", "smtp") if args.all or getattr(args, n)]
+    if not wanted:
+        ap.error("choose at least one fake (or --all)")
+
+    services, servers, ports = {}, [], {}
+    classes = {"apple": AppleService, "google": GoogleService, "nominatim": NominatimService,
+               "subscription": SubscriptionService}
+    for name in wanted:
+        if name == "smtp":
+            svc = SMTPService()
+            handler = type("SMTPBound", (SMTPHandler,), {"service": svc})
+            smtp = ThreadingTCP((HOST, 0), handler)
+            threading.Thread(target=smtp.serve_forever, name="smtp", daemon=True).start()
+            admin_server = start_http(svc)
+            servers += [smtp, admin_server]
+            ports["smtp"] = smtp.server_address[1]
+            ports["smtp_admin"] = admin_server.server_address[1]
+        else:
+            svc = classes[name]()
+            srv = start_http(svc)
+            servers.append(srv)
+            ports[name] = srv.server_address[1]
+        services[name] = svc
+
+    def stop(*_):
+        SHUTDOWN.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if args.exit_on_stdin_close:
+        def watch():
+            try:
+                while sys.stdin.buffer.read(4096):
+                    pass
+            except (OSError, ValueError):
+                pass
+            SHUTDOWN.set()
+        threading.Thread(target=watch, name="stdin", daemon=True).start()
+
+    print(json.dumps(ports), flush=True)
+    while not SHUTDOWN.wait(0.5):
+        pass
+    for svc in services.values():
+        svc.release.set()
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+    # Handler threads still blocked in a read must not keep the process alive.
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

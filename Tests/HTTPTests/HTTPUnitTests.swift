@@ -1,0 +1,137 @@
+import Foundation
+import XCTest
+@testable import HTTP
+
+/// Pure value tests: no network.
+final class HTTPUnitTests: XCTestCase {
+    func testHeadersAreCaseInsensitiveAndKeepDuplicates() {
+        var h: HTTPHeaders = ["Content-Type": "application/json", "Set-Cookie": "a=1"]
+        h.add(name: "set-cookie", value: "b=2")
+        XCTAssertEqual(h["content-type"], "application/json")
+        XCTAssertEqual(h["CONTENT-TYPE"], "application/json")
+        XCTAssertEqual(h.values(for: "SET-COOKIE"), ["a=1", "b=2"])
+        h["content-type"] = "text/plain"
+        XCTAssertEqual(h.values(for: "Content-Type"), ["text/plain"])
+        h["Authorization"] = "Bearer secret-token"
+        XCTAssertFalse(h.description.contains("secret-token"))
+    }
+
+    func testRetryAfterParsesSecondsAndHTTPDates() {
+        let now = Date(timeIntervalSince1970: 784_111_767)  // Sun, 06 Nov 1994 08:49:27 GMT
+        XCTAssertEqual(RetryAfter(headerValue: "120"), .seconds(120))
+        XCTAssertEqual(RetryAfter(headerValue: " 0 "), .seconds(0))
+        XCTAssertEqual(RetryAfter(headerValue: "Sun, 06 Nov 1994 08:49:37 GMT")?.delay(from: now), 10)
+        XCTAssertEqual(RetryAfter(headerValue: "Sunday, 06-Nov-94 08:49:37 GMT")?.delay(from: now), 10)
+        XCTAssertEqual(RetryAfter(headerValue: "Sun Nov  6 08:49:37 1994")?.delay(from: now), 10)
+        XCTAssertEqual(RetryAfter(headerValue: "Sun, 06 Nov 1994 08:00:00 GMT")?.delay(from: now), 0, "past => 0")
+        XCTAssertNil(RetryAfter(headerValue: "soon"))
+        XCTAssertNil(RetryAfter(headerValue: "-5"))
+        XCTAssertNil(RetryAfter(headerValue: ""))
+    }
+
+    func testClassification() {
+        let now = Date(timeIntervalSince1970: 784_111_767)
+        XCTAssertEqual(HTTPResponseClass(status: 200), .success)
+        XCTAssertEqual(HTTPResponseClass(status: 204), .success)
+        XCTAssertEqual(HTTPResponseClass(status: 429, headers: ["Retry-After": "3"]), .rateLimited(retryAfter: 3))
+        XCTAssertEqual(HTTPResponseClass(status: 429, headers: ["retry-after": "Sun, 06 Nov 1994 08:49:37 GMT"],
+                                         now: now), .rateLimited(retryAfter: 10))
+        XCTAssertEqual(HTTPResponseClass(status: 429), .rateLimited(retryAfter: nil))
+        XCTAssertEqual(HTTPResponseClass(status: 503, headers: ["Retry-After": "30"]), .transient(retryAfter: 30))
+        XCTAssertEqual(HTTPResponseClass(status: 500), .transient(retryAfter: nil))
+        XCTAssertEqual(HTTPResponseClass(status: 408), .transient(retryAfter: nil))
+        XCTAssertEqual(HTTPResponseClass(status: 404), .permanent)
+        XCTAssertEqual(HTTPResponseClass(status: 401), .permanent)
+        XCTAssertEqual(HTTPResponseClass(status: 301), .permanent)
+        XCTAssertTrue(HTTPResponseClass(status: 502).isRetryable)
+        XCTAssertFalse(HTTPResponseClass(status: 400).isRetryable)
+    }
+
+    func testFormEncoding() {
+        let s = FormEncoding.encode([("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"),
+                                     ("assertion", "a.b_c-d~e f+g/h=é")])
+        XCTAssertEqual(s, "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer"
+                       + "&assertion=a.b_c-d%7Ee+f%2Bg%2Fh%3D%C3%A9")
+        let back = FormEncoding.decode(s)
+        XCTAssertEqual(back.map(\.0), ["grant_type", "assertion"])
+        XCTAssertEqual(back[1].1, "a.b_c-d~e f+g/h=é")
+        XCTAssertEqual(FormEncoding.appendingQuery([("lat", "1.5"), ("lon", "-2")], to: "http://x/reverse"),
+                       "http://x/reverse?lat=1.5&lon=-2")
+        XCTAssertEqual(FormEncoding.appendingQuery([("b", "2")], to: "http://x/r?a=1"), "http://x/r?a=1&b=2")
+    }
+
+    func testURLRedactionDropsQueryAndUserinfo() {
+        XCTAssertEqual(URLRedaction.redact("https://user:pw@api.example.com:8443/v1/x?key=SECRET#frag"),
+                       "https://api.example.com:8443/v1/x")
+        XCTAssertEqual(URLRedaction.redact("http://h/p?q"), "http://h/p")
+        XCTAssertEqual(URLRedaction.redact("http://h"), "http://h")
+    }
+
+    func testJSONRequestBuilderDoesNotEscapeSlashes() throws {
+        struct Body: Encodable { let url: String }
+        let r = try HTTPRequest.json(.post, "http://h/x", body: Body(url: "a/b"))
+        XCTAssertEqual(String(decoding: r.body ?? Data(), as: UTF8.self), #"{"url":"a/b"}"#)
+        XCTAssertEqual(r.headers["content-type"], "application/json")
+        XCTAssertThrowsError(try HTTPRequest.json(.post, "http://h/x", object: Date())) { error in
+            guard case HTTPError.invalidRequest = error else { return XCTFail("\(error)") }
+        }
+    }
+
+    func testDecodingErrorsAreTyped() {
+        let r = HTTPResponse(status: 200, headers: [:], body: Data("{\"a\": ".utf8), method: "GET", url: "http://h/x")
+        XCTAssertThrowsError(try r.json()) { e in
+            guard case HTTPError.decoding(let c) = e else { return XCTFail("\(e)") }
+            XCTAssertEqual(c.url, "http://h/x")
+        }
+        struct T: Decodable { let a: Int }
+        let wrongType = HTTPResponse(status: 200, headers: [:], body: Data(#"{"a":"x"}"#.utf8))
+        XCTAssertThrowsError(try wrongType.decode(T.self)) { e in
+            guard case HTTPError.decoding(let c) = e else { return XCTFail("\(e)") }
+            XCTAssertTrue(c.message.contains("type mismatch at a"), c.message)
+        }
+        XCTAssertThrowsError(try HTTPResponse(status: 200, headers: [:], body: Data("[1]".utf8)).jsonObject())
+    }
+
+    func testEmailRendering() throws {
+        let m = EmailMessage(
+            from: EmailAddress("noreply@example.com", name: "Example \"App\""),
+            to: [EmailAddress("user@example.org")], bcc: [EmailAddress("audit@example.com")],
+            subject: "Your data export is ready", messageID: "export-42@example.com",
+            date: Date(timeIntervalSince1970: 0), textBody: "Hello,\nline two\n.starts with dot\n")
+        let text = String(decoding: try m.rendered(), as: UTF8.self)
+        XCTAssertTrue(text.hasPrefix("Date: Thu, 01 Jan 1970 00:00:00 +0000\r\n"), text)
+        XCTAssertTrue(text.contains("From: \"Example \\\"App\\\"\" <noreply@example.com>\r\n"))
+        XCTAssertTrue(text.contains("To: <user@example.org>\r\n"))
+        XCTAssertFalse(text.contains("audit@example.com"), "Bcc must stay out of the headers")
+        XCTAssertTrue(text.contains("Message-ID: <export-42@example.com>\r\n"))
+        XCTAssertTrue(text.contains("Content-Transfer-Encoding: 7bit\r\n"))
+        XCTAssertTrue(text.hasSuffix("\r\n\r\nHello,\r\nline two\r\n.starts with dot\r\n"))
+        XCTAssertFalse(text.replacingOccurrences(of: "\r\n", with: "").contains("\n"), "bare LF")
+        XCTAssertEqual(m.envelopeRecipients, ["user@example.org", "audit@example.com"])
+    }
+
+    func testEmailNonASCIIAndInjection() throws {
+        var m = EmailMessage(from: EmailAddress("a@x.org"), to: [EmailAddress("b@y.org", name: "Zoé")],
+                             subject: "Export prêt ✓", messageID: "<m1@x.org>", textBody: "Voilà = 100 %")
+        let text = String(decoding: try m.rendered(), as: UTF8.self)
+        XCTAssertTrue(text.contains("Subject: =?UTF-8?B?"), text)
+        XCTAssertTrue(text.contains("To: =?UTF-8?B?"), text)
+        XCTAssertTrue(text.contains("Content-Transfer-Encoding: quoted-printable"))
+        XCTAssertTrue(text.contains("Voil=C3=A0 =3D 100 %"), text)
+        m.subject = "hi\r\nBcc: victim@example.com"
+        XCTAssertThrowsError(try m.rendered()) { e in
+            guard case SMTPError.invalidMessage = e else { return XCTFail("\(e)") }
+        }
+        m.subject = "ok"
+        m.to = [EmailAddress("bad address@x.org")]
+        XCTAssertThrowsError(try m.rendered())
+        m.to = []
+        XCTAssertThrowsError(try m.rendered())
+    }
+
+    func testDurationMilliseconds() {
+        XCTAssertEqual(Duration.milliseconds(1500).curlMilliseconds, 1500)
+        XCTAssertEqual(Duration.microseconds(10).curlMilliseconds, 1, "positive durations never become 0")
+        XCTAssertEqual(Duration.zero.curlMilliseconds, 0)
+    }
+}

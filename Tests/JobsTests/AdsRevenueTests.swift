@@ -1,0 +1,233 @@
+import Foundation
+import Jobs
+import Queue
+import Storage
+import TestSupport
+import Workers
+import XCTest
+
+/// AdRevenueAggregationJob, the purge and RevenueReport against a real PostgreSQL.
+final class AdsRevenueTests: XCTestCase {
+    var database: PostgresTestDatabase!
+    var pool: PostgresPool!
+    let appA = UUID(uuidString: "aaaaaaaa-0000-0000-0000-000000000001")!
+    let appB = UUID(uuidString: "bbbbbbbb-0000-0000-0000-000000000002")!
+    let day = PostgresDay(year: 2026, month: 3, day: 14)
+
+    override func setUpWithError() throws {
+        database = try PostgresTestDatabase.create(prefix: "ads_revenue_test")
+        pool = PostgresPool(url: database.url, maxConnections: 4)
+        _ = try Migrator.bundled().migrate(pool: pool)
+    }
+
+    override func tearDown() {
+        pool?.shutdown()
+        database?.drop()
+    }
+
+    var runner: GeoAdsRunner {
+        var registry = JobRegistry()
+        let redis = try! RedisPool(url: TestServices.redisURL(db: 27), maxConnections: 1)
+        AdsJobs.register(into: &registry, configuration: AdsConfiguration(purgeBatchSize: 2), http: .init(), redis: redis)
+        return GeoAdsRunner(registry: registry, database: JobDatabase(pool: pool))
+    }
+
+    /// One ad view at `time` (ISO text, UTC).
+    func view(_ app: UUID, _ type: String, _ provider: String, _ placement: String, at time: String,
+              revenue: Double?, clicked: Bool = false, completed: Bool = false, durationMs: Int? = 15_000) throws {
+        try pool.withConnection { connection in
+            try connection.execute("""
+                INSERT INTO ad_views (app_id, ad_type, provider, placement, display_duration_ms, ad_clicked, ad_completed,
+                                      revenue_usd, created_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::timestamptz)
+                """, [app, type, provider, placement, durationMs, clicked, completed, revenue, time])
+        }
+    }
+
+    func requests(_ app: UUID, _ type: String, _ provider: String, _ placement: String, at time: String, count: Int) throws {
+        try pool.withConnection { connection in
+            try connection.execute("""
+                INSERT INTO ad_requests (app_id, ad_type, provider, placement, created_at)
+                SELECT $1, $2, $3, $4, $5::timestamptz FROM generate_series(1, $6::int)
+                """, [app, type, provider, placement, time, count])
+        }
+    }
+
+    func seedDay() throws {
+        // App A, rewarded/admob/level_end: 2 views with revenue (0.01 + 0.03), 2 without; 1 click, 3 completions.
+        try view(appA, "rewarded", "admob", "level_end", at: "2026-03-14T00:00:00Z", revenue: 0.01, completed: true, durationMs: 30_000)
+        try view(appA, "rewarded", "admob", "level_end", at: "2026-03-14T12:00:00Z", revenue: 0.03, clicked: true, completed: true, durationMs: 20_000)
+        try view(appA, "rewarded", "admob", "level_end", at: "2026-03-14T23:59:59.999Z", revenue: nil, completed: true, durationMs: 10_000)
+        try view(appA, "rewarded", "admob", "level_end", at: "2026-03-14T08:00:00Z", revenue: nil, durationMs: nil)
+        try requests(appA, "rewarded", "admob", "level_end", at: "2026-03-14T07:00:00Z", count: 5)
+        // App A, banner/unity/home: no reported revenue at all: estimated as 0, flagged.
+        try view(appA, "banner", "unity", "home", at: "2026-03-14T09:00:00Z", revenue: nil)
+        try view(appA, "banner", "unity", "home", at: "2026-03-14T10:00:00Z", revenue: nil, clicked: true)
+        try requests(appA, "banner", "unity", "home", at: "2026-03-14T09:00:00Z", count: 4)
+        // App A, interstitial: requests but no impression (fill rate 0).
+        try requests(appA, "interstitial", "admob", "", at: "2026-03-14T11:00:00Z", count: 3)
+        // Other days and another app.
+        try view(appA, "rewarded", "admob", "level_end", at: "2026-03-13T23:59:59Z", revenue: 5)
+        try view(appA, "rewarded", "admob", "level_end", at: "2026-03-15T00:00:00Z", revenue: 5)
+        try view(appB, "interstitial", "meta", "menu", at: "2026-03-14T15:00:00Z", revenue: 0.002)
+    }
+
+    func rows(_ app: UUID? = nil) throws -> [String: PostgresRow] {
+        try pool.withConnection { connection in
+            var result: [String: PostgresRow] = [:]
+            for row in try connection.query("""
+                SELECT *, revenue_usd::text AS revenue_text, computed_at::text AS computed_text FROM ad_revenue_daily
+                WHERE day = $1 AND ($2::uuid IS NULL OR app_id = $2::uuid)
+                """, [day, app]) {
+                let key = "\(try row.string("app_id").prefix(8))/\(try row.string("ad_type"))/\(try row.string("provider"))/\(try row.string("placement"))"
+                result[key] = row
+            }
+            return result
+        }
+    }
+
+    func testAggregatesPerGroupAndPerAppWithEstimates() throws {
+        try seedDay()
+        try runner.run(AdRevenueAggregationJob.className, [.object(["date": "2026-03-14"])])
+        let all = try rows()
+        XCTAssertEqual(Set(all.keys), ["aaaaaaaa/rewarded/admob/level_end", "aaaaaaaa/banner/unity/home",
+                                       "aaaaaaaa/interstitial/admob/", "aaaaaaaa///", "bbbbbbbb/interstitial/meta/menu",
+                                       "bbbbbbbb///"])
+        let rewarded = try XCTUnwrap(all["aaaaaaaa/rewarded/admob/level_end"])
+        XCTAssertEqual(try rewarded.int64("requests"), 5)
+        XCTAssertEqual(try rewarded.int64("impressions"), 4)
+        XCTAssertEqual(try rewarded.int64("clicks"), 1)
+        XCTAssertEqual(try rewarded.int64("completions"), 3)
+        XCTAssertEqual(try rewarded.string("revenue_text"), "0.080000", "0.04 reported + 2 × 0.02 estimated")
+        XCTAssertTrue(try rewarded.bool("estimated"))
+        XCTAssertEqual(try rewarded.double("ecpm"), 20, accuracy: 1e-9)
+        XCTAssertEqual(try rewarded.double("fill_rate"), 0.8, accuracy: 1e-12)
+        XCTAssertEqual(try rewarded.double("ctr"), 0.25, accuracy: 1e-12)
+        XCTAssertEqual(try rewarded.double("completion_rate"), 0.75, accuracy: 1e-12)
+        XCTAssertEqual(try rewarded.double("avg_display_duration_ms"), 20_000, accuracy: 1e-9)
+
+        let banner = try XCTUnwrap(all["aaaaaaaa/banner/unity/home"])
+        XCTAssertEqual(try banner.string("revenue_text"), "0.000000")
+        XCTAssertTrue(try banner.bool("estimated"))
+        XCTAssertEqual(try banner.double("fill_rate"), 0.5, accuracy: 1e-12)
+        XCTAssertNil(try banner.optionalDouble("completion_rate"), "completion rate is for rewarded ads")
+
+        let unfilled = try XCTUnwrap(all["aaaaaaaa/interstitial/admob/"])
+        XCTAssertEqual(try unfilled.int64("requests"), 3)
+        XCTAssertEqual(try unfilled.int64("impressions"), 0)
+        XCTAssertEqual(try unfilled.double("fill_rate"), 0)
+        XCTAssertNil(try unfilled.optionalDouble("ecpm"))
+        XCTAssertFalse(try unfilled.bool("estimated"))
+
+        let total = try XCTUnwrap(all["aaaaaaaa///"])
+        XCTAssertEqual(try total.int64("requests"), 12)
+        XCTAssertEqual(try total.int64("impressions"), 6)
+        XCTAssertEqual(try total.int64("clicks"), 2)
+        XCTAssertEqual(try total.string("revenue_text"), "0.080000")
+        XCTAssertTrue(try total.bool("estimated"))
+        XCTAssertEqual(try total.double("fill_rate"), 0.5, accuracy: 1e-12)
+        XCTAssertEqual(try total.double("completion_rate"), 0.75, accuracy: 1e-12)
+
+        let other = try XCTUnwrap(all["bbbbbbbb/interstitial/meta/menu"])
+        XCTAssertEqual(try other.string("revenue_text"), "0.002000")
+        XCTAssertFalse(try other.bool("estimated"))
+        XCTAssertNil(try other.optionalDouble("fill_rate"), "no requests recorded")
+        XCTAssertEqual(try other.double("ecpm"), 2, accuracy: 1e-9)
+    }
+
+    func testEstimateFallsBackToTheProviderAverageOfTheApp() throws {
+        try view(appA, "rewarded", "admob", "a", at: "2026-03-14T01:00:00Z", revenue: 0.04)
+        try view(appA, "rewarded", "admob", "b", at: "2026-03-14T01:00:00Z", revenue: nil)
+        try view(appA, "rewarded", "unity", "c", at: "2026-03-14T01:00:00Z", revenue: nil)
+        _ = try pool.withConnection { try RevenueAggregator().aggregate(day: day, connection: $0) }
+        let all = try rows()
+        XCTAssertEqual(try all["aaaaaaaa/rewarded/admob/b"]?.string("revenue_text"), "0.040000", "same app, type, provider")
+        XCTAssertEqual(try all["aaaaaaaa/rewarded/unity/c"]?.string("revenue_text"), "0.040000", "same app and type")
+        XCTAssertEqual(try all["aaaaaaaa/rewarded/admob/a"]?.bool("estimated"), false)
+    }
+
+    func testRerunningADayGivesIdenticalRowsAndDropsVanishedGroups() throws {
+        try seedDay()
+        let aggregator = RevenueAggregator()
+        let first = try pool.withConnection { try aggregator.aggregate(day: day, connection: $0) }
+        XCTAssertEqual(first.rows, 6)
+        func snapshot() throws -> [String] {
+            try pool.withConnection { connection in
+                try connection.query("SELECT row_to_json(d)::text AS j FROM ad_revenue_daily d ORDER BY app_id, ad_type, provider, placement")
+                    .map { try $0.string("j") }
+            }
+        }
+        let before = try snapshot()
+        let second = try pool.withConnection { try aggregator.aggregate(day: day, connection: $0) }
+        XCTAssertEqual(second.written, 0, "unchanged rows are not rewritten")
+        XCTAssertEqual(try snapshot(), before, "identical rows, computed_at included")
+        // Through the job with the same day, twice: still identical.
+        try runner.run(AdRevenueAggregationJob.className, [.object(["date": "2026-03-14"])])
+        try runner.run(AdRevenueAggregationJob.className, [.object(["date": "2026-03-14", "app_id": .string(appA.uuidString)])])
+        XCTAssertEqual(try snapshot(), before)
+
+        // The banner views vanish (e.g. deleted upstream): their group row goes, the total follows.
+        try pool.withConnection {
+            _ = try $0.execute("DELETE FROM ad_views WHERE ad_type = 'banner'")
+            _ = try $0.execute("DELETE FROM ad_requests WHERE ad_type = 'banner'")
+        }
+        let third = try pool.withConnection { try aggregator.aggregate(day: day, appID: appA, connection: $0) }
+        XCTAssertEqual(third.deleted, 1)
+        XCTAssertNil(try rows()["aaaaaaaa/banner/unity/home"])
+        XCTAssertEqual(try rows()["aaaaaaaa///"]?.int64("impressions"), 4)
+        XCTAssertNotNil(try rows()["bbbbbbbb///"], "another app is untouched by an app-filtered run")
+    }
+
+    func testArgumentsDefaultToYesterdayAndRejectBadDays() throws {
+        let yesterday = PostgresDay(utc: Date().addingTimeInterval(-86_400))
+        XCTAssertEqual(AdRevenueAggregationJob.Arguments().day(), yesterday)
+        XCTAssertEqual(AdRevenueAggregationJob.Arguments.parseDay("2024-02-29"), PostgresDay(year: 2024, month: 2, day: 29))
+        for bad in ["2023-02-29", "2024-13-01", "24-01-01", "2024-1-01", "2024-01-01T00:00", "tomorrow"] {
+            XCTAssertNil(AdRevenueAggregationJob.Arguments.parseDay(bad), bad)
+        }
+        try runner.run(AdRevenueAggregationJob.className, [])           // scheduler without args: yesterday
+        try runner.run(AdRevenueAggregationJob.className, [.object([:])])
+        for (args, reason) in [([JSONValue.object(["date": "2024-02-30"])], "calendar day"),
+                               ([.object(["date": "2999-01-01"])], "outside"),
+                               ([.object(["date": "2024-01-01", "app_id": "x"])], "app_id must be a UUID"),
+                               ([.object(["date": .int(20240101)])], "args[0].date"),
+                               ([.object([:]), .object([:])], "at most one argument")] {
+            XCTAssertThrowsError(try runner.run(AdRevenueAggregationJob.className, args)) { error in
+                XCTAssertTrue("\(error)".contains(reason), "\(error)")
+            }
+        }
+    }
+
+    func testOldAdViewsArePurgedInBatches() throws {
+        for _ in 0..<5 { try view(appA, "banner", "unity", "home", at: "2020-01-01T00:00:00Z", revenue: 0.001) }
+        try requests(appA, "banner", "unity", "home", at: "2020-01-01T00:00:00Z", count: 3)
+        let recent = ISO8601DateFormatter().string(from: Date().addingTimeInterval(-400 * 86_400))
+        try view(appA, "banner", "unity", "home", at: recent, revenue: 0.001)
+        let purged = try RevenueAggregator().purge(olderThanYears: 2, batchSize: 2, pool: pool)
+        XCTAssertEqual(purged, 8)
+        let left = try pool.withConnection { try $0.queryFirst("SELECT count(*)::bigint AS n FROM ad_views")!.int64("n") }
+        XCTAssertEqual(left, 1)
+    }
+
+    func testReportAsCSVAndJSON() throws {
+        try seedDay()
+        try runner.run(AdRevenueAggregationJob.className, [.object(["date": "2026-03-14"])])
+        let report = try RevenueReport.load(pool: pool, from: day, to: day)
+        XCTAssertEqual(report.rows.count, 6)
+        XCTAssertEqual(try RevenueReport.load(pool: pool, from: day, to: day, appID: appB).rows.count, 2)
+        XCTAssertEqual(try RevenueReport.load(pool: pool, from: PostgresDay(year: 2026, month: 3, day: 15),
+                                              to: PostgresDay(year: 2026, month: 3, day: 20)).rows.count, 0)
+        let lines = report.csv().split(separator: "\n").map(String.init)
+        XCTAssertEqual(lines.first, RevenueReport.csvHeader)
+        XCTAssertEqual(lines.count, 7)
+        XCTAssertEqual(lines[1], "2026-03-14,aaaaaaaa-0000-0000-0000-000000000001,,,,12,6,2,3,0.080000,18000.0,13.333333,0.500000,0.333333,0.750000,true")
+        XCTAssertTrue(lines.contains("2026-03-14,aaaaaaaa-0000-0000-0000-000000000001,rewarded,admob,level_end,5,4,1,3,0.080000,20000.0,20.000000,0.800000,0.250000,0.750000,true"), lines.joined(separator: "\n"))
+        let json = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(report.json().utf8)) as? [String: Any])
+        XCTAssertEqual(json["from"] as? String, "2026-03-14")
+        let first = try XCTUnwrap((json["rows"] as? [[String: Any]])?.first)
+        XCTAssertEqual(first["revenue_usd"] as? String, "0.080000")
+        XCTAssertEqual(first["impressions"] as? Int, 6)
+        XCTAssertEqual(first["estimated"] as? Bool, true)
+        XCTAssertEqual(RevenueReport.csvField("a,\"b\""), "\"a,\"\"b\"\"\"")
+    }
+}

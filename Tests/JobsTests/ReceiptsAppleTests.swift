@@ -1,0 +1,381 @@
+import Crypto
+import Foundation
+import HTTP
+@testable import Jobs
+import Storage
+import TestSupport
+import Workers
+import XCTest
+
+/// ValidateReceiptJob (Apple, both APIs) and AppStoreNotificationJob against PostgreSQL and the Apple fake.
+final class ReceiptsAppleTests: XCTestCase {
+    var db: ReceiptsDatabase!
+    var fakes: FakeServers!
+    var http: HTTPClient!
+
+    override class func setUp() { CurlRuntime.initialize() }
+
+    override func setUpWithError() throws {
+        db = try ReceiptsDatabase()
+        fakes = try FakeServers([.apple])
+        http = HTTPClient(configuration: HTTPClientConfiguration(userAgent: "receipts-test", timeout: .seconds(5)))
+    }
+
+    override func tearDown() {
+        fakes?.stop()
+        db?.close()
+    }
+
+    func configuration() -> ReceiptsConfiguration {
+        var c = ReceiptsConfiguration()
+        c.appleVerifyReceiptProductionURL = fakes.appleVerifyReceiptProductionURL
+        c.appleVerifyReceiptSandboxURL = fakes.appleVerifyReceiptSandboxURL
+        c.appleServerAPIProductionURL = fakes.appleServerAPIBaseURL
+        c.appleServerAPISandboxURL = fakes.appleServerAPISandboxBaseURL
+        c.appleSharedSecret = Secret("shh")
+        c.appleBundleID = "com.example"
+        c.appleValidation = .verifyReceipt
+        c.requestTimeout = .seconds(2)
+        return c
+    }
+
+    func driver(_ c: ReceiptsConfiguration) throws -> JobDriver {
+        var registry = JobRegistry()
+        ReceiptJobs.register(into: &registry, services: try ReceiptServices(configuration: c, http: http))
+        return JobDriver(registry: registry, database: JobDatabase(pool: db.pool))
+    }
+
+    func appleArgs(user: UUID, receipt: String, transaction: String) -> String {
+        jsonString([["user_id": user.uuidString, "app_id": db.appID.uuidString, "plan_id": db.planID.uuidString,
+                     "store": "apple", "receipt_data": receipt, "transaction_id": transaction]])
+    }
+
+    func register(receipt: String, transaction: String, product: String = ReceiptsDatabase.appleProduct,
+                  environment: String = "Production", expires: Date = Date().addingTimeInterval(20 * 86400),
+                  trial: Bool = false) throws {
+        let ms = { (d: Date) in String(Int64(d.timeIntervalSince1970 * 1000)) }
+        try fakes.admin(.apple, "POST", "apple/receipts", json: [
+            "receipt-data": receipt, "status": 0, "environment": environment,
+            "latest_receipt_info": [["product_id": product, "transaction_id": transaction, "original_transaction_id": transaction,
+                                     "purchase_date_ms": ms(Date().addingTimeInterval(-86400)), "expires_date_ms": ms(expires),
+                                     "is_trial_period": trial ? "true" : "false"]],
+            "pending_renewal_info": [["original_transaction_id": transaction, "auto_renew_status": "1"]],
+        ])
+    }
+
+    // MARK: verifyReceipt
+
+    func testVerifyReceiptHappyPathTwiceGivesOneSubscriptionOneEvent() throws {
+        try fakes.configure(.apple, ["shared_secret": "shh"])
+        let user = try db.newUser()
+        try register(receipt: "receipt-1", transaction: "1000000001", trial: true)
+        let d = try driver(configuration())
+        try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "receipt-1", transaction: "1000000001"))
+        try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "receipt-1", transaction: "1000000001"))  // another jid
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM subscriptions"), 1)
+        XCTAssertEqual(try db.subscriptionStatus(key: "1000000001"), "trial")
+        XCTAssertEqual(try db.events(key: "1000000001"), ["trial_started"])
+        XCTAssertEqual(try db.userStatus(user), "premium")
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM users WHERE subscription_id IS NOT NULL"), 1)
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM iap_receipts WHERE validated AND transaction_id = '1000000001'"), 1)
+        let request = try XCTUnwrap(fakes.requests(.apple, path: "/verifyReceipt").first)
+        XCTAssertTrue(request.body.contains(#""exclude-old-transactions":true"#))
+        XCTAssertTrue(request.body.contains(#""password":"shh""#))
+    }
+
+    func testSameDeliveryTwiceIsSkippedByTheLedger() throws {
+        let user = try db.newUser()
+        try register(receipt: "receipt-2", transaction: "1000000002")
+        let d = try driver(configuration())
+        try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "receipt-2", transaction: "1000000002"), jid: "aaaaaaaaaaaaaaaaaaaaaaaa")
+        try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "receipt-2", transaction: "1000000002"), jid: "aaaaaaaaaaaaaaaaaaaaaaaa")
+        XCTAssertEqual(try db.events(key: "1000000002"), ["subscription_started"])
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM job_ledger"), 1)
+    }
+
+    func testSandboxReceiptIsResentToSandbox() throws {
+        let user = try db.newUser()
+        try register(receipt: "sandbox-receipt", transaction: "1000000003", environment: "Sandbox")
+        try driver(configuration()).run("ValidateReceiptJob", appleArgs(user: user, receipt: "sandbox-receipt", transaction: "1000000003"))
+        XCTAssertEqual(try fakes.requests(.apple).map(\.path), ["/verifyReceipt", "/sandbox/verifyReceipt"])
+        XCTAssertEqual(try db.userStatus(user), "premium")
+    }
+
+    func testProductionReceiptSentToSandboxGoesBackToProduction() throws {
+        let user = try db.newUser()
+        try register(receipt: "prod-receipt", transaction: "1000000004", environment: "Production")
+        // Production wrongly says "sandbox receipt" once; sandbox answers 21008; production is asked again.
+        try fakes.script(.apple, ["match": ["path": "/verifyReceipt"], "json": ["status": 21007]])
+        try driver(configuration()).run("ValidateReceiptJob", appleArgs(user: user, receipt: "prod-receipt", transaction: "1000000004"))
+        XCTAssertEqual(try fakes.requests(.apple).map(\.path), ["/verifyReceipt", "/sandbox/verifyReceipt", "/verifyReceipt"])
+        XCTAssertEqual(try db.userStatus(user), "premium")
+        // Bouncing forever is a temporary fault.
+        try fakes.script(.apple, ["match": ["path": "/verifyReceipt"], "json": ["status": 21007], "times": 5])
+        try register(receipt: "bounce", transaction: "1000000005", environment: "Production")
+        XCTAssertThrowsError(try driver(configuration()).run("ValidateReceiptJob",
+                                                             appleArgs(user: user, receipt: "bounce", transaction: "1000000005"))) {
+            Failure.isRetryable($0)
+        }
+    }
+
+    func testPermanentStatusRecordsInvalidReceiptWithoutRetry() throws {
+        let user = try db.newUser()
+        let d = try driver(configuration())
+        for status in [21003, 21004, 21010] {
+            let tx = "20000\(status)"
+            XCTAssertThrowsError(try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "status:\(status)", transaction: tx))) {
+                Failure.isPermanent($0, containing: "RCV-\(status)")
+            }
+            XCTAssertEqual(try db.scalar("""
+                SELECT count(*) FROM iap_receipts WHERE transaction_id = $1 AND NOT validated AND validation_status = $2
+                  AND validation_error LIKE 'RCV-%'
+                """, [tx, status]), 1)
+        }
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM subscriptions"), 0)
+        XCTAssertEqual(try db.userStatus(user), "free")
+    }
+
+    func testTemporaryStatusesAndTransportFailuresRetry() throws {
+        let user = try db.newUser()
+        let d = try driver(configuration())
+        for receipt in ["status:21002", "status:21005", "status:21009", "status:21100"] {
+            XCTAssertThrowsError(try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: receipt, transaction: "30000001"))) {
+                Failure.isRetryable($0)
+            }
+        }
+        try fakes.admin(.apple, "POST", "apple/receipts", json: ["receipt-data": "r199", "status": 21199, "is-retryable": 0])
+        XCTAssertThrowsError(try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "r199", transaction: "30000002"))) {
+            Failure.isPermanent($0, containing: "RCV-21199")
+        }
+        try register(receipt: "flaky", transaction: "30000003")
+        let scripts: [[String: Any]] = [
+            ["status": 503],
+            ["malformed_json": true],
+            ["hang": true, "delay": 4],
+            ["close": true],
+        ]
+        for script in scripts {
+            try fakes.script(.apple, script.merging(["match": ["path": "/verifyReceipt"]]) { a, _ in a })
+            XCTAssertThrowsError(try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "flaky", transaction: "30000003"))) {
+                Failure.isRetryable($0)
+            }
+        }
+        try fakes.script(.apple, ["match": ["path": "/verifyReceipt"], "status": 429, "retry_after": 42, "json": ["status": 0]])
+        XCTAssertThrowsError(try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "flaky", transaction: "30000003"))) { error in
+            guard case JobError.retryAfter(let seconds, _) = error else { return XCTFail("\(error)") }
+            XCTAssertEqual(seconds, 42, accuracy: 1)
+        }
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM iap_receipts WHERE validated"), 0)
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM iap_receipts"), 1, "only the non-retryable 21199")
+        try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "flaky", transaction: "30000003"))
+        XCTAssertEqual(try db.userStatus(user), "premium")
+    }
+
+    func testWrongProductAndUnknownTransactionAreInvalid() throws {
+        let user = try db.newUser()
+        let d = try driver(configuration())
+        try register(receipt: "other-product", transaction: "40000001", product: "com.example.other")
+        XCTAssertThrowsError(try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "other-product", transaction: "40000001"))) {
+            Failure.isPermanent($0, containing: "RCV-PRODUCT")
+        }
+        try register(receipt: "r-40000002", transaction: "40000002")
+        XCTAssertThrowsError(try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "r-40000002", transaction: "49999999"))) {
+            Failure.isPermanent($0, containing: "RCV-TXN")
+        }
+        XCTAssertEqual(try db.userStatus(user), "free")
+    }
+
+    func testReceiptOfAnotherUserIsRefused() throws {
+        let owner = try db.newUser(), thief = try db.newUser()
+        try register(receipt: "shared", transaction: "50000001")
+        let d = try driver(configuration())
+        try d.run("ValidateReceiptJob", appleArgs(user: owner, receipt: "shared", transaction: "50000001"))
+        XCTAssertThrowsError(try d.run("ValidateReceiptJob", appleArgs(user: thief, receipt: "shared", transaction: "50000001"))) {
+            Failure.isPermanent($0, containing: "RCV-OWNER")
+        }
+        XCTAssertEqual(try db.userStatus(thief), "free")
+        XCTAssertEqual(try db.userStatus(owner), "premium")
+    }
+
+    func testBadInputIsRejectedBeforeAnyCall() throws {
+        let user = try db.newUser()
+        let d = try driver(configuration())
+        let base: [String: Any] = ["user_id": user.uuidString, "app_id": db.appID.uuidString, "plan_id": db.planID.uuidString,
+                                   "store": "apple", "receipt_data": "x", "transaction_id": "1"]
+        let cases: [([String: Any], String)] = [
+            (base.merging(["store": "amazon"]) { $1 }, "store must be"),
+            (base.merging(["user_id": "nope"]) { $1 }, "user_id is not a UUID"),
+            (base.filter { $0.key != "receipt_data" }, "receipt_data"),
+            (base.merging(["transaction_id": "abc"]) { $1 }, "transaction_id"),
+            (base.merging(["plan_id": UUID().uuidString]) { $1 }, "does not exist"),
+            (base.merging(["user_id": UUID().uuidString]) { $1 }, "does not exist"),
+        ]
+        for (args, reason) in cases {
+            XCTAssertThrowsError(try d.run("ValidateReceiptJob", jsonString([args]))) { Failure.isPermanent($0, containing: reason) }
+        }
+        XCTAssertThrowsError(try d.run("ValidateReceiptJob", "[]")) { Failure.isPermanent($0, containing: "exactly one") }
+        XCTAssertEqual(try fakes.requests(.apple).count, 0)
+    }
+
+    // MARK: App Store Server API
+
+    func serverAPIConfiguration(root: [UInt8]) throws -> ReceiptsConfiguration {
+        var c = configuration()
+        c.appleValidation = .serverAPI
+        c.appleCredentials = AppStoreServerAPICredentials(issuerID: "issuer-1", keyID: "KEY123",
+                                                          privateKey: Secret(try AppleFixtures.signingKeyPEM()))
+        c.appleRootCertificates = [root]
+        return c
+    }
+
+    func testServerAPIValidationVerifiesSignedTransactionsAndStatuses() throws {
+        let signer = try TestAppleSigner()
+        let publicKey = try P256KeyPEM.publicKeyPEM(fromPrivate: try AppleFixtures.signingKeyPEM())
+        try fakes.configure(.apple, ["api_jwt": ["issuer": "issuer-1", "key_id": "KEY123", "bundle_id": "com.example",
+                                                 "public_key_pem": publicKey]])
+        let now = Date()
+        func tx(_ id: String, expires: Date) -> [String: Any] {
+            ["transactionId": id, "originalTransactionId": "60000001", "bundleId": "com.example",
+             "productId": ReceiptsDatabase.appleProduct, "purchaseDate": TestAppleSigner.ms(now.addingTimeInterval(-86400)),
+             "originalPurchaseDate": TestAppleSigner.ms(now.addingTimeInterval(-40 * 86400)),
+             "expiresDate": TestAppleSigner.ms(expires), "environment": "Sandbox", "signedDate": TestAppleSigner.ms(now)]
+        }
+        try fakes.admin(.apple, "POST", "apple/transactions", json: ["transaction_id": "60000001", "status": 404])
+        // Production does not know it: the client asks sandbox (same fake, /sandbox prefix answers the same data).
+        try fakes.script(.apple, ["match": ["path": "/inApps/v1/transactions/60000001"], "status": 404,
+                                  "json": ["errorCode": 4040010, "errorMessage": "Transaction id not found."]])
+        try fakes.admin(.apple, "POST", "apple/transactions", json: [
+            "transaction_id": "60000001", "signedTransactionInfo": try signer.sign(tx("60000001", expires: now.addingTimeInterval(-86400)))])
+        try fakes.admin(.apple, "POST", "apple/subscriptions", json: ["transaction_id": "60000001", "response": [
+            "environment": "Sandbox", "bundleId": "com.example",
+            "data": [["subscriptionGroupIdentifier": "g", "lastTransactions": [[
+                "originalTransactionId": "60000001", "status": 1,
+                "signedTransactionInfo": try signer.sign(tx("60000009", expires: now.addingTimeInterval(25 * 86400))),
+                "signedRenewalInfo": try signer.sign(["originalTransactionId": "60000001", "autoRenewStatus": 1,
+                                                      "environment": "Sandbox", "signedDate": TestAppleSigner.ms(now)]),
+            ]]]]]])
+        // An "expired token" answer once: the client signs a fresh JWT and asks again.
+        try fakes.script(.apple, ["match": ["path": "/sandbox/inApps/v1/transactions/60000001"], "status": 401,
+                                  "json": ["errorMessage": "token expired"]])
+        let user = try db.newUser()
+        try driver(try serverAPIConfiguration(root: signer.rootDER))
+            .run("ValidateReceiptJob", appleArgs(user: user, receipt: "unused", transaction: "60000001"))
+        XCTAssertEqual(try db.subscriptionStatus(key: "60000001"), "active")
+        XCTAssertEqual(try db.userStatus(user), "premium")
+        XCTAssertEqual(try db.scalar("""
+            SELECT count(*) FROM subscriptions WHERE store_transaction_id = '60000001' AND end_date > now() + interval '20 days'
+            """), 1)
+        let paths = try fakes.requests(.apple).map(\.path)
+        XCTAssertEqual(paths, ["/inApps/v1/transactions/60000001", "/sandbox/inApps/v1/transactions/60000001",
+                               "/sandbox/inApps/v1/transactions/60000001", "/sandbox/inApps/v1/subscriptions/60000001"])
+    }
+
+    func testServerAPIRejectsDataSignedUnderAnotherRoot() throws {
+        let signer = try TestAppleSigner(), other = try TestAppleSigner()
+        try fakes.admin(.apple, "POST", "apple/transactions", json: [
+            "transaction_id": "61000001",
+            "signedTransactionInfo": try other.sign(["transactionId": "61000001", "bundleId": "com.example",
+                                                     "productId": ReceiptsDatabase.appleProduct, "environment": "Production"])])
+        let user = try db.newUser()
+        XCTAssertThrowsError(try driver(try serverAPIConfiguration(root: signer.rootDER))
+            .run("ValidateReceiptJob", appleArgs(user: user, receipt: "unused", transaction: "61000001"))) {
+            Failure.isPermanent($0, containing: "RCV-JWS")
+        }
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM iap_receipts WHERE validation_error LIKE 'RCV-JWS%'"), 1)
+    }
+
+    // MARK: Notifications
+
+    func notificationArgs(_ signer: TestAppleSigner, type: String, subtype: String? = nil, uuid: String = UUID().uuidString,
+                          expires: Date, status: Int? = nil, revoked: Bool = false, signedAt: Date = Date()) throws -> String {
+        var tx: [String: Any] = ["transactionId": UUID().uuidString.prefix(8).description, "originalTransactionId": "1000000001",
+                                 "bundleId": "com.example", "productId": ReceiptsDatabase.appleProduct,
+                                 "purchaseDate": TestAppleSigner.ms(signedAt.addingTimeInterval(-86400)),
+                                 "expiresDate": TestAppleSigner.ms(expires), "environment": "Sandbox",
+                                 "signedDate": TestAppleSigner.ms(signedAt)]
+        if revoked { tx["revocationDate"] = TestAppleSigner.ms(signedAt); tx["revocationReason"] = 0 }
+        var data: [String: Any] = ["bundleId": "com.example", "environment": "Sandbox", "appAppleId": 1234,
+                                   "signedTransactionInfo": try signer.sign(tx)]
+        if let status { data["status"] = status }
+        var payload: [String: Any] = ["notificationType": type, "notificationUUID": uuid, "data": data, "version": "2.0",
+                                      "signedDate": TestAppleSigner.ms(signedAt)]
+        if let subtype { payload["subtype"] = subtype }
+        return jsonString([["signed_payload": try signer.sign(payload)]])
+    }
+
+    func testNotificationsRenewExpireRefundOnceEach() throws {
+        let signer = try TestAppleSigner()
+        var c = configuration()
+        c.appleRootCertificates = [signer.rootDER]
+        let d = try driver(c)
+        let user = try db.newUser()
+        try register(receipt: "receipt-n", transaction: "1000000001")
+        try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "receipt-n", transaction: "1000000001"))
+
+        let renewal = try notificationArgs(signer, type: "DID_RENEW", uuid: "11111111-1111-1111-1111-111111111111",
+                                           expires: Date().addingTimeInterval(60 * 86400), status: 1)
+        try d.run("AppStoreNotificationJob", renewal)
+        try d.run("AppStoreNotificationJob", renewal)  // Apple resends: deduplicated by notificationUUID
+        XCTAssertEqual(try db.events(key: "1000000001"), ["subscription_started", "renewed"])
+        XCTAssertEqual(try db.scalar("""
+            SELECT count(*) FROM subscriptions WHERE store_transaction_id = '1000000001' AND end_date > now() + interval '50 days'
+            """), 1)
+
+        try d.run("AppStoreNotificationJob", try notificationArgs(signer, type: "DID_FAIL_TO_RENEW", subtype: "GRACE_PERIOD",
+                                                                  expires: Date().addingTimeInterval(-3600), status: 4))
+        XCTAssertEqual(try db.subscriptionStatus(key: "1000000001"), "grace_period")
+        XCTAssertEqual(try db.userStatus(user), "premium")
+
+        try d.run("AppStoreNotificationJob", try notificationArgs(signer, type: "EXPIRED", subtype: "VOLUNTARY",
+                                                                  expires: Date().addingTimeInterval(-3600), status: 2))
+        XCTAssertEqual(try db.subscriptionStatus(key: "1000000001"), "expired")
+        XCTAssertEqual(try db.userStatus(user), "free")
+
+        try d.run("AppStoreNotificationJob", try notificationArgs(signer, type: "REFUND", expires: Date().addingTimeInterval(-3600),
+                                                                  revoked: true))
+        XCTAssertEqual(try db.subscriptionStatus(key: "1000000001"), "refunded")
+
+        // A late, older notification (signed before the refund) does not bring the subscription back.
+        try d.run("AppStoreNotificationJob", try notificationArgs(signer, type: "DID_RENEW", expires: Date().addingTimeInterval(30 * 86400),
+                                                                  status: 1, signedAt: Date().addingTimeInterval(-7200)))
+        XCTAssertEqual(try db.subscriptionStatus(key: "1000000001"), "refunded")
+        XCTAssertEqual(try db.userStatus(user), "free")
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM store_notifications WHERE outcome = 'stale'"), 1)
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM store_notifications"), 5)
+    }
+
+    func testUnknownSubscriptionIsRecordedUnmatched() throws {
+        let signer = try TestAppleSigner()
+        var c = configuration()
+        c.appleRootCertificates = [signer.rootDER]
+        try driver(c).run("AppStoreNotificationJob", try notificationArgs(signer, type: "DID_RENEW", expires: Date().addingTimeInterval(86400)))
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM store_notifications WHERE outcome = 'unmatched'"), 1)
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM subscriptions"), 0)
+    }
+
+    func testAppleFixtureNotificationsTestIgnoredWrongBundleAndMissingX5CDead() throws {
+        var c = configuration()
+        c.appleRootCertificates = [try AppleFixtures.testCA()]
+        let d = try driver(c)
+        try d.run("AppStoreNotificationJob", jsonString([["signed_payload": try AppleFixtures.text("mock_signed_data/testNotification")]]))
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM store_notifications WHERE outcome = 'ignored' AND notification_type = 'TEST'"), 1)
+        XCTAssertThrowsError(try d.run("AppStoreNotificationJob",
+                                       jsonString([["signed_payload": try AppleFixtures.text("mock_signed_data/wrongBundleId")]]))) {
+            Failure.isPermanent($0, containing: "bundle id com.example.wrong, expected com.example")
+        }
+        XCTAssertThrowsError(try d.run("AppStoreNotificationJob",
+                                       jsonString([["signed_payload": try AppleFixtures.text("mock_signed_data/missingX5CHeaderClaim")]]))) {
+            Failure.isPermanent($0, containing: "no x5c claim")
+        }
+        XCTAssertThrowsError(try d.run("AppStoreNotificationJob", jsonString([["signed_payload": "not-a-jws"]]))) {
+            Failure.isPermanent($0, containing: "compact JWS")
+        }
+    }
+}
+
+/// The public key (SPKI PEM) of a PKCS#8 P-256 key, for the fake's JWT check.
+enum P256KeyPEM {
+    static func publicKeyPEM(fromPrivate pem: String) throws -> String {
+        try P256.Signing.PrivateKey(pemRepresentation: pem).publicKey.pemRepresentation
+    }
+}

@@ -1,0 +1,195 @@
+import Crypto
+import _CryptoExtras
+import Foundation
+import Jobs
+import Logging
+import Queue
+import Storage
+import SwiftASN1
+import TestSupport
+import Workers
+import X509
+import XCTest
+
+/// Apple's published test data (`Tests/Fixtures/apple-app-store-server`, MIT, copied from `shared/fixtures`).
+enum AppleFixtures {
+    static var directory: URL { TestServices.fixturesDirectory.appendingPathComponent("apple-app-store-server") }
+    static func text(_ relative: String) throws -> String {
+        try String(contentsOf: directory.appendingPathComponent(relative), encoding: .utf8)
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+    static func testCA() throws -> [UInt8] { Array(try Data(contentsOf: directory.appendingPathComponent("certs/testCA.der"))) }
+    static func signingKeyPEM() throws -> String { try text("certs/testSigningKey.p8") }
+}
+
+/// A root → intermediate → leaf chain made in the test with swift-certificates, carrying Apple's marker OIDs, and
+/// a signer of App Store-style JWS with it. The fixtures' test CA key is not published, so JWS with our own
+/// payloads are signed under this root (configured as the trusted root in those tests).
+struct TestAppleSigner {
+    let rootDER: [UInt8]
+    let chain: [String]   // x5c: leaf, intermediate, root (base64 DER)
+    let leafKey: P256.Signing.PrivateKey
+
+    /// `validity`: the certificates' lifetime (to test validation at `signedDate`).
+    init(notBefore: Date = Date().addingTimeInterval(-86400), notAfter: Date = Date().addingTimeInterval(365 * 86400),
+         leafOID: Bool = true) throws {
+        let rootKey = P256.Signing.PrivateKey(), intermediateKey = P256.Signing.PrivateKey(), leafKey = P256.Signing.PrivateKey()
+        let rootName = try DistinguishedName { CommonName("Receipts Test Root") }
+        let intermediateName = try DistinguishedName { CommonName("Receipts Test WWDR") }
+        let leafName = try DistinguishedName { CommonName("Receipts Test Signing") }
+        let root = try Certificate(
+            version: .v3, serialNumber: .init(), publicKey: .init(rootKey.publicKey),
+            notValidBefore: notBefore.addingTimeInterval(-86400), notValidAfter: notAfter.addingTimeInterval(86400),
+            issuer: rootName, subject: rootName, signatureAlgorithm: .ecdsaWithSHA256,
+            extensions: try Certificate.Extensions {
+                Critical(BasicConstraints.isCertificateAuthority(maxPathLength: nil))
+                Critical(KeyUsage(keyCertSign: true, cRLSign: true))
+            },
+            issuerPrivateKey: .init(rootKey))
+        let intermediate = try Certificate(
+            version: .v3, serialNumber: .init(), publicKey: .init(intermediateKey.publicKey),
+            notValidBefore: notBefore, notValidAfter: notAfter,
+            issuer: rootName, subject: intermediateName, signatureAlgorithm: .ecdsaWithSHA256,
+            extensions: try Certificate.Extensions {
+                Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
+                Critical(KeyUsage(keyCertSign: true, cRLSign: true))
+                Certificate.Extension(oid: [1, 2, 840, 113635, 100, 6, 2, 1], critical: false, value: [0x05, 0x00])
+            },
+            issuerPrivateKey: .init(rootKey))
+        let leaf = try Certificate(
+            version: .v3, serialNumber: .init(), publicKey: .init(leafKey.publicKey),
+            notValidBefore: notBefore, notValidAfter: notAfter,
+            issuer: intermediateName, subject: leafName, signatureAlgorithm: .ecdsaWithSHA256,
+            extensions: try Certificate.Extensions {
+                Critical(BasicConstraints.notCertificateAuthority)
+                Critical(KeyUsage(digitalSignature: true))
+                if leafOID {
+                    Certificate.Extension(oid: [1, 2, 840, 113635, 100, 6, 11, 1], critical: false, value: [0x05, 0x00])
+                }
+            },
+            issuerPrivateKey: .init(intermediateKey))
+        func der(_ c: Certificate) throws -> [UInt8] { var s = DER.Serializer(); try s.serialize(c); return s.serializedBytes }
+        rootDER = try der(root)
+        chain = [try der(leaf), try der(intermediate), rootDER].map { Data($0).base64EncodedString() }
+        self.leafKey = leafKey
+    }
+
+    /// A compact JWS of `payload` with this chain in `x5c`.
+    func sign(_ payload: [String: Any]) throws -> String {
+        let header: [String: Any] = ["alg": "ES256", "x5c": chain]
+        let h = Base64URL.encode(try JSONSerialization.data(withJSONObject: header))
+        let p = Base64URL.encode(try JSONSerialization.data(withJSONObject: payload))
+        let signature = try leafKey.signature(for: Data("\(h).\(p)".utf8))
+        return "\(h).\(p).\(Base64URL.encode(signature.rawRepresentation))"
+    }
+
+    static func ms(_ date: Date) -> Int64 { Int64(date.timeIntervalSince1970 * 1000) }
+}
+
+/// A database with the schema, one app, one plan (Apple + Google products) and helpers to add users and read rows.
+final class ReceiptsDatabase {
+    static let appleProduct = "com.example.premium.monthly"
+    static let googleProduct = "premium_monthly"
+    let database: PostgresTestDatabase
+    let pool: PostgresPool
+    let appID = UUID()
+    let planID: UUID
+
+    init() throws {
+        database = try PostgresTestDatabase.create(prefix: "receipts_test")
+        pool = PostgresPool(url: database.url, maxConnections: 8)
+        _ = try Migrator.bundled().migrate(pool: pool)
+        let app = appID
+        planID = try pool.withConnection { c in
+            try c.queryFirst("""
+                INSERT INTO subscription_plans (app_id, name, plan_type, apple_product_id, google_product_id, price)
+                VALUES ($1, 'Premium', 'monthly', $2, $3, 4.99) RETURNING id
+                """, [app, Self.appleProduct, Self.googleProduct])!.uuid("id")
+        }
+    }
+
+    func close() {
+        pool.shutdown()
+        database.drop()
+    }
+
+    func newUser() throws -> UUID {
+        let app = appID
+        return try pool.withConnection { c in
+            try c.queryFirst("INSERT INTO users (app_id) VALUES ($1) RETURNING id", [app])!.uuid("id")
+        }
+    }
+
+    func scalar(_ sql: String, _ params: [(any PostgresBindable)?] = []) throws -> Int {
+        try pool.withConnection { c in Int(try c.queryFirst("SELECT (" + sql + ")::bigint AS n", params)!.int64("n")) }
+    }
+
+    func string(_ sql: String, _ params: [(any PostgresBindable)?] = []) throws -> String? {
+        try pool.withConnection { c in try c.queryFirst(sql, params)?.optionalString("v") }
+    }
+
+    func userStatus(_ user: UUID) throws -> String? {
+        try string("SELECT status AS v FROM users WHERE id = $1", [user])
+    }
+
+    func subscriptionStatus(key: String) throws -> String? {
+        try string("SELECT status AS v FROM subscriptions WHERE store_transaction_id = $1", [key])
+    }
+
+    func events(key: String) throws -> [String] {
+        try pool.withConnection { c in
+            try c.query("""
+                SELECT e.event_type FROM subscription_events e JOIN subscriptions s ON s.id = e.subscription_id
+                WHERE s.store_transaction_id = $1 ORDER BY e."timestamp", e.event_type
+                """, [key]).map { try $0.string("event_type") }
+        }
+    }
+}
+
+/// Runs jobs the way the worker does (decode, validate, perform) without Redis.
+struct JobDriver {
+    let registry: JobRegistry
+    let database: JobDatabase
+
+    /// Runs `className` with `args` as delivery `jid`. Bad input surfaces as `DispatchError`.
+    func run(_ className: String, _ argsJSON: String, jid: String = Identifiers.jid(), attempt: Int = 1) throws {
+        guard case .array(let args) = try JSONValue.parse(argsJSON) else { throw JobError.badInput("args must be an array") }
+        let payload = try JobClient.payload(for: NewJob(className, args: args), jid: jid, createdAt: Clock.now(), enqueuedAt: Clock.now())
+        let prepared = try registry.prepare(payload)
+        var logger = Logger(label: "receipts-test")
+        logger.logLevel = .critical
+        let context = JobContext(jid: jid, className: className, queue: "default", attempt: attempt, payload: payload,
+                                 deadline: Date().addingTimeInterval(120), cancellation: CancellationFlag(), logger: logger,
+                                 database: database)
+        try prepared.run(context)
+    }
+}
+
+/// Test assertions on how a job failed.
+enum Failure {
+    /// "dead now" with a message containing `text`.
+    static func isPermanent(_ error: any Error, containing text: String, file: StaticString = #filePath, line: UInt = #line) {
+        switch error {
+        case JobError.permanent(let why), JobError.badInput(let why):
+            XCTAssertTrue(why.contains(text), "reason '\(why)' lacks '\(text)'", file: file, line: line)
+        case let e as DispatchError:
+            XCTAssertTrue(e.description.contains(text), "reason '\(e)' lacks '\(text)'", file: file, line: line)
+        default:
+            XCTFail("expected a permanent failure, got \(type(of: error)): \(error)", file: file, line: line)
+        }
+    }
+
+    /// Retried (anything but a permanent JobError / DispatchError).
+    static func isRetryable(_ error: any Error, file: StaticString = #filePath, line: UInt = #line) {
+        switch error {
+        case JobError.permanent, JobError.badInput, is DispatchError:
+            XCTFail("expected a retryable failure, got \(error)", file: file, line: line)
+        default:
+            break
+        }
+    }
+}
+
+func jsonString(_ object: Any) -> String {
+    String(decoding: try! JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]), as: UTF8.self)
+}

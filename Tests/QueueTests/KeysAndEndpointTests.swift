@@ -1,0 +1,63 @@
+import Foundation
+import Queue
+import TestSupport
+import XCTest
+
+final class KeysAndEndpointTests: XCTestCase {
+    func testWorkingKeysParseLikeTheGitlabCleaner() {
+        XCTAssertEqual(Keys.parseWorking("working:queue:default:vm:123:abc123")?.queue, "default")
+        XCTAssertEqual(Keys.parseWorking("working:queue:default:vm:123:abc123")?.identity, "vm:123:abc123")
+        let colon = Keys.parseWorking("working:queue:ns:colon:host:9:ff00")
+        XCTAssertEqual(colon?.queue, "ns:colon")
+        XCTAssertEqual(colon?.identity, "host:9:ff00")
+        XCTAssertNil(Keys.parseWorking("working:queue:default:host:notapid:ff"))
+        XCTAssertNil(Keys.parseWorking("queue:default"))
+        XCTAssertEqual(Keys.fetcherHeartbeat(identity: "vm:1:ab"), "reliable-fetcher-heartbeat-vm-1-ab")
+    }
+
+    func testIdentifiers() {
+        let jid = Identifiers.jid()
+        XCTAssertTrue(Identifiers.isValidJID(jid), jid)
+        XCTAssertNotEqual(jid, Identifiers.jid())
+        let identity = Identifiers.processIdentity(hostname: "host", pid: 42)
+        XCTAssertNotNil(identity.range(of: #"^host:42:[0-9a-f]{12}$"#, options: .regularExpression))
+    }
+
+    func testHostnameIsTheOneSidekiqReports() throws {
+        // Sidekiq names processes after Ruby's Socket.gethostname (unless $DYNO is set).
+        guard ProcessInfo.processInfo.environment["DYNO"] == nil, let ruby = TestServices.which("ruby") else {
+            throw XCTSkip("needs ruby and no DYNO")
+        }
+        let result = try ChildProcess.run(ruby, ["-rsocket", "-e", "print Socket.gethostname.tr(':', '-')"])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        XCTAssertEqual(Identifiers.hostname, result.stdout)
+    }
+
+    func testEndpointURLs() throws {
+        let full = try RedisEndpoint(url: "redis://user:p%40ss@redis.example:6380/3")
+        XCTAssertEqual(full.host, "redis.example")
+        XCTAssertEqual(full.port, 6380)
+        XCTAssertEqual(full.database, 3)
+        XCTAssertEqual(full.username, "user")
+        XCTAssertEqual(full.password, "p@ss")
+        XCTAssertFalse(full.description.contains("p@ss"))
+        let passwordOnly = try RedisEndpoint(url: "redis://:secret@localhost")
+        XCTAssertNil(passwordOnly.username)
+        XCTAssertEqual(passwordOnly.password, "secret")
+        XCTAssertEqual(passwordOnly.port, 6379)
+        XCTAssertThrowsError(try RedisEndpoint(url: "http://localhost"))
+        XCTAssertThrowsError(try RedisEndpoint(url: "redis://localhost/abc"))
+    }
+
+    func testUnreachableServerNamesTheAddress() {
+        XCTAssertThrowsError(try RedisConnection(url: "redis://127.0.0.1:1/0")) { error in
+            XCTAssertTrue("\(error)".contains("127.0.0.1:1"), "\(error)")
+            XCTAssertTrue((error as? RedisError)?.isConnectionFailure ?? false)
+        }
+    }
+
+    func testDayKeysAreUTC() {
+        XCTAssertEqual(Clock.utcDay(1795330293), "2026-11-22")
+        XCTAssertEqual(Clock.utcDay(0), "1970-01-01")
+    }
+}

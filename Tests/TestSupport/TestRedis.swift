@@ -1,0 +1,60 @@
+import Foundation
+import Queue
+
+/// A private Redis database for one test case class: `scripts/services` starts Redis with 64
+/// databases and each test class claims its own index, so test classes never see each other's keys.
+public struct TestRedis: Sendable {
+    public let database: Int
+    public let url: String
+    public let pool: RedisPool
+
+    /// Claims database `database` and empties it.
+    public init(database: Int) throws {
+        self.database = database
+        self.url = TestServices.redisURL(db: database)
+        self.pool = try RedisPool(url: url, maxConnections: 4)
+        try flush()
+    }
+
+    public func connection() throws -> RedisConnection { try RedisConnection(url: url) }
+
+    public func flush() throws { _ = try pool.withConnection { try $0.command("FLUSHDB") } }
+
+    public var client: JobClient { JobClient(pool: pool) }
+
+    /// Runs one command on a pooled connection.
+    @discardableResult
+    public func command(_ arguments: any RedisArgument...) throws -> RedisReply {
+        try pool.withConnection { try $0.send(arguments).checked() }
+    }
+
+    public func int(_ arguments: any RedisArgument...) throws -> Int {
+        Int(try pool.withConnection { try $0.send(arguments).checked() }.integer ?? 0)
+    }
+
+    /// Members of a ZSET or LIST as parsed payloads.
+    public func payloads(zset key: String) throws -> [JobPayload] {
+        try command("ZRANGE", key, 0, -1).strings.map { try JobPayload(parsing: $0) }
+    }
+
+    public func payloads(list key: String) throws -> [JobPayload] {
+        try command("LRANGE", key, 0, -1).strings.map { try JobPayload(parsing: $0) }
+    }
+
+    /// Every in-flight (working) list key.
+    public func workingKeys() throws -> [String] { try command("KEYS", "working:*").strings }
+
+    public func processed() throws -> Int { try int("GET", Keys.statProcessed) }
+    public func failed() throws -> Int { try int("GET", Keys.statFailed) }
+}
+
+/// Waits until `condition` holds, checking every 20 ms, for at most `timeout` seconds. The timeout
+/// only bounds a hang: a test fails on what it observes, not on how long it took.
+public func eventually(timeout: Double = 20, _ condition: () throws -> Bool) rethrows -> Bool {
+    let deadline = Date(timeIntervalSinceNow: timeout)
+    while Date() < deadline {
+        if try condition() { return true }
+        Thread.sleep(forTimeInterval: 0.02)
+    }
+    return try condition()
+}

@@ -1,0 +1,62 @@
+import Foundation
+import Logging
+import Queue
+import Synchronization
+import TestSupport
+import Workers
+
+/// Records the arguments of `Record` jobs in the order they ran.
+final class Recorder: Sendable {
+    private let values = Mutex<[String]>([])
+    func append(_ value: String) { values.withLock { $0.append(value) } }
+    var all: [String] { values.withLock { $0 } }
+}
+
+struct RecordJob: Job {
+    static let className = "Record"
+    let recorder: Recorder
+    func perform(_ arguments: SingleArgument<String>, context: JobContext) throws { recorder.append(arguments.value) }
+}
+
+/// A job with its own retry count, backoff and timeout.
+struct TightJob: Job {
+    static let className = "Tight"
+    static let options = JobOptions(maxRetries: 2, backoff: .schedule([0.2]), timeout: 0.5)
+    func perform(_ arguments: SingleArgument<Int>, context: JobContext) throws {
+        Thread.sleep(forTimeInterval: Double(arguments.value) / 1000)
+    }
+}
+
+/// Builds worker processes with fast timings against a test database.
+struct WorkerHarness {
+    let redis: TestRedis
+    let recorder = Recorder()
+
+    var registry: JobRegistry {
+        var registry = JobRegistry.builtins()
+        registry.register(RecordJob(recorder: recorder))
+        registry.register(TightJob())
+        return registry
+    }
+
+    func configuration(concurrency: Int = 4, queues: [QueueWeight] = [QueueWeight(name: "default")]) -> WorkerConfiguration {
+        var configuration = WorkerConfiguration()
+        configuration.redisURL = redis.url
+        configuration.concurrency = concurrency
+        configuration.queues = queues
+        configuration.heartbeatInterval = 0.2
+        configuration.fetcherHeartbeatTTL = 1
+        configuration.orphanSweepInterval = 0.3
+        configuration.pollInterval = 0.2
+        configuration.shutdownTimeout = 2
+        return configuration
+    }
+
+    func start(_ configuration: WorkerConfiguration) throws -> WorkerProcess {
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        let process = try WorkerProcess(configuration: configuration, registry: registry, logger: logger)
+        try process.start()
+        return process
+    }
+}
