@@ -17,7 +17,8 @@ public enum Identifiers {
     /// DNS, which can stall where no resolver answers, and this is read on every heartbeat.
     public static let hostname: String = {
         var buffer = [CChar](repeating: 0, count: 256)
-        let system = gethostname(&buffer, buffer.count - 1) == 0 ? String(cString: buffer) : ""
+        let system = gethostname(&buffer, buffer.count - 1) == 0
+            ? String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : ""
         let raw = ProcessInfo.processInfo.environment["DYNO"] ?? system
         let cleaned = raw.replacingOccurrences(of: ":", with: "-")
         return cleaned.isEmpty ? "localhost" : cleaned
