@@ -47,6 +47,9 @@ Admin API (HTTP, JSON), on each HTTP fake's own port and on `smtp_admin` for SMT
                                                    on 4-decimal rounding) or {"lat":x,"lon":y,"error":"Unable to geocode"}
     Subscription: GET /__admin/subscription/credits  {"credited_by_key": {key: amount}, "applications_by_key":
                                                       {key: n}, "balances": {user: total}, "earn_requests": n}
+                  POST /__admin/subscription/hold {"key": K, "stage": "before_credit"|"after_credit"}, GET
+                  /__admin/subscription/held, POST /__admin/subscription/release: stop the next request with key K
+                  in flight (or after its credit) until released (see SubscriptionService)
 
 Script (POST /__admin/script), all fields optional:
     match:   {"method": "POST", "path": "/exact", "prefix": "/pre", "contains": "substring of body"}
@@ -75,7 +78,9 @@ Service behaviours (defaults; see the handlers below):
                   config: {"require_issued_token": true}
     nominatim:    GET /reverse?lat&lon&format=jsonv2 (nearest of a few built-in places); empty User-Agent => 403.
                   config: {"rate_limit_per_second": 0 (off) | N => 429 beyond N requests in 1 s}
-    subscription: POST /subscription/v1/credits/earn (Idempotency-Key required, replays keep the first response)
+    subscription: POST /subscription/v1/credits/earn {user_id, amount, source, reference_id} (Idempotency-Key
+                  required; replays keep the first response; 409 while the same key is in flight; 422 for a key
+                  reused with another body, or a source outside ad_reward|promo|purchase|unlock)
     smtp:         EHLO/HELO, AUTH PLAIN/LOGIN (any credentials unless config {"username","password"}), MAIL, RCPT,
                   DATA, RSET, NOOP, QUIT; no STARTTLS.
 """
@@ -856,8 +861,39 @@ class NominatimService(Service):
 
 
 # ---------------------------------------------------------------- Subscription Service
+#
+# An internal service with no public reference: the contract modelled here is the one docs/jobs-geo-ads.md states
+# ("PendingRewardJob", "Idempotency key"), built from these sources:
+#   - seed 004 (shared/seeds/004_*.txt) UC-ADS-4.1 21c: POST /subscription/v1/credits/earn
+#     { amount: 1, source: 'ad_reward', reference_id: ad_request_id }; UC-ADS-4.4 23c: source 'promo' for a
+#     campaign reward; the credits ledger's `source` vocabulary 'ad_reward', 'promo', 'purchase', 'unlock'
+#     (Sources/Storage/Migrations/0002_domain.sql, credit_transactions).
+#   - IETF draft-ietf-httpapi-idempotency-key-header (The Idempotency-Key HTTP Header Field), "Error Scenarios":
+#     400 when the key is missing, 422 when a key is reused with a different payload, 409 Conflict when a request is
+#     retried while the original one with the same key is still being processed; problem details (RFC 9457,
+#     application/problem+json) bodies as in the draft's examples.
+#   - the first response is replayed for a repeated key, marked `Idempotent-Replayed: true` (Stripe's API
+#     reference, "Idempotent requests", the header Stripe sends on a replay).
+
+SUBSCRIPTION_SOURCES = ("ad_reward", "promo", "purchase", "unlock")
+IDEMPOTENCY_DOC = "https://datatracker.ietf.org/doc/draft-ietf-httpapi-idempotency-key-header/"
+
+
+def problem(status, title, detail):
+    """An RFC 9457 problem details answer, the shape of the Idempotency-Key draft's error examples."""
+    return Response(status, json_bytes({"type": IDEMPOTENCY_DOC, "title": title, "detail": detail}),
+                    content_type="application/problem+json")
+
 
 class SubscriptionService(Service):
+    """Admin (besides the common routes):
+        POST /__admin/subscription/hold {"key": K, "stage": "before_credit" | "after_credit"}
+             the next earn request with key K stops at that stage until released: `before_credit` = in flight
+             (a concurrent request with K gets 409), `after_credit` = credited and recorded, answer not sent yet
+             (a client with a short timeout gives up: the "timed out after the service credited" case).
+        GET  /__admin/subscription/held      {"held": [keys of requests stopped right now]}
+        POST /__admin/subscription/release   lets every stopped request go on (reset does too)
+    """
     name = "subscription"
 
     def default_config(self):
@@ -865,18 +901,59 @@ class SubscriptionService(Service):
 
     def reset_service(self):
         self.idempotent = {}  # key -> (body fingerprint, Response)
+        self.in_flight = set()  # keys whose first request is being processed
         self.credited = {}  # key -> amount
         self.applications = {}  # key -> times the credit was applied (must stay 1)
         self.balances = {}
         self.earn_requests = 0
         self.next_tx = 1
+        self.holds = {}  # key -> stage, armed for the next request with that key
+        self.held = {}  # key -> threading.Event, requests stopped now
+        self.gate = threading.Event()  # set by release/reset: stopped requests go on
+
+    def reset(self):
+        with self.lock:
+            gate = getattr(self, "gate", None)
+        super().reset()
+        if gate is not None:
+            gate.set()
 
     def admin_extra(self, method, path, query, payload):
         if path == "/__admin/subscription/credits":
             with self.lock:
                 return jresp({"credited_by_key": dict(self.credited), "applications_by_key": dict(self.applications),
                               "balances": dict(self.balances), "earn_requests": self.earn_requests})
+        if path == "/__admin/subscription/hold" and method == "POST":
+            stage = payload.get("stage", "before_credit")
+            if stage not in ("before_credit", "after_credit") or not payload.get("key"):
+                return jresp({"error": "hold needs a key and stage before_credit|after_credit"}, 400)
+            with self.lock:
+                self.holds[payload["key"]] = stage
+            return jresp({"ok": True})
+        if path == "/__admin/subscription/held":
+            with self.lock:
+                return jresp({"held": sorted(self.held)})
+        if path == "/__admin/subscription/release" and method == "POST":
+            with self.lock:
+                gate, self.gate = self.gate, threading.Event()
+            gate.set()
+            return jresp({"ok": True})
         return None
+
+    def _stop_if_held(self, key, stage):
+        """Blocks this request while a hold for (key, stage) is armed, until release/reset/shutdown."""
+        with self.lock:
+            if self.holds.get(key) != stage:
+                return
+            del self.holds[key]
+            gate = self.gate
+            self.held[key] = gate
+        try:
+            while not gate.wait(0.1) and not SHUTDOWN.is_set():
+                pass
+        finally:
+            with self.lock:
+                self.held.pop(key, None)
 
     def handle(self, req):
         if req["path"] != "/subscription/v1/credits/earn" or req["method"] != "POST":
@@ -889,35 +966,59 @@ class SubscriptionService(Service):
             return jresp({"error": "unauthorized"}, 401)
         key = headers.get("idempotency-key", "").strip()
         if not key:
-            return jresp({"error": "missing_idempotency_key", "message": "Idempotency-Key header is required"}, 400)
+            # Draft, "Error Scenarios": a missing key for an operation that requires one is a 400.
+            return problem(400, "Idempotency-Key is missing",
+                           "This operation is idempotent and it requires correct usage of Idempotency Key.")
         try:
             body = json.loads(req["raw_body"])
             user = str(body["user_id"])
             amount = body["amount"]
             if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
                 raise ValueError("amount")
+            reference = body["reference_id"]  # seed 004, UC-ADS-4.1 21c
+            if not isinstance(reference, str) or not reference:
+                raise ValueError("reference_id")
         except (ValueError, KeyError, TypeError):
-            return jresp({"error": "invalid_request", "message": "user_id and a positive integer amount required"},
+            return jresp({"error": "invalid_request",
+                          "message": "user_id, a positive integer amount and reference_id are required"}, 422)
+        source = body.get("source")
+        if source not in SUBSCRIPTION_SOURCES:
+            # The ledger knows these sources only (0002_domain.sql; seed 004 uses 'ad_reward' and 'promo').
+            return jresp({"error": "invalid_source", "message": f"source must be one of {list(SUBSCRIPTION_SOURCES)}"},
                          422)
         fingerprint = hashlib.sha256(req["raw_body"]).hexdigest()
         with self.lock:
             prior = self.idempotent.get(key)
+            if prior is None and key in self.in_flight:
+                # Draft, "Error Scenarios": a retried request while the original is still being processed -> 409.
+                return problem(409, "A request is outstanding for this Idempotency-Key",
+                               "A request with the same Idempotency-Key for the same operation is being processed "
+                               "or is outstanding.")
             if prior is not None:
                 if prior[0] != fingerprint:
-                    return jresp({"error": "idempotency_key_reused",
-                                  "message": "Keys for idempotent requests can only be used with the same "
-                                             "parameters they were first used with."}, 422)
+                    # Draft, "Error Scenarios": a key reused with a different payload -> 422.
+                    return problem(422, "Idempotency-Key is already used",
+                                   "This operation is idempotent and it requires correct usage of Idempotency Key. "
+                                   "Idempotency Key MUST not be reused across different payloads of this operation.")
                 resp = prior[1]
+                # The first answer again, marked as a replay (Stripe: `Idempotent-Replayed: true`).
                 return Response(resp.status, resp.body, dict(resp.headers, **{"Idempotent-Replayed": "true"}))
-            self.balances[user] = self.balances.get(user, 0) + amount
-            self.credited[key] = self.credited.get(key, 0) + amount
-            self.applications[key] = self.applications.get(key, 0) + 1
-            tx = f"cr_{self.next_tx:06d}"
-            self.next_tx += 1
-            resp = jresp({"transaction_id": tx, "user_id": body["user_id"], "amount": amount,
-                          "source": body.get("source"), "reference": body.get("reference"),
-                          "balance": self.balances[user]}, 201)
-            self.idempotent[key] = (fingerprint, resp)
+            self.in_flight.add(key)
+        try:
+            self._stop_if_held(key, "before_credit")
+            with self.lock:
+                self.balances[user] = self.balances.get(user, 0) + amount
+                self.credited[key] = self.credited.get(key, 0) + amount
+                self.applications[key] = self.applications.get(key, 0) + 1
+                tx = f"cr_{self.next_tx:06d}"
+                self.next_tx += 1
+                resp = jresp({"transaction_id": tx, "user_id": body["user_id"], "amount": amount, "source": source,
+                              "reference_id": reference, "balance": self.balances[user]}, 201)
+                self.idempotent[key] = (fingerprint, resp)
+        finally:
+            with self.lock:
+                self.in_flight.discard(key)
+        self._stop_if_held(key, "after_credit")
         return resp
 
 

@@ -2,6 +2,7 @@ import Foundation
 import TestSupport
 import XCTest
 import HTTP
+import Synchronization
 
 /// The default behaviours of the fakes that the job tests rely on (shapes of the real APIs, admin API).
 final class FakesContractTests: XCTestCase {
@@ -110,7 +111,8 @@ final class FakesContractTests: XCTestCase {
         let url = fakes.subscriptionServiceBaseURL + "/subscription/v1/credits/earn"
         try fakes.script(.subscription, ["match": ["path": "/subscription/v1/credits/earn"], "status": 503,
                                          "times": 2, "json": ["error": "unavailable"]])
-        let request = try HTTPRequest.json(.post, url, object: ["user_id": "u9", "amount": 1, "source": "ad"],
+        let request = try HTTPRequest.json(.post, url, object: ["user_id": "u9", "amount": 1, "source": "ad_reward",
+                                                                "reference_id": "ad-request-9"],
                                            headers: ["Idempotency-Key": "ad-view-9"])
         XCTAssertEqual(try client.send(request).classification(), .transient(retryAfter: nil))
         XCTAssertEqual(try client.send(request).status, 503)
@@ -119,7 +121,8 @@ final class FakesContractTests: XCTestCase {
 
         // A response lost after the credit was applied: the retry replays, never credits twice.
         try fakes.script(.subscription, ["passthrough": true, "close": true])
-        let lost = try HTTPRequest.json(.post, url, object: ["user_id": "u9", "amount": 10, "source": "campaign"],
+        let lost = try HTTPRequest.json(.post, url, object: ["user_id": "u9", "amount": 10, "source": "promo",
+                                                             "reference_id": "campaign-3"],
                                         headers: ["Idempotency-Key": "campaign-3"])
         // libcurl re-sends once on a fresh connection when a *reused* connection closes before any response
         // byte, so the first call either fails (transport) or already gets the replay.
@@ -127,7 +130,58 @@ final class FakesContractTests: XCTestCase {
         XCTAssertEqual(try client.send(lost).headers["Idempotent-Replayed"], "true")
         XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey["campaign-3"], 1)
 
-        let noKey = try HTTPRequest.json(.post, url, object: ["user_id": "u9", "amount": 1])
+        let noKey = try HTTPRequest.json(.post, url, object: ["user_id": "u9", "amount": 1, "source": "ad_reward",
+                                                              "reference_id": "r"])
         XCTAssertEqual(try client.send(noKey).status, 400)
+    }
+
+    /// The Idempotency-Key draft's error scenarios (409 while the same key is in flight, 422 for a key reused with
+    /// another payload) and the seed's vocabulary (unknown `source`, missing `reference_id` → 422).
+    func testSubscriptionServiceConflictsReuseAndVocabulary() throws {
+        let url = fakes.subscriptionServiceBaseURL + "/subscription/v1/credits/earn"
+        let body: [String: Any] = ["user_id": "u1", "amount": 1, "source": "ad_reward", "reference_id": "req-1"]
+        let request = try HTTPRequest.json(.post, url, object: body, headers: ["Idempotency-Key": "ad_reward:req-1"])
+        try fakes.admin(.subscription, "POST", "subscription/hold", json: ["key": "ad_reward:req-1", "stage": "before_credit"])
+        let client = self.client
+        let firstDone = DispatchSemaphore(value: 0)
+        let firstStatus = Mutex<Int?>(nil)
+        Thread.detachNewThread {
+            let status = try? client.send(request).status
+            firstStatus.withLock { $0 = status }
+            firstDone.signal()
+        }
+        var held = false
+        for _ in 0..<400 where !held {
+            held = (try fakes.admin(.subscription, "GET", "subscription/held")["held"] as? [String]) == ["ad_reward:req-1"]
+            if !held { Thread.sleep(forTimeInterval: 0.025) }
+        }
+        XCTAssertTrue(held, "the first request reached the fake")
+        let conflict = try client.send(request)
+        XCTAssertEqual(conflict.status, 409, "the same key while the first request is in flight")
+        XCTAssertEqual(conflict.headers["Content-Type"], "application/problem+json")
+        XCTAssertEqual(try conflict.jsonObject()["title"] as? String, "A request is outstanding for this Idempotency-Key")
+        try fakes.admin(.subscription, "POST", "subscription/release")
+        XCTAssertEqual(firstDone.wait(timeout: .now() + 20), .success)
+        XCTAssertEqual(firstStatus.withLock { $0 }, 201)
+        let replay = try client.send(request)
+        XCTAssertEqual(replay.status, 201)
+        XCTAssertEqual(replay.headers["Idempotent-Replayed"], "true")
+        XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey, ["ad_reward:req-1": 1])
+
+        var other = body
+        other["amount"] = 2
+        let reused = try client.send(.json(.post, url, object: other, headers: ["Idempotency-Key": "ad_reward:req-1"]))
+        XCTAssertEqual(reused.status, 422, "a key reused with another payload")
+        XCTAssertEqual(try reused.jsonObject()["title"] as? String, "Idempotency-Key is already used")
+
+        var invented = body
+        invented["source"] = "campaign_reward"
+        let unknown = try client.send(.json(.post, url, object: invented, headers: ["Idempotency-Key": "k-2"]))
+        XCTAssertEqual(unknown.status, 422)
+        XCTAssertEqual(try unknown.jsonObject()["error"] as? String, "invalid_source")
+        var renamed = body
+        renamed["reference"] = renamed.removeValue(forKey: "reference_id")
+        XCTAssertEqual(try client.send(.json(.post, url, object: renamed, headers: ["Idempotency-Key": "k-3"])).status, 422)
+        XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey, ["ad_reward:req-1": 1])
     }
 }

@@ -25,12 +25,17 @@ final class AdsRevenueTests: XCTestCase {
         database?.drop()
     }
 
-    var runner: GeoAdsRunner {
+    /// The aggregation job as a worker runs it (JobRunner: validation, retries, dead).
+    var driver: JobRunnerDriver {
         var registry = JobRegistry()
         let redis = try! RedisPool(url: TestServices.redisURL(db: 27), maxConnections: 1)
         AdsJobs.register(into: &registry, configuration: AdsConfiguration(purgeBatchSize: 2), http: .init(), redis: redis)
-        return GeoAdsRunner(registry: registry, database: JobDatabase(pool: pool))
+        return JobRunnerDriver(registry: registry, database: JobDatabase(pool: pool))
     }
+
+    /// The arguments the nightly schedule entry gives a tick (config/schedule.yaml: `args: [{days: 3}]`,
+    /// `pass_tick: date_minus_1`): the 3 days ending `date`.
+    func nightly(_ date: String) -> [JSONValue] { [.object(["days": 3]), .object(["date": .string(date)])] }
 
     /// One ad view at `time` (ISO text, UTC).
     func view(_ app: UUID, _ type: String, _ provider: String, _ placement: String, at time: String,
@@ -72,13 +77,13 @@ final class AdsRevenueTests: XCTestCase {
         try view(appB, "interstitial", "meta", "menu", at: "2026-03-14T15:00:00Z", revenue: 0.002)
     }
 
-    func rows(_ app: UUID? = nil) throws -> [String: PostgresRow] {
+    func rows(_ app: UUID? = nil, day: PostgresDay? = nil) throws -> [String: PostgresRow] {
         try pool.withConnection { connection in
             var result: [String: PostgresRow] = [:]
             for row in try connection.query("""
                 SELECT *, revenue_usd::text AS revenue_text, computed_at::text AS computed_text FROM ad_revenue_daily
                 WHERE day = $1 AND ($2::uuid IS NULL OR app_id = $2::uuid)
-                """, [day, app]) {
+                """, [day ?? self.day, app]) {
                 let key = "\(try row.string("app_id").prefix(8))/\(try row.string("ad_type"))/\(try row.string("provider"))/\(try row.string("placement"))"
                 result[key] = row
             }
@@ -88,7 +93,7 @@ final class AdsRevenueTests: XCTestCase {
 
     func testAggregatesPerGroupAndPerAppWithEstimates() throws {
         try seedDay()
-        try runner.run(AdRevenueAggregationJob.className, [.object(["date": "2026-03-14"])])
+        XCTAssertAck(try driver.deliver(AdRevenueAggregationJob.className, [.object(["date": "2026-03-14"])]))
         let all = try rows()
         XCTAssertEqual(Set(all.keys), ["aaaaaaaa/rewarded/admob/level_end", "aaaaaaaa/banner/unity/home",
                                        "aaaaaaaa/interstitial/admob/", "aaaaaaaa///", "bbbbbbbb/interstitial/meta/menu",
@@ -162,8 +167,9 @@ final class AdsRevenueTests: XCTestCase {
         XCTAssertEqual(second.written, 0, "unchanged rows are not rewritten")
         XCTAssertEqual(try snapshot(), before, "identical rows, computed_at included")
         // Through the job with the same day, twice: still identical.
-        try runner.run(AdRevenueAggregationJob.className, [.object(["date": "2026-03-14"])])
-        try runner.run(AdRevenueAggregationJob.className, [.object(["date": "2026-03-14", "app_id": .string(appA.uuidString)])])
+        XCTAssertAck(try driver.deliver(AdRevenueAggregationJob.className, [.object(["date": "2026-03-14"])]))
+        XCTAssertAck(try driver.deliver(AdRevenueAggregationJob.className,
+                                        [.object(["date": "2026-03-14", "app_id": .string(appA.uuidString)])]))
         XCTAssertEqual(try snapshot(), before)
 
         // The banner views vanish (e.g. deleted upstream): their group row goes, the total follows.
@@ -185,16 +191,23 @@ final class AdsRevenueTests: XCTestCase {
         for bad in ["2023-02-29", "2024-13-01", "24-01-01", "2024-1-01", "2024-01-01T00:00", "tomorrow"] {
             XCTAssertNil(AdRevenueAggregationJob.Arguments.parseDay(bad), bad)
         }
-        try runner.run(AdRevenueAggregationJob.className, [])           // scheduler without args: yesterday
-        try runner.run(AdRevenueAggregationJob.className, [.object([:])])
+        XCTAssertAck(try driver.deliver(AdRevenueAggregationJob.className, []))  // scheduler without args: yesterday
+        XCTAssertAck(try driver.deliver(AdRevenueAggregationJob.className, [.object([:])]))
+        let window = AdRevenueAggregationJob.Arguments(date: "2026-03-01", days: 3).window()
+        XCTAssertEqual(window, [PostgresDay(year: 2026, month: 2, day: 27), PostgresDay(year: 2026, month: 2, day: 28),
+                                PostgresDay(year: 2026, month: 3, day: 1)])
         for (args, reason) in [([JSONValue.object(["date": "2024-02-30"])], "calendar day"),
                                ([.object(["date": "2999-01-01"])], "outside"),
                                ([.object(["date": "2024-01-01", "app_id": "x"])], "app_id must be a UUID"),
                                ([.object(["date": .int(20240101)])], "args[0].date"),
-                               ([.object([:]), .object([:])], "at most one argument")] {
-            XCTAssertThrowsError(try runner.run(AdRevenueAggregationJob.className, args)) { error in
-                XCTAssertTrue("\(error)".contains(reason), "\(error)")
-            }
+                               ([.object(["days": 0])], "days must be 1...31, got 0"),
+                               ([.object(["days": 32])], "days must be 1...31, got 32"),
+                               ([.object(["date": "2024-01-01"]), .object(["date": "2024-01-02"])], "date given twice"),
+                               ([.object([:]), .object([:]), .object([:])], "at most two arguments")] {
+            let delivery = try driver.deliver(AdRevenueAggregationJob.className, args)
+            guard case .dead = delivery else { XCTFail("\(args): expected dead, got \(delivery)"); continue }
+            XCTAssertEqual(delivery.errorClass, "BadInput", "\(args)")
+            XCTAssertTrue(delivery.errorMessage?.contains(reason) ?? false, "\(args): \(delivery)")
         }
     }
 
@@ -211,7 +224,7 @@ final class AdsRevenueTests: XCTestCase {
 
     func testReportAsCSVAndJSON() throws {
         try seedDay()
-        try runner.run(AdRevenueAggregationJob.className, [.object(["date": "2026-03-14"])])
+        XCTAssertAck(try driver.deliver(AdRevenueAggregationJob.className, [.object(["date": "2026-03-14"])]))
         let report = try RevenueReport.load(pool: pool, from: day, to: day)
         XCTAssertEqual(report.rows.count, 6)
         XCTAssertEqual(try RevenueReport.load(pool: pool, from: day, to: day, appID: appB).rows.count, 2)
@@ -229,5 +242,94 @@ final class AdsRevenueTests: XCTestCase {
         XCTAssertEqual(first["impressions"] as? Int, 6)
         XCTAssertEqual(first["estimated"] as? Bool, true)
         XCTAssertEqual(RevenueReport.csvField("a,\"b\""), "\"a,\"\"b\"\"\"")
+    }
+
+    // MARK: Late revenue, trailing estimates, days that died (issue 13)
+
+    func snapshot(day: PostgresDay) throws -> [String] {
+        try pool.withConnection { connection in
+            try connection.query("SELECT row_to_json(d)::text AS j FROM ad_revenue_daily d WHERE day = $1 ORDER BY app_id, ad_type, provider, placement",
+                                 [day]).map { try $0.string("j") }
+        }
+    }
+
+    func testNightlyWindowReplacesEstimatesWithLateRevenueAndStaysIdempotent() throws {
+        // Night of 03-15: the network has reported one of the two views of 03-14 so far.
+        try view(appA, "rewarded", "admob", "level_end", at: "2026-03-14T10:00:00Z", revenue: 0.03)
+        try view(appA, "rewarded", "admob", "level_end", at: "2026-03-14T11:00:00Z", revenue: nil)
+        XCTAssertAck(try driver.deliver(AdRevenueAggregationJob.className, nightly("2026-03-14")))
+        let provisional = try XCTUnwrap(try rows()["aaaaaaaa/rewarded/admob/level_end"])
+        XCTAssertEqual(try provisional.string("revenue_text"), "0.060000", "0.03 reported + 1 × 0.03 estimated")
+        XCTAssertTrue(try provisional.bool("estimated"))
+
+        // Two days later the network's final figure for the second view arrives (the Ads Service backfills it).
+        try pool.withConnection {
+            _ = try $0.execute("UPDATE ad_views SET revenue_usd = 0.05 WHERE revenue_usd IS NULL AND created_at < '2026-03-15'")
+        }
+        // Night of 03-16: its window 03-13...03-15 still holds 03-14.
+        XCTAssertAck(try driver.deliver(AdRevenueAggregationJob.className, nightly("2026-03-15")))
+        let final = try XCTUnwrap(try rows()["aaaaaaaa/rewarded/admob/level_end"])
+        XCTAssertEqual(try final.string("revenue_text"), "0.080000", "the late revenue replaced the estimate")
+        XCTAssertFalse(try final.bool("estimated"))
+        XCTAssertFalse(try XCTUnwrap(try rows()["aaaaaaaa///"]).bool("estimated"), "the app total follows")
+
+        // Re-running the same night (a redelivery, or catch-up) changes nothing, computed_at included.
+        let before = try snapshot(day: day)
+        XCTAssertAck(try driver.deliver(AdRevenueAggregationJob.className, nightly("2026-03-15")))
+        XCTAssertEqual(try snapshot(day: day), before)
+    }
+
+    func testEstimateUsesTheGroupsTrailingECPMWhenTheDayHasNoReportedRevenue() throws {
+        // 03-14: three views of the group, none reported yet.
+        for hour in 1...3 {
+            try view(appA, "banner", "unity", "home", at: "2026-03-14T0\(hour):00:00Z", revenue: nil)
+        }
+        // The 7 days before: 0.01 and 0.03 reported (0.02 per view = eCPM 20) and one view not reported (ignored);
+        // 8 days before: outside the window.
+        try view(appA, "banner", "unity", "home", at: "2026-03-07T00:00:00Z", revenue: 0.01)
+        try view(appA, "banner", "unity", "home", at: "2026-03-13T23:59:59Z", revenue: 0.03)
+        try view(appA, "banner", "unity", "home", at: "2026-03-12T12:00:00Z", revenue: nil)
+        try view(appA, "banner", "unity", "home", at: "2026-03-06T23:59:59Z", revenue: 9)
+        // Another placement's history is only a fallback: the group's own comes first.
+        try view(appA, "banner", "unity", "other", at: "2026-03-10T00:00:00Z", revenue: 1)
+        XCTAssertAck(try driver.deliver(AdRevenueAggregationJob.className, [.object(["date": "2026-03-14"])]))
+        let home = try XCTUnwrap(try rows()["aaaaaaaa/banner/unity/home"])
+        XCTAssertEqual(try home.string("revenue_text"), "0.060000", "3 × 0.02, from the group's trailing 7 days")
+        XCTAssertTrue(try home.bool("estimated"))
+        XCTAssertEqual(try home.double("ecpm"), 20, accuracy: 1e-9)
+
+        // A group with no history of its own takes its provider's trailing figure, not 0.
+        try view(appA, "banner", "unity", "fresh", at: "2026-03-14T05:00:00Z", revenue: nil)
+        XCTAssertAck(try driver.deliver(AdRevenueAggregationJob.className, [.object(["date": "2026-03-14"])]))
+        XCTAssertEqual(try rows()["aaaaaaaa/banner/unity/fresh"]?.string("revenue_text"), "0.340000",
+                       "(0.01 + 0.03 + 1) / 3 views of app A's banner/unity in the trailing 7 days")
+        // Nothing reported anywhere, ever: 0, flagged.
+        try view(appB, "banner", "meta", "x", at: "2026-03-14T05:00:00Z", revenue: nil)
+        XCTAssertAck(try driver.deliver(AdRevenueAggregationJob.className, [.object(["date": "2026-03-14"])]))
+        XCTAssertEqual(try rows()["bbbbbbbb/banner/meta/x"]?.string("revenue_text"), "0.000000")
+        XCTAssertEqual(try rows()["bbbbbbbb/banner/meta/x"]?.bool("estimated"), true)
+    }
+
+    func testADayWhoseAggregationDiedIsCaughtByTheNextNightlyWindow() throws {
+        try seedDay()
+        // The run for 03-14 fails on every attempt (the table is unavailable) until it is dead.
+        try pool.withConnection { _ = try $0.execute("ALTER TABLE ad_revenue_daily RENAME TO ad_revenue_daily_away") }
+        var delivery = try driver.deliver(AdRevenueAggregationJob.className, nightly("2026-03-14"))
+        var attempts = 1
+        while case .retry(let next, _) = delivery {
+            delivery = try driver.deliver(next)
+            attempts += 1
+        }
+        guard case .dead = delivery else { return XCTFail("expected dead, got \(delivery)") }
+        XCTAssertEqual(attempts, AdRevenueAggregationJob.options.maxRetries + 1)
+        XCTAssertTrue(delivery.errorMessage?.contains("ad_revenue_daily") ?? false, "\(delivery)")
+        try pool.withConnection { _ = try $0.execute("ALTER TABLE ad_revenue_daily_away RENAME TO ad_revenue_daily") }
+        XCTAssertEqual(try rows().count, 0, "03-14 was never aggregated")
+
+        // The next night aggregates 03-13...03-15, so 03-14 lands.
+        XCTAssertAck(try driver.deliver(AdRevenueAggregationJob.className, nightly("2026-03-15")))
+        XCTAssertEqual(try rows().count, 6)
+        XCTAssertEqual(try rows()["aaaaaaaa/rewarded/admob/level_end"]?.string("revenue_text"), "0.080000")
+        XCTAssertEqual(try rows(day: PostgresDay(year: 2026, month: 3, day: 15)).count, 2, "and its own day")
     }
 }

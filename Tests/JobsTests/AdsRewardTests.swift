@@ -3,6 +3,7 @@ import HTTP
 import Jobs
 import Queue
 import Storage
+import Synchronization
 import TestSupport
 import Workers
 import XCTest
@@ -41,20 +42,41 @@ final class AdsRewardTests: XCTestCase {
         AdsConfiguration(subscriptionServiceURL: fakes.subscriptionServiceBaseURL, requestTimeout: 0.5)
     }
 
-    var runner: GeoAdsRunner {
+    /// PendingRewardJob as a worker runs it (JobRunner: ledger check on redelivery, retries, dead).
+    var driver: JobRunnerDriver { driver(requestTimeout: configuration.requestTimeout) }
+
+    /// The same with another per-request timeout (a test that holds a request in the fake must not time it out).
+    func driver(requestTimeout: Double) -> JobRunnerDriver {
         var registry = JobRegistry()
+        var configuration = self.configuration
+        configuration.requestTimeout = requestTimeout
         AdsJobs.register(into: &registry, configuration: configuration, http: http, redis: redis.pool)
-        return GeoAdsRunner(registry: registry, database: JobDatabase(pool: pool))
+        return JobRunnerDriver(registry: registry, database: JobDatabase(pool: pool))
+    }
+
+    /// Delivers a job on another thread (its request is then held in the fake); `wait` returns its outcome.
+    func deliverInBackground(_ driver: JobRunnerDriver, _ arguments: [JSONValue])
+        -> (wait: () -> JobRunnerDriver.Delivery?, done: DispatchSemaphore) {
+        let done = DispatchSemaphore(value: 0)
+        let outcome = Mutex<JobRunnerDriver.Delivery?>(nil)
+        Thread.detachNewThread {
+            let delivery = try? driver.deliver(PendingRewardJob.className, arguments)
+            outcome.withLock { $0 = delivery }
+            done.signal()
+        }
+        return ({ outcome.withLock { $0 } }, done)
     }
 
     struct Seeded {
         let reward: UUID
         let user: UUID
         let campaign: UUID?
+        let reference: String
         let key: String
     }
 
-    func seedReward(source: String, amount: Int, maxAttempts: Int? = nil, ageSeconds: Int = 0) throws -> Seeded {
+    func seedReward(source: String, amount: Int, maxAttempts: Int? = nil, ageSeconds: Int = 0,
+                    reference: String = UUID().uuidString.lowercased()) throws -> Seeded {
         let user = try GeoAdsSeed.user(pool)
         let reward = UUID()
         var campaign: UUID?
@@ -71,16 +93,18 @@ final class AdsRewardTests: XCTestCase {
                     VALUES ($1, $2, 5, true, now())
                     """, [id, user])
             }
+            // As the Ads Service records it (UC-ADS-4.1 21c.2): no idempotency_key column, the row derives it.
             try connection.execute("""
                 INSERT INTO pending_rewards (id, user_id, amount, source, reference, campaign_id, max_attempts, created_at)
                 VALUES ($1, $2, $3, $4, $5, $6, $7, now() - make_interval(secs => $8::int))
-                """, [reward, user, amount, source, campaign?.uuidString.lowercased() ?? UUID().uuidString.lowercased(),
+                """, [reward, user, amount, source, campaign?.uuidString.lowercased() ?? reference,
                       campaign, maxAttempts, ageSeconds])
         }
         let key = try pool.withConnection {
             try $0.queryFirst("SELECT idempotency_key FROM pending_rewards WHERE id = $1", [reward])!.string("idempotency_key")
         }
-        return Seeded(reward: reward, user: user, campaign: campaign, key: key)
+        return Seeded(reward: reward, user: user, campaign: campaign,
+                      reference: campaign?.uuidString.lowercased() ?? reference, key: key)
     }
 
     func args(_ id: UUID) -> [JSONValue] { [.object(["pending_reward_id": .string(id.uuidString.lowercased())])] }
@@ -105,50 +129,196 @@ final class AdsRewardTests: XCTestCase {
         }
     }
 
+    func earnRequests() throws -> [FakeRequest] { try fakes.requests(.subscription, path: "/subscription/v1/credits/earn") }
+
+    func isLive(_ seeded: Seeded) throws -> Bool { try RewardJobMarker(redis: redis.pool, ttl: 60).isLive(seeded.reward.uuidString) }
+
+    /// Fails unless `delivery` is a retry the job asked for because the credit is not applied yet
+    /// (`RewardCreditUnavailable`: transport error, 5xx, …), and returns the payload to deliver next.
+    func expectUnavailableRetry(_ delivery: JobRunnerDriver.Delivery, file: StaticString = #filePath,
+                                line: UInt = #line) throws -> JobPayload {
+        guard case .retry(let next, _) = delivery else {
+            XCTFail("expected a retry, got \(delivery)", file: file, line: line)
+            throw JobRunnerDriver.DriverError("no retry")
+        }
+        XCTAssertEqual(delivery.errorClass, String(reflecting: RewardCreditUnavailable.self), "\(delivery)", file: file, line: line)
+        return next
+    }
+
+    /// Fails unless `delivery` is a `JobError.retryAfter` retry due in `seconds`.
+    func expectRetryAfter(_ delivery: JobRunnerDriver.Delivery, seconds: Double, file: StaticString = #filePath,
+                          line: UInt = #line) throws -> JobPayload {
+        guard case .retry(let next, let delay) = delivery else {
+            XCTFail("expected a retry, got \(delivery)", file: file, line: line)
+            throw JobRunnerDriver.DriverError("no retry")
+        }
+        XCTAssertEqual(delivery.errorClass, "RetryLater", "\(delivery)", file: file, line: line)
+        XCTAssertEqual(delay, seconds, accuracy: 0.5, "\(delivery)", file: file, line: line)
+        return next
+    }
+
+    /// Polls the fake until a request with `key` is stopped by a hold (no sleep-and-hope: the state is asked for).
+    func waitUntilHeld(_ key: String) throws {
+        for _ in 0..<400 {
+            if (try fakes.admin(.subscription, "GET", "subscription/held")["held"] as? [String])?.contains(key) == true { return }
+            Thread.sleep(forTimeInterval: 0.025)
+        }
+        XCTFail("no request with key \(key) reached the fake")
+        throw JobRunnerDriver.DriverError("not held")
+    }
+
+    func hold(_ key: String, _ stage: String) throws {
+        try fakes.admin(.subscription, "POST", "subscription/hold", json: ["key": key, "stage": stage])
+    }
+
+    func release() throws { try fakes.admin(.subscription, "POST", "subscription/release") }
+
+    // MARK: The key is the reward's identity; the body is the seed's
+
     func testAdRewardIsCreditedOnceWithNotification() throws {
         let seeded = try seedReward(source: "ad", amount: 1)
-        try runner.run(PendingRewardJob.className, args(seeded.reward))
+        XCTAssertEqual(seeded.key, "ad_reward:\(seeded.reference)", "derived from the ad request id")
+        XCTAssertAck(try driver.deliver(PendingRewardJob.className, args(seeded.reward)))
         XCTAssertEqual(try reward(seeded.reward).status, "credited")
         XCTAssertEqual(try notifications(seeded.user), ["credits_added"])
         let credits = try fakes.subscriptionCredits()
         XCTAssertEqual(credits.creditedByKey, [seeded.key: 1])
-        let request = try XCTUnwrap(try fakes.requests(.subscription, path: "/subscription/v1/credits/earn").first)
+        let request = try XCTUnwrap(try earnRequests().first)
         XCTAssertEqual(request.header("Idempotency-Key"), seeded.key)
-        let body = try JSONSerialization.jsonObject(with: Data(request.body.utf8)) as? [String: Any]
-        XCTAssertEqual(body?["user_id"] as? String, seeded.user.uuidString.lowercased())
-        XCTAssertEqual(body?["amount"] as? Int, 1)
-        XCTAssertEqual(body?["source"] as? String, "ad_reward")
-        XCTAssertFalse(try RewardJobMarker(redis: redis.pool, ttl: 60).isLive(seeded.reward.uuidString))
+        // The seed's body (004, UC-ADS-4.1 21c), with sorted keys: the bytes the Ads Service's first call sends.
+        XCTAssertEqual(request.body, "{\"amount\":1,\"reference_id\":\"\(seeded.reference)\",\"source\":\"ad_reward\",\"user_id\":\"\(seeded.user.uuidString.lowercased())\"}")
+        XCTAssertFalse(try isLive(seeded))
     }
+
+    func testCampaignRewardIsSentAsPromoWithTheCampaignKey() throws {
+        let seeded = try seedReward(source: "campaign", amount: 10)
+        XCTAssertEqual(seeded.key, "campaign:\(seeded.campaign!.uuidString.lowercased()):\(seeded.user.uuidString.lowercased())")
+        XCTAssertAck(try driver.deliver(PendingRewardJob.className, args(seeded.reward)))
+        XCTAssertEqual(try reward(seeded.reward).status, "credited")
+        XCTAssertTrue(try claimed(seeded))
+        let request = try XCTUnwrap(try earnRequests().first)
+        XCTAssertEqual(request.header("Idempotency-Key"), seeded.key)
+        let body = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(request.body.utf8)) as? [String: Any])
+        XCTAssertEqual(body["source"] as? String, "promo", "seed 004, UC-ADS-4.4 23c")
+        XCTAssertEqual(body["reference_id"] as? String, seeded.campaign!.uuidString.lowercased())
+        XCTAssertEqual(try fakes.subscriptionCredits().creditedByKey, [seeded.key: 10])
+    }
+
+    /// The seed's trigger (UC-ADS-4.1 21c.1): the Ads Service's own call timed out — after the service
+    /// had credited the user. The retry job sends the same derived key, gets the replay, credits nothing more.
+    func testOriginalCallTimedOutAfterTheServiceCreditedAndTheRetryCreditsNothingMore() throws {
+        let user = try GeoAdsSeed.user(pool)
+        let adRequest = UUID().uuidString.lowercased()
+        let key = "ad_reward:\(adRequest)"  // the contract of docs/jobs-geo-ads.md, "Idempotency key"
+        // 21c: the Ads Service calls with the derived key; the service credits, its answer never arrives in time.
+        try hold(key, "after_credit")
+        let adsService = SubscriptionCreditsClient(http: http, configuration: configuration)
+        let first = adsService.earn(.init(user_id: user.uuidString.lowercased(), amount: 1, source: .adReward,
+                                          reference_id: adRequest), idempotencyKey: key, cancellation: nil)
+        guard case .transient = first else { return XCTFail("the original call should have timed out, got \(first)") }
+        XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey, [key: 1], "the service did credit")
+
+        // 21c.2: it records the pending reward (no key given) and enqueues the job.
+        let rewardID = UUID()
+        try pool.withConnection {
+            _ = try $0.execute("INSERT INTO pending_rewards (id, user_id, amount, source, reference) VALUES ($1, $2, 1, 'ad', $3)",
+                               [rewardID, user, adRequest])
+        }
+        XCTAssertAck(try driver.deliver(PendingRewardJob.className, args(rewardID)))
+        try release()
+        XCTAssertEqual(try reward(rewardID).status, "credited")
+        XCTAssertEqual(try earnRequests().map { $0.header("Idempotency-Key") }, [key, key])
+        XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey, [key: 1], "credited once in all")
+        XCTAssertEqual(try fakes.subscriptionCredits().creditedByKey, [key: 1])
+        XCTAssertEqual(try notifications(user), ["credits_added"])
+    }
+
+    // MARK: Duplicates, redeliveries, 409
 
     func testDuplicatesAndRedeliveriesCreditOnce() throws {
         let seeded = try seedReward(source: "ad", amount: 1)
         // The first answer is lost after the service applied the credit (passthrough + 500).
         try fakes.script(.subscription, ["passthrough": true, "status": 500, "body": "{\"error\":\"lost\"}"])
-        let payload = try GeoAdsRunner.payload(PendingRewardJob.className, args(seeded.reward))
-        XCTAssertThrowsError(try runner.run(payload))
+        let retry = try expectUnavailableRetry(try driver.deliver(PendingRewardJob.className, args(seeded.reward)))
         XCTAssertEqual(try reward(seeded.reward).status, "pending")
-        try runner.run(payload)                                              // the retry: replayed answer
-        try runner.run(payload)                                              // the same delivery again
-        try runner.run(PendingRewardJob.className, args(seeded.reward))     // a duplicate job
+        XCTAssertAck(try driver.deliver(retry), "the retry: replayed answer")
+        XCTAssertAck(try driver.deliver(retry), "the same delivery again: the ledger holds its jid")
+        XCTAssertEqual(try earnRequests().count, 2, "the redelivery did not call the service")
+        XCTAssertAck(try driver.deliver(PendingRewardJob.className, args(seeded.reward)), "a duplicate job")
+        XCTAssertEqual(try earnRequests().count, 2, "a credited reward is not sent again")
         XCTAssertEqual(try reward(seeded.reward).status, "credited")
         XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey, [seeded.key: 1])
         XCTAssertEqual(try notifications(seeded.user), ["credits_added"])
+    }
+
+    func testRequestWithTheSameKeyInFlightIsRetriedLaterNotFailed() throws {
+        let seeded = try seedReward(source: "campaign", amount: 10, maxAttempts: 1)
+        try hold(seeded.key, "before_credit")
+        let driver = self.driver(requestTimeout: 30)
+        let arguments = args(seeded.reward)
+        let first = deliverInBackground(driver, arguments)
+        try waitUntilHeld(seeded.key)
+        // A duplicate job while the first request is in flight: 409, retried later, not an attempt (max_attempts 1
+        // would otherwise fail the reward at once).
+        let retry = try expectRetryAfter(try driver.deliver(PendingRewardJob.className, arguments),
+                                         seconds: configuration.inFlightRetrySeconds)
+        XCTAssertEqual(try reward(seeded.reward).status, "pending")
+        XCTAssertEqual(try reward(seeded.reward).attempts, 0, "a 409 is not a failed attempt")
+        XCTAssertTrue(try isLive(seeded), "the retrying job keeps the reward marked live")
+
+        try release()
+        XCTAssertEqual(first.done.wait(timeout: .now() + 30), .success)
+        let firstDelivery = try XCTUnwrap(first.wait())
+        guard case .ack = firstDelivery else { return XCTFail("first: \(firstDelivery)") }
+        XCTAssertAck(try driver.deliver(retry))
+        XCTAssertEqual(try reward(seeded.reward).status, "credited")
+        XCTAssertEqual(try earnRequests().count, 2)
+        XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey, [seeded.key: 1])
+        XCTAssertEqual(try notifications(seeded.user), ["credits_added"])
+        XCTAssertTrue(try claimed(seeded))
+    }
+
+    func testACreditedAnswerSettlesARewardAnotherJobGaveUpOn() throws {
+        // Job A's request is being applied; meanwhile job B (a duplicate) gets a 503 on the campaign's only attempt and
+        // marks the reward failed. A's 201 must still record the credit: the user got it.
+        let seeded = try seedReward(source: "campaign", amount: 10, maxAttempts: 1)
+        try hold(seeded.key, "before_credit")
+        let driver = self.driver(requestTimeout: 30)
+        let arguments = args(seeded.reward)
+        let first = deliverInBackground(driver, arguments)
+        try waitUntilHeld(seeded.key)
+        try fakes.script(.subscription, ["status": 503, "json": ["error": "unavailable"]])
+        XCTAssertAck(try driver.deliver(PendingRewardJob.className, arguments), "B gives up: failed, alert")
+        XCTAssertEqual(try reward(seeded.reward).status, "failed")
+
+        try release()
+        XCTAssertEqual(first.done.wait(timeout: .now() + 30), .success)
+        let firstDelivery = try XCTUnwrap(first.wait())
+        guard case .ack = firstDelivery else { return XCTFail("first: \(firstDelivery)") }
+        XCTAssertEqual(try reward(seeded.reward).status, "credited", "no failed row for a credited user")
+        XCTAssertEqual(try notifications(seeded.user), ["credits_added"])
+        XCTAssertTrue(try claimed(seeded))
+        XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey, [seeded.key: 1])
     }
 
     func testConcurrentDuplicateJobsCreditOnce() throws {
         let seeded = try seedReward(source: "campaign", amount: 10)
-        let runner = self.runner
+        let driver = self.driver
         let arguments = args(seeded.reward)
         let group = DispatchGroup()
+        let outcomes = Mutex<[String]>([])
         for _ in 0..<4 {
             group.enter()
             Thread.detachNewThread {
-                try? runner.run(PendingRewardJob.className, arguments)
+                // Each job is delivered until the runner acks it (a 409 asks for a retry).
+                var delivery = try? driver.deliver(PendingRewardJob.className, arguments)
+                while case .retry(let next, _)? = delivery { delivery = try? driver.deliver(next) }
+                outcomes.withLock { $0.append(delivery.map { "\($0)" } ?? "threw") }
                 group.leave()
             }
         }
-        XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(group.wait(timeout: .now() + 60), .success)
+        XCTAssertEqual(outcomes.withLock { $0 }, ["ack", "ack", "ack", "ack"])
         XCTAssertEqual(try reward(seeded.reward).status, "credited")
         XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey, [seeded.key: 1])
         XCTAssertEqual(try fakes.subscriptionCredits().creditedByKey, [seeded.key: 10])
@@ -156,85 +326,131 @@ final class AdsRewardTests: XCTestCase {
         XCTAssertTrue(try claimed(seeded))
     }
 
+    // MARK: Failures
+
     func testCampaignRewardSucceedsAfterFailures() throws {
         let seeded = try seedReward(source: "campaign", amount: 10)
         try fakes.script(.subscription, ["status": 503, "times": 2])
+        var payload = try JobRunnerDriver.payload(PendingRewardJob.className, args(seeded.reward))
         for _ in 0..<2 {
-            XCTAssertThrowsError(try runner.run(PendingRewardJob.className, args(seeded.reward))) { error in
-                XCTAssertTrue(error is RewardCreditUnavailable, "\(error)")
-            }
-            XCTAssertTrue(try RewardJobMarker(redis: redis.pool, ttl: 60).isLive(seeded.reward.uuidString),
-                          "a job waiting for its retry keeps its reward marked live")
+            payload = try expectUnavailableRetry(try driver.deliver(payload))
+            XCTAssertTrue(try isLive(seeded), "a job waiting for its retry keeps its reward marked live")
         }
         XCTAssertEqual(try reward(seeded.reward).status, "pending")
         XCTAssertFalse(try claimed(seeded))
-        try runner.run(PendingRewardJob.className, args(seeded.reward))
+        XCTAssertAck(try driver.deliver(payload))
         XCTAssertEqual(try reward(seeded.reward).status, "credited")
         XCTAssertEqual(try reward(seeded.reward).attempts, 3)
         XCTAssertTrue(try claimed(seeded))
         XCTAssertEqual(try fakes.subscriptionCredits().creditedByKey, [seeded.key: 10])
-        let body = try XCTUnwrap(try fakes.requests(.subscription, path: "/subscription/v1/credits/earn").last?.body)
-        XCTAssertTrue(body.contains("\"source\":\"campaign_reward\""), body)
     }
 
     func testCampaignRewardFailsAfterFiveAttempts() throws {
         let seeded = try seedReward(source: "campaign", amount: 10)
         try fakes.script(.subscription, ["hang": true, "delay": 2, "times": 5])  // timeouts (request timeout 0.5 s)
-        for attempt in 1...4 {
-            XCTAssertThrowsError(try runner.run(PendingRewardJob.className, args(seeded.reward)), "attempt \(attempt)")
-        }
-        try runner.run(PendingRewardJob.className, args(seeded.reward))  // the 5th attempt settles it as failed
+        var payload = try JobRunnerDriver.payload(PendingRewardJob.className, args(seeded.reward))
+        for _ in 1...4 { payload = try expectUnavailableRetry(try driver.deliver(payload)) }
+        XCTAssertAck(try driver.deliver(payload), "the 5th attempt settles it as failed")
         let state = try reward(seeded.reward)
         XCTAssertEqual(state.status, "failed")
         XCTAssertEqual(state.attempts, 5)
         XCTAssertTrue(state.error?.contains("gave up after 5 attempts") ?? false, state.error ?? "nil")
         XCTAssertFalse(try claimed(seeded))
         XCTAssertEqual(try notifications(seeded.user), [])
-        try runner.run(PendingRewardJob.className, args(seeded.reward))  // a failed reward is left alone
+        XCTAssertAck(try driver.deliver(PendingRewardJob.className, args(seeded.reward)), "a failed reward is left alone")
+        XCTAssertEqual(try earnRequests().count, 5)
         XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey, [:])
     }
 
     func testAdRewardKeepsRetryingWithCappedBackoff() throws {
         let seeded = try seedReward(source: "ad", amount: 1)
         try fakes.script(.subscription, ["status": 502, "times": 7])
-        for _ in 0..<7 { XCTAssertThrowsError(try runner.run(PendingRewardJob.className, args(seeded.reward))) }
+        var payload = try JobRunnerDriver.payload(PendingRewardJob.className, args(seeded.reward))
+        for _ in 0..<7 { payload = try expectUnavailableRetry(try driver.deliver(payload)) }
         XCTAssertEqual(try reward(seeded.reward).status, "pending")
         XCTAssertEqual(try reward(seeded.reward).attempts, 7)
         XCTAssertEqual(PendingRewardJob.options.maxRetries, 100_000)
         for count in [0, 5, 20, 1000] {
             XCTAssertLessThanOrEqual(PendingRewardJob.options.backoff.delay(retryCount: count), 3600 * 1.2)
         }
-        try runner.run(PendingRewardJob.className, args(seeded.reward))
+        XCTAssertAck(try driver.deliver(payload))
         XCTAssertEqual(try reward(seeded.reward).status, "credited")
     }
 
     func testRateLimitedAnswerAsksForRetryAfter() throws {
         let seeded = try seedReward(source: "ad", amount: 1)
         try fakes.script(.subscription, ["status": 429, "retry_after": 17])
-        XCTAssertThrowsError(try runner.run(PendingRewardJob.className, args(seeded.reward))) { error in
-            guard case JobError.retryAfter(let seconds, _) = error else { return XCTFail("\(error)") }
-            XCTAssertEqual(seconds, 17, accuracy: 0.5)
-        }
+        _ = try expectRetryAfter(try driver.deliver(PendingRewardJob.className, args(seeded.reward)), seconds: 17)
         XCTAssertEqual(try reward(seeded.reward).status, "pending")
+        XCTAssertEqual(try reward(seeded.reward).attempts, 1)
     }
 
     func testRejectedRequestFailsTheRewardWithAnAlert() throws {
         let seeded = try seedReward(source: "ad", amount: 1)
         try fakes.script(.subscription, ["status": 422, "json": ["error": "invalid_request"]])
-        try runner.run(PendingRewardJob.className, args(seeded.reward))
+        XCTAssertAck(try driver.deliver(PendingRewardJob.className, args(seeded.reward)))
         XCTAssertEqual(try reward(seeded.reward).status, "failed")
         XCTAssertTrue(try reward(seeded.reward).error?.contains("HTTP 422") ?? false)
     }
 
     func testBadAndMissingRewards() throws {
-        XCTAssertThrowsError(try runner.run(PendingRewardJob.className, [.object(["pending_reward_id": "42"])])) { error in
-            XCTAssertTrue("\(error)".contains("pending_reward_id must be a UUID"), "\(error)")
+        for (arguments, reason) in [([JSONValue.object(["pending_reward_id": "42"])], "pending_reward_id must be a UUID"),
+                                    ([.object(["reward": "x"])], "pending_reward_id")] {
+            let delivery = try driver.deliver(PendingRewardJob.className, arguments)
+            guard case .dead = delivery else { XCTFail("\(arguments): expected dead, got \(delivery)"); continue }
+            XCTAssertEqual(delivery.errorClass, "BadInput")
+            XCTAssertTrue(delivery.errorMessage?.contains(reason) ?? false, "\(delivery)")
         }
-        XCTAssertThrowsError(try runner.run(PendingRewardJob.className, [.object(["reward": "x"])])) { error in
-            XCTAssertTrue(error is DispatchError, "\(error)")
-        }
-        try runner.run(PendingRewardJob.className, args(UUID()))  // gone (user deleted): nothing to do
+        XCTAssertAck(try driver.deliver(PendingRewardJob.className, args(UUID())), "gone (user deleted): nothing to do")
         XCTAssertEqual(try fakes.requests(.subscription).count, 0)
+    }
+
+    // MARK: Migration 0012
+
+    func testMigrationDerivesKeysOnlyWhereNoRequestCarriedTheOldOne() throws {
+        let old = try PostgresTestDatabase.create(prefix: "ads_reward_migration")
+        let oldPool = PostgresPool(url: old.url, maxConnections: 2)
+        defer { oldPool.shutdown(); old.drop() }
+        _ = try Migrator(migrations: Migration.bundled().filter { $0.version < 12 }).migrate(pool: oldPool)
+        let user = UUID()
+        let campaign = UUID()
+        func insert(_ reference: String, _ source: String, status: String, attempts: Int) throws -> String {
+            try oldPool.withConnection { connection in
+                try connection.queryFirst("""
+                    INSERT INTO pending_rewards (user_id, amount, source, reference, status, attempts)
+                    VALUES ($1, 1, $2, $3, $4, $5) RETURNING idempotency_key
+                    """, [user, source, reference, status, attempts])!.string("idempotency_key")
+            }
+        }
+        try oldPool.withConnection { _ = try $0.execute("INSERT INTO users (id, app_id) VALUES ($1, $2)", [user, UUID()]) }
+        let fresh = try insert("req-fresh", "ad", status: "pending", attempts: 0)
+        let freshCampaign = try insert(campaign.uuidString.lowercased(), "campaign", status: "pending", attempts: 0)
+        let tried = try insert("req-tried", "ad", status: "pending", attempts: 2)
+        let credited = try insert("req-credited", "ad", status: "credited", attempts: 1)
+        let failed = try insert("req-failed", "ad", status: "failed", attempts: 5)
+        XCTAssertNotNil(UUID(uuidString: fresh), "the old default: a random uuid")
+
+        _ = try Migrator.bundled().migrate(pool: oldPool)
+        let keys = try oldPool.withConnection { connection in
+            Dictionary(uniqueKeysWithValues: try connection.query("SELECT reference, idempotency_key FROM pending_rewards")
+                .map { (try $0.string("reference"), try $0.string("idempotency_key")) })
+        }
+        XCTAssertEqual(keys["req-fresh"], "ad_reward:req-fresh", "never sent: now the key the Ads Service uses")
+        XCTAssertEqual(keys[campaign.uuidString.lowercased()],
+                       "campaign:\(campaign.uuidString.lowercased()):\(user.uuidString.lowercased())")
+        XCTAssertNotEqual(freshCampaign, keys[campaign.uuidString.lowercased()])
+        XCTAssertEqual(keys["req-tried"], tried, "an earlier attempt may have been applied under the old key")
+        XCTAssertEqual(keys["req-credited"], credited, "the key the service applied stays")
+        XCTAssertEqual(keys["req-failed"], failed)
+        // New rows get the derived key; an explicit one (the key the Ads Service really sent) is kept.
+        XCTAssertEqual(try insert("req-new", "ad", status: "pending", attempts: 0), "ad_reward:req-new")
+        let explicit = try oldPool.withConnection { connection in
+            try connection.queryFirst("""
+                INSERT INTO pending_rewards (user_id, amount, source, reference, idempotency_key)
+                VALUES ($1, 1, 'ad', 'req-explicit', 'ads-service-key-1') RETURNING idempotency_key
+                """, [user])!.string("idempotency_key")
+        }
+        XCTAssertEqual(explicit, "ads-service-key-1")
     }
 
     func testSweepEnqueuesPendingRewardsWithoutALiveJob() throws {
@@ -259,12 +475,12 @@ final class AdsRewardTests: XCTestCase {
         _ = young
 
         // The enqueued jobs run, settle and release their markers; nothing is left to sweep.
-        for payload in queued { try runner.run(payload) }
+        for payload in queued { XCTAssertAck(try driver.deliver(payload)) }
         XCTAssertEqual(try reward(orphanB.reward).status, "credited")
         try redis.command("DEL", "queue:default")
         XCTAssertEqual(try sweep.sweep(pool: pool), 0)
         // Through the registry, as the scheduler runs it.
-        try runner.run(PendingRewardSweepJob.className, [])
+        XCTAssertAck(try driver.deliver(PendingRewardSweepJob.className, []))
     }
 
     func testConfigurationFromEnvironment() throws {
@@ -279,6 +495,13 @@ final class AdsRewardTests: XCTestCase {
         ])
         XCTAssertEqual(custom.subscriptionServiceURL, "http://127.0.0.1:1")
         XCTAssertEqual(custom.subscriptionAPIKey, "s3cret")
-        XCTAssertThrowsError(try AdsConfiguration.fromEnvironment(["ADS_CAMPAIGN_MAX_ATTEMPTS": "0"]))
+        XCTAssertEqual(defaults.inFlightRetrySeconds, 5)
+        XCTAssertEqual(defaults.revenueEstimateDays, 7)
+        XCTAssertThrowsError(try AdsConfiguration.fromEnvironment(["ADS_CAMPAIGN_MAX_ATTEMPTS": "0"])) { error in
+            XCTAssertEqual((error as? GeoAdsConfigurationError)?.variable, "ADS_CAMPAIGN_MAX_ATTEMPTS", "\(error)")
+        }
+        XCTAssertThrowsError(try AdsConfiguration.fromEnvironment(["ADS_REVENUE_ESTIMATE_DAYS": "0"])) { error in
+            XCTAssertEqual((error as? GeoAdsConfigurationError)?.variable, "ADS_REVENUE_ESTIMATE_DAYS", "\(error)")
+        }
     }
 }

@@ -3,10 +3,17 @@ import Logging
 import Storage
 import Workers
 
-/// `AdRevenueAggregationJob` `[{"date": "YYYY-MM-DD", "app_id": "<uuid>"}]` — both keys optional;
-/// `[]` or no `date` = yesterday (UTC). Aggregates the day into `ad_revenue_daily`
-/// (see `RevenueAggregator`), then purges `ad_views`/`ad_requests` past the retention in batches.
-/// Safe to re-run and to deliver twice: the result depends only on the day's data.
+/// `AdRevenueAggregationJob` `[{"date": "YYYY-MM-DD", "app_id": "<uuid>", "days": N}]` — every key
+/// optional; `[]` or no `date` = yesterday (UTC). Aggregates the `days` (default 1) UTC days ending
+/// at `date` into `ad_revenue_daily`, oldest first, one transaction per day (see
+/// `RevenueAggregator`), then purges `ad_views`/`ad_requests` past the retention in batches.
+///
+/// The nightly schedule passes `days: 3`: networks report final revenue days later, so each night
+/// re-aggregates the trailing window — late revenue replaces estimates (`estimated` turns false),
+/// and a day whose own run died is aggregated again by the next nights. The arguments may come as
+/// two objects (the schedule's `args` plus the scheduler's tick object `{"date": …}`); their keys
+/// are merged, a key given twice is bad input. Safe to re-run and to deliver twice: a day's rows
+/// depend only on the data, never on earlier runs.
 public struct AdRevenueAggregationJob: Job {
     public static let className = "AdRevenueAggregationJob"
     public static let options = JobOptions(maxRetries: 10, backoff: .sidekiq, timeout: 1800, usesLedger: false)
@@ -14,30 +21,43 @@ public struct AdRevenueAggregationJob: Job {
     public struct Arguments: Decodable, Sendable, ValidatedArguments {
         public let date: String?
         public let app_id: String?
+        /// Length of the trailing window ending at `date` (1 = that day only).
+        public let days: Int?
 
-        public init(date: String? = nil, app_id: String? = nil) {
+        /// Longest window a run may cover.
+        public static let maxDays = 31
+
+        public init(date: String? = nil, app_id: String? = nil, days: Int? = nil) {
             self.date = date
             self.app_id = app_id
+            self.days = days
         }
 
         struct Object: Decodable {
             let date: String?
             let app_id: String?
+            let days: Int?
         }
 
         public init(from decoder: any Decoder) throws {
             var container = try decoder.unkeyedContainer()
-            if container.isAtEnd {
-                date = nil
-                app_id = nil
-                return
+            var objects: [Object] = []
+            while !container.isAtEnd {
+                guard objects.count < 2 else {
+                    throw DecodingError.dataCorruptedError(in: container, debugDescription: "expected at most two arguments")
+                }
+                objects.append(try container.decode(Object.self))
             }
-            let object = try container.decode(Object.self)
-            if !container.isAtEnd {
-                throw DecodingError.dataCorruptedError(in: container, debugDescription: "expected at most one argument")
+            func merged<T>(_ name: String, _ value: (Object) -> T?) throws -> T? {
+                let given = objects.compactMap(value)
+                guard given.count <= 1 else {
+                    throw DecodingError.dataCorruptedError(in: container, debugDescription: "\(name) given twice")
+                }
+                return given.first
             }
-            date = object.date
-            app_id = object.app_id
+            date = try merged("date", \.date)
+            app_id = try merged("app_id", \.app_id)
+            days = try merged("days", \.days)
         }
 
         public func validate() throws(JobError) {
@@ -47,6 +67,13 @@ public struct AdRevenueAggregationJob: Job {
                 guard day.year >= 2000, day <= tomorrow else { throw .badInput("date \(date) is outside 2000-01-01...tomorrow") }
             }
             if let app_id, GeoAdsIdentifier.uuid(app_id) == nil { throw .badInput("app_id must be a UUID") }
+            if let days, !(1...Self.maxDays).contains(days) { throw .badInput("days must be 1...\(Self.maxDays), got \(days)") }
+        }
+
+        /// The days to aggregate, oldest first: `days` (default 1) days ending at `day(now:)`.
+        public func window(now: Date = Date()) -> [PostgresDay] {
+            let last = day(now: now)
+            return (0..<(days ?? 1)).reversed().map { PostgresDay(utc: last.startDate.addingTimeInterval(-86_400 * Double($0))) }
         }
 
         /// The day to aggregate: the given one, else yesterday (UTC) at `now`.
@@ -67,18 +94,26 @@ public struct AdRevenueAggregationJob: Job {
     }
 
     let configuration: AdsConfiguration
-    let aggregator = RevenueAggregator()
+    let aggregator: RevenueAggregator
 
-    public init(configuration: AdsConfiguration) { self.configuration = configuration }
+    public init(configuration: AdsConfiguration) {
+        self.configuration = configuration
+        self.aggregator = RevenueAggregator(estimateDays: configuration.revenueEstimateDays)
+    }
 
     public func perform(_ arguments: Arguments, context: JobContext) throws {
         guard let database = context.database else { throw JobError.permanent("this job needs PostgreSQL but the worker runs without a database") }
-        let day = arguments.day()
         let appID = arguments.app_id.flatMap(GeoAdsIdentifier.uuid)
-        let summary = try database.pool.withConnection { try aggregator.aggregate(day: day, appID: appID, connection: $0) }
-        context.logger.info("ad revenue aggregated", metadata: [
-            "day": "\(day)", "rows": "\(summary.rows)", "written": "\(summary.written)", "deleted": "\(summary.deleted)",
-        ])
+        // Oldest first, one transaction per day: a run that dies part-way keeps the days it finished. A day's
+        // estimate reads the reported revenue of the days before it, never their aggregates, so the order does not
+        // change any row.
+        for day in arguments.window() {
+            if context.isCancelled { throw JobError.retryAfter(seconds: 60, reason: "cancelled before aggregating \(day)") }
+            let summary = try database.pool.withConnection { try aggregator.aggregate(day: day, appID: appID, connection: $0) }
+            context.logger.info("ad revenue aggregated", metadata: [
+                "day": "\(day)", "rows": "\(summary.rows)", "written": "\(summary.written)", "deleted": "\(summary.deleted)",
+            ])
+        }
         let purged = try aggregator.purge(olderThanYears: configuration.retentionYears, batchSize: configuration.purgeBatchSize,
                                           pool: database.pool, isCancelled: { context.isCancelled })
         if purged > 0 { context.logger.info("old ad data purged", metadata: ["rows": "\(purged)"]) }

@@ -12,6 +12,9 @@ public struct AdsConfiguration: Sendable {
     public var rewardQueue: String
     /// Attempts of a campaign reward when its row does not say (`max_attempts` NULL).
     public var campaignMaxAttempts: Int
+    /// Delay before asking again when the service answered 409 (the same idempotency key in
+    /// flight) without a Retry-After.
+    public var inFlightRetrySeconds: Double
     /// Lifetime of the per-reward "a job is live" marker in Redis. Must exceed the longest retry
     /// delay plus the job timeout (backoff cap 3600 s × 1.2 jitter + 120 s).
     public var rewardMarkerTTL: Int
@@ -24,23 +27,29 @@ public struct AdsConfiguration: Sendable {
     public var retentionYears: Int
     /// Rows deleted per purge transaction.
     public var purgeBatchSize: Int
+    /// Days before the aggregated day whose reported revenue per view (eCPM / 1000) estimates a
+    /// group that has no reported revenue on the day itself.
+    public var revenueEstimateDays: Int
 
     public static let defaultSubscriptionServiceURL = "http://subscription-service:8080"
 
     public init(subscriptionServiceURL: String = AdsConfiguration.defaultSubscriptionServiceURL,
                 subscriptionAPIKey: String? = nil, requestTimeout: Double = 10, rewardQueue: String = "default",
-                campaignMaxAttempts: Int = 5, rewardMarkerTTL: Int = 7200, sweepGracePeriod: Int = 300,
-                sweepBatchSize: Int = 500, retentionYears: Int = 2, purgeBatchSize: Int = 10_000) {
+                campaignMaxAttempts: Int = 5, inFlightRetrySeconds: Double = 5, rewardMarkerTTL: Int = 7200, sweepGracePeriod: Int = 300,
+                sweepBatchSize: Int = 500, retentionYears: Int = 2, purgeBatchSize: Int = 10_000,
+                revenueEstimateDays: Int = 7) {
         self.subscriptionServiceURL = subscriptionServiceURL
         self.subscriptionAPIKey = subscriptionAPIKey
         self.requestTimeout = requestTimeout
         self.rewardQueue = rewardQueue
         self.campaignMaxAttempts = campaignMaxAttempts
+        self.inFlightRetrySeconds = inFlightRetrySeconds
         self.rewardMarkerTTL = rewardMarkerTTL
         self.sweepGracePeriod = sweepGracePeriod
         self.sweepBatchSize = sweepBatchSize
         self.retentionYears = retentionYears
         self.purgeBatchSize = purgeBatchSize
+        self.revenueEstimateDays = revenueEstimateDays
     }
 
     /// Every variable is optional; see docs/jobs-geo-ads.md.
@@ -56,10 +65,12 @@ public struct AdsConfiguration: Sendable {
             requestTimeout: try env.double("ADS_REQUEST_TIMEOUT_SECONDS", default: 10, range: 0.1...120),
             rewardQueue: queue,
             campaignMaxAttempts: try env.int("ADS_CAMPAIGN_MAX_ATTEMPTS", default: 5, range: 1...100),
+            inFlightRetrySeconds: try env.double("ADS_IN_FLIGHT_RETRY_SECONDS", default: 5, range: 0.1...3600),
             rewardMarkerTTL: try env.int("ADS_REWARD_MARKER_TTL_SECONDS", default: 7200, range: 60...604_800),
             sweepGracePeriod: try env.int("ADS_SWEEP_GRACE_SECONDS", default: 300, range: 0...86_400),
             sweepBatchSize: try env.int("ADS_SWEEP_BATCH_SIZE", default: 500, range: 1...10_000),
             retentionYears: try env.int("ADS_RETENTION_YEARS", default: 2, range: 1...20),
-            purgeBatchSize: try env.int("ADS_PURGE_BATCH_SIZE", default: 10_000, range: 1...1_000_000))
+            purgeBatchSize: try env.int("ADS_PURGE_BATCH_SIZE", default: 10_000, range: 1...1_000_000),
+            revenueEstimateDays: try env.int("ADS_REVENUE_ESTIMATE_DAYS", default: 7, range: 1...90))
     }
 }

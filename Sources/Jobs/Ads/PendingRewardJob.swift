@@ -8,15 +8,21 @@ import Workers
 /// `PendingRewardJob` `[{"pending_reward_id": "<uuid>"}]`: credits a reward the Ads Service
 /// could not credit, through the Subscription Service.
 ///
-/// - The request carries the row's `idempotency_key`, so the user is credited once however many
-///   times (and from however many duplicate jobs) it is sent.
-/// - On success, in one ledger transaction: the reward becomes `credited`; for a campaign reward
+/// - The request carries the row's `idempotency_key`, derived from the reward's identity
+///   (`ad_reward:<ad_request_id>`, `campaign:<campaign_id>:<user_id>`; 0012_pending_reward_keys.sql),
+///   the key the Ads Service's own first call used too. So the user is credited once however many
+///   times (from however many duplicate jobs, and after however lost an original call) it is sent.
+/// - On success — a 2xx, a replay included — in one ledger transaction: the reward becomes
+///   `credited` (from `pending`, or from `failed`: the service's answer is the truth, so a
+///   credited user never keeps a `failed` row); for a campaign reward
 ///   `campaign_participations.reward_claimed = true, reward_claimed_at`; one "credits added"
 ///   notification (`dedup_key = 'reward:<id>'`, so a duplicate job writes none).
+/// - 409 (the same key is in flight elsewhere) is not a failure: the job retries later
+///   (`JobError.retryAfter`) without counting an attempt.
 /// - On failure `attempts` grows (in the row, so it counts across jobs and sweeps). Campaign
 ///   rewards: after `max_attempts` (5) the reward is `failed` and an alert is logged. Ad rewards
 ///   retry until success with capped exponential backoff (10 s doubling to 1 h). A request the
-///   service rejects as invalid (4xx other than 401/403/408/429) fails the reward at once, with
+///   service rejects as invalid (4xx other than 401/403/408/409/429) fails the reward at once, with
 ///   an alert: repeating it cannot succeed.
 /// - A missing, credited or failed reward is a no-op.
 public struct PendingRewardJob: Job {
@@ -73,7 +79,7 @@ public struct PendingRewardJob: Job {
 
         let body = SubscriptionCreditsClient.EarnRequest(
             user_id: reward.userID.uuidString.lowercased(), amount: reward.amount,
-            source: reward.source == "campaign" ? "campaign_reward" : "ad_reward", reference: reward.reference)
+            source: reward.source == "campaign" ? .promo : .adReward, reference_id: reward.reference)
         let cancellation = context.cancellation
         let outcome = client.earn(body, idempotencyKey: reward.idempotencyKey,
                                   cancellation: HTTPCancellation(isCancelled: { cancellation.isCancelled }))
@@ -85,6 +91,9 @@ public struct PendingRewardJob: Job {
         case .rejected(let status, let why):
             try fail(reward, reason: "Subscription Service rejected the credit (HTTP \(status)): \(why)", context: context)
             try marker.clear(idText)
+        case .inFlight(let after):
+            try retryLater(reward, reason: "a request with the same idempotency key is in flight (HTTP 409)",
+                           retryAfter: after ?? configuration.inFlightRetrySeconds, countsAsAttempt: false, context: context)
         case .rateLimited(let after):
             try retryLater(reward, reason: "Subscription Service answered 429", retryAfter: after ?? 30, context: context)
         case .transient(let why):
@@ -92,12 +101,15 @@ public struct PendingRewardJob: Job {
         }
     }
 
+    /// Records the credit the service confirmed. A `failed` row becomes `credited` too (another job
+    /// may have given up on it while this one's request was being applied): the Subscription
+    /// Service's answer is what happened to the user.
     func settleCredited(_ reward: Reward, context: JobContext) throws {
         try context.transaction { connection in
             try connection.execute("""
                 UPDATE pending_rewards SET status = 'credited', credited_at = now(), attempts = attempts + 1,
                        last_error = NULL, next_attempt_at = NULL, updated_at = now()
-                WHERE id = $1 AND status = 'pending'
+                WHERE id = $1 AND status IN ('pending', 'failed')
                 """, [reward.id])
             if reward.source == "campaign", let campaign = reward.campaignID {
                 try connection.execute("""
@@ -117,19 +129,22 @@ public struct PendingRewardJob: Job {
         }
     }
 
-    /// Counts the failed attempt; a campaign reward out of attempts becomes `failed` (alert),
-    /// anything else is retried by throwing.
-    func retryLater(_ reward: Reward, reason: String, retryAfter: Double?, context: JobContext) throws {
+    /// Records why the credit is not applied yet, and retries by throwing. A failed attempt
+    /// (`countsAsAttempt`) grows `attempts`, and a campaign reward out of attempts becomes `failed`
+    /// (alert); a request that merely found the same key in flight (409) counts nothing.
+    func retryLater(_ reward: Reward, reason: String, retryAfter: Double?, countsAsAttempt: Bool = true,
+                    context: JobContext) throws {
         let attempts = try context.withConnection { connection in
             try connection.queryFirst("""
-                UPDATE pending_rewards SET attempts = attempts + 1, last_error = $2, updated_at = now(),
+                UPDATE pending_rewards SET attempts = attempts + $4::int, last_error = $2, updated_at = now(),
                        next_attempt_at = now() + make_interval(secs => $3::double precision)
                 WHERE id = $1 AND status = 'pending' RETURNING attempts
-                """, [reward.id, String(reason.prefix(500)), retryAfter ?? 10]).map { try $0.int("attempts") }
+                """, [reward.id, String(reason.prefix(500)), retryAfter ?? 10, countsAsAttempt ? 1 : 0])
+                .map { try $0.int("attempts") }
         }
         guard let attempts else { return }  // settled meanwhile by another job
         let limit = reward.maxAttempts ?? (reward.source == "campaign" ? configuration.campaignMaxAttempts : nil)
-        if let limit, attempts >= limit {
+        if countsAsAttempt, let limit, attempts >= limit {
             try fail(reward, reason: "gave up after \(attempts) attempts: \(reason)", context: context)
             try marker.clear(reward.id.uuidString.lowercased())
             return

@@ -12,13 +12,20 @@ import Storage
 /// impressions, completion rate = completions / impressions of rewarded ads (NULL where a
 /// denominator is 0, and for non-rewarded groups).
 ///
-/// NULL `revenue_usd` is estimated as revenue per reported view of the same group, else of the
-/// same app, ad type and provider that day, else of the same app and ad type, else 0; the row is
-/// flagged `estimated`. Everything is derived from the day's data and nothing else, so re-running
-/// a day yields identical rows: unchanged rows are not even rewritten (`computed_at` stays), rows
-/// of groups that disappeared are deleted. Runs of the same day are serialised by an advisory lock.
+/// NULL `revenue_usd` (the network has not reported it yet) is estimated at a reported revenue per
+/// view (eCPM / 1000), the first that exists of: the same group that day; the same group over the
+/// `estimateDays` days before (its trailing eCPM); the same app, ad type and provider that day,
+/// then over the trailing days; the same app and ad type that day, then over the trailing days;
+/// else 0. The row is flagged `estimated` while any of its views is unreported. Everything is
+/// derived from `ad_views`/`ad_requests` (never from earlier aggregates), so re-running a day on
+/// the same data yields identical rows — unchanged rows are not even rewritten (`computed_at`
+/// stays), rows of groups that disappeared are deleted — and re-running it after late revenue
+/// arrived replaces the estimates. Runs of the same day are serialised by an advisory lock.
 public struct RevenueAggregator: Sendable {
-    public init() {}
+    /// Days before the aggregated day whose reported revenue estimates the unreported views.
+    public let estimateDays: Int
+
+    public init(estimateDays: Int = 7) { self.estimateDays = estimateDays }
 
     static let createScratch = """
         CREATE TEMP TABLE ad_revenue_scratch (
@@ -57,12 +64,34 @@ public struct RevenueAggregator: Sendable {
             SELECT app_id, ad_type, sum(reported_revenue) / nullif(sum(reported), 0) AS rpv
             FROM v GROUP BY app_id, ad_type
         ),
+        -- Reported revenue of the trailing days (the trailing eCPM), for groups the day itself cannot estimate.
+        h AS (
+            SELECT app_id, ad_type, provider, placement, count(*) AS reported, sum(revenue_usd) AS reported_revenue
+            FROM ad_views, bounds
+            WHERE created_at >= bounds.lo - make_interval(days => $3::int) AND created_at < bounds.lo
+              AND revenue_usd IS NOT NULL AND ($2::uuid IS NULL OR app_id = $2::uuid)
+            GROUP BY app_id, ad_type, provider, placement
+        ),
+        h_group AS (
+            SELECT app_id, ad_type, provider, placement, reported_revenue / reported AS rpv FROM h
+        ),
+        h_provider AS (
+            SELECT app_id, ad_type, provider, sum(reported_revenue) / sum(reported) AS rpv
+            FROM h GROUP BY app_id, ad_type, provider
+        ),
+        h_type AS (
+            SELECT app_id, ad_type, sum(reported_revenue) / sum(reported) AS rpv FROM h GROUP BY app_id, ad_type
+        ),
         ve AS (
             SELECT v.*,
                    round(v.reported_revenue + (v.impressions - v.reported)
-                         * coalesce(v.reported_revenue / nullif(v.reported, 0), p.rpv, t.rpv, 0), 6) AS revenue,
+                         * coalesce(v.reported_revenue / nullif(v.reported, 0), hg.rpv, p.rpv, hp.rpv, t.rpv, ht.rpv, 0),
+                         6) AS revenue,
                    v.impressions > v.reported AS estimated
             FROM v JOIN by_provider p USING (app_id, ad_type, provider) JOIN by_type t USING (app_id, ad_type)
+                 LEFT JOIN h_group hg USING (app_id, ad_type, provider, placement)
+                 LEFT JOIN h_provider hp USING (app_id, ad_type, provider)
+                 LEFT JOIN h_type ht USING (app_id, ad_type)
         ),
         r AS (
             SELECT app_id, ad_type, provider, placement, count(*) AS requests
@@ -150,7 +179,7 @@ public struct RevenueAggregator: Sendable {
         try connection.transaction { connection in
             try connection.execute("SELECT pg_advisory_xact_lock(hashtext('ad_revenue_daily:' || $1))", [day.description])
             try connection.execute(Self.createScratch)
-            let rows = try connection.execute(Self.compute, [day, appID])
+            let rows = try connection.execute(Self.compute, [day, appID, estimateDays])
             let written = try connection.execute(Self.upsert)
             let deleted = try connection.execute(Self.deleteStale, [day, appID])
             return Summary(rows: rows, written: written, deleted: deleted)
