@@ -301,8 +301,8 @@ final class AdsRevenueTests: XCTestCase {
         // A group with no history of its own takes its provider's trailing figure, not 0.
         try view(appA, "banner", "unity", "fresh", at: "2026-03-14T05:00:00Z", revenue: nil)
         XCTAssertAck(try driver.deliver(AdRevenueAggregationJob.className, [.object(["date": "2026-03-14"])]))
-        XCTAssertEqual(try rows()["aaaaaaaa/banner/unity/fresh"]?.string("revenue_text"), "0.340000",
-                       "(0.01 + 0.03 + 1) / 3 views of app A's banner/unity in the trailing 7 days")
+        XCTAssertEqual(try rows()["aaaaaaaa/banner/unity/fresh"]?.string("revenue_text"), "0.346667",
+                       "(0.01 + 0.03 + 1) / 3 reported views of app A's banner/unity in the trailing 7 days")
         // Nothing reported anywhere, ever: 0, flagged.
         try view(appB, "banner", "meta", "x", at: "2026-03-14T05:00:00Z", revenue: nil)
         XCTAssertAck(try driver.deliver(AdRevenueAggregationJob.className, [.object(["date": "2026-03-14"])]))
