@@ -3,6 +3,7 @@ import Logging
 import Queue
 import Storage
 @testable import Workers
+import XCTest
 
 /// Delivers jobs through the worker's own `JobRunner` — payload parsing, registry and argument
 /// validation, the ledger check of a redelivery, Sidekiq's retry and dead rules — and hands back
@@ -84,8 +85,6 @@ struct JobRunnerDriver {
         init(_ description: String) { self.description = description }
     }
 }
-
-import XCTest
 
 /// Fails unless `delivery` is `.ack` (the job succeeded, or the ledger already held it).
 func XCTAssertAck(_ delivery: @autoclosure () throws -> JobRunnerDriver.Delivery, _ message: String = "",
