@@ -183,6 +183,21 @@ final class ReceiptsAppleContractTests: XCTestCase {
         XCTAssertEqual(try db.events(key: "70000001"), ["subscription_started"])
     }
 
+    func testVerifyReceiptEntryWithAnotherUsersAccountTokenIsRefused() throws {
+        let owner = try db.newUser(), thief = try db.newUser()
+        try fakes.admin(.apple, "POST", "apple/receipts", json: [
+            "receipt-data": "owners-receipt", "status": 0,
+            "latest_receipt_info": [["product_id": ReceiptsDatabase.appleProduct, "transaction_id": "75000001",
+                                     "original_transaction_id": "75000001", "app_account_token": owner.uuidString.lowercased(),
+                                     "expires_date_ms": String(TestAppleSigner.ms(Date().addingTimeInterval(20 * 86400)))]]])
+        let r = try runner(configuration())
+        Settles.dead(try r.run("ValidateReceiptJob", validateArgs(user: thief, receipt: "owners-receipt", transaction: "75000001")),
+                     errorClass: "PermanentFailure", messagePrefix: "RCV-OWNER: the receipt's app_account_token names another user")
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM subscriptions"), 0)
+        XCTAssertEqual(try r.run("ValidateReceiptJob", validateArgs(user: owner, receipt: "owners-receipt", transaction: "75000001")), .done)
+        XCTAssertEqual(try subscriptionOwner(key: "75000001"), owner.uuidString.lowercased())
+    }
+
     func testDeviceSignedTransactionBindsAPurchaseWithoutToken() throws {
         let signer = try TestAppleSigner(), stranger = try TestAppleSigner()
         let r = try runner(try serverAPIConfiguration(signer))
