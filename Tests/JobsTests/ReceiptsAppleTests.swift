@@ -303,7 +303,7 @@ final class ReceiptsAppleTests: XCTestCase {
         var payload: [String: Any] = ["notificationType": type, "notificationUUID": uuid, "data": data, "version": "2.0",
                                       "signedDate": TestAppleSigner.ms(signedAt)]
         if let subtype { payload["subtype"] = subtype }
-        return jsonString([["signed_payload": try signer.sign(payload)]])
+        return jsonString([["signedPayload": try signer.sign(payload)]])  // Apple's body (ResponseBodyV2)
     }
 
     func testNotificationsRenewExpireRefundOnceEach() throws {
