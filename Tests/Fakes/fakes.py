@@ -26,14 +26,17 @@ Admin API (HTTP, JSON), on each HTTP fake's own port and on `smtp_admin` for SMT
                                               (links: the http(s) URLs found in the body, in order)
     Apple:      POST /__admin/apple/receipts      {"receipt-data": R, "status": 0, "environment": "Sandbox",
                                                    "latest_receipt_info": [...], "pending_renewal_info": [...],
+                                                   "in_app": [...] (default: latest_receipt_info),
                                                    "is-retryable": 1, "product_id": P, "transaction_id": T}
                 POST /__admin/apple/transactions  {"transaction_id": T, "signedTransactionInfo": JWS} or
                                                   {"transaction_id": T, "status": 404}
                 POST /__admin/apple/subscriptions {"transaction_id": T, "response": {...Get All Subscription
-                                                  Statuses body...}} (default: the fixture's canned body)
+                                                  Statuses body...}}; ids never registered answer 404 4040010
+                GET  /__admin/apple/jwt_refusals  {"refusals": [reason, ...]} why /inApps JWTs were refused
                 config {"api_jwt": {"issuer": I, "key_id": K, "bundle_id": B, "public_key_pem": PEM}}: /inApps
                 requests must carry an ES256 JWT with these claims, aud "appstoreconnect-v1", unexpired (else 401
-                with {"errorMessage": reason}); the signature is checked when the `cryptography` module is present.
+                with an empty body, as Apple); the signature is checked when the `cryptography` module is present.
+                config {"rate_limited": N}: the next N /inApps requests answer 429 {"errorCode": 4290000, ...}.
     Google:     POST /__admin/google/subscriptions {"token": T, "subscriptionState": ..., "productId": ...,
                                                     "expiryTime": RFC3339, "acknowledgementState": ..., ...}
                 GET  /__admin/google/acknowledgements  {"acknowledgements": {token: count}}
@@ -69,7 +72,7 @@ Scripts are consumed first-in first-out among those whose `match` fits the reque
 Service behaviours (defaults; see the handlers below):
     apple:        POST /verifyReceipt (production) and POST /sandbox/verifyReceipt (sandbox);
                   GET /inApps/v1/transactions/{id}, GET /inApps/v1/subscriptions/{id}
-                  (also under /sandbox/inApps/...), Bearer token required.
+                  (also under /sandbox/inApps/...), Bearer token required (401, empty body); unknown ids 404 4040010.
                   Unregistered receipt-data: "sandbox..." => 21007 in production, 0 in sandbox; "status:NNNNN" =>
                   that status; anything else => 0 in production, 21008 in sandbox. config: {"shared_secret": S}
     google:       POST /token, GET /androidpublisher/v3/applications/{pkg}/purchases/subscriptionsv2/tokens/{t},
@@ -442,16 +445,43 @@ def bearer(req):
 
 
 class AppleService(Service):
+    """verifyReceipt and the App Store Server API, answering as Apple documents them.
+
+    Sources cited below:
+      [VR]   developer.apple.com/documentation/appstorereceipts/verifyreceipt (endpoints, request body; production
+             first, 21007 -> sandbox)
+      [VRS]  developer.apple.com/documentation/appstorereceipts/status (status codes) and .../responsebody
+             (`status`, `environment`, `is-retryable`, `receipt`, `latest_receipt_info`, `pending_renewal_info`)
+      [GTI]  developer.apple.com/documentation/appstoreserverapi/get_transaction_info (200 TransactionInfoResponse;
+             400 InvalidTransactionIdError; 401; 404 TransactionIdNotFoundError; 429 RateLimitExceededError; 500)
+      [GASS] developer.apple.com/documentation/appstoreserverapi/get_all_subscription_statuses (200 StatusResponse;
+             same error list, 404 TransactionIdNotFoundError for an unknown id)
+      [LIB]  apple/app-store-server-library-swift: Sources/AppStoreServerLibrary/AppStoreServerAPIClient.swift
+             (`APIError`: invalidTransactionId = 4000006, transactionIdNotFound = 4040010, rateLimitExceeded =
+             4290000; `makeRequest` reads `{errorCode, errorMessage}` only when the body has them, a 401 carries none),
+             Tests/AppStoreServerLibraryTests/resources/models/transactionIdNotFoundError.json,
+             .../apiTooManyRequestsException.json (copied in Tests/Fixtures/apple-app-store-server/models)
+      [JWT]  developer.apple.com/documentation/appstoreserverapi/generating-json-web-tokens-for-api-requests
+    """
     name = "apple"
     DEFAULT_PRODUCT = "com.example.premium.monthly"
+    # [LIB] transactionIdNotFoundError.json, byte for byte the error Apple documents in [GTI]/[GASS].
+    TRANSACTION_NOT_FOUND = {"errorCode": 4040010, "errorMessage": "Transaction id not found."}
+    # [LIB] invalidTransactionIdError.json ([GTI] 400 InvalidTransactionIdError).
+    INVALID_TRANSACTION_ID = {"errorCode": 4000006, "errorMessage": "Invalid transaction id."}
+    # [LIB] apiTooManyRequestsException.json ([GTI] 429 RateLimitExceededError).
+    RATE_LIMIT_EXCEEDED = {"errorCode": 4290000, "errorMessage": "Rate limit exceeded."}
 
     def default_config(self):
-        return {"shared_secret": None, "bundle_id": "com.example", "product_id": self.DEFAULT_PRODUCT}
+        # rate_limited: how many of the next /inApps requests answer 429 RateLimitExceededError.
+        return {"shared_secret": None, "bundle_id": "com.example", "product_id": self.DEFAULT_PRODUCT,
+                "rate_limited": 0}
 
     def reset_service(self):
         self.receipts = {}
         self.transactions = {}
         self.statuses = {}
+        self.jwt_refusals = []
 
     def admin_extra(self, method, path, query, payload):
         if path == "/__admin/apple/receipts" and method == "POST":
@@ -466,10 +496,14 @@ class AppleService(Service):
             with self.lock:
                 self.statuses[str(payload["transaction_id"])] = payload["response"]
             return jresp({"ok": True})
+        if path == "/__admin/apple/jwt_refusals" and method == "GET":
+            with self.lock:
+                return jresp({"refusals": list(self.jwt_refusals)})
         return None
 
     def jwt_problem(self, req):
-        """Why the /inApps bearer JWT is refused under config `api_jwt`, or None."""
+        """Why the /inApps bearer JWT is refused under config `api_jwt`, or None. The claims checked are those of
+        [JWT]: header alg ES256 + kid; iss, iat, exp, aud "appstoreconnect-v1", bid; lifetime at most 60 minutes."""
         with self.lock:
             spec = self.config.get("api_jwt")
         if not spec:
@@ -501,30 +535,46 @@ class AppleService(Service):
         if path == "/verifyReceipt" and req["method"] == "POST":
             return self.verify_receipt(req, env)
         if path.startswith("/inApps/"):
-            if not bearer(req):
-                return Response(401, b"", content_type=None)
-            problem = self.jwt_problem(req)
+            # [GTI]/[GASS] 401 Unauthorized: "The JSON Web Token (JWT) in the authorization header is invalid."
+            # Apple documents no JSON body for it, and [LIB]'s client expects none: an empty 401. The reason is kept
+            # for the tests (GET /__admin/apple/jwt_refusals), never sent.
+            problem = "no bearer token" if not bearer(req) else self.jwt_problem(req)
             if problem:
-                return jresp({"errorCode": 4010000, "errorMessage": problem}, 401)
+                with self.lock:
+                    self.jwt_refusals.append(problem)
+                log("apple: JWT refused:", problem)
+                return Response(401, b"", content_type=None)
+            with self.lock:
+                limited = self.config.get("rate_limited", 0) > 0
+                if limited:
+                    self.config["rate_limited"] -= 1
+            if limited:
+                # [GTI] 429 RateLimitExceededError, body as [LIB] apiTooManyRequestsException.json. Apple documents
+                # no Retry-After header for it, so none is sent.
+                return jresp(self.RATE_LIMIT_EXCEEDED, 429)
             parts = path.split("/")
             # ['', 'inApps', 'v1', 'transactions', id]
             if len(parts) == 5 and parts[2] == "v1" and parts[3] == "transactions" and req["method"] == "GET":
                 return self.transaction_info(parts[4])
             if len(parts) == 5 and parts[2] == "v1" and parts[3] == "subscriptions" and req["method"] == "GET":
                 return self.subscription_statuses(parts[4], env)
-        return jresp({"errorCode": 4040000, "errorMessage": "Not found."}, 404)
+        # A path outside the endpoints this fake serves. Apple documents no error body for it; no errorCode is
+        # invented (there is no "4040000" in [LIB]'s APIError): a bare 404.
+        return Response(404, b"", content_type=None)
 
     @staticmethod
     def _tx_id(receipt):
         return str(2000000000000000 + int(hashlib.sha256(receipt.encode()).hexdigest()[:10], 16) % 10**12)
 
     def verify_receipt(self, req, env):
+        # [VR]/[VRS]: always HTTP 200; the verdict is the body's `status`.
         try:
             body = json.loads(req["raw_body"])
             receipt = body["receipt-data"]
             if not isinstance(receipt, str) or not receipt:
                 raise ValueError
         except (ValueError, KeyError, TypeError):
+            # [VRS] 21000: "The request to the App Store didn't use the HTTP POST request method" / was not readable.
             return jresp({"status": 21000})
         with self.lock:
             reg = self.receipts.get(receipt)
@@ -532,11 +582,13 @@ class AppleService(Service):
             product = self.config.get("product_id")
             bundle = self.config.get("bundle_id")
         if secret is not None and body.get("password") != secret:
+            # [VRS] 21004: "The shared secret you provided doesn't match the shared secret on file for your account."
             return jresp({"status": 21004, "environment": env})
         if reg is not None:
             reg_env = reg.get("environment", "Production")
             status = int(reg.get("status", 0))
             if status == 0 and reg_env != env:
+                # [VRS] 21007: a sandbox receipt sent to production; 21008: a production receipt sent to sandbox.
                 status = 21007 if reg_env == "Sandbox" else 21008
             product = reg.get("product_id", product)
             tx = str(reg.get("transaction_id", self._tx_id(receipt)))
@@ -551,11 +603,13 @@ class AppleService(Service):
         if status != 0:
             out = {"status": status, "environment": env}
             if 21100 <= status <= 21199:
+                # [VRS] `is-retryable`: only for 21100-21199; "1" = temporary, "0" = unresolvable.
                 out["is-retryable"] = int((reg or {}).get("is-retryable", 1))
             return jresp(out)
         now_ms = int(time.time() * 1000)
         info = (reg or {}).get("latest_receipt_info")
         if info is None:
+            # [VRS] responseBody.Latest_receipt_info: dates as strings, `_ms` fields as epoch-ms strings.
             info = [{
                 "quantity": "1",
                 "product_id": product,
@@ -574,13 +628,16 @@ class AppleService(Service):
             }]
         pending = (reg or {}).get("pending_renewal_info")
         if pending is None:
+            # [VRS] responseBody.Pending_renewal_info.
             pending = [{"auto_renew_product_id": product, "product_id": product, "original_transaction_id": tx,
                         "auto_renew_status": "1"}]
+        # [VRS] responseBody: status, environment, receipt (decoded), latest_receipt, latest_receipt_info,
+        # pending_renewal_info.
         return jresp({
             "status": 0,
             "environment": env,
             "receipt": {"receipt_type": "ProductionSandbox" if env == "Sandbox" else "Production",
-                        "bundle_id": bundle, "in_app": info},
+                        "bundle_id": bundle, "in_app": (reg or {}).get("in_app", info)},
             "latest_receipt": receipt,
             "latest_receipt_info": info,
             "pending_renewal_info": pending,
@@ -588,27 +645,28 @@ class AppleService(Service):
 
     def transaction_info(self, tx):
         if not tx.isdigit():
-            return Response(400, load_fixture("models/invalidTransactionIdError.json")
-                            or json_bytes({"errorCode": 4000006, "errorMessage": "Invalid transaction id."}))
+            # [GTI] 400 InvalidTransactionIdError.
+            return jresp(self.INVALID_TRANSACTION_ID, 400)
         with self.lock:
             reg = self.transactions.get(tx)
-        if reg is not None and int(reg.get("status", 200)) == 404 or tx == "404":
-            return jresp({"errorCode": 4040010, "errorMessage": "Transaction id not found."}, 404)
-        signed = (reg or {}).get("signedTransactionInfo")
-        if signed is None:
-            signed = (load_fixture("mock_signed_data/transactionInfo") or b"signed_transaction").decode().strip()
-        return jresp({"signedTransactionInfo": signed})
+        if reg is None or int(reg.get("status", 200)) == 404 or "signedTransactionInfo" not in reg:
+            # [GTI] 404 TransactionIdNotFoundError: an id this App Store does not know never answers 200.
+            return jresp(self.TRANSACTION_NOT_FOUND, 404)
+        # [GTI] 200 TransactionInfoResponse {signedTransactionInfo}.
+        return jresp({"signedTransactionInfo": reg["signedTransactionInfo"]})
 
     def subscription_statuses(self, tx, env):
         if not tx.isdigit():
-            return Response(400, load_fixture("models/invalidTransactionIdError.json")
-                            or json_bytes({"errorCode": 4000006, "errorMessage": "Invalid transaction id."}))
+            # [GASS] 400 InvalidTransactionIdError.
+            return jresp(self.INVALID_TRANSACTION_ID, 400)
         with self.lock:
             registered = self.statuses.get(tx)
-        if registered is not None:
-            return jresp(registered)
-        data = load_fixture("models/getAllSubscriptionStatusesResponse.json")
-        return Response(200, data or json_bytes({"environment": env, "data": []}))
+        if registered is None:
+            # [GASS] 404 TransactionIdNotFoundError: no placeholder StatusResponse for an unknown id.
+            return jresp(self.TRANSACTION_NOT_FOUND, 404)
+        # [GASS] 200 StatusResponse {environment, bundleId, appAppleId, data[{subscriptionGroupIdentifier,
+        # lastTransactions[{originalTransactionId, status, signedTransactionInfo, signedRenewalInfo}]}]}.
+        return jresp(registered)
 
 
 # ---------------------------------------------------------------- Google

@@ -47,18 +47,41 @@ final class FakesContractTests: XCTestCase {
         XCTAssertEqual(try verify(prod, "MIIprod")["status"] as? Int, 21004)
     }
 
+    /// The App Store Server API fake answers as Apple documents (sources cited in fakes.py, `AppleService`).
     func testAppleServerAPI() throws {
         let auth: HTTPHeaders = ["Authorization": "Bearer h.c.s"]
-        let tx = try client.get(fakes.appleServerAPIBaseURL + "/inApps/v1/transactions/2000000123", headers: auth)
-        XCTAssertEqual(tx.status, 200)
-        let jws = try XCTUnwrap(tx.jsonObject()["signedTransactionInfo"] as? String)
-        XCTAssertEqual(jws.split(separator: ".").count, 3, "the fixture's compact JWS")
-        let subs = try client.get(fakes.appleServerAPISandboxBaseURL + "/inApps/v1/subscriptions/2000000123",
-                                  headers: auth)
-        XCTAssertEqual((try subs.jsonObject()["data"] as? [Any])?.isEmpty, false)
+        // An id nobody registered: 404 TransactionIdNotFoundError (4040010), never a 200 with placeholder data.
+        let unknown = try client.get(fakes.appleServerAPIBaseURL + "/inApps/v1/transactions/2000000123", headers: auth)
+        XCTAssertEqual(unknown.status, 404)
+        XCTAssertEqual(try unknown.jsonObject()["errorCode"] as? Int, 4040010)
+        XCTAssertEqual(try unknown.jsonObject()["errorMessage"] as? String, "Transaction id not found.")
+        let unknownStatuses = try client.get(fakes.appleServerAPISandboxBaseURL + "/inApps/v1/subscriptions/2000000123",
+                                             headers: auth)
+        XCTAssertEqual(unknownStatuses.status, 404)
+        XCTAssertEqual(try unknownStatuses.jsonObject()["errorCode"] as? Int, 4040010)
+
+        let jws = try AppleFixtureFile.text("mock_signed_data/transactionInfo")
+        try fakes.admin(.apple, "POST", "apple/transactions", json: ["transaction_id": "2000000123", "signedTransactionInfo": jws])
+        let known = try client.get(fakes.appleServerAPIBaseURL + "/inApps/v1/transactions/2000000123", headers: auth)
+        XCTAssertEqual(known.status, 200)
+        XCTAssertEqual(try known.jsonObject()["signedTransactionInfo"] as? String, jws)
+
         XCTAssertEqual(try client.get(fakes.appleServerAPIBaseURL + "/inApps/v1/transactions/abc", headers: auth)
             .jsonObject()["errorCode"] as? Int, 4000006)
-        XCTAssertEqual(try client.get(fakes.appleServerAPIBaseURL + "/inApps/v1/transactions/1").status, 401)
+        // 401: Apple documents no body; no invented errorCode.
+        let unauthorized = try client.get(fakes.appleServerAPIBaseURL + "/inApps/v1/transactions/1")
+        XCTAssertEqual(unauthorized.status, 401)
+        XCTAssertTrue(unauthorized.body.isEmpty, "401 carries no body")
+        // 429 RateLimitExceededError with Apple's code.
+        try fakes.configure(.apple, ["rate_limited": 1])
+        let limited = try client.get(fakes.appleServerAPIBaseURL + "/inApps/v1/transactions/2000000123", headers: auth)
+        XCTAssertEqual(limited.status, 429)
+        XCTAssertEqual(try limited.jsonObject()["errorCode"] as? Int, 4290000)
+        XCTAssertEqual(try client.get(fakes.appleServerAPIBaseURL + "/inApps/v1/transactions/2000000123", headers: auth).status, 200)
+        // No invented "4040000" for paths outside the API.
+        let elsewhere = try client.get(fakes.appleServerAPIBaseURL + "/inApps/v9/nothing", headers: auth)
+        XCTAssertEqual(elsewhere.status, 404)
+        XCTAssertTrue(elsewhere.body.isEmpty)
     }
 
     func testGoogleTokenSubscriptionAndAcknowledge() throws {
@@ -183,5 +206,13 @@ final class FakesContractTests: XCTestCase {
         renamed["reference"] = renamed.removeValue(forKey: "reference_id")
         XCTAssertEqual(try client.send(.json(.post, url, object: renamed, headers: ["Idempotency-Key": "k-3"])).status, 422)
         XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey, ["ad_reward:req-1": 1])
+    }
+}
+
+/// Apple's published test data (`Tests/Fixtures/apple-app-store-server`).
+enum AppleFixtureFile {
+    static func text(_ relative: String) throws -> String {
+        try String(contentsOf: TestServices.fixturesDirectory.appendingPathComponent("apple-app-store-server")
+                    .appendingPathComponent(relative), encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 }

@@ -34,6 +34,7 @@ final class ReceiptsAppleTests: XCTestCase {
         c.appleServerAPISandboxURL = fakes.appleServerAPISandboxBaseURL
         c.appleSharedSecret = Secret("shh")
         c.appleBundleID = "com.example"
+        c.appleAppAppleID = 1234  // required with Production signed data accepted (the default environments)
         c.appleValidation = .verifyReceipt
         c.requestTimeout = .seconds(2)
         return c
@@ -121,7 +122,7 @@ final class ReceiptsAppleTests: XCTestCase {
     func testPermanentStatusRecordsInvalidReceiptWithoutRetry() throws {
         let user = try db.newUser()
         let d = try driver(configuration())
-        for status in [21003, 21004, 21010] {
+        for status in [21003, 21010] {  // 21004 and 21000 are our faults: ReceiptsAppleContractTests
             let tx = "20000\(status)"
             XCTAssertThrowsError(try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "status:\(status)", transaction: tx))) {
                 Failure.isPermanent($0, containing: "RCV-\(status)")
@@ -178,7 +179,8 @@ final class ReceiptsAppleTests: XCTestCase {
         XCTAssertThrowsError(try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "other-product", transaction: "40000001"))) {
             Failure.isPermanent($0, containing: "RCV-PRODUCT")
         }
-        try register(receipt: "r-40000002", transaction: "40000002")
+        // A transaction that is not in the receipt, and no subscription to the plan's product there either.
+        try register(receipt: "r-40000002", transaction: "40000002", product: "com.example.other")
         XCTAssertThrowsError(try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "r-40000002", transaction: "49999999"))) {
             Failure.isPermanent($0, containing: "RCV-TXN")
         }
@@ -234,8 +236,10 @@ final class ReceiptsAppleTests: XCTestCase {
         try fakes.configure(.apple, ["api_jwt": ["issuer": "issuer-1", "key_id": "KEY123", "bundle_id": "com.example",
                                                  "public_key_pem": publicKey]])
         let now = Date()
+        let user = try db.newUser()
         func tx(_ id: String, expires: Date) -> [String: Any] {
             ["transactionId": id, "originalTransactionId": "60000001", "bundleId": "com.example",
+             "appAccountToken": user.uuidString.lowercased(),
              "productId": ReceiptsDatabase.appleProduct, "purchaseDate": TestAppleSigner.ms(now.addingTimeInterval(-86400)),
              "originalPurchaseDate": TestAppleSigner.ms(now.addingTimeInterval(-40 * 86400)),
              "expiresDate": TestAppleSigner.ms(expires), "environment": "Sandbox", "signedDate": TestAppleSigner.ms(now)]
@@ -256,8 +260,7 @@ final class ReceiptsAppleTests: XCTestCase {
             ]]]]]])
         // An "expired token" answer once: the client signs a fresh JWT and asks again.
         try fakes.script(.apple, ["match": ["path": "/sandbox/inApps/v1/transactions/60000001"], "status": 401,
-                                  "json": ["errorMessage": "token expired"]])
-        let user = try db.newUser()
+                                  "body": ""])
         try driver(try serverAPIConfiguration(root: signer.rootDER))
             .run("ValidateReceiptJob", appleArgs(user: user, receipt: "unused", transaction: "60000001"))
         XCTAssertEqual(try db.subscriptionStatus(key: "60000001"), "active")
@@ -300,7 +303,7 @@ final class ReceiptsAppleTests: XCTestCase {
         var payload: [String: Any] = ["notificationType": type, "notificationUUID": uuid, "data": data, "version": "2.0",
                                       "signedDate": TestAppleSigner.ms(signedAt)]
         if let subtype { payload["subtype"] = subtype }
-        return jsonString([["signed_payload": try signer.sign(payload)]])
+        return jsonString([["signedPayload": try signer.sign(payload)]])  // Apple's body (ResponseBodyV2)
     }
 
     func testNotificationsRenewExpireRefundOnceEach() throws {

@@ -81,6 +81,7 @@ final class ReceiptsConfigurationTests: XCTestCase {
             case .sandboxReceipt: return "sandbox"
             case .productionReceipt: return "production"
             case .temporary: return "retry"
+            case .ourFault: return "ours"
             case .invalid: return "invalid"
             }
         }
@@ -90,7 +91,8 @@ final class ReceiptsConfigurationTests: XCTestCase {
         XCTAssertEqual([21002, 21005, 21009].map { kind($0) }, ["retry", "retry", "retry"])
         XCTAssertEqual(kind(21150, true), "retry")
         XCTAssertEqual(kind(21150, false), "invalid")
-        XCTAssertEqual([21000, 21003, 21004, 21010, 12345].map { kind($0) }, Array(repeating: "invalid", count: 5))
+        XCTAssertEqual([21003, 21010, 12345].map { kind($0) }, Array(repeating: "invalid", count: 3))
+        XCTAssertEqual([21000, 21004].map { kind($0) }, ["ours", "ours"])
     }
 
     func testRedactionNeverShowsTheWholeValue() {

@@ -34,6 +34,7 @@ final class ReceiptsWorkerTests: XCTestCase {
         c.appleVerifyReceiptProductionURL = fakes.appleVerifyReceiptProductionURL
         c.appleVerifyReceiptSandboxURL = fakes.appleVerifyReceiptSandboxURL
         c.appleBundleID = "com.example"
+        c.appleAppAppleID = 1234
         c.appleValidation = .verifyReceipt
         c.requestTimeout = .seconds(2)
         var registry = JobRegistry()

@@ -12,6 +12,8 @@ struct ReceiptTransaction: Decodable, Sendable {
     let expires_date_ms: String?
     let cancellation_date_ms: String?
     let is_trial_period: String?
+    /// The `appAccountToken` the app set at purchase (a UUID; ours is the user's id), when it set one.
+    let app_account_token: String?
 
     var expires: Date? { expires_date_ms.flatMap(Int64.init)?.millisecondsDate }
     var purchased: Date? { purchase_date_ms.flatMap(Int64.init)?.millisecondsDate }
@@ -44,6 +46,7 @@ enum VerifyReceiptStatus {
     case sandboxReceipt      // 21007: resend to sandbox
     case productionReceipt   // 21008: resend to production
     case temporary(String)   // retry with backoff
+    case ourFault(String)    // our request or secret is wrong: configuration alert, retry; the receipt is not judged
     case invalid(String)     // record invalid, alert RCV-<status>, no retry
 
     init(status: Int, isRetryable: Bool) {
@@ -57,14 +60,29 @@ enum VerifyReceiptStatus {
         case 21100...21199:
             self = isRetryable ? .temporary("internal data access error (\(status), is-retryable)")
                                : .invalid("internal data access error, not retryable")
-        case 21000: self = .invalid("request not readable by the App Store")
+        // 21000 and 21004 say nothing about the receipt: our request was unreadable (a bug on our side) or our
+        // shared secret is not the app's (configuration). external-apis §4a: "bug" / "config error".
+        case 21000: self = .ourFault("the App Store could not read our request (21000)")
+        case 21004: self = .ourFault("the shared secret RECEIPTS_APPLE_SHARED_SECRET does not match the app's (21004)")
         case 21001: self = .invalid("status no longer sent by Apple")
         case 21003: self = .invalid("receipt could not be authenticated")
-        case 21004: self = .invalid("shared secret does not match the account's")
         case 21010: self = .invalid("user account not found or deleted")
         default: self = .invalid("unknown verifyReceipt status")
         }
     }
+}
+
+/// verifyReceipt refused *our request*, not the user's receipt: 21004 (the shared secret we sent is not the app's)
+/// or 21000 (the App Store could not read our request). A fault of our configuration or code: the job is retried
+/// with backoff while an operator is alerted; the receipt is never recorded invalid and no fraud alert is raised
+/// for the user. Carries no receipt and no secret.
+public struct AppleVerifyReceiptRequestRefused: Error, Sendable, CustomStringConvertible {
+    /// 21000 or 21004.
+    public let status: Int
+    public let reason: String
+    /// The operator alert this fault raises: `RCV-CONFIG-<status>`.
+    public var alert: String { "RCV-CONFIG-\(status)" }
+    public var description: String { "\(alert): Apple verifyReceipt refused our request: \(reason); retried" }
 }
 
 /// The legacy verifyReceipt client: production first, 21007 → same body to sandbox, 21008 → production; at most
@@ -121,6 +139,8 @@ struct AppleVerifyReceiptClient: Sendable {
                 throw StoreUnavailable(service, "status \(status) after \(asked.count) requests bouncing between environments")
             case .temporary(let why):
                 throw StoreUnavailable(service, why)
+            case .ourFault(let why):
+                throw AppleVerifyReceiptRequestRefused(status: status, reason: why)
             case .invalid(let why):
                 return .invalid(status: status, reason: why)
             }
@@ -135,21 +155,43 @@ enum VerifyReceiptDerivation {
         case missingFields
     }
 
+    /// What the receipt says about the claimed purchase.
+    struct Derived {
+        let state: StoreSubscriptionState
+        /// The product of the entry the claim matched (checked against the plan by the caller).
+        let purchasedProduct: String
+        /// The `app_account_token` of that subscription's entries, when the app set one.
+        let appAccountToken: String?
+    }
+
     /// The subscription the transaction `transactionID` belongs to, read from its latest renewal
     /// (`latest_receipt_info` is not sorted: the entry with the latest expiry wins).
-    static func state(_ r: VerifyReceiptResponse, transactionID: String, now: Date) throws(Failure) -> (StoreSubscriptionState, purchasedProduct: String) {
+    ///
+    /// The claim is matched, in order, by: an entry's `transaction_id`; an entry's `original_transaction_id`;
+    /// `originalTransactionID` (a StoreKit 1 restore's `original.transactionIdentifier`); and else the latest
+    /// subscription to `planProduct` in the receipt. The last two cover a restore's new transaction id and an
+    /// older renewal's id, neither of which is in `latest_receipt_info` with `exclude-old-transactions` (only the
+    /// latest renewal is). This grants nothing the receipt does not prove: the receipt is Apple-verified and the
+    /// subscription key is the receipt's own `original_transaction_id`, never the claimed id.
+    static func state(_ r: VerifyReceiptResponse, transactionID: String, originalTransactionID: String? = nil,
+                      planProduct: String? = nil, now: Date) throws(Failure) -> Derived {
         let all = (r.latest_receipt_info ?? []) + (r.receipt?.in_app ?? [])
+        func latest(_ entries: [ReceiptTransaction]) -> ReceiptTransaction? {
+            entries.max { a, b in
+                (a.expires ?? a.purchased ?? .distantPast, a.purchased ?? .distantPast)
+                    < (b.expires ?? b.purchased ?? .distantPast, b.purchased ?? .distantPast)
+            }
+        }
         guard let target = all.first(where: { $0.transaction_id == transactionID })
-                ?? all.first(where: { $0.original_transaction_id == transactionID }) else {
+                ?? all.first(where: { $0.original_transaction_id == transactionID })
+                ?? originalTransactionID.flatMap({ o in all.first(where: { $0.original_transaction_id == o }) })
+                ?? planProduct.flatMap({ p in latest(all.filter { $0.product_id == p }) }) else {
             throw .transactionNotInReceipt
         }
         guard let targetProduct = target.product_id else { throw .missingFields }
         let original = target.original_transaction_id ?? target.transaction_id ?? transactionID
         let renewals = all.filter { ($0.original_transaction_id ?? $0.transaction_id) == original }
-        let latest = renewals.max { a, b in
-            (a.expires ?? a.purchased ?? .distantPast, a.purchased ?? .distantPast)
-                < (b.expires ?? b.purchased ?? .distantPast, b.purchased ?? .distantPast)
-        } ?? target
+        let latest = latest(renewals) ?? target
         guard let latestID = latest.transaction_id, let product = latest.product_id else { throw .missingFields }
         let pending = r.pending_renewal_info?.first { $0.original_transaction_id == original }
         let grace = pending?.grace_period_expires_date_ms.flatMap(Int64.init)?.millisecondsDate
@@ -171,6 +213,7 @@ enum VerifyReceiptDerivation {
             status: status, startDate: firstPurchase, endDate: cancelled ?? latest.expires,
             trialEndDate: isTrial ? latest.expires : nil, gracePeriodEnd: status == .gracePeriod ? grace : nil,
             autoRenew: pending.map { $0.auto_renew_status != "0" } ?? true, cancelledAt: cancelled, stateAt: now)
-        return (state, targetProduct)
+        return Derived(state: state, purchasedProduct: targetProduct,
+                       appAccountToken: renewals.lazy.compactMap(\.app_account_token).first)
     }
 }

@@ -4,14 +4,39 @@ import Logging
 import Storage
 import Workers
 
-/// `AppStoreNotificationJob` arguments: `[{"signed_payload"}]`, the App Store Server Notifications V2 body.
+/// `AppStoreNotificationJob` arguments: `[{"signedPayload": JWS}]`, the App Store Server Notifications V2 POST body
+/// exactly as Apple sends it (`ResponseBodyV2` in apple/app-store-server-library-swift,
+/// `Sources/AppStoreServerLibrary/Models/ResponseBodyV2.swift`). `signed_payload` is accepted as an alias for
+/// producers written against the earlier contract; when both are present they must be equal.
 public struct AppStoreNotificationArguments: Decodable, Sendable, ValidatedArguments {
-    public let signed_payload: String
-    public init(signed_payload: String) { self.signed_payload = signed_payload }
+    /// The notification's JWS (`signedPayload`).
+    public let signedPayload: String
+    public init(signedPayload: String) { self.signedPayload = signedPayload }
+
+    enum CodingKeys: String, CodingKey {
+        case signedPayload, signed_payload
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        let apple = try c.decodeIfPresent(String.self, forKey: .signedPayload)
+        let alias = try c.decodeIfPresent(String.self, forKey: .signed_payload)
+        switch (apple, alias) {
+        case let (a?, b?) where a != b:
+            throw DecodingError.dataCorruptedError(forKey: .signed_payload, in: c,
+                                                   debugDescription: "signedPayload and signed_payload differ")
+        case let (a?, _), let (nil, a?):
+            signedPayload = a
+        case (nil, nil):
+            throw DecodingError.keyNotFound(CodingKeys.signedPayload, .init(
+                codingPath: c.codingPath, debugDescription: "the body has no signedPayload (Apple's key) nor signed_payload"))
+        }
+    }
+
     public func validate() throws(JobError) {
-        guard signed_payload.split(separator: ".", omittingEmptySubsequences: false).count == 3,
-              signed_payload.count <= 1_000_000 else {
-            throw .badInput("signed_payload is not a compact JWS")
+        guard signedPayload.split(separator: ".", omittingEmptySubsequences: false).count == 3,
+              signedPayload.count <= 1_000_000 else {
+            throw .badInput("signedPayload is not a compact JWS")
         }
     }
 }
@@ -33,7 +58,7 @@ public struct AppStoreNotificationJob: Job {
     public func perform(_ arguments: SingleArgument<AppStoreNotificationArguments>, context: JobContext) throws {
         let verifier = try services.requireVerifier()
         let notification: AppleNotification
-        do { notification = try verifier.verifyNotification(arguments.value.signed_payload) } catch {
+        do { notification = try verifier.verifyNotification(arguments.value.signedPayload) } catch {
             context.logger.warning("security alert RCV-JWS: App Store notification rejected: \(error.description)",
                                    metadata: ["alert": "RCV-JWS", "security": "true"])
             throw JobError.permanent("App Store notification rejected: \(error.description)")

@@ -18,6 +18,7 @@ public final class ReceiptServices: Sendable {
     let googlePlay: GooglePlayClient?
 
     public init(configuration: ReceiptsConfiguration, http client: HTTPClient) throws {
+        if let problem = configuration.appleSignedDataProblem { throw problem }
         self.configuration = configuration
         let http = StoreHTTP(client: client, timeout: configuration.requestTimeout)
         self.http = http

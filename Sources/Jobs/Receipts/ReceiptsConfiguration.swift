@@ -40,7 +40,8 @@ public struct ReceiptsConfiguration: Sendable {
     public var appleCredentials: AppStoreServerAPICredentials?
     /// The app's bundle id: checked in every signed JWS and sent as `bid` in the API JWT.
     public var appleBundleID: String?
-    /// The numeric App Apple ID; when set, notifications from Production must carry it.
+    /// The numeric App Apple ID; notifications from Production must carry it. Required whenever Production signed
+    /// data is accepted (`appleSignedDataProblem`).
     public var appleAppAppleID: Int64?
     /// DER of the trusted roots for `x5c` chains. Default: Apple Root CA - G3.
     public var appleRootCertificates: [[UInt8]] = [AppleRootCertificates.appleRootCAG3]
@@ -74,6 +75,22 @@ public struct ReceiptsConfiguration: Sendable {
         case .serverAPI: return true
         case .auto: return appleCredentials != nil && appleBundleID != nil
         }
+    }
+
+    /// Why signed App Store data cannot be verified safely with these settings, or nil.
+    ///
+    /// Apple's `SignedDataVerifier` refuses to be built for Production without the app's App Apple ID
+    /// (`SignedDataVerifier.swift`, `init`: `guard !(environment == .production && appAppleId == nil) else { throw
+    /// ConfigurationError.INVALID_APP_APPLE_ID }`): without it a Production notification is not tied to our app.
+    /// Signed data is verified when a bundle id is configured; Production is accepted unless
+    /// `appleAllowedEnvironments` leaves it out.
+    public var appleSignedDataProblem: ReceiptsConfigurationError? {
+        guard appleBundleID != nil, appleAllowedEnvironments.contains("Production"), appleAppAppleID == nil else { return nil }
+        return .invalid(variable: "RECEIPTS_APPLE_APP_APPLE_ID",
+                        reason: "required when Production signed data is accepted (RECEIPTS_APPLE_ENVIRONMENTS includes "
+                            + "Production, the default, and RECEIPTS_APPLE_BUNDLE_ID is set): Apple's SignedDataVerifier "
+                            + "refuses Production without the app's numeric App Apple ID (App Store Connect, App Information); "
+                            + "set it, or accept only Sandbox on a non-production worker")
     }
 
     /// The token endpoint actually used.
@@ -134,6 +151,7 @@ public struct ReceiptsConfiguration: Sendable {
                            reason: "server_api needs RECEIPTS_APPLE_ISSUER_ID, _KEY_ID, _PRIVATE_KEY and _BUNDLE_ID")
         }
         c.appleGracePeriodDays = try reader.int("RECEIPTS_APPLE_GRACE_PERIOD_DAYS", default: 16, range: 0...90)
+        if let problem = c.appleSignedDataProblem { throw problem }
 
         c.googleTokenURL = reader.string("RECEIPTS_GOOGLE_TOKEN_URL")
         if let v = reader.string("RECEIPTS_GOOGLE_PLAY_API_URL") { c.googlePlayAPIURL = v }

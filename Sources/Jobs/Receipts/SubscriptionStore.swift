@@ -150,6 +150,7 @@ enum SubscriptionStore {
                                       is_active, validated, validation_date, validation_status, validation_error)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, true, now(), 0, NULL)
             ON CONFLICT (store, transaction_id) WHERE transaction_id IS NOT NULL DO UPDATE SET
+                user_id = EXCLUDED.user_id, receipt_data = EXCLUDED.receipt_data,
                 subscription_id = EXCLUDED.subscription_id, expiration_date = EXCLUDED.expiration_date,
                 is_trial = EXCLUDED.is_trial, is_active = EXCLUDED.is_active, validated = true,
                 validation_date = now(), validation_status = 0, validation_error = NULL

@@ -4,12 +4,15 @@ import Logging
 import Storage
 import Workers
 
-/// `ValidateReceiptJob` arguments: `[{"user_id", "app_id", "plan_id", "store": "apple", "receipt_data",
-/// "transaction_id"}]` or `[{"user_id", "app_id", "plan_id", "store": "google", "package_name", "product_id",
-/// "purchase_token"}]`.
+/// `ValidateReceiptJob` arguments: `[{"user_id", "app_id", "plan_id", "store": "apple", "receipt_data"?,
+/// "transaction_id", "original_transaction_id"?, "signed_transaction"?}]` (`receipt_data` or `signed_transaction`
+/// required; see `docs/jobs-receipts.md`) or `[{"user_id", "app_id", "plan_id", "store": "google", "package_name",
+/// "product_id", "purchase_token"}]`.
 public struct ValidateReceiptArguments: Decodable, Sendable, ValidatedArguments {
     public enum Proof: Sendable {
-        case apple(receiptData: String, transactionID: String)
+        /// `signedTransaction`: the device's StoreKit 2 `jwsRepresentation` of the purchase (proof of possession);
+        /// `originalTransactionID`: a StoreKit 1 restore's `original.transactionIdentifier`.
+        case apple(receiptData: String?, transactionID: String, originalTransactionID: String?, signedTransaction: String?)
         case google(packageName: String, productID: String, purchaseToken: String)
     }
     public let userID: String
@@ -24,6 +27,7 @@ public struct ValidateReceiptArguments: Decodable, Sendable, ValidatedArguments 
 
     enum CodingKeys: String, CodingKey {
         case user_id, app_id, plan_id, store, receipt_data, transaction_id, package_name, product_id, purchase_token
+        case original_transaction_id, signed_transaction
     }
 
     public init(userID: String, appID: String, planID: String, proof: Proof) {
@@ -41,8 +45,15 @@ public struct ValidateReceiptArguments: Decodable, Sendable, ValidatedArguments 
         let store = try c.decode(String.self, forKey: .store)
         switch store {
         case "apple":
-            proof = .apple(receiptData: try c.decode(String.self, forKey: .receipt_data),
-                           transactionID: try c.decode(String.self, forKey: .transaction_id))
+            let receipt = try c.decodeIfPresent(String.self, forKey: .receipt_data)
+            let signed = try c.decodeIfPresent(String.self, forKey: .signed_transaction)
+            guard receipt != nil || signed != nil else {
+                throw DecodingError.keyNotFound(CodingKeys.receipt_data, .init(
+                    codingPath: c.codingPath, debugDescription: "an Apple purchase needs receipt_data or signed_transaction"))
+            }
+            proof = .apple(receiptData: receipt, transactionID: try c.decode(String.self, forKey: .transaction_id),
+                           originalTransactionID: try c.decodeIfPresent(String.self, forKey: .original_transaction_id),
+                           signedTransaction: signed)
         case "google":
             proof = .google(packageName: try c.decode(String.self, forKey: .package_name),
                             productID: try c.decode(String.self, forKey: .product_id),
@@ -58,11 +69,23 @@ public struct ValidateReceiptArguments: Decodable, Sendable, ValidatedArguments 
             throw .badInput("\(name) is not a UUID")
         }
         switch proof {
-        case .apple(let receipt, let transaction):
-            guard !receipt.isEmpty, receipt.count <= 1_000_000 else { throw .badInput("receipt_data is empty or larger than 1 MB") }
-            guard !transaction.isEmpty, transaction.count <= 64, transaction.allSatisfy(\.isASCII),
-                  transaction.allSatisfy(\.isNumber) else {
+        case .apple(let receipt, let transaction, let original, let signed):
+            if let receipt {
+                guard !receipt.isEmpty, receipt.count <= 1_000_000 else { throw .badInput("receipt_data is empty or larger than 1 MB") }
+            }
+            func isTransactionID(_ t: String) -> Bool {
+                !t.isEmpty && t.count <= 64 && t.allSatisfy(\.isASCII) && t.allSatisfy(\.isNumber)
+            }
+            guard isTransactionID(transaction) else {
                 throw .badInput("transaction_id must be the App Store's numeric transaction id")
+            }
+            if let original, !isTransactionID(original) {
+                throw .badInput("original_transaction_id must be the App Store's numeric transaction id")
+            }
+            if let signed {
+                guard signed.split(separator: ".", omittingEmptySubsequences: false).count == 3, signed.count <= 100_000 else {
+                    throw .badInput("signed_transaction is not a compact JWS")
+                }
             }
         case .google(let package, let product, let token):
             guard !package.isEmpty, package.count <= 255, !package.contains("/") else { throw .badInput("package_name is invalid") }
@@ -92,8 +115,11 @@ public struct ValidateReceiptJob: Job {
         let reason: String
     }
 
-    /// The subscription already belongs to another user: a replayed receipt.
-    struct OwnershipConflict: Error {}
+    /// The purchase belongs to another user: its subscription is already someone else's (a replayed receipt), or
+    /// Apple's signed data names another user (`appAccountToken`).
+    struct OwnershipConflict: Error {
+        var reason = "the store transaction already belongs to another user"
+    }
 
     public func perform(_ arguments: SingleArgument<ValidateReceiptArguments>, context: JobContext) throws {
         let args = arguments.value
@@ -109,13 +135,21 @@ public struct ValidateReceiptJob: Job {
 
         do {
             switch args.proof {
-            case .apple(let receipt, let transactionID):
-                logger[metadataKey: "receipt"] = "\(Redact.fingerprint(receipt))"
-                let state = services.configuration.usesAppStoreServerAPI
-                    ? try appleServerAPIState(transactionID: transactionID, product: expectedProduct, cancellation: cancellation)
-                    : try appleVerifyReceiptState(receipt: receipt, transactionID: transactionID, product: expectedProduct,
-                                                  cancellation: cancellation)
-                try apply(state, owner: owner, receiptData: receipt, context: context)
+            case .apple(let receipt, let transactionID, let originalTransactionID, let signedTransaction):
+                logger[metadataKey: "receipt"] = "\(Redact.fingerprint(receipt ?? signedTransaction ?? ""))"
+                let state: StoreSubscriptionState
+                if services.configuration.usesAppStoreServerAPI {
+                    state = try appleServerAPIState(transactionID: transactionID, deviceSignedTransaction: signedTransaction,
+                                                    userID: userID, product: expectedProduct, cancellation: cancellation)
+                } else {
+                    guard let receipt else {
+                        throw JobError.badInput("receipt_data is required: this worker validates Apple purchases with verifyReceipt")
+                    }
+                    state = try appleVerifyReceiptState(receipt: receipt, transactionID: transactionID,
+                                                        originalTransactionID: originalTransactionID, userID: userID,
+                                                        product: expectedProduct, cancellation: cancellation)
+                }
+                try apply(state, owner: owner, receiptData: receipt ?? signedTransaction, context: context)
                 logger.info("receipt validated", metadata: ["status": "\(state.status.rawValue)"])
             case .google(let package, let product, let token):
                 logger[metadataKey: "purchase_token"] = "\(Redact.token(token))"
@@ -156,23 +190,28 @@ public struct ValidateReceiptJob: Job {
             logger.warning("security alert \(rejection.code): \(rejection.reason)",
                            metadata: ["alert": "\(rejection.code)", "security": "true"])
             throw JobError.permanent("\(rejection.code): \(rejection.reason)")
-        } catch is OwnershipConflict {
-            logger.warning("security alert RCV-OWNER: the store transaction already belongs to another user",
-                           metadata: ["alert": "RCV-OWNER", "security": "true"])
-            throw JobError.permanent("RCV-OWNER: the store transaction already belongs to another user")
+        } catch let conflict as OwnershipConflict {
+            logger.warning("security alert RCV-OWNER: \(conflict.reason)", metadata: ["alert": "RCV-OWNER", "security": "true"])
+            throw JobError.permanent("RCV-OWNER: \(conflict.reason)")
+        } catch let refused as AppleVerifyReceiptRequestRefused {
+            // Our secret or our request is wrong, not the user's receipt: one configuration alert per attempt, no
+            // receipt recorded, no security alert; retried with backoff until an operator fixes it.
+            logger.error("configuration alert \(refused.alert): \(refused.reason)",
+                         metadata: ["alert": "\(refused.alert)", "configuration": "true"])
+            throw refused
         }
     }
 
     private func receiptKeyFor(_ a: ValidateReceiptArguments) -> String {
         switch a.proof {
-        case .apple(_, let t): return t
+        case .apple(_, let t, _, _): return t
         case .google(_, _, let token): return token
         }
     }
 
-    private func receiptDataFor(_ a: ValidateReceiptArguments) -> String {
+    private func receiptDataFor(_ a: ValidateReceiptArguments) -> String? {
         switch a.proof {
-        case .apple(let r, _): return r
+        case .apple(let r, _, _, let signed): return r ?? signed
         case .google(_, _, let token): return token
         }
     }
@@ -191,8 +230,8 @@ public struct ValidateReceiptJob: Job {
 
     // MARK: Apple
 
-    private func appleVerifyReceiptState(receipt: String, transactionID: String, product: String,
-                                         cancellation: HTTPCancellation) throws -> StoreSubscriptionState {
+    private func appleVerifyReceiptState(receipt: String, transactionID: String, originalTransactionID: String?, userID: UUID,
+                                         product: String, cancellation: HTTPCancellation) throws -> StoreSubscriptionState {
         switch try services.verifyReceipt.verify(receiptData: receipt, cancellation: cancellation) {
         case .invalid(let status, let reason):
             throw Rejection(code: "RCV-\(status)", status: status, reason: reason)
@@ -200,8 +239,11 @@ public struct ValidateReceiptJob: Job {
             if let expected = services.configuration.appleBundleID, let bundle = response.receipt?.bundle_id, bundle != expected {
                 throw Rejection(code: "RCV-BUNDLE", status: response.status, reason: "receipt is for bundle id \(bundle), expected \(expected)")
             }
-            let (state, purchased): (StoreSubscriptionState, String)
-            do { (state, purchased) = try VerifyReceiptDerivation.state(response, transactionID: transactionID, now: Date()) } catch {
+            let derived: VerifyReceiptDerivation.Derived
+            do {
+                derived = try VerifyReceiptDerivation.state(response, transactionID: transactionID, originalTransactionID: originalTransactionID,
+                                                            planProduct: product, now: Date())
+            } catch {
                 switch error {
                 case .transactionNotInReceipt:
                     throw Rejection(code: "RCV-TXN", status: response.status, reason: "transaction \(transactionID) is not in the receipt")
@@ -209,19 +251,43 @@ public struct ValidateReceiptJob: Job {
                     throw Rejection(code: "RCV-DATA", status: response.status, reason: "the receipt's transaction lacks product or transaction id")
                 }
             }
-            guard purchased == product else {
+            guard derived.purchasedProduct == product else {
                 throw Rejection(code: "RCV-PRODUCT", status: response.status,
-                                reason: "the transaction is for product \(purchased), the plan's is \(product)")
+                                reason: "the transaction is for product \(derived.purchasedProduct), the plan's is \(product)")
             }
-            return state
+            if AppAccountToken.matches(derived.appAccountToken, userID: userID) == false {
+                throw OwnershipConflict(reason: "the receipt's app_account_token names another user")
+            }
+            return derived.state
         }
     }
 
-    private func appleServerAPIState(transactionID: String, product: String, cancellation: HTTPCancellation) throws -> StoreSubscriptionState {
+    /// Server API mode. A bare `transaction_id` proves nothing about who bought it (ids are not secret), so the
+    /// purchase must be bound to `userID` by Apple-signed data: the device's signed transaction for this purchase
+    /// (`deviceSignedTransaction`, verified like every JWS) and/or an `appAccountToken` equal to the user's id.
+    /// A token naming someone else → `RCV-OWNER`; neither proof → `RCV-PROOF`.
+    private func appleServerAPIState(transactionID: String, deviceSignedTransaction: String?, userID: UUID, product: String,
+                                     cancellation: HTTPCancellation) throws -> StoreSubscriptionState {
         guard let api = services.appStoreAPI else {
             throw JobError.permanent("App Store Server API credentials are not configured")
         }
         let verifier = try services.requireVerifier()
+        // The device's proof is checked before any request: a forged or foreign one costs Apple nothing.
+        var device: AppleTransaction?
+        if let deviceSignedTransaction {
+            let t: AppleTransaction
+            do { t = try verifier.verifyTransaction(deviceSignedTransaction) } catch {
+                throw Rejection(code: "RCV-JWS", status: nil, reason: "the device's signed transaction: \(error.description)")
+            }
+            guard t.transactionId == transactionID || t.originalTransactionId == transactionID else {
+                throw Rejection(code: "RCV-TXN", status: nil,
+                                reason: "the device's signed transaction is transaction \(t.transactionId ?? "<none>"), not \(transactionID)")
+            }
+            if AppAccountToken.matches(t.appAccountToken, userID: userID) == false {
+                throw OwnershipConflict(reason: "the transaction's appAccountToken names another user")
+            }
+            device = t
+        }
         let signed: String, environment: String
         switch try api.transactionInfo(transactionID, cancellation: cancellation) {
         case .found(let s, let env): (signed, environment) = (s, env)
@@ -234,6 +300,25 @@ public struct ValidateReceiptJob: Job {
         guard transaction.productId == product else {
             throw Rejection(code: "RCV-PRODUCT", status: nil,
                             reason: "the transaction is for product \(transaction.productId ?? "<none>"), the plan's is \(product)")
+        }
+        if let device {
+            guard device.environment == environment else {
+                throw Rejection(code: "RCV-JWS", status: nil, reason: "the device's signed transaction: "
+                                + AppleJWSError.wrongEnvironment(allowed: [environment], found: device.environment).description)
+            }
+            guard device.originalTransactionId == transaction.originalTransactionId else {
+                throw Rejection(code: "RCV-TXN", status: nil,
+                                reason: "the device's signed transaction belongs to another subscription than \(transactionID)")
+            }
+        }
+        switch AppAccountToken.matches(transaction.appAccountToken, userID: userID) {
+        case false?: throw OwnershipConflict(reason: "the transaction's appAccountToken names another user")
+        case true?: break
+        case nil:
+            guard device != nil else {
+                throw Rejection(code: "RCV-PROOF", status: nil, reason: "transaction \(transactionID) carries no appAccountToken and "
+                                + "no signed_transaction from the device was sent: nothing binds it to this user")
+            }
         }
         let original = transaction.originalTransactionId ?? transactionID
         var latest = transaction
@@ -261,7 +346,7 @@ public struct ValidateReceiptJob: Job {
     // MARK: Effects
 
     /// One transaction with the ledger: upsert, entitlement, event, receipt row.
-    private func apply(_ state: StoreSubscriptionState, owner: SubscriptionOwner, receiptData: String, context: JobContext) throws {
+    private func apply(_ state: StoreSubscriptionState, owner: SubscriptionOwner, receiptData: String?, context: JobContext) throws {
         try context.transaction { c in
             if let existing = try SubscriptionStore.subscription(store: state.store, key: state.key, on: c),
                let existingUser = existing.userID, existingUser != owner.userID {
