@@ -114,6 +114,22 @@ final class FakesContractTests: XCTestCase {
         XCTAssertEqual(try client.get(base + "/subscriptionsv2/tokens/gone-x", headers: auth).status, 410)
     }
 
+    /// A fake that cannot check signatures refuses to start: `cryptography` made unimportable (a module of that name
+    /// that raises, first on PYTHONPATH) → exit 3 with a clear message, no ports line.
+    func testFakesRefuseToStartWithoutCryptography() throws {
+        let shadow = FileManager.default.temporaryDirectory.appendingPathComponent("no-cryptography-\(UUID().uuidString)")
+        let package = shadow.appendingPathComponent("cryptography")
+        try FileManager.default.createDirectory(at: package, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: shadow) }
+        try Data("raise ImportError('hidden by the test')\n".utf8).write(to: package.appendingPathComponent("__init__.py"))
+        let script = TestServices.repositoryRoot.appendingPathComponent("Tests/Fakes/fakes.py").path
+        let result = try ChildProcess.run(URL(fileURLWithPath: "/usr/bin/env"), ["python3", script, "--google"],
+                                          environment: ["PYTHONPATH": shadow.path], timeout: 30)
+        XCTAssertEqual(result.status, 3, result.stderr)
+        XCTAssertTrue(result.stderr.contains("'cryptography' cannot be imported"), result.stderr)
+        XCTAssertEqual(result.stdout, "", "no ports: nothing started")
+    }
+
     func testNominatimRateWindowStatistic() throws {
         for _ in 0..<3 { _ = try client.get(fakes.nominatimBaseURL + "/reverse?lat=45.9&lon=6.1&format=jsonv2") }
         Thread.sleep(forTimeInterval: 1.1)
