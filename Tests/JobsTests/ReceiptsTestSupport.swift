@@ -146,26 +146,6 @@ final class ReceiptsDatabase {
     }
 }
 
-/// Runs jobs the way the worker does (decode, validate, perform) without Redis — and without the runner's ledger
-/// check or retry rules. Kept for the Apple tests until they move to `RunnerDriver`; new tests use `RunnerDriver`.
-struct JobDriver {
-    let registry: JobRegistry
-    let database: JobDatabase
-
-    /// Runs `className` with `args` as delivery `jid`. Bad input surfaces as `DispatchError`.
-    func run(_ className: String, _ argsJSON: String, jid: String = Identifiers.jid(), attempt: Int = 1) throws {
-        guard case .array(let args) = try JSONValue.parse(argsJSON) else { throw JobError.badInput("args must be an array") }
-        let payload = try JobClient.payload(for: NewJob(className, args: args), jid: jid, createdAt: Clock.now(), enqueuedAt: Clock.now())
-        let prepared = try registry.prepare(payload)
-        var logger = Logger(label: "receipts-test")
-        logger.logLevel = .critical
-        let context = JobContext(jid: jid, className: className, queue: "default", attempt: attempt, payload: payload,
-                                 deadline: Date().addingTimeInterval(120), cancellation: CancellationFlag(), logger: logger,
-                                 database: database)
-        try prepared.run(context)
-    }
-}
-
 /// How the worker's `JobRunner` settled a delivery that did not succeed (thrown by `RunnerDriver`).
 enum RunnerSettlement: Error, CustomStringConvertible {
     /// Scheduled for a retry: the payload as it went into `retry` (error fields, `retry_count`), due at `at`.
@@ -245,53 +225,40 @@ struct RunnerDriver {
     }
 }
 
-/// Test assertions on how a job failed: each names the exact failure it expects.
+/// Test assertions on how the runner settled a failed delivery (`RunnerSettlement`): each names the exact failure
+/// it expects, and anything else — a SQL error, a decoding bug, another service's failure — fails the assertion.
 enum Failure {
-    /// "dead now" with a message containing `text` (a `JobDriver` error, or a `RunnerDriver` settlement into dead).
+    /// Sent to `dead` with an `error_message` containing `text`.
     static func isPermanent(_ error: any Error, containing text: String, file: StaticString = #filePath, line: UInt = #line) {
-        switch error {
-        case JobError.permanent(let why), JobError.badInput(let why):
-            XCTAssertTrue(why.contains(text), "reason '\(why)' lacks '\(text)'", file: file, line: line)
-        case let e as DispatchError:
-            XCTAssertTrue(e.description.contains(text), "reason '\(e)' lacks '\(text)'", file: file, line: line)
-        case RunnerSettlement.dead(let payload):
-            let why = payload.errorMessage ?? ""
-            XCTAssertTrue(why.contains(text), "dead with '\(why)', which lacks '\(text)'", file: file, line: line)
-        default:
-            XCTFail("expected a permanent failure, got \(type(of: error)): \(error)", file: file, line: line)
+        guard case RunnerSettlement.dead(let payload) = error else {
+            return XCTFail("expected dead with '\(text)', got \(error)", file: file, line: line)
         }
+        let why = payload.errorMessage ?? ""
+        XCTAssertTrue(why.contains(text), "dead with '\(why)', which lacks '\(text)'", file: file, line: line)
     }
 
-    /// The store could not answer now: a `StoreUnavailable` of `service` whose reason contains `reason` — thrown
-    /// (`JobDriver`), or settled into `retry` by the runner with that error class and message (`RunnerDriver`).
-    /// Any other failure (a SQL error, a decoding bug, a permanent failure, another service) fails the assertion.
+    /// Retried because the store could not answer now: error class `StoreUnavailable`, message
+    /// "<service> temporarily unavailable: <reason>" with `reason` in it.
     static func isUnavailable(_ error: any Error, service: String, containing reason: String,
                               file: StaticString = #filePath, line: UInt = #line) {
-        switch error {
-        case let e as StoreUnavailable:
-            XCTAssertEqual(e.service, service, "\(e)", file: file, line: line)
-            XCTAssertTrue(e.reason.contains(reason), "reason '\(e.reason)' lacks '\(reason)'", file: file, line: line)
-        case RunnerSettlement.retry(let payload, _):
-            XCTAssertEqual(payload.errorClass, String(reflecting: StoreUnavailable.self), "\(error)", file: file, line: line)
-            let message = payload.errorMessage ?? ""
-            XCTAssertTrue(message.hasPrefix("\(service) temporarily unavailable: ") && message.contains(reason),
-                          "retry with '\(message)', expected \(service) unavailable with '\(reason)'", file: file, line: line)
-        default:
-            XCTFail("expected \(service) temporarily unavailable (\(reason)), got \(type(of: error)): \(error)", file: file, line: line)
+        guard case RunnerSettlement.retry(let payload, _) = error else {
+            return XCTFail("expected a retry, \(service) unavailable (\(reason)), got \(error)", file: file, line: line)
         }
+        XCTAssertEqual(payload.errorClass, String(reflecting: StoreUnavailable.self), "\(error)", file: file, line: line)
+        let message = payload.errorMessage ?? ""
+        XCTAssertTrue(message.hasPrefix("\(service) temporarily unavailable: ") && message.contains(reason),
+                      "retry with '\(message)', expected \(service) unavailable with '\(reason)'", file: file, line: line)
     }
 
-    /// Retried after `seconds` (`JobError.retryAfter`, e.g. a 429's Retry-After): thrown, or settled into `retry`.
+    /// Retried after the store's `Retry-After` (`JobError.retryAfter`, e.g. a 429): due `seconds` from now.
     static func isRetryAfter(_ error: any Error, seconds: Double, file: StaticString = #filePath, line: UInt = #line) {
-        switch error {
-        case JobError.retryAfter(let s, _):
-            XCTAssertEqual(s, seconds, accuracy: 1, file: file, line: line)
-        case RunnerSettlement.retry(let payload, let at):
-            XCTAssertEqual(payload.errorClass, "RetryLater", "\(error)", file: file, line: line)
-            XCTAssertEqual(at - Clock.now(), seconds, accuracy: 2, "the retry is due after the store's Retry-After", file: file, line: line)
-        default:
-            XCTFail("expected a retry after \(seconds) s, got \(type(of: error)): \(error)", file: file, line: line)
+        guard case RunnerSettlement.retry(let payload, let at) = error else {
+            return XCTFail("expected a retry after \(seconds) s, got \(error)", file: file, line: line)
         }
+        XCTAssertEqual(payload.errorClass, "RetryLater", "\(error)", file: file, line: line)
+        // Measured from the failure's own timestamp (set with the due time), not from the test's clock.
+        let failedAt = payload.fields["retried_at"]?.doubleValue ?? payload.fields["failed_at"]?.doubleValue ?? 0
+        XCTAssertEqual(at - failedAt, seconds, accuracy: 0.5, "the retry is due after the store's Retry-After", file: file, line: line)
     }
 }
 
