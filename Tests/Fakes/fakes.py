@@ -730,7 +730,7 @@ class GoogleService(Service):
             if len(rest) == 6 and rest[1] == "purchases" and rest[2] == "subscriptions" and rest[4] == "tokens" \
                     and rest[5].endswith(":acknowledge") and req["method"] == "POST":
                 return self.acknowledge(rest[0], rest[3], urllib.parse.unquote(rest[5][:-len(":acknowledge")]))
-        return google_error(404, "NOT_FOUND", "Not found")
+        return google_error(404, "NOT_FOUND", "Not found")  # a route the API does not have [ERRORS] [ENVELOPE]
 
     def token(self, req):
         """OAuth 2.0 token endpoint, JWT bearer grant [OAUTH]."""
