@@ -71,10 +71,10 @@ public final class HTTPClient: @unchecked Sendable {
     /// Throws `HTTPError` only when no complete response arrived (timeout, connection, TLS, cancellation,
     /// invalid URL/request, oversize body). Errors carry the redacted URL and libcurl's message.
     public func send(_ request: HTTPRequest) throws(HTTPError) -> HTTPResponse {
-        let redacted = URLRedaction.redact(request.url)
+        let redacted = request.redactedURL
         let method = request.method.rawValue
         func context(_ message: String, _ code: CURLcode? = nil) -> HTTPErrorContext {
-            HTTPErrorContext(method: method, url: redacted, message: scrub(message, url: request.url),
+            HTTPErrorContext(method: method, url: redacted, message: scrub(message, request: request),
                              curlCode: code.map { Int($0.rawValue) })
         }
         try validate(request, context: context)
@@ -204,8 +204,13 @@ public final class HTTPClient: @unchecked Sendable {
     }
 
     /// Removes the query string (and userinfo) of `url` from libcurl's message, should it quote the URL.
-    private func scrub(_ message: String, url: String) -> String {
+    private func scrub(_ message: String, request: HTTPRequest) -> String {
+        let url = request.url
         var m = message
+        // libcurl may quote the URL or a part of it: no secret path segment survives, in any encoding.
+        for form in URLRedaction.secretForms(in: url, secretPathSegments: request.secretPathSegments) {
+            m = m.replacingOccurrences(of: form, with: URLRedaction.placeholder)
+        }
         if let q = url.firstIndex(of: "?") { m = m.replacingOccurrences(of: String(url[q...]), with: "?…") }
         if let schemeEnd = url.range(of: "://"),
            let at = url[schemeEnd.upperBound...].prefix(while: { $0 != "/" }).lastIndex(of: "@") {

@@ -1,8 +1,10 @@
+import Foundation
+
 /// Where and how a request failed. Never holds a query string, userinfo, header values or bodies.
 public struct HTTPErrorContext: Sendable, CustomStringConvertible {
     /// The request method, e.g. "GET".
     public let method: String
-    /// The request URL without userinfo, query or fragment (see `URLRedaction`).
+    /// The request URL without userinfo, query, fragment or secret path segments (see `URLRedaction`).
     public let url: String
     /// libcurl's message (its error buffer) or our own explanation.
     public let message: String
@@ -88,6 +90,55 @@ public enum HTTPError: Error, Sendable, CustomStringConvertible {
 
 /// Removes secrets from URLs before they reach errors and logs.
 public enum URLRedaction {
+    /// What a secret path segment is replaced with.
+    public static let placeholder = "…"
+
+    /// `redact(url)`, and every path segment that is one of `secretPathSegments` (compared raw and percent-decoded,
+    /// so a token is found however it was encoded; a `:method` suffix such as Google's `:acknowledge` is kept)
+    /// replaced by `placeholder`.
+    public static func redact(_ url: String, secretPathSegments: [String]) -> String {
+        let base = redact(url)
+        let forms = secretForms(in: base, secretPathSegments: secretPathSegments)
+        guard !forms.isEmpty else { return base }
+        let pathStart = self.pathStart(of: base)
+        let segments = base[pathStart...].split(separator: "/", omittingEmptySubsequences: false).map { segment -> String in
+            for form in forms where segment == form || segment.hasPrefix(form + ":") {
+                return placeholder + segment.dropFirst(form.count)
+            }
+            return String(segment)
+        }
+        return String(base[..<pathStart]) + segments.joined(separator: "/")
+    }
+
+    /// The exact texts in `url`'s path that carry one of `secretPathSegments` (raw, percent-encoded as `url`
+    /// encodes it), plus the plain and unreserved-encoded forms of each secret: what must not appear in any
+    /// message about the request.
+    public static func secretForms(in url: String, secretPathSegments: [String]) -> [String] {
+        let secrets = secretPathSegments.filter { !$0.isEmpty }
+        guard !secrets.isEmpty else { return [] }
+        var forms = Set(secrets + secrets.map(encoded))
+        let path = url[pathStart(of: url)...].prefix { $0 != "?" && $0 != "#" }
+        for segment in path.split(separator: "/") {
+            let head = String(segment.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false).first ?? segment)
+            for candidate in [String(segment), head] {
+                if let decoded = candidate.removingPercentEncoding, secrets.contains(decoded) { forms.insert(candidate) }
+            }
+        }
+        // Longest first, so a replacement never leaves a tail of a longer form behind.
+        return forms.sorted { $0.count > $1.count }
+    }
+
+    private static func pathStart(of url: String) -> String.Index {
+        guard let schemeEnd = url.range(of: "://") else { return url.startIndex }
+        return url[schemeEnd.upperBound...].firstIndex(of: "/") ?? url.endIndex
+    }
+
+    /// `value` with everything but RFC 3986 unreserved characters percent-encoded (a path segment).
+    static func encoded(_ value: String) -> String {
+        let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+        return value.addingPercentEncoding(withAllowedCharacters: unreserved) ?? value
+    }
+
     /// `scheme://host:port/path` — userinfo, query and fragment removed. Strings without "://" are cut at
     /// the first `?` or `#` as well.
     public static func redact(_ url: String) -> String {

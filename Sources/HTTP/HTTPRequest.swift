@@ -32,6 +32,9 @@ public struct HTTPRequest: Sendable {
     public var cancellation: HTTPCancellation?
     /// Overrides `HTTPClientConfiguration.maxResponseBytes` for this request.
     public var maxResponseBytes: Int?
+    /// Secrets carried as whole segments of the URL path (a store purchase token): every description of this
+    /// request — errors, logs, `HTTPResponse.url` — shows `…` in their place (see `URLRedaction`).
+    public var secretPathSegments: [String] = []
 
     public init(method: HTTPMethod = .get, url: String, headers: HTTPHeaders = HTTPHeaders(), body: Data? = nil,
                 connectTimeout: Duration? = nil, timeout: Duration? = nil, cancellation: HTTPCancellation? = nil,
@@ -45,6 +48,16 @@ public struct HTTPRequest: Sendable {
         self.cancellation = cancellation
         self.maxResponseBytes = maxResponseBytes
     }
+
+    /// This request with `value` declared a secret path segment (raw, before percent-encoding).
+    public func withSecretPathSegment(_ value: String) -> HTTPRequest {
+        var copy = self
+        copy.secretPathSegments.append(value)
+        return copy
+    }
+
+    /// The URL as it may appear in errors and logs: `URLRedaction.redact(url, secretPathSegments:)`.
+    public var redactedURL: String { URLRedaction.redact(url, secretPathSegments: secretPathSegments) }
 
     /// GET `url` with `query` form-encoded and appended.
     public static func get(_ url: String, query: [(String, String)] = [], headers: HTTPHeaders = HTTPHeaders())

@@ -35,17 +35,21 @@ Admin API (HTTP, JSON), on each HTTP fake's own port and on `smtp_admin` for SMT
                 GET  /__admin/apple/jwt_refusals  {"refusals": [reason, ...]} why /inApps JWTs were refused
                 config {"api_jwt": {"issuer": I, "key_id": K, "bundle_id": B, "public_key_pem": PEM}}: /inApps
                 requests must carry an ES256 JWT with these claims, aud "appstoreconnect-v1", unexpired (else 401
-                with an empty body, as Apple); the signature is checked when the `cryptography` module is present.
+                with an empty body, as Apple); the signature is checked (fakes.py needs the `cryptography` module
+                and refuses to start without it).
                 config {"rate_limited": N}: the next N /inApps requests answer 429 {"errorCode": 4290000, ...}.
     Google:     POST /__admin/google/subscriptions {"token": T, "subscriptionState": ..., "productId": ...,
                                                     "expiryTime": RFC3339, "acknowledgementState": ..., ...}
-                GET  /__admin/google/acknowledgements  {"acknowledgements": {token: count}}
+                GET  /__admin/google/acknowledgements  {"acknowledgements": {token: accepted count},
+                                                        "attempts": {token: requests the handler answered}}
                 GET  /__admin/google/tokens            {"issued": [access tokens], "rejected": [reasons]}
                 POST /__admin/google/expire_tokens     every access token issued so far is now expired (401)
                 config {"service_account": {"client_email": E, "public_key_pem": PEM}}: the token endpoint
                 checks the JWT bearer assertion: RS256, iss = E, scope androidpublisher, aud ending in /token,
-                unexpired, lifetime <= 3600 s; signature checked when `cryptography` is present
-                (else invalid_grant with the reason).
+                unexpired, lifetime <= 3600 s; the signature is always checked (no account configured: every
+                assertion is refused with invalid_grant). Scripts may answer {"google_error": NAME} (invalidValue,
+                invalidPurchaseState, notFound, concurrentUpdate, subscriptionPurchaseNoLongerAvailable,
+                backendError, unavailable) with Google's own error body.
     Nominatim:  POST /__admin/nominatim/places     {"lat": x, "lon": y, "result": {...jsonv2...}} (exact match
                                                    on 4-decimal rounding) or {"lat":x,"lon":y,"error":"Unable to geocode"}
     Subscription: GET /__admin/subscription/credits  {"credited_by_key": {key: amount}, "applications_by_key":
@@ -77,7 +81,8 @@ Service behaviours (defaults; see the handlers below):
                   that status; anything else => 0 in production, 21008 in sandbox. config: {"shared_secret": S}
     google:       POST /token, GET /androidpublisher/v3/applications/{pkg}/purchases/subscriptionsv2/tokens/{t},
                   POST /androidpublisher/v3/applications/{pkg}/purchases/subscriptions/{sub}/tokens/{t}:acknowledge
-                  Unknown tokens are ACTIVE (tokens starting "invalid" => 400, "gone" => 410).
+                  Only registered tokens exist: unknown ones answer 404 notFound ("invalid..." => 400 invalidValue,
+                  "gone..." => 410); acknowledging an acknowledged or ended purchase => 400 invalidPurchaseState.
                   config: {"require_issued_token": true}
     nominatim:    GET /reverse?lat&lon&format=jsonv2 (nearest of a few built-in places); empty User-Agent => 403.
                   config: {"rate_limit_per_second": 0 (off) | N => 429 beyond N requests in 1 s}
@@ -104,14 +109,16 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-try:  # optional: lets the Apple and Google fakes check JWT signatures (stdlib-only otherwise)
+try:  # required: the Apple and Google fakes check JWT signatures as the real services do
     from cryptography.hazmat.primitives import hashes as _hashes
     from cryptography.hazmat.primitives.asymmetric import ec as _ec, padding as _padding
     from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature as _dss
     from cryptography.hazmat.primitives.serialization import load_pem_public_key as _load_pem_public_key
-    HAVE_CRYPTOGRAPHY = True
-except ImportError:  # pragma: no cover
-    HAVE_CRYPTOGRAPHY = False
+except ImportError as _missing:  # a fake that cannot check what the real service checks refuses to start
+    print(f"fakes.py: the Python module 'cryptography' cannot be imported ({_missing}); the Apple and Google fakes "
+          "must verify JWT signatures. Install it (Debian: apt-get install python3-cryptography; "
+          "scripts/services install does) and start again.", file=sys.stderr, flush=True)
+    sys.exit(3)
 
 
 def b64url_decode(text):
@@ -129,7 +136,7 @@ def check_jwt(token, alg, public_key_pem=None):
         return None, None, "not a compact JWT"
     if header.get("alg") != alg:
         return header, claims, f"alg is {header.get('alg')}, expected {alg}"
-    if public_key_pem and HAVE_CRYPTOGRAPHY:
+    if public_key_pem:
         try:
             key = _load_pem_public_key(public_key_pem.encode())
             data = f"{h}.{c}".encode()
@@ -280,6 +287,10 @@ class Service:
         """The default behaviour: return a Response. `req` is a dict (method, path, query, headers, body)."""
         return jresp({"error": "not found"}, 404)
 
+    def scripted_response(self, spec):
+        """The answer of a script (services may add their own shorthands, e.g. Google's `google_error`)."""
+        return scripted_response(spec)
+
 
 def max_in_window(timestamps, window):
     ts = sorted(timestamps)
@@ -388,7 +399,7 @@ class FakeHandler(BaseHTTPRequestHandler):
             if spec.get("close"):
                 self._drop()
                 return
-            self._send(scripted_response(spec))
+            self._send(self.service.scripted_response(spec))
             return
         try:
             resp = self.service.handle(req)
@@ -670,13 +681,56 @@ class AppleService(Service):
 
 
 # ---------------------------------------------------------------- Google
+#
+# Sources (each answer below names the one it follows):
+#   [SUBV2]  developers.google.com/android-publisher/api-ref/rest/v3/purchases.subscriptionsv2 (SubscriptionPurchaseV2,
+#            SubscriptionState, AcknowledgementState, CanceledStateContext.replacementCancellation, linkedPurchaseToken,
+#            lineItems[].expiryTime / latestSuccessfulOrderId)
+#   [ACK]    developers.google.com/android-publisher/api-ref/rest/v3/purchases.subscriptions/acknowledge
+#            ("If successful, the response body is empty"; body {"developerPayload"} optional)
+#   [ERRORS] the "Error codes" table of the androidpublisher REST reference pages
+#            (developers.google.com/android-publisher/api-ref/rest/v3/purchases.subscriptions): 400 invalidValue
+#            ("often returned for a malformed or invalid purchase token"), 404 notFound ("Verify the identifiers (e.g.,
+#            purchase token ...)"), 409 concurrentUpdate ("a purchase is getting acknowledged ... Retry"), 5xx
+#            "Generic error in the Google Play server. Retry your request."
+#   [INVALID_STATE] 400 reason invalidPurchaseState, "The purchase is not in a valid state to perform the desired
+#            operation." as the API answers it (googleapis/google-api-dotnet-client#1987; aporat/store-receipt-
+#            validator#110: acknowledging an already acknowledged purchase is refused)
+#   [GONE]   410 subscriptionPurchaseNoLongerAvailable for purchases expired for too long (Google Play team notice,
+#            May 2018, quoted at stackoverflow.com/questions/45688494)
+#   [ENVELOPE] Google JSON error envelope {"error": {code, message, status, errors: [{message, domain, reason}]}}
+#            (cloud.google.com/apis/design/errors, "HTTP mapping")
+#   [OAUTH]  developers.google.com/identity/protocols/oauth2/service-account ("Making the access token request":
+#            JWT bearer grant, RS256, iss/scope/aud/exp/iat, at most 1 h; errors invalid_grant)
 
 GOOGLE_PUBLISHER = "/androidpublisher/v3/applications/"
 
+# Named error answers, for scripts ({"google_error": NAME}) and the handlers. [ERRORS] [INVALID_STATE] [GONE] [ENVELOPE]
+GOOGLE_ERRORS = {
+    "invalidValue": (400, "INVALID_ARGUMENT", "invalidValue", "Invalid Value"),
+    "invalidPurchaseState": (400, "FAILED_PRECONDITION", "invalidPurchaseState",
+                             "The purchase is not in a valid state to perform the desired operation."),
+    "notFound": (404, "NOT_FOUND", "notFound", "The purchase token was not found."),
+    "concurrentUpdate": (409, "ABORTED", "concurrentUpdate",
+                         "There was an attempt to update an object that is being updated concurrently."),
+    "subscriptionPurchaseNoLongerAvailable": (410, "GONE", "subscriptionPurchaseNoLongerAvailable",
+                                              "The subscription purchase is no longer available for query because it "
+                                              "has been expired for too long."),
+    "backendError": (500, "INTERNAL", "backendError", "Backend Error"),
+    "unavailable": (503, "UNAVAILABLE", "backendError", "The service is currently unavailable."),
+}
 
-def google_error(code, status, message):
+
+def google_error(code, status, message, reason=None):
+    """Google's error envelope [ENVELOPE]."""
     return jresp({"error": {"code": code, "message": message, "status": status,
-                            "errors": [{"message": message, "domain": "global", "reason": status.lower()}]}}, code)
+                            "errors": [{"message": message, "domain": "androidpublisher" if reason else "global",
+                                        "reason": reason or status.lower()}]}}, code)
+
+
+def google_named_error(name):
+    code, status, reason, message = GOOGLE_ERRORS[name]
+    return google_error(code, status, message, reason)
 
 
 class GoogleService(Service):
@@ -690,7 +744,16 @@ class GoogleService(Service):
         self.expired_tokens = set()
         self.rejected = []
         self.subscriptions = {}
-        self.acks = {}
+        self.acks = {}          # token -> acknowledgements Google accepted (200)
+        self.ack_attempts = {}  # token -> acknowledge requests answered by the handler (any status)
+
+    def scripted_response(self, spec):
+        if "google_error" in spec:
+            resp = google_named_error(spec["google_error"])
+            if "retry_after" in spec:
+                resp.headers["Retry-After"] = str(spec["retry_after"])
+            return resp
+        return scripted_response(spec)
 
     def admin_extra(self, method, path, query, payload):
         if path == "/__admin/google/subscriptions" and method == "POST":
@@ -699,7 +762,7 @@ class GoogleService(Service):
             return jresp({"ok": True})
         if path == "/__admin/google/acknowledgements":
             with self.lock:
-                return jresp({"acknowledgements": dict(self.acks)})
+                return jresp({"acknowledgements": dict(self.acks), "attempts": dict(self.ack_attempts)})
         if path == "/__admin/google/tokens":
             with self.lock:
                 return jresp({"issued": list(self.issued), "rejected": list(self.rejected)})
@@ -718,21 +781,22 @@ class GoogleService(Service):
             with self.lock:
                 ok = token is not None and (not self.config.get("require_issued_token") or token in self.issued)
                 ok = ok and token not in self.expired_tokens
-            if not ok:
+            if not ok:  # 401 with Google's envelope [ENVELOPE]
                 return google_error(401, "UNAUTHENTICATED",
                                     "Request had invalid authentication credentials.")
             rest = path[len(GOOGLE_PUBLISHER):].split("/")
-            # pkg/purchases/subscriptionsv2/tokens/TOKEN
+            # pkg/purchases/subscriptionsv2/tokens/TOKEN  [SUBV2]
             if len(rest) == 5 and rest[1] == "purchases" and rest[2] == "subscriptionsv2" and rest[3] == "tokens" \
                     and req["method"] == "GET":
                 return self.subscription_v2(rest[0], urllib.parse.unquote(rest[4]))
-            # pkg/purchases/subscriptions/SUB/tokens/TOKEN:acknowledge
+            # pkg/purchases/subscriptions/SUB/tokens/TOKEN:acknowledge  [ACK]
             if len(rest) == 6 and rest[1] == "purchases" and rest[2] == "subscriptions" and rest[4] == "tokens" \
                     and rest[5].endswith(":acknowledge") and req["method"] == "POST":
                 return self.acknowledge(rest[0], rest[3], urllib.parse.unquote(rest[5][:-len(":acknowledge")]))
-        return google_error(404, "NOT_FOUND", "Not found")
+        return google_error(404, "NOT_FOUND", "Not found")  # a route the API does not have [ERRORS] [ENVELOPE]
 
     def token(self, req):
+        """OAuth 2.0 token endpoint, JWT bearer grant [OAUTH]."""
         form = urllib.parse.parse_qs(req["body"], keep_blank_values=True)
         grant = form.get("grant_type", [""])[0]
         assertion = form.get("assertion", [""])[0]
@@ -745,12 +809,14 @@ class GoogleService(Service):
             return jresp({"error": "invalid_grant", "error_description": "Invalid JWT Signature."}, 400)
         with self.lock:
             account = self.config.get("service_account")
-        if account:
-            problem = self.assertion_problem(assertion, account)
-            if problem:
-                with self.lock:
-                    self.rejected.append(problem)
-                return jresp({"error": "invalid_grant", "error_description": problem}, 400)
+        # Google checks every assertion against the account's public key: without one configured, no assertion
+        # can be verified, so none is accepted (never a silent pass).
+        problem = self.assertion_problem(assertion, account) if account else \
+            "Invalid JWT Signature. (the fake has no service_account public key configured)"
+        if problem:
+            with self.lock:
+                self.rejected.append(problem)
+            return jresp({"error": "invalid_grant", "error_description": problem}, 400)
         with self.lock:
             tok = f"ya29.fake-{len(self.issued) + 1}-{hashlib.sha256(assertion.encode()).hexdigest()[:12]}"
             self.issued.append(tok)
@@ -759,6 +825,9 @@ class GoogleService(Service):
 
     @staticmethod
     def assertion_problem(assertion, account):
+        """The checks of [OAUTH]; the RS256 signature is always verified against the configured public key."""
+        if not account.get("public_key_pem"):
+            return "Invalid JWT Signature. (no public_key_pem configured)"
         header, claims, error = check_jwt(assertion, "RS256", account.get("public_key_pem"))
         if error:
             return error
@@ -778,15 +847,25 @@ class GoogleService(Service):
             return "Invalid JWT: lifetime over 3600 s"
         return None
 
-    def subscription_v2(self, pkg, token):
+    def unknown_token(self, token):
+        """Google's answer for a token it does not know: 400 invalidValue for a malformed one ("invalid..."), 410 for
+        one expired too long ago ("gone..."), else 404 notFound [ERRORS] [GONE]. Never a made-up ACTIVE purchase."""
         if token.startswith("invalid"):
-            return google_error(400, "INVALID_ARGUMENT", "Invalid Value")
+            return google_named_error("invalidValue")
         if token.startswith("gone"):
-            return google_error(410, "GONE", "The subscription purchase is no longer available for query "
-                                             "because it has been expired for too long.")
+            return google_named_error("subscriptionPurchaseNoLongerAvailable")
+        return google_named_error("notFound")
+
+    def subscription_v2(self, pkg, token):
+        """SubscriptionPurchaseV2 of a registered token [SUBV2]. In SUBSCRIPTION_STATE_IN_GRACE_PERIOD the
+        registered expiryTime stands for the end of the grace period, as Google reports it (the line item expires
+        when grace ends); its length is the base plan's gracePeriodDuration."""
         with self.lock:
+            known = token in self.subscriptions
             reg = dict(self.subscriptions.get(token, {}))
             acked = self.acks.get(token, 0) > 0
+        if not known:
+            return self.unknown_token(token)
         now = time.time()
         product = reg.pop("productId", "premium_monthly")
         expiry = reg.pop("expiryTime", time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(now + 30 * 86400)))
@@ -794,13 +873,13 @@ class GoogleService(Service):
         ack = reg.pop("acknowledgementState", "ACKNOWLEDGEMENT_STATE_PENDING")
         if acked:
             ack = "ACKNOWLEDGEMENT_STATE_ACKNOWLEDGED"
-        order = "GPA.3300-0000-0000-" + hashlib.sha256(token.encode()).hexdigest()[:5]
+        order = reg.pop("latestSuccessfulOrderId", "GPA.3300-0000-0000-" + hashlib.sha256(token.encode()).hexdigest()[:5])
         line = {
             "productId": product,
             "expiryTime": expiry,
             "autoRenewingPlan": {"autoRenewEnabled": state in ("SUBSCRIPTION_STATE_ACTIVE",
                                                                "SUBSCRIPTION_STATE_IN_GRACE_PERIOD")},
-            "offerDetails": {"basePlanId": "monthly", "offerTags": []},
+            "offerDetails": {"basePlanId": reg.pop("basePlanId", "monthly"), "offerTags": []},
             "latestSuccessfulOrderId": order,
         }
         line.update(reg.pop("lineItem", {}))
@@ -815,13 +894,31 @@ class GoogleService(Service):
         }
         if state == "SUBSCRIPTION_STATE_CANCELED":
             body["canceledStateContext"] = {"userInitiatedCancellation": {"cancelTime": body["startTime"]}}
-        body.update(reg)  # any other override (testPurchase, linkedPurchaseToken, ...)
+        body.update(reg)  # any other override (testPurchase, linkedPurchaseToken, canceledStateContext, ...)
         return jresp(body)
 
     def acknowledge(self, pkg, sub, token):
+        """purchases.subscriptions.acknowledge [ACK]: 200 with an empty body for a registered purchase whose
+        acknowledgementState is PENDING (then ACKNOWLEDGED); 400 invalidPurchaseState when it is acknowledged
+        already or no longer in a state that can be acknowledged [INVALID_STATE]; an unknown token as in
+        subscriptionsv2.get [ERRORS]. 409 concurrentUpdate, 5xx and timeouts come from scripts
+        ({"google_error": "concurrentUpdate"}, {"status": 503}, {"hang": true})."""
+        with self.lock:
+            self.ack_attempts[token] = self.ack_attempts.get(token, 0) + 1
+            known = token in self.subscriptions
+            reg = dict(self.subscriptions.get(token, {}))
+            acked = self.acks.get(token, 0) > 0
+        if not known:
+            return self.unknown_token(token)
+        state = reg.get("subscriptionState", "SUBSCRIPTION_STATE_ACTIVE")
+        pending = reg.get("acknowledgementState", "ACKNOWLEDGEMENT_STATE_PENDING") == "ACKNOWLEDGEMENT_STATE_PENDING"
+        acknowledgeable = state in ("SUBSCRIPTION_STATE_ACTIVE", "SUBSCRIPTION_STATE_IN_GRACE_PERIOD",
+                                    "SUBSCRIPTION_STATE_CANCELED")
+        if acked or not pending or not acknowledgeable:
+            return google_named_error("invalidPurchaseState")
         with self.lock:
             self.acks[token] = self.acks.get(token, 0) + 1
-        return jresp({})
+        return Response(200, b"{}")
 
 
 # ---------------------------------------------------------------- Nominatim

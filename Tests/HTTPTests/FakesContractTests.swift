@@ -88,10 +88,15 @@ final class FakesContractTests: XCTestCase {
         let base = fakes.googleAPIBaseURL + "/androidpublisher/v3/applications/com.example.app/purchases"
         XCTAssertEqual(try client.get(base + "/subscriptionsv2/tokens/tok-1",
                                       headers: ["Authorization": "Bearer never-issued"]).status, 401)
-        let token = try client.send(.form(fakes.googleTokenURL, [
+        // The signature of every assertion is checked: an unsigned one (or any, with no key configured) is refused.
+        let refused = try client.send(.form(fakes.googleTokenURL, [
             ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"), ("assertion", "a.b.c"),
-        ])).jsonObject()["access_token"] as? String
-        let auth: HTTPHeaders = ["Authorization": "Bearer \(try XCTUnwrap(token))"]
+        ]))
+        XCTAssertEqual(refused.status, 400)
+        XCTAssertEqual(try refused.jsonObject()["error"] as? String, "invalid_grant")
+        // The purchase API's shapes, with any bearer token (signing is covered by ReceiptsGoogleTests).
+        try fakes.configure(.google, ["require_issued_token": false])
+        let auth: HTTPHeaders = ["Authorization": "Bearer any"]
 
         try fakes.admin(.google, "POST", "google/subscriptions", json: [
             "token": "tok-expired", "subscriptionState": "SUBSCRIPTION_STATE_EXPIRED",
@@ -102,17 +107,51 @@ final class FakesContractTests: XCTestCase {
         XCTAssertEqual((expired["lineItems"] as? [[String: Any]])?.first?["expiryTime"] as? String,
                        "2024-01-01T00:00:00.000Z")
 
+        // Unknown tokens are not purchases: 404 notFound, with Google's error envelope.
+        let unknown = try client.get(base + "/subscriptionsv2/tokens/tok-1", headers: auth)
+        XCTAssertEqual(unknown.status, 404)
+        XCTAssertEqual(((try unknown.jsonObject()["error"] as? [String: Any])?["errors"] as? [[String: Any]])?.first?["reason"]
+                       as? String, "notFound")
+        try fakes.admin(.google, "POST", "google/subscriptions", json: ["token": "tok-1"])
         let active = try client.get(base + "/subscriptionsv2/tokens/tok-1", headers: auth).jsonObject()
         XCTAssertEqual(active["subscriptionState"] as? String, "SUBSCRIPTION_STATE_ACTIVE")
         XCTAssertEqual(active["acknowledgementState"] as? String, "ACKNOWLEDGEMENT_STATE_PENDING")
-        let ack = try client.send(HTTPRequest(method: .post, url: base + "/subscriptions/premium/tokens/tok-1:acknowledge",
-                                              headers: auth))
+        let ackURL = base + "/subscriptions/premium/tokens/tok-1:acknowledge"
+        try fakes.script(.google, ["match": ["path": "/androidpublisher/v3/applications/com.example.app/purchases/subscriptions/premium/tokens/tok-1:acknowledge"],
+                                   "google_error": "concurrentUpdate"])
+        let busy = try client.send(HTTPRequest(method: .post, url: ackURL, headers: auth))
+        XCTAssertEqual(busy.status, 409)
+        XCTAssertEqual(((try busy.jsonObject()["error"] as? [String: Any])?["errors"] as? [[String: Any]])?.first?["reason"]
+                       as? String, "concurrentUpdate")
+        let ack = try client.send(HTTPRequest(method: .post, url: ackURL, headers: auth))
         XCTAssertEqual(ack.status, 200)
         XCTAssertEqual(try client.get(base + "/subscriptionsv2/tokens/tok-1", headers: auth)
             .jsonObject()["acknowledgementState"] as? String, "ACKNOWLEDGEMENT_STATE_ACKNOWLEDGED")
-        let acks = try fakes.admin(.google, "GET", "google/acknowledgements")["acknowledgements"] as? [String: Int]
-        XCTAssertEqual(acks?["tok-1"], 1)
+        let again = try client.send(HTTPRequest(method: .post, url: ackURL, headers: auth))
+        XCTAssertEqual(again.status, 400, "acknowledging an acknowledged purchase is refused")
+        XCTAssertEqual(((try again.jsonObject()["error"] as? [String: Any])?["errors"] as? [[String: Any]])?.first?["reason"]
+                       as? String, "invalidPurchaseState")
+        let counts = try fakes.admin(.google, "GET", "google/acknowledgements")
+        XCTAssertEqual((counts["acknowledgements"] as? [String: Int])?["tok-1"], 1)
+        XCTAssertEqual((counts["attempts"] as? [String: Int])?["tok-1"], 2, "the scripted 409 never reached the handler")
         XCTAssertEqual(try client.get(base + "/subscriptionsv2/tokens/invalid-x", headers: auth).status, 400)
+        XCTAssertEqual(try client.get(base + "/subscriptionsv2/tokens/gone-x", headers: auth).status, 410)
+    }
+
+    /// A fake that cannot check signatures refuses to start: `cryptography` made unimportable (a module of that name
+    /// that raises, first on PYTHONPATH) → exit 3 with a clear message, no ports line.
+    func testFakesRefuseToStartWithoutCryptography() throws {
+        let shadow = FileManager.default.temporaryDirectory.appendingPathComponent("no-cryptography-\(UUID().uuidString)")
+        let package = shadow.appendingPathComponent("cryptography")
+        try FileManager.default.createDirectory(at: package, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: shadow) }
+        try Data("raise ImportError('hidden by the test')\n".utf8).write(to: package.appendingPathComponent("__init__.py"))
+        let script = TestServices.repositoryRoot.appendingPathComponent("Tests/Fakes/fakes.py").path
+        let result = try ChildProcess.run(URL(fileURLWithPath: "/usr/bin/env"), ["python3", script, "--google"],
+                                          environment: ["PYTHONPATH": shadow.path], timeout: 30)
+        XCTAssertEqual(result.status, 3, result.stderr)
+        XCTAssertTrue(result.stderr.contains("'cryptography' cannot be imported"), result.stderr)
+        XCTAssertEqual(result.stdout, "", "no ports: nothing started")
     }
 
     func testNominatimRateWindowStatistic() throws {

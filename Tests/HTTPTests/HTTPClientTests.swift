@@ -81,11 +81,10 @@ final class HTTPClientTests: XCTestCase {
         let r = try client.send(.form(fakes.googleTokenURL, [
             ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"), ("assertion", "header.claims.sig"),
         ]))
-        XCTAssertEqual(r.status, 200)
-        let token = try r.jsonObject()
-        XCTAssertEqual(token["token_type"] as? String, "Bearer")
-        XCTAssertNotNil(token["access_token"] as? String)
-        XCTAssertNotNil(token["expires_in"] as? Int)
+        // The fake checks the assertion's RS256 signature as Google does: this unsigned one is refused, in OAuth's
+        // error shape (signed assertions are covered by ReceiptsGoogleTests).
+        XCTAssertEqual(r.status, 400)
+        XCTAssertEqual(try r.jsonObject()["error"] as? String, "invalid_grant")
         let body = try XCTUnwrap(fakes.requests(.google, path: "/token").first)
         XCTAssertEqual(body.header("Content-Type"), "application/x-www-form-urlencoded")
         XCTAssertEqual(body.body, "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer"
@@ -175,13 +174,35 @@ final class HTTPClientTests: XCTestCase {
     }
 
     func testConnectionRefused() throws {
-        let port = try closedPort()
+        let port = try TestServices.closedPort()
         XCTAssertThrowsError(try client.get("http://127.0.0.1:\(port)/x?token=SECRET")) { error in
             guard case HTTPError.connectionRefused(let c) = error else { return XCTFail("\(error)") }
             XCTAssertTrue((error as? HTTPError)?.isRetryable ?? false)
             XCTAssertEqual(c.url, "http://127.0.0.1:\(port)/x")
             XCTAssertFalse(c.message.isEmpty)
             XCTAssertFalse("\(error)".contains("SECRET"))
+        }
+    }
+
+    func testSecretPathSegmentNeverReachesAnError() throws {
+        let port = try TestServices.closedPort()
+        let token = "PURCHASE-TOKEN-4f7c/x+y"  // needs percent-encoding in a path segment
+        let segment = "PURCHASE-TOKEN-4f7c%2Fx%2By"
+        let url = "http://127.0.0.1:\(port)/androidpublisher/v3/applications/pkg/purchases/subscriptions/p/tokens/\(segment):acknowledge?key=SECRET"
+        let request = HTTPRequest(method: .post, url: url).withSecretPathSegment(token)
+        XCTAssertThrowsError(try client.send(request)) { error in
+            guard case HTTPError.connectionRefused(let c) = error else { return XCTFail("\(error)") }
+            XCTAssertEqual(c.url, "http://127.0.0.1:\(port)/androidpublisher/v3/applications/pkg/purchases/subscriptions/p/tokens/…:acknowledge")
+            for text in ["\(error)", c.message, String(reflecting: error)] {
+                XCTAssertFalse(text.contains("PURCHASE-TOKEN") || text.contains("SECRET"), text)
+            }
+        }
+        try fakes.script(.nominatim, ["match": ["prefix": "/tok/"], "hang": true, "delay": 10])
+        XCTAssertThrowsError(try client.send(HTTPRequest(method: .get, url: fakes.nominatimBaseURL + "/tok/" + segment)
+            .withSecretPathSegment(token).with(timeout: .milliseconds(300)))) { error in
+            guard case HTTPError.timeout(let c) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(c.url.hasSuffix("/tok/…"), c.url)
+            XCTAssertFalse("\(error)".contains("PURCHASE-TOKEN"), "\(error)")
         }
     }
 
@@ -290,23 +311,6 @@ final class HTTPClientTests: XCTestCase {
 
     // MARK: - Helpers
 
-    /// A loopback port with nothing listening (bound, then closed).
-    private func closedPort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        addr.sin_port = 0
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let ok = withUnsafeMutablePointer(to: &addr) { p in
-            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
-                bind(fd, sa, len) == 0 && getsockname(fd, sa, &len) == 0
-            }
-        }
-        guard ok else { throw XCTSkip("cannot bind a probe socket") }
-        return Int(UInt16(bigEndian: addr.sin_port))
-    }
 }
 
 /// Failure messages collected from several threads.

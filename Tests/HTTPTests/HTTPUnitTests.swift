@@ -60,6 +60,17 @@ final class HTTPUnitTests: XCTestCase {
         XCTAssertEqual(FormEncoding.appendingQuery([("b", "2")], to: "http://x/r?a=1"), "http://x/r?a=1&b=2")
     }
 
+    func testURLRedactionReplacesSecretPathSegments() {
+        let url = "https://api.example.com/apps/pkg/tokens/abc%2Fdef:acknowledge?access_token=SECRET"
+        XCTAssertEqual(URLRedaction.redact(url, secretPathSegments: ["abc/def"]), "https://api.example.com/apps/pkg/tokens/…:acknowledge")
+        XCTAssertEqual(URLRedaction.redact("https://h/a/tok-1/b", secretPathSegments: ["tok-1"]), "https://h/a/…/b")
+        XCTAssertEqual(URLRedaction.redact("https://h/a/tok-12/b", secretPathSegments: ["tok-1"]), "https://h/a/tok-12/b",
+                       "only whole segments")
+        XCTAssertEqual(URLRedaction.redact("https://h/pkg/x", secretPathSegments: ["pkg"]), "https://h/…/x")
+        XCTAssertEqual(URLRedaction.redact("https://pkg/x", secretPathSegments: ["pkg"]), "https://pkg/x", "the host is not a path segment")
+        XCTAssertEqual(HTTPRequest(method: .get, url: "https://h/t/SECRET").withSecretPathSegment("SECRET").redactedURL, "https://h/t/…")
+    }
+
     func testURLRedactionDropsQueryAndUserinfo() {
         XCTAssertEqual(URLRedaction.redact("https://user:pw@api.example.com:8443/v1/x?key=SECRET#frag"),
                        "https://api.example.com:8443/v1/x")

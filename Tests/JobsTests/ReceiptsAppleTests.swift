@@ -40,10 +40,11 @@ final class ReceiptsAppleTests: XCTestCase {
         return c
     }
 
-    func driver(_ c: ReceiptsConfiguration) throws -> JobDriver {
+    /// Jobs go through the worker's `JobRunner` (ledger check, retry and dead rules): see `RunnerDriver`.
+    func driver(_ c: ReceiptsConfiguration) throws -> RunnerDriver {
         var registry = JobRegistry()
         ReceiptJobs.register(into: &registry, services: try ReceiptServices(configuration: c, http: http))
-        return JobDriver(registry: registry, database: JobDatabase(pool: db.pool))
+        return RunnerDriver(registry: registry, database: JobDatabase(pool: db.pool))
     }
 
     func appleArgs(user: UUID, receipt: String, transaction: String) -> String {
@@ -115,7 +116,7 @@ final class ReceiptsAppleTests: XCTestCase {
         try register(receipt: "bounce", transaction: "1000000005", environment: "Production")
         XCTAssertThrowsError(try driver(configuration()).run("ValidateReceiptJob",
                                                              appleArgs(user: user, receipt: "bounce", transaction: "1000000005"))) {
-            Failure.isRetryable($0)
+            Failure.isUnavailable($0, service: "Apple verifyReceipt (production)", containing: "bouncing between environments")
         }
     }
 
@@ -141,7 +142,7 @@ final class ReceiptsAppleTests: XCTestCase {
         let d = try driver(configuration())
         for receipt in ["status:21002", "status:21005", "status:21009", "status:21100"] {
             XCTAssertThrowsError(try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: receipt, transaction: "30000001"))) {
-                Failure.isRetryable($0)
+                Failure.isUnavailable($0, service: "Apple verifyReceipt (production)", containing: "(\(receipt.dropFirst("status:".count))")
             }
         }
         try fakes.admin(.apple, "POST", "apple/receipts", json: ["receipt-data": "r199", "status": 21199, "is-retryable": 0])
@@ -149,22 +150,21 @@ final class ReceiptsAppleTests: XCTestCase {
             Failure.isPermanent($0, containing: "RCV-21199")
         }
         try register(receipt: "flaky", transaction: "30000003")
-        let scripts: [[String: Any]] = [
-            ["status": 503],
-            ["malformed_json": true],
-            ["hang": true, "delay": 4],
-            ["close": true],
+        let scripts: [([String: Any], String)] = [
+            (["status": 503], "HTTP 503"),
+            (["malformed_json": true], "answer is not JSON"),
+            (["hang": true, "delay": 4], "HTTP timeout"),
+            (["close": true], "HTTP transport"),
         ]
-        for script in scripts {
+        for (script, reason) in scripts {
             try fakes.script(.apple, script.merging(["match": ["path": "/verifyReceipt"]]) { a, _ in a })
             XCTAssertThrowsError(try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "flaky", transaction: "30000003"))) {
-                Failure.isRetryable($0)
+                Failure.isUnavailable($0, service: "Apple verifyReceipt (production)", containing: reason)
             }
         }
         try fakes.script(.apple, ["match": ["path": "/verifyReceipt"], "status": 429, "retry_after": 42, "json": ["status": 0]])
-        XCTAssertThrowsError(try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "flaky", transaction: "30000003"))) { error in
-            guard case JobError.retryAfter(let seconds, _) = error else { return XCTFail("\(error)") }
-            XCTAssertEqual(seconds, 42, accuracy: 1)
+        XCTAssertThrowsError(try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "flaky", transaction: "30000003"))) {
+            Failure.isRetryAfter($0, seconds: 42)
         }
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM iap_receipts WHERE validated"), 0)
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM iap_receipts"), 1, "only the non-retryable 21199")

@@ -23,7 +23,14 @@ final class ReceiptsConfigurationTests: XCTestCase {
         XCTAssertEqual(c.appleRootCertificates, [AppleRootCertificates.appleRootCAG3])
         XCTAssertEqual(c.appleGracePeriodDays, 16)
         XCTAssertEqual(c.googleGracePeriodDays, 3)
+        XCTAssertEqual(c.googleAcknowledgementRetry, .seconds(60))
         XCTAssertFalse(c.usesAppStoreServerAPI)
+    }
+
+    func testGoogleAcknowledgementRetryDelay() throws {
+        XCTAssertEqual(try ReceiptsConfiguration.fromEnvironment(["RECEIPTS_GOOGLE_ACK_RETRY_SECONDS": "5"]).googleAcknowledgementRetry,
+                       .seconds(5))
+        XCTAssertThrowsError(try ReceiptsConfiguration.fromEnvironment(["RECEIPTS_GOOGLE_ACK_RETRY_SECONDS": "0"]))
     }
 
     func testSecretsFromFilesAndNeverPrinted() throws {

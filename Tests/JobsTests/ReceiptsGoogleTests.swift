@@ -40,15 +40,17 @@ final class ReceiptsGoogleTests: XCTestCase {
         c.googlePackageNames = ["com.example.app"]
         c.requestTimeout = .seconds(2)
         c.sweepBatchSize = 2
+        c.googleAcknowledgementRetry = .zero  // an owed acknowledgement is due again at once
         return c
     }
 
     func services(_ c: ReceiptsConfiguration) throws -> ReceiptServices { try ReceiptServices(configuration: c, http: http) }
 
-    func driver(_ s: ReceiptServices) -> JobDriver {
+    /// Jobs go through the worker's `JobRunner` (ledger check, retry and dead rules): see `RunnerDriver`.
+    func driver(_ s: ReceiptServices) -> RunnerDriver {
         var registry = JobRegistry()
         ReceiptJobs.register(into: &registry, services: s)
-        return JobDriver(registry: registry, database: JobDatabase(pool: db.pool))
+        return RunnerDriver(registry: registry, database: JobDatabase(pool: db.pool))
     }
 
     func googleArgs(user: UUID, token: String, product: String = ReceiptsDatabase.googleProduct) -> String {
@@ -63,8 +65,23 @@ final class ReceiptsGoogleTests: XCTestCase {
             "expiryTime": f.string(from: expiry)].merging(extra) { $1 })
     }
 
+    /// Acknowledgements the fake accepted (200), per token.
     func acknowledgements() throws -> [String: Int] {
         try fakes.admin(.google, "GET", "google/acknowledgements")["acknowledgements"] as? [String: Int] ?? [:]
+    }
+
+    /// Acknowledge requests the fake's handler answered (accepted or refused; scripted answers excluded), per token.
+    func acknowledgeAttempts() throws -> [String: Int] {
+        try fakes.admin(.google, "GET", "google/acknowledgements")["attempts"] as? [String: Int] ?? [:]
+    }
+
+    func ackPath(_ token: String) -> String {
+        "/androidpublisher/v3/applications/com.example.app/purchases/subscriptions/\(ReceiptsDatabase.googleProduct)/tokens/\(token):acknowledge"
+    }
+
+    /// `outcome` of the owed acknowledgement row, "owed" while unsettled, nil without a row.
+    func acknowledgementOutcome(_ token: String) throws -> String? {
+        try db.string("SELECT COALESCE(outcome, 'owed') AS v FROM google_acknowledgements WHERE purchase_token = $1", [token])
     }
 
     func testValidationAcknowledgesAndAppliesOnce() throws {
@@ -72,8 +89,11 @@ final class ReceiptsGoogleTests: XCTestCase {
         let d = driver(s)
         let user = try db.newUser()
         try setPurchase("tok-1", state: "SUBSCRIPTION_STATE_ACTIVE", expiry: Date().addingTimeInterval(30 * 86400))
+        let first = try d.run("ValidateReceiptJob", googleArgs(user: user, token: "tok-1"))
         try d.run("ValidateReceiptJob", googleArgs(user: user, token: "tok-1"))
-        try d.run("ValidateReceiptJob", googleArgs(user: user, token: "tok-1"))
+        try d.redeliverInterrupted(first)  // the ledger check skips it
+        XCTAssertEqual(try acknowledgementOutcome("tok-1"), "acknowledged")
+        XCTAssertEqual(try acknowledgeAttempts(), ["tok-1": 1])
         XCTAssertEqual(try db.subscriptionStatus(key: "tok-1"), "active")
         XCTAssertEqual(try db.events(key: "tok-1"), ["subscription_started"])
         XCTAssertEqual(try db.userStatus(user), "premium")
@@ -141,19 +161,29 @@ final class ReceiptsGoogleTests: XCTestCase {
         try fakes.configure(.google, ["service_account": ["client_email": "worker@demo.iam.gserviceaccount.com",
                                                           "public_key_pem": other.publicKey.pemRepresentation]])
         let user = try db.newUser()
+        try setPurchase("tok-x", state: "SUBSCRIPTION_STATE_ACTIVE", expiry: Date().addingTimeInterval(86400))
         XCTAssertThrowsError(try driver(try services(c)).run("ValidateReceiptJob", googleArgs(user: user, token: "tok-x"))) {
-            Failure.isRetryable($0)
+            Failure.isUnavailable($0, service: "Google OAuth", containing: "token request refused (invalid_grant")
         }
         c = try configuration()
         let d = driver(try services(c))
         try fakes.script(.google, ["match": ["prefix": "/androidpublisher"], "status": 429, "retry_after": 7])
-        XCTAssertThrowsError(try d.run("ValidateReceiptJob", googleArgs(user: user, token: "tok-x"))) { error in
-            guard case JobError.retryAfter(let seconds, _) = error else { return XCTFail("\(error)") }
-            XCTAssertEqual(seconds, 7, accuracy: 1)
+        XCTAssertThrowsError(try d.run("ValidateReceiptJob", googleArgs(user: user, token: "tok-x"))) {
+            Failure.isRetryAfter($0, seconds: 7)
         }
-        for script: [String: Any] in [["status": 500], ["malformed_json": true], ["hang": true, "delay": 4]] {
+        let scripts: [([String: Any], String)] = [
+            (["google_error": "backendError"], "HTTP 500"),
+            (["malformed_json": true], "unreadable answer"),
+            (["hang": true, "delay": 4], "HTTP timeout"),
+        ]
+        for (script, reason) in scripts {
             try fakes.script(.google, script.merging(["match": ["prefix": "/androidpublisher"]]) { a, _ in a })
-            XCTAssertThrowsError(try d.run("ValidateReceiptJob", googleArgs(user: user, token: "tok-x"))) { Failure.isRetryable($0) }
+            XCTAssertThrowsError(try d.run("ValidateReceiptJob", googleArgs(user: user, token: "tok-x"))) {
+                Failure.isUnavailable($0, service: "Google Play API", containing: reason)
+            }
+        }
+        XCTAssertThrowsError(try d.run("ValidateReceiptJob", googleArgs(user: user, token: "never-registered"))) {
+            Failure.isPermanent($0, containing: "RCV-GOOGLE-404")
         }
         XCTAssertThrowsError(try d.run("ValidateReceiptJob", googleArgs(user: user, token: "gone-1"))) {
             Failure.isPermanent($0, containing: "RCV-GOOGLE-410")
@@ -165,12 +195,165 @@ final class ReceiptsGoogleTests: XCTestCase {
         XCTAssertEqual(try db.userStatus(user), "free")
     }
 
+    // MARK: Acknowledgement never lost (issue 12 point 1)
+
+    /// Each failure of the acknowledgement after the commit (409 concurrentUpdate, 5xx, timeout): the job is done
+    /// (its redelivery is skipped by the ledger check, as before), the debt stays recorded, and the sweep pays it.
+    func testFailedAcknowledgementStaysOwedUntilTheSweepPaysIt() throws {
+        let d = driver(try services(try configuration()))
+        let failures: [(String, [String: Any], String)] = [
+            ("ack-409", ["google_error": "concurrentUpdate"], "HTTP 409 concurrentUpdate"),
+            ("ack-503", ["google_error": "unavailable"], "HTTP 503"),
+            ("ack-timeout", ["hang": true, "delay": 4], "HTTP timeout"),
+        ]
+        for (token, failure, reason) in failures {
+            let user = try db.newUser()
+            try setPurchase(token, state: "SUBSCRIPTION_STATE_ACTIVE", expiry: Date().addingTimeInterval(30 * 86400))
+            try fakes.script(.google, failure.merging(["match": ["path": ackPath(token)]]) { a, _ in a })
+            let delivered = try d.run("ValidateReceiptJob", googleArgs(user: user, token: token))
+            XCTAssertEqual(try db.userStatus(user), "premium", token)
+            XCTAssertEqual(try acknowledgementOutcome(token), "owed", token)
+            let lastError = try XCTUnwrap(db.string("SELECT last_error AS v FROM google_acknowledgements WHERE purchase_token = $1", [token]))
+            XCTAssertTrue(lastError.contains("Google Play acknowledge temporarily unavailable") && lastError.contains(reason), lastError)
+            XCTAssertFalse(lastError.contains(token), "the token is redacted: \(lastError)")
+            // A redelivery (crash after the commit) is skipped by the ledger: the job alone would never acknowledge.
+            try d.redeliverInterrupted(delivered)
+            XCTAssertNil(try acknowledgements()[token], token)
+            try d.run("GoogleAcknowledgementSweepJob", "[]")
+            XCTAssertEqual(try acknowledgements()[token], 1, token)
+            XCTAssertEqual(try acknowledgementOutcome(token), "acknowledged", token)
+        }
+        // Settled rows are not tried again.
+        try d.run("GoogleAcknowledgementSweepJob", "[]")
+        XCTAssertEqual(try acknowledgeAttempts(), ["ack-409": 1, "ack-503": 1, "ack-timeout": 1])
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM subscription_events WHERE event_type = 'subscription_started'"), 3)
+    }
+
+    /// Google refuses the acknowledgement (400 invalidPurchaseState) because it went through already (the app
+    /// acknowledged it, or an earlier answer was lost): the state, read again, settles it — no second acknowledgement.
+    func testRefusedAcknowledgementIsSettledByGooglesState() throws {
+        let d = driver(try services(try configuration()))
+        let user = try db.newUser(), other = try db.newUser()
+        try setPurchase("ack-race", state: "SUBSCRIPTION_STATE_ACTIVE", expiry: Date().addingTimeInterval(30 * 86400))
+        // The handler runs (Google acknowledges), then the answer our call gets is 400 invalidPurchaseState.
+        try fakes.script(.google, ["match": ["path": ackPath("ack-race")], "passthrough": true, "google_error": "invalidPurchaseState"])
+        try d.run("ValidateReceiptJob", googleArgs(user: user, token: "ack-race"))
+        XCTAssertEqual(try acknowledgementOutcome("ack-race"), "already_acknowledged")
+        XCTAssertEqual(try acknowledgements(), ["ack-race": 1])
+        // Refused while Google still says pending and entitled: stays owed (and is tried again).
+        try setPurchase("ack-stuck", state: "SUBSCRIPTION_STATE_ACTIVE", expiry: Date().addingTimeInterval(30 * 86400))
+        try fakes.script(.google, ["match": ["path": ackPath("ack-stuck")], "google_error": "invalidPurchaseState"])
+        try d.run("ValidateReceiptJob", googleArgs(user: other, token: "ack-stuck"))
+        XCTAssertEqual(try acknowledgementOutcome("ack-stuck"), "owed")
+        // The purchase ended meanwhile (refunded by Google after 3 days): nothing left to acknowledge.
+        try setPurchase("ack-stuck", state: "SUBSCRIPTION_STATE_EXPIRED", expiry: Date().addingTimeInterval(-60))
+        try d.run("GoogleAcknowledgementSweepJob", "[]")
+        XCTAssertEqual(try acknowledgementOutcome("ack-stuck"), "not_needed")
+        XCTAssertNil(try acknowledgements()["ack-stuck"])
+    }
+
+    /// An RTDN for a known purchase still pending owes and pays the acknowledgement the same way.
+    func testPlayNotificationOwesAndPaysTheAcknowledgement() throws {
+        let d = driver(try services(try configuration()))
+        let user = try db.newUser()
+        try setPurchase("rtdn-ack", state: "SUBSCRIPTION_STATE_ACTIVE", expiry: Date().addingTimeInterval(30 * 86400),
+                        extra: ["acknowledgementState": "ACKNOWLEDGEMENT_STATE_ACKNOWLEDGED"])
+        try d.run("ValidateReceiptJob", googleArgs(user: user, token: "rtdn-ack"))
+        XCTAssertNil(try acknowledgementOutcome("rtdn-ack"), "nothing owed for an acknowledged purchase")
+        // A resubscription makes it pending again; the RTDN's own attempt fails with a 503.
+        try setPurchase("rtdn-ack", state: "SUBSCRIPTION_STATE_ACTIVE", expiry: Date().addingTimeInterval(60 * 86400))
+        try fakes.script(.google, ["match": ["path": ackPath("rtdn-ack")], "google_error": "unavailable"])
+        let payload = try d.run("PlayNotificationJob", rtdn(messageID: "ack-m1", type: 7, token: "rtdn-ack"))
+        XCTAssertEqual(try acknowledgementOutcome("rtdn-ack"), "owed")
+        try d.redeliverInterrupted(payload)
+        try d.run("GoogleAcknowledgementSweepJob", "[]")
+        XCTAssertEqual(try acknowledgements(), ["rtdn-ack": 1])
+        XCTAssertEqual(try acknowledgementOutcome("rtdn-ack"), "acknowledged")
+    }
+
+    // MARK: Replacement, grace, voided orders (issue 12 points 4, 5, 6)
+
+    /// A purchase carrying `linkedPurchaseToken` ends the linked one at once, whichever account held it.
+    func testLinkedPurchaseTokenEndsTheReplacedEntitlement() throws {
+        let d = driver(try services(try configuration()))
+        let oldOwner = try db.newUser(), newOwner = try db.newUser(), same = try db.newUser()
+        let far = Date().addingTimeInterval(20 * 86400)
+        try setPurchase("old-a", state: "SUBSCRIPTION_STATE_ACTIVE", expiry: far)
+        try d.run("ValidateReceiptJob", googleArgs(user: oldOwner, token: "old-a"))
+        XCTAssertEqual(try db.userStatus(oldOwner), "premium")
+        // The upgrade was bought from another account.
+        try setPurchase("new-a", state: "SUBSCRIPTION_STATE_ACTIVE", expiry: far, extra: ["linkedPurchaseToken": "old-a"])
+        try d.run("ValidateReceiptJob", googleArgs(user: newOwner, token: "new-a"))
+        XCTAssertEqual(try db.subscriptionStatus(key: "old-a"), "expired")
+        XCTAssertEqual(try db.userStatus(oldOwner), "free")
+        XCTAssertEqual(try db.userStatus(newOwner), "premium")
+        XCTAssertEqual(try db.events(key: "old-a"), ["subscription_started", "replaced"])
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM subscriptions WHERE store_transaction_id = 'old-a' AND end_date <= now() AND NOT auto_renew"), 1)
+        // A late RTDN for the old token (Google: canceled by replacement, expiry still ahead) does not bring it back.
+        try setPurchase("old-a", state: "SUBSCRIPTION_STATE_CANCELED", expiry: far,
+                        extra: ["canceledStateContext": ["replacementCancellation": [:] as [String: String]]])
+        try d.run("PlayNotificationJob", rtdn(messageID: "late-old", type: 3, token: "old-a"))
+        XCTAssertEqual(try db.subscriptionStatus(key: "old-a"), "expired")
+        XCTAssertEqual(try db.userStatus(oldOwner), "free")
+        // Same account: the user keeps premium, now through the new purchase.
+        try setPurchase("old-b", state: "SUBSCRIPTION_STATE_ACTIVE", expiry: far)
+        try d.run("ValidateReceiptJob", googleArgs(user: same, token: "old-b"))
+        try setPurchase("new-b", state: "SUBSCRIPTION_STATE_ACTIVE", expiry: far, extra: ["linkedPurchaseToken": "old-b"])
+        try d.run("ValidateReceiptJob", googleArgs(user: same, token: "new-b"))
+        XCTAssertEqual(try db.subscriptionStatus(key: "old-b"), "expired")
+        XCTAssertEqual(try db.userStatus(same), "premium")
+        XCTAssertEqual(try db.string("""
+            SELECT s.store_transaction_id AS v FROM users u JOIN subscriptions s ON s.id = u.subscription_id WHERE u.id = $1
+            """, [same]), "new-b")
+    }
+
+    /// IN_GRACE_PERIOD: the line item's expiryTime is the end of grace (its length is the base plan's); nothing is
+    /// added to it.
+    func testGoogleGraceEndsAtGooglesExpiryTime() throws {
+        let c = try configuration()
+        let d = driver(try services(c))
+        let user = try db.newUser()
+        let graceEnd = Date().addingTimeInterval(5 * 86400)  // a base plan with a 7-day grace, 2 days in
+        try setPurchase("grace-1", state: "SUBSCRIPTION_STATE_IN_GRACE_PERIOD", expiry: graceEnd)
+        try d.run("ValidateReceiptJob", googleArgs(user: user, token: "grace-1"))
+        XCTAssertEqual(try db.subscriptionStatus(key: "grace-1"), "grace_period")
+        XCTAssertEqual(try db.userStatus(user), "premium")
+        XCTAssertEqual(try db.scalar("""
+            SELECT count(*) FROM subscriptions WHERE store_transaction_id = 'grace-1'
+              AND abs(extract(epoch FROM grace_period_end) - $1) < 1
+            """, [graceEnd.timeIntervalSince1970]), 1, "grace_period_end is Google's expiryTime")
+        XCTAssertEqual(try SubscriptionExpirySweepJob.sweep(pool: db.pool, configuration: c, now: graceEnd.addingTimeInterval(-60)), .init())
+        XCTAssertEqual(try SubscriptionExpirySweepJob.sweep(pool: db.pool, configuration: c, now: graceEnd.addingTimeInterval(60)).expired, 1)
+        XCTAssertEqual(try db.subscriptionStatus(key: "grace-1"), "expired")
+        XCTAssertEqual(try db.userStatus(user), "free")
+    }
+
+    /// A voided order is compared with the order that paid the current period before anything is revoked.
+    func testVoidedOlderOrderKeepsTheCurrentPaidPeriod() throws {
+        let d = driver(try services(try configuration()))
+        let user = try db.newUser()
+        let current = "GPA.3372-4150-9088-12345..2"
+        try setPurchase("void-1", state: "SUBSCRIPTION_STATE_ACTIVE", expiry: Date().addingTimeInterval(20 * 86400),
+                        extra: ["latestSuccessfulOrderId": current])
+        try d.run("ValidateReceiptJob", googleArgs(user: user, token: "void-1"))
+        // A chargeback on the first renewal: Google still says ACTIVE for the period paid by ..2.
+        try d.run("PlayNotificationJob", rtdn(messageID: "void-old", token: "void-1", voided: true, orderID: "GPA.3372-4150-9088-12345..1"))
+        XCTAssertEqual(try db.subscriptionStatus(key: "void-1"), "active")
+        XCTAssertEqual(try db.userStatus(user), "premium")
+        XCTAssertEqual(try db.events(key: "void-1"), ["subscription_started", "order_voided"])
+        // The current order voided: the period is revoked.
+        try d.run("PlayNotificationJob", rtdn(messageID: "void-cur", token: "void-1", voided: true, orderID: current))
+        XCTAssertEqual(try db.subscriptionStatus(key: "void-1"), "refunded")
+        XCTAssertEqual(try db.userStatus(user), "free")
+    }
+
     // MARK: RTDN
 
-    func rtdn(messageID: String, type: Int? = nil, token: String, voided: Bool = false, test: Bool = false) -> String {
+    func rtdn(messageID: String, type: Int? = nil, token: String, voided: Bool = false, orderID: String = "GPA.1",
+              test: Bool = false) -> String {
         var n: [String: Any] = ["version": "1.0", "packageName": "com.example.app",
                                 "eventTimeMillis": String(Int64(Date().timeIntervalSince1970 * 1000))]
-        if voided { n["voidedPurchaseNotification"] = ["purchaseToken": token, "orderId": "GPA.1", "productType": 1] }
+        if voided { n["voidedPurchaseNotification"] = ["purchaseToken": token, "orderId": orderID, "productType": 1] }
         else if test { n["testNotification"] = ["version": "1.0"] }
         else { n["subscriptionNotification"] = ["version": "1.0", "notificationType": type ?? 2, "purchaseToken": token,
                                                 "subscriptionId": ReceiptsDatabase.googleProduct] }

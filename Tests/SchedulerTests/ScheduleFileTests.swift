@@ -219,7 +219,7 @@ final class ScheduleFileTests: XCTestCase {
         let byName = Dictionary(uniqueKeysWithValues: file.entries.map { ($0.name, $0) })
         XCTAssertEqual(Set(file.entries.map(\.className)), [
             "AdRevenueAggregationJob", "SubscriptionExpirySweepJob", "DueDeletionSweepJob", "ExportCleanupJob",
-            "LocationAnonymizationJob", "PendingRewardSweepJob",
+            "LocationAnonymizationJob", "PendingRewardSweepJob", "GoogleAcknowledgementSweepJob",
         ])
         let nightly = try XCTUnwrap(byName["ad_revenue_aggregation.nightly"])
         XCTAssertEqual(nightly.catchUp, .all(within: 7 * 86_400))
@@ -230,6 +230,7 @@ final class ScheduleFileTests: XCTestCase {
         XCTAssertEqual(hourly.tickArgument, .date(daysBefore: 0))
         XCTAssertEqual(byName["subscription_expiry_sweep"]?.cron.minutes.values, [0, 15, 30, 45])
         XCTAssertEqual(byName["pending_reward_sweep"]?.cron.minutes.values, [0, 10, 20, 30, 40, 50])
+        XCTAssertEqual(byName["google_acknowledgement_sweep"]?.cron.minutes.values.count, 60)
         for entry in file.entries where !entry.name.hasPrefix("ad_revenue_aggregation.nightly") {
             XCTAssertEqual(entry.catchUp.mode, .latest, entry.name)
         }

@@ -42,3 +42,28 @@ public enum TestServices {
         repositoryRoot.appendingPathComponent("Tests/Interop/sidekiq-interop-check.rb")
     }
 }
+
+extension TestServices {
+    public struct NoClosedPort: Error, CustomStringConvertible {
+        public var description: String { "cannot bind a probe socket on 127.0.0.1" }
+    }
+
+    /// A loopback TCP port with nothing listening (bound to an OS-chosen port, then closed): connecting to it is
+    /// refused at once.
+    public static func closedPort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = 0
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let ok = withUnsafeMutablePointer(to: &addr) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+                bind(fd, sa, len) == 0 && getsockname(fd, sa, &len) == 0
+            }
+        }
+        guard ok else { throw NoClosedPort() }
+        return Int(UInt16(bigEndian: addr.sin_port))
+    }
+}

@@ -18,7 +18,10 @@ public struct GoogleSubscriptionPurchase: Decodable, Sendable {
     }
     public struct CanceledStateContext: Decodable, Sendable {
         public struct UserInitiated: Decodable, Sendable { public let cancelTime: String? }
+        public struct Empty: Decodable, Sendable {}
         public let userInitiatedCancellation: UserInitiated?
+        /// Set when the subscription was replaced by a new one (its token is the new purchase's `linkedPurchaseToken`).
+        public let replacementCancellation: Empty?
     }
     public let subscriptionState: String?
     public let startTime: String?
@@ -29,6 +32,18 @@ public struct GoogleSubscriptionPurchase: Decodable, Sendable {
     public let canceledStateContext: CanceledStateContext?
 
     public var needsAcknowledgement: Bool { acknowledgementState == "ACKNOWLEDGEMENT_STATE_PENDING" }
+    public var isAcknowledged: Bool { acknowledgementState == "ACKNOWLEDGEMENT_STATE_ACKNOWLEDGED" }
+
+    /// The order that paid the current period of `productID`: the line item's `latestSuccessfulOrderId`, else the
+    /// deprecated top-level `latestOrderId`.
+    public func currentOrderID(productID: String) -> String? {
+        lineItems?.first(where: { $0.productId == productID })?.latestSuccessfulOrderId ?? latestOrderId
+    }
+
+    /// Whether Google's state entitles the user now (ACTIVE, IN_GRACE_PERIOD, CANCELED before its expiry).
+    public func entitles(productID: String, now: Date) -> Bool {
+        GoogleStateDerivation.state(self, purchaseToken: "", productID: productID, now: now)?.status.isEntitled ?? false
+    }
 }
 
 /// RFC 3339 timestamps as Google writes them (with or without fractional seconds).
@@ -46,8 +61,12 @@ enum RFC3339 {
 /// `subscriptionState` → our status. ACTIVE, IN_GRACE_PERIOD and CANCELED-with-future-expiry are entitled;
 /// ON_HOLD, PAUSED, EXPIRED, PENDING are not. A cancelled-but-running subscription is kept `active` with
 /// `auto_renew = false` and `cancelled_at` set, so the expiry sweep ends it at `end_date`.
+///
+/// Grace comes from Google: in `SUBSCRIPTION_STATE_IN_GRACE_PERIOD` the line item's `expiryTime` is the end of the
+/// grace period (its length is set per base plan: `gracePeriodDuration`, P0D–P30D), so `grace_period_end` is that
+/// time and nothing is added to it.
 enum GoogleStateDerivation {
-    static func state(_ p: GoogleSubscriptionPurchase, purchaseToken: String, productID: String, graceDays: Int,
+    static func state(_ p: GoogleSubscriptionPurchase, purchaseToken: String, productID: String,
                       now: Date) -> StoreSubscriptionState? {
         guard let line = p.lineItems?.first(where: { $0.productId == productID }) else { return nil }
         let expiry = RFC3339.parse(line.expiryTime)
@@ -60,7 +79,9 @@ enum GoogleStateDerivation {
         case "SUBSCRIPTION_STATE_IN_GRACE_PERIOD": status = .gracePeriod
         case "SUBSCRIPTION_STATE_CANCELED":
             cancelledAt = RFC3339.parse(p.canceledStateContext?.userInitiatedCancellation?.cancelTime) ?? now
-            status = (expiry.map { $0 > now } ?? false) ? live : .expired
+            // Replaced by another purchase: its entitlement moved to the new token (GooglePurchaseEffects.endReplaced).
+            let replaced = p.canceledStateContext?.replacementCancellation != nil
+            status = !replaced && (expiry.map { $0 > now } ?? false) ? live : .expired
         case "SUBSCRIPTION_STATE_ON_HOLD": status = .onHold
         case "SUBSCRIPTION_STATE_PAUSED": status = .paused
         case "SUBSCRIPTION_STATE_EXPIRED": status = .expired
@@ -68,12 +89,12 @@ enum GoogleStateDerivation {
         case "SUBSCRIPTION_STATE_PENDING_PURCHASE_CANCELED": status = .cancelled
         default: return nil
         }
-        let order = line.latestSuccessfulOrderId ?? p.latestOrderId ?? "token:" + Redact.fingerprint(purchaseToken)
         return StoreSubscriptionState(
-            store: .google, key: purchaseToken, transactionID: order, originalTransactionID: purchaseToken,
+            store: .google, key: purchaseToken, transactionID: p.currentOrderID(productID: productID) ?? "token:" + Redact.fingerprint(purchaseToken),
+            originalTransactionID: purchaseToken,
             productID: productID, status: status, startDate: RFC3339.parse(p.startTime) ?? now, endDate: expiry,
             trialEndDate: isTrial ? expiry : nil,
-            gracePeriodEnd: status == .gracePeriod ? expiry.map { $0.addingTimeInterval(Double(graceDays) * 86400) } : nil,
+            gracePeriodEnd: status == .gracePeriod ? expiry : nil,
             autoRenew: cancelledAt == nil && (line.autoRenewingPlan?.autoRenewEnabled ?? true) && status.isEntitled,
             cancelledAt: cancelledAt, stateAt: now)
     }
@@ -97,7 +118,7 @@ struct GooglePlayClient: Sendable {
     func subscription(packageName: String, purchaseToken: String, cancellation: HTTPCancellation?) throws -> Lookup {
         let url = baseURL + "/androidpublisher/v3/applications/\(Self.segment(packageName))/purchases/subscriptionsv2/tokens/"
             + Self.segment(purchaseToken)
-        let response = try authorized(.get(url), cancellation: cancellation)
+        let response = try authorized(HTTPRequest.get(url).withSecretPathSegment(purchaseToken), cancellation: cancellation)
         try StoreHTTP.throwIfRetryable(response, service: "Google Play API")
         if response.isSuccess {
             return .found(try StoreHTTP.decode(GoogleSubscriptionPurchase.self, response, service: "Google Play API"))
@@ -110,29 +131,59 @@ struct GooglePlayClient: Sendable {
         }
     }
 
-    /// Acknowledges the purchase (Google refunds purchases left unacknowledged for 3 days).
-    func acknowledge(packageName: String, productID: String, purchaseToken: String, cancellation: HTTPCancellation?) throws {
+    /// What Google answered to an acknowledgement that reached it.
+    enum AcknowledgeAnswer: Sendable, Equatable {
+        /// 200: acknowledged now.
+        case acknowledged
+        /// A 4xx other than 401/403/408/409/429 (e.g. 400 `invalidPurchaseState` for a purchase already acknowledged
+        /// or no longer acknowledgeable, 404/410): Google will not acknowledge it; its state says why.
+        case refused(status: Int, reason: String)
+    }
+
+    /// `purchases.subscriptions.acknowledge` (Google refunds purchases left unacknowledged for 3 days).
+    ///
+    /// Throws `StoreUnavailable` / `JobError.retryAfter` when it may succeed later: transport failures, 5xx, 429,
+    /// 409 `concurrentUpdate` (the purchase is being acknowledged concurrently, e.g. by the app), 401/403 (our
+    /// credentials). Never puts the token in an error: it is a secret path segment of the request.
+    func acknowledge(packageName: String, productID: String, purchaseToken: String,
+                     cancellation: HTTPCancellation?) throws -> AcknowledgeAnswer {
         let url = baseURL + "/androidpublisher/v3/applications/\(Self.segment(packageName))/purchases/subscriptions/"
             + "\(Self.segment(productID))/tokens/\(Self.segment(purchaseToken)):acknowledge"
-        let request: HTTPRequest
-        do { request = try HTTPRequest.json(.post, url, object: [String: Any]()) } catch {
-            throw JobError.permanent("Google acknowledge: \(error)")
-        }
-        let response = try authorized(request, cancellation: cancellation)
+        let request = HTTPRequest(method: .post, url: url, headers: ["Content-Type": "application/json"], body: Data("{}".utf8))
+            .withSecretPathSegment(purchaseToken)
+        let response = try authorized(request, service: "Google Play acknowledge", cancellation: cancellation)
         try StoreHTTP.throwIfRetryable(response, service: "Google Play acknowledge")
-        guard response.isSuccess else {
-            throw StoreUnavailable("Google Play acknowledge", "HTTP \(response.status)")
+        if response.isSuccess { return .acknowledged }
+        let reason = Self.errorReason(response)
+        switch response.status {
+        case 409: throw StoreUnavailable("Google Play acknowledge", "HTTP 409 \(reason)")
+        case 401, 403: throw StoreUnavailable("Google Play acknowledge", "HTTP \(response.status) \(reason); check the service account's Play Console access")
+        default: return .refused(status: response.status, reason: reason)
         }
     }
 
-    private func authorized(_ request: HTTPRequest, cancellation: HTTPCancellation?) throws -> HTTPResponse {
+    /// `reason: message` of Google's error envelope (`{"error": {"message", "errors": [{"reason"}]}}`), or the status.
+    static func errorReason(_ response: HTTPResponse) -> String {
+        let error = (try? response.jsonObject())?["error"] as? [String: Any]
+        let reason = (error?["errors"] as? [[String: Any]])?.first?["reason"] as? String
+        let message = error?["message"] as? String
+        switch (reason, message) {
+        case (let r?, let m?): return "\(r): \(m)"
+        case (let r?, nil): return r
+        case (nil, let m?): return m
+        default: return "HTTP \(response.status)"
+        }
+    }
+
+    private func authorized(_ request: HTTPRequest, service: String = "Google Play API",
+                            cancellation: HTTPCancellation?) throws -> HTTPResponse {
         var token = try tokens.token(cancellation: cancellation)
-        var response = try http.send(request.with(header: "Authorization", "Bearer " + token), service: "Google Play API",
+        var response = try http.send(request.with(header: "Authorization", "Bearer " + token), service: service,
                                      cancellation: cancellation)
         if response.status == 401 {
             tokens.invalidate(token)
             token = try tokens.token(cancellation: cancellation)
-            response = try http.send(request.with(header: "Authorization", "Bearer " + token), service: "Google Play API",
+            response = try http.send(request.with(header: "Authorization", "Bearer " + token), service: service,
                                      cancellation: cancellation)
         }
         return response

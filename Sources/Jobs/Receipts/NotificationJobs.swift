@@ -197,8 +197,10 @@ public struct DeveloperNotification: Decodable, Sendable {
 }
 
 /// Applies a Google Play RTDN: de-duplicated by Pub/Sub `messageId`; the notification only says "something
-/// changed", so the state is read again with `subscriptionsv2.get` and upserted; voided purchases become `refunded`.
-/// Purchases still unacknowledged and entitled are acknowledged. Unknown purchase tokens are recorded `unmatched`.
+/// changed", so the state is read again with `subscriptionsv2.get` and upserted; a `linkedPurchaseToken` ends the
+/// replaced subscription; a voided order revokes the current period only when it paid it (`applyVoided`). Purchases
+/// still unacknowledged and entitled owe an acknowledgement, recorded in the commit and paid after it (here or by
+/// `GoogleAcknowledgementSweepJob`). Unknown purchase tokens are recorded `unmatched`.
 public struct PlayNotificationJob: Job {
     public static let className = "PlayNotificationJob"
     public static let options = JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 60, usesLedger: true)
@@ -221,16 +223,8 @@ public struct PlayNotificationJob: Job {
         let cancellation = HTTPCancellation(isCancelled: { [cancellation = context.cancellation] in cancellation.isCancelled })
 
         if let voided = notification.voidedPurchaseNotification {
-            try record(id: id, type: "voided_purchase", context: context) { c in
-                guard let existing = try SubscriptionStore.subscription(store: .google, key: voided.purchaseToken, on: c) else {
-                    return ("unmatched", nil)
-                }
-                try SubscriptionStore.markRefunded(existing.id, at: eventTime, on: c)
-                try SubscriptionStore.applyEntitlement(subscriptionID: existing.id, userID: existing.userID, entitled: false, on: c)
-                try SubscriptionStore.event(existing.id, type: "refunded", data: ["source": "play_notification", "kind": "voided"],
-                                            idempotencyKey: "google:notification:\(id)", on: c)
-                return ("applied", existing.id)
-            }
+            try applyVoided(voided, packageName: notification.packageName, id: id, eventTime: eventTime, context: context,
+                            cancellation: cancellation, logger: logger)
             return
         }
         guard let sub = notification.subscriptionNotification else {
@@ -255,7 +249,7 @@ public struct PlayNotificationJob: Job {
             return
         }
         guard var state = GoogleStateDerivation.state(purchase, purchaseToken: sub.purchaseToken, productID: existing.productID,
-                                                      graceDays: services.configuration.googleGracePeriodDays, now: Date()) else {
+                                                      now: Date()) else {
             throw StoreUnavailable("Google Play API", "state \(purchase.subscriptionState ?? "<none>") or product not readable")
         }
         if sub.notificationType == 12 {  // REVOKED: refunded and revoked before it expired
@@ -265,7 +259,14 @@ public struct PlayNotificationJob: Job {
             state.autoRenew = false
         }
         let finalState = state
+        // Owed with the commit, paid after it (here or by GoogleAcknowledgementSweepJob): see ValidateReceiptJob.
+        let owesAcknowledgement = purchase.needsAcknowledgement && finalState.status.isEntitled
         try record(id: id, type: "subscription_\(sub.notificationType)", context: context) { c in
+            try GooglePurchaseEffects.endReplaced(by: purchase, token: sub.purchaseToken, at: eventTime, on: c)
+            if owesAcknowledgement {
+                try GoogleAcknowledgementStore.owe(purchaseToken: sub.purchaseToken, packageName: notification.packageName,
+                                                   productID: existing.productID, subscriptionID: existing.id, on: c)
+            }
             let outcome = try SubscriptionStore.upsert(finalState, owner: existing.owner, on: c)
             if outcome.applied {
                 try SubscriptionStore.applyEntitlement(subscriptionID: outcome.subscriptionID, userID: existing.userID,
@@ -277,11 +278,60 @@ public struct PlayNotificationJob: Job {
                                         idempotencyKey: "google:notification:\(id)", on: c)
             return (outcome.applied ? "applied" : "stale", outcome.subscriptionID)
         }
-        if purchase.needsAcknowledgement && finalState.status.isEntitled {
-            try play.acknowledge(packageName: notification.packageName, productID: existing.productID,
-                                 purchaseToken: sub.purchaseToken, cancellation: cancellation)
-        }
         logger.info("Play notification handled", metadata: ["status": "\(finalState.status.rawValue)"])
+        if owesAcknowledgement, let database = context.database {
+            _ = try services.acknowledger(pool: database.pool).pay(purchaseToken: sub.purchaseToken, cancellation: cancellation,
+                                                                   logger: logger)
+        }
+    }
+
+    /// A voided purchase (refund or chargeback of one order). Google's state is read again and the order compared
+    /// (`GooglePurchaseEffects.voidRevokesCurrentPeriod`): the voided order paid the current period (or Google no
+    /// longer entitles) → `refunded`, user `free`; an older renewal order → the current period stands, Google's
+    /// state is applied and an `order_voided` event recorded.
+    private func applyVoided(_ voided: DeveloperNotification.VoidedPurchaseNotification, packageName: String, id: String,
+                             eventTime: Date, context: JobContext, cancellation: HTTPCancellation, logger: Logger) throws {
+        var logger = logger
+        logger[metadataKey: "purchase_token"] = "\(Redact.token(voided.purchaseToken))"
+        guard let existing = try context.withConnection({
+            try SubscriptionStore.subscription(store: .google, key: voided.purchaseToken, on: $0)
+        }) else {
+            try record(id: id, type: "voided_purchase", context: context) { _ in ("unmatched", nil) }
+            return
+        }
+        var purchase: GoogleSubscriptionPurchase?
+        if case .found(let p) = try services.requireGoogle().subscription(packageName: packageName, purchaseToken: voided.purchaseToken,
+                                                                          cancellation: cancellation) {
+            purchase = p
+        }
+        let now = Date()
+        let revokes = purchase.map {
+            GooglePurchaseEffects.voidRevokesCurrentPeriod(voidedOrderID: voided.orderId, purchase: $0, productID: existing.productID, now: now)
+        } ?? true
+        let current = purchase.flatMap {
+            GoogleStateDerivation.state($0, purchaseToken: voided.purchaseToken, productID: existing.productID, now: now)
+        }
+        try record(id: id, type: "voided_purchase", context: context) { c in
+            if revokes {
+                try SubscriptionStore.markRefunded(existing.id, at: eventTime, on: c)
+                try SubscriptionStore.applyEntitlement(subscriptionID: existing.id, userID: existing.userID, entitled: false, on: c)
+                try SubscriptionStore.event(existing.id, type: "refunded", data: ["source": "play_notification", "kind": "voided"],
+                                            idempotencyKey: "google:notification:\(id)", on: c)
+                return ("applied", existing.id)
+            }
+            if let current {
+                let outcome = try SubscriptionStore.upsert(current, owner: existing.owner, on: c)
+                if outcome.applied {
+                    try SubscriptionStore.applyEntitlement(subscriptionID: existing.id, userID: existing.userID,
+                                                           entitled: current.status.isEntitled, on: c)
+                }
+            }
+            try SubscriptionStore.event(existing.id, type: "order_voided",
+                                        data: ["source": "play_notification", "kind": "voided", "current_period": "kept"],
+                                        idempotencyKey: "google:notification:\(id)", on: c)
+            return ("applied", existing.id)
+        }
+        logger.info("Play voided purchase handled", metadata: ["revoked": "\(revokes)"])
     }
 
     /// Claims the message id and runs `body` in the ledger transaction; a duplicate claim skips `body`.

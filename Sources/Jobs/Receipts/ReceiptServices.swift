@@ -67,6 +67,11 @@ public final class ReceiptServices: Sendable {
         return googlePlay
     }
 
+    /// The payer of owed Google acknowledgements on `pool` (throws like `requireGoogle` when Google is not configured).
+    func acknowledger(pool: PostgresPool) throws -> GoogleAcknowledger {
+        GoogleAcknowledger(play: try requireGoogle(), pool: pool, retry: configuration.googleAcknowledgementRetry)
+    }
+
     func checkPackage(_ name: String) throws {
         let allowed = configuration.googlePackageNames
         if !allowed.isEmpty && !allowed.contains(name) {
@@ -78,10 +83,11 @@ public final class ReceiptServices: Sendable {
 /// Registration of the receipt jobs.
 public enum ReceiptJobs {
     public static let classNames = [ValidateReceiptJob.className, AppStoreNotificationJob.className,
-                                    PlayNotificationJob.className, SubscriptionExpirySweepJob.className]
+                                    PlayNotificationJob.className, SubscriptionExpirySweepJob.className,
+                                    GoogleAcknowledgementSweepJob.className]
 
-    /// Registers `ValidateReceiptJob`, `AppStoreNotificationJob`, `PlayNotificationJob` and
-    /// `SubscriptionExpirySweepJob`, sharing one set of store clients (and one Google token cache).
+    /// Registers `ValidateReceiptJob`, `AppStoreNotificationJob`, `PlayNotificationJob`,
+    /// `SubscriptionExpirySweepJob` and `GoogleAcknowledgementSweepJob`, sharing one set of store clients (and one Google token cache).
     ///
     /// A configuration that cannot be turned into clients (an unparsable root certificate) is a start-up error:
     /// it is reported by `ReceiptServices.init`; this function then registers jobs that fail permanently with
@@ -95,6 +101,7 @@ public enum ReceiptJobs {
             registry.register(BrokenReceiptJob<SingleArgument<AppStoreNotificationArguments>>(failure: broken), as: AppStoreNotificationJob.className)
             registry.register(BrokenReceiptJob<SingleArgument<PlayNotificationArguments>>(failure: broken), as: PlayNotificationJob.className)
             registry.register(BrokenReceiptJob<NoArguments>(failure: broken), as: SubscriptionExpirySweepJob.className)
+            registry.register(BrokenReceiptJob<NoArguments>(failure: broken), as: GoogleAcknowledgementSweepJob.className)
         }
     }
 
@@ -104,6 +111,7 @@ public enum ReceiptJobs {
         registry.register(AppStoreNotificationJob(services: services))
         registry.register(PlayNotificationJob(services: services))
         registry.register(SubscriptionExpirySweepJob(configuration: services.configuration))
+        registry.register(GoogleAcknowledgementSweepJob(services: services))
     }
 }
 

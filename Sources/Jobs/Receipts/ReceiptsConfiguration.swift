@@ -58,7 +58,13 @@ public struct ReceiptsConfiguration: Sendable {
     public var googleServiceAccount: GoogleServiceAccount?
     /// When non-empty, only these package names are accepted (arguments and RTDN).
     public var googlePackageNames: Set<String> = []
+    /// Days the expiry sweep keeps a renewing Google subscription past its `end_date` while no word from Google
+    /// (RTDN) has arrived. Not Google's grace period: that one comes from Google's state (`IN_GRACE_PERIOD`, whose
+    /// line item `expiryTime` is the end of grace; its length is set per base plan in the Play Console).
     public var googleGracePeriodDays = 3
+    /// Base delay before an owed acknowledgement whose attempt did not settle it is tried again (doubled per
+    /// attempt, at most 64×): `GoogleAcknowledgementSweepJob` takes it up once it is due.
+    public var googleAcknowledgementRetry: Duration = .seconds(60)
 
     // MARK: Common
     /// Rows per transaction in the expiry sweep.
@@ -164,6 +170,7 @@ public struct ReceiptsConfiguration: Sendable {
             c.googlePackageNames = Set(v.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
         }
         c.googleGracePeriodDays = try reader.int("RECEIPTS_GOOGLE_GRACE_PERIOD_DAYS", default: 3, range: 0...90)
+        c.googleAcknowledgementRetry = .seconds(try reader.int("RECEIPTS_GOOGLE_ACK_RETRY_SECONDS", default: 60, range: 1...3600))
         c.sweepBatchSize = try reader.int("RECEIPTS_SWEEP_BATCH_SIZE", default: 500, range: 1...100_000)
         c.requestTimeout = .seconds(try reader.int("RECEIPTS_HTTP_TIMEOUT_SECONDS", default: 15, range: 1...300))
         return c

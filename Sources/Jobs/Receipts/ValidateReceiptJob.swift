@@ -164,21 +164,25 @@ public struct ValidateReceiptJob: Job {
                 case .notFound(let status, let reason):
                     throw Rejection(code: "RCV-GOOGLE-\(status)", status: status, reason: "purchase token refused by Google: \(reason)")
                 }
-                guard let state = GoogleStateDerivation.state(purchase, purchaseToken: token, productID: product,
-                                                              graceDays: services.configuration.googleGracePeriodDays,
-                                                              now: Date()) else {
+                guard let state = GoogleStateDerivation.state(purchase, purchaseToken: token, productID: product, now: Date()) else {
                     if purchase.lineItems?.contains(where: { $0.productId == product }) != true {
                         throw Rejection(code: "RCV-PRODUCT", status: nil, reason: "the purchase is not for product \(product)")
                     }
                     throw StoreUnavailable("Google Play API", "unknown subscriptionState \(purchase.subscriptionState ?? "<none>")")
                 }
-                try apply(state, owner: owner, receiptData: token, context: context)
+                // The debt to acknowledge commits with the grant (and the ledger row); it is paid after the commit,
+                // here or by GoogleAcknowledgementSweepJob (docs/jobs-receipts.md, "Google acknowledgement").
+                let owesAcknowledgement = purchase.needsAcknowledgement && state.status.isEntitled
+                try apply(state, owner: owner, receiptData: token, context: context) { c, subscriptionID in
+                    try GooglePurchaseEffects.endReplaced(by: purchase, token: token, at: Date(), on: c)
+                    if owesAcknowledgement {
+                        try GoogleAcknowledgementStore.owe(purchaseToken: token, packageName: package, productID: product,
+                                                           subscriptionID: subscriptionID, on: c)
+                    }
+                }
                 logger.info("receipt validated", metadata: ["status": "\(state.status.rawValue)"])
-                // After the commit, on every delivery (a redelivery re-reads the state): Google refunds purchases
-                // left unacknowledged for 3 days.
-                if purchase.needsAcknowledgement && state.status.isEntitled {
-                    try play.acknowledge(packageName: package, productID: product, purchaseToken: token, cancellation: cancellation)
-                    logger.info("purchase acknowledged")
+                if owesAcknowledgement, let database = context.database {
+                    _ = try services.acknowledger(pool: database.pool).pay(purchaseToken: token, cancellation: cancellation, logger: logger)
                 }
             }
         } catch let rejection as Rejection {
@@ -345,8 +349,10 @@ public struct ValidateReceiptJob: Job {
 
     // MARK: Effects
 
-    /// One transaction with the ledger: upsert, entitlement, event, receipt row.
-    private func apply(_ state: StoreSubscriptionState, owner: SubscriptionOwner, receiptData: String?, context: JobContext) throws {
+    /// One transaction with the ledger: upsert, entitlement, event, receipt row, and the store's `also` effects
+    /// (given the subscription id).
+    private func apply(_ state: StoreSubscriptionState, owner: SubscriptionOwner, receiptData: String?, context: JobContext,
+                       also: (PostgresConnection, UUID) throws -> Void = { _, _ in }) throws {
         try context.transaction { c in
             if let existing = try SubscriptionStore.subscription(store: state.store, key: state.key, on: c),
                let existingUser = existing.userID, existingUser != owner.userID {
@@ -364,6 +370,7 @@ public struct ValidateReceiptJob: Job {
                                         on: c)
             try SubscriptionStore.validatedReceipt(state, owner: owner, subscriptionID: outcome.subscriptionID,
                                                    receiptData: receiptData, on: c)
+            try also(c, outcome.subscriptionID)
         }
     }
 }

@@ -1,0 +1,39 @@
+import Foundation
+import Storage
+
+/// Effects of Google's purchase facts on subscriptions other than the one being applied, and on voided orders.
+/// Every function runs on the connection it is given, inside the caller's transaction.
+enum GooglePurchaseEffects {
+    /// A purchase that replaces another (upgrade, downgrade, resubscribe: `linkedPurchaseToken`, per
+    /// developers.google.com/android-publisher/api-ref/rest/v3/purchases.subscriptionsv2) ends the linked token's
+    /// entitlement at once, whichever account held it: the old row becomes `expired` at `time`, its user (if that
+    /// subscription is still the user's current one) goes back to `free`, and one `replaced` event is recorded.
+    /// Idempotent: a row already ended is left as it is.
+    static func endReplaced(by purchase: GoogleSubscriptionPurchase, token: String, at time: Date, on c: PostgresConnection) throws {
+        guard let linked = purchase.linkedPurchaseToken, !linked.isEmpty, linked != token,
+              let old = try SubscriptionStore.subscription(store: .google, key: linked, on: c) else { return }
+        let changed = try c.execute("""
+            UPDATE subscriptions SET status = 'expired', end_date = LEAST(COALESCE(end_date, $2), $2), auto_renew = false,
+                   grace_period_end = NULL, cancelled_at = COALESCE(cancelled_at, $2),
+                   store_state_at = GREATEST(COALESCE(store_state_at, $2), $2), updated_at = now()
+            WHERE id = $1 AND status IN ('pending', 'trial', 'active', 'grace_period', 'on_hold', 'paused')
+            """, [old.id, time])
+        guard changed == 1 else { return }
+        try SubscriptionStore.applyEntitlement(subscriptionID: old.id, userID: old.userID, entitled: false, on: c)
+        try SubscriptionStore.event(old.id, type: "replaced",
+                                    data: ["source": "google_linked_purchase", "replaced_by": Redact.fingerprint(token)],
+                                    idempotencyKey: "google:replaced:\(old.id.uuidString.lowercased())", on: c)
+    }
+
+    /// Whether a voided order (`voidedPurchaseNotification.orderId`) revokes the current period: the voided order
+    /// is the one that paid it (`latestSuccessfulOrderId`), or the notification names no order, or Google's state
+    /// no longer entitles. A chargeback on an older renewal order leaves a period Google still calls ACTIVE alone.
+    static func voidRevokesCurrentPeriod(voidedOrderID: String?, purchase: GoogleSubscriptionPurchase, productID: String,
+                                         now: Date) -> Bool {
+        guard purchase.entitles(productID: productID, now: now) else { return true }
+        guard let voided = voidedOrderID, !voided.isEmpty, let current = purchase.currentOrderID(productID: productID) else {
+            return true
+        }
+        return voided == current
+    }
+}
