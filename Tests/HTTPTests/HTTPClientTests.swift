@@ -49,11 +49,11 @@ final class HTTPClientTests: XCTestCase {
     }
 
     func testPostJSONDecodesAndSendsHeaders() throws {
-        struct Earn: Encodable { let user_id: String; let amount: Int; let source: String; let reference: String }
+        struct Earn: Encodable { let user_id: String; let amount: Int; let source: String; let reference_id: String }
         struct Credit: Decodable { let transaction_id: String; let amount: Int; let balance: Int }
         let url = fakes.subscriptionServiceBaseURL + "/subscription/v1/credits/earn"
-        let request = try HTTPRequest.json(.post, url, body: Earn(user_id: "u1", amount: 10, source: "campaign",
-                                                                  reference: "camp/7"),
+        let request = try HTTPRequest.json(.post, url, body: Earn(user_id: "u1", amount: 10, source: "promo",
+                                                                  reference_id: "camp/7"),
                                            headers: ["Idempotency-Key": "reward-7"])
         let first = try client.send(request)
         XCTAssertEqual(first.status, 201)
