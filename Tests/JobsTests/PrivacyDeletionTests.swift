@@ -179,6 +179,114 @@ final class PrivacyDeletionTests: XCTestCase {
         XCTAssertEqual(try fixture.redis.command("LRANGE", Keys.queue("default"), 0, -1).strings, [queuedOther])
     }
 
+    /// Erasure through a real worker reaches every job naming the user by id OR by e-mail address (a mail job
+    /// carrying only the address, in another letter case), in a queue, `schedule`, `retry`, `dead` and the
+    /// in-flight list of a dead process; other users' jobs stay; a live process's running job is not touched
+    /// (docs/jobs-privacy.md). Afterwards neither Redis nor PostgreSQL holds the address or (outside that
+    /// running job) the user id: the deletion job's own record included.
+    func testErasureReachesJobsByIdOrEmailWhereverTheySitAndLeavesNoPersonalData() throws {
+        let alice = try PrivacySeed.user(fixture, label: "zqalice")
+        let bob = try PrivacySeed.user(fixture, label: "zqbob")
+        let request = try PrivacySeed.deletionRequest(fixture, user: alice, scheduledIn: -60)
+        let a = alice.id.uuidString.lowercased()
+        // The jobs sit on queue "mail", which the worker does not serve, so none of them runs meanwhile.
+        func job(_ cls: String, _ args: [JSONValue]) throws -> String {
+            var payload = try fixture.payload(cls, args: args)
+            payload.fields["queue"] = "mail"
+            return payload.serialized()
+        }
+        let later = Clock.now() + 3600
+        let deadProcess = Keys.working(queue: "mail", identity: "gone:999:0123456789ab")      // no heartbeat
+        let liveProcess = Keys.working(queue: "mail", identity: "live:1:0123456789ab")
+        try fixture.redis.command("SET", Keys.fetcherHeartbeat(identity: "live:1:0123456789ab"), "1", "EX", 3600)
+        let aliceJobs: [(String, String)] = [
+            (Keys.queue("mail"), try job("SendMailJob", [.object(["to": .string("Alice <\(alice.email.uppercased())>")])])),
+            (Keys.schedule, try job("SendMailJob", [.object(["to": .string(alice.email)])])),
+            (Keys.retry, try job("ValidateReceiptJob", [.object(["user_id": .string(a)])])),
+            (Keys.dead, try job("SendMailJob", [.object(["message": .object(["rcpt": .array([.string(alice.email)])])])])),
+            (deadProcess, try job("SendMailJob", [.string(alice.email), .string("subject")])),
+            (deadProcess, try job("RewardJob", [.string(a)])),
+        ]
+        let otherJobs: [(String, String)] = [
+            (Keys.queue("mail"), try job("SendMailJob", [.object(["to": .string(bob.email)])])),
+            (Keys.schedule, try job("SendMailJob", [.object(["to": .string(bob.email)])])),
+            (Keys.retry, try job("ValidateReceiptJob", [.object(["user_id": .string(bob.id.uuidString.lowercased())])])),
+            (Keys.dead, try job("SendMailJob", [.object(["to": .string("zq" + alice.email)])])),  // another address
+            (deadProcess, try job("SendMailJob", [.string(bob.email)])),
+        ]
+        let running = try job("SendMailJob", [.object(["to": .string(alice.email)])])
+        try fixture.redis.command("SADD", Keys.queues, "mail")
+        for (key, member) in aliceJobs + otherJobs {
+            if key.hasPrefix("queue:") || key.hasPrefix("working:") {
+                try fixture.redis.command("LPUSH", key, member)
+            } else {
+                try fixture.redis.command("ZADD", key, later, member)
+            }
+        }
+        try fixture.redis.command("LPUSH", liveProcess, running)
+
+        try fixture.redis.client.enqueue(PrivacyJobs.deletionJob(userID: alice.id, requestID: request))
+        let worker = try PrivacyWorker.start(fixture, concurrency: 1)
+        defer { worker.shutdown() }
+        XCTAssertTrue(try eventually { try fixture.redis.processed() == 1 })
+        XCTAssertEqual(try fixture.redis.failed(), 0)
+
+        // Every job of alice is gone, every other job is still somewhere (the orphan sweep may have moved the
+        // dead process's jobs to their queue).
+        var members: [String: [String]] = [:]
+        for key in try fixture.redis.command("KEYS", "*").strings {
+            switch try fixture.redis.command("TYPE", key).string {
+            case "list": members[key] = try fixture.redis.command("LRANGE", key, 0, -1).strings
+            case "zset": members[key] = try fixture.redis.command("ZRANGE", key, 0, -1).strings
+            case "hash": members[key] = try fixture.redis.command("HGETALL", key).strings
+            case "string": members[key] = [try fixture.redis.command("GET", key).string ?? ""]
+            case "set": members[key] = try fixture.redis.command("SMEMBERS", key).strings
+            default: continue
+            }
+        }
+        let everything = members.values.flatMap { $0 }
+        for (key, job) in aliceJobs { XCTAssertFalse(everything.contains(job), "alice's job in \(key) survived") }
+        for (key, job) in otherJobs { XCTAssertTrue(everything.contains(job), "another user's job from \(key) is gone") }
+        XCTAssertEqual(members[liveProcess], [running], "a running job of a live process is left to finish")
+        // No trace of the address or the id anywhere in Redis, but for that running job.
+        for (key, values) in members where key != liveProcess {
+            for value in values {
+                XCTAssertFalse(value.lowercased().contains(alice.email.lowercased()), "address left in \(key)")
+                XCTAssertFalse(value.lowercased().contains(a), "user id left in \(key)")
+            }
+        }
+        // PostgreSQL: the address kept for the purge is gone with it; the audit entry holds ids and counts only.
+        XCTAssertEqual(try fixture.count("SELECT count(*) AS n FROM deletion_requests WHERE purge_email IS NOT NULL"), 0)
+        XCTAssertEqual(try tablesContaining(alice.email), [])
+        XCTAssertEqual(try tablesContaining(alice.email.uppercased()), [])
+    }
+
+    /// The purge needs the address after the commit, when `users.email` is already gone: the transaction keeps
+    /// it in `deletion_requests.purge_email` until a purge succeeds (a run that dies in between finds it again).
+    func testAddressKeptForThePurgeSurvivesACrashAfterTheCommit() throws {
+        let alice = try PrivacySeed.user(fixture, label: "zqalice")
+        let request = try PrivacySeed.deletionRequest(fixture, user: alice, scheduledIn: -60)
+        // The anonymisation transaction alone, as a run that crashed right after its commit leaves it.
+        try fixture.pool.withConnection { conn in
+            try conn.transaction { tx in
+                _ = try AccountAnonymizer().run(requestID: request, userID: alice.id, jid: "crashed", conn: tx)
+            }
+        }
+        XCTAssertEqual(try fixture.sql("SELECT purge_email FROM deletion_requests WHERE id = $1", [request]).first?
+            .optionalString("purge_email"), alice.email)
+        XCTAssertEqual(try fixture.count("SELECT count(*) AS n FROM users WHERE id = $1 AND email IS NULL", [alice.id]), 1)
+        let mail = try fixture.payload("SendMailJob", args: [.object(["to": .string(alice.email)])]).serialized()
+        try fixture.redis.command("ZADD", Keys.retry, Clock.now() + 3600, mail)
+
+        // The redelivery, through a real worker: the purge still finds the mail job by its address.
+        try fixture.redis.client.enqueue(PrivacyJobs.deletionJob(userID: alice.id, requestID: request))
+        let worker = try PrivacyWorker.start(fixture, concurrency: 1)
+        defer { worker.shutdown() }
+        XCTAssertTrue(try eventually { try fixture.redis.processed() == 1 })
+        XCTAssertEqual(try fixture.redis.int("ZCARD", Keys.retry), 0, "the mail job carrying only the address is purged")
+        XCTAssertEqual(try fixture.count("SELECT count(*) AS n FROM deletion_requests WHERE purge_email IS NOT NULL"), 0)
+    }
+
     // MARK: - Re-check at run time
 
     func testCancelledRequestIsANoOp() throws {
