@@ -59,7 +59,7 @@ final class GeoTests: XCTestCase {
     func startWorkers(_ count: Int, concurrency: Int, configuration: GeoConfiguration, log: CapturedLog) throws {
         let registry = try runner(configuration).registry
         for index in 0..<count {
-            let logger = Logger(label: "geo-worker-\(index)") { label in CapturedLogHandler(label: label, log: log) }
+            let logger = Logger(label: "geo-worker-\(index)") { label in CapturedLogHandler(label: label, sink: log) }
             let workers = GeoAdsWorkers(redis: redis, registry: registry, database: JobDatabase(pool: pool))
             processes.append(try workers.start(concurrency: concurrency, logger: logger))
         }
@@ -512,9 +512,11 @@ final class GeoTests: XCTestCase {
             .effectiveUserAgent, "Quiz/2 (+https://quiz.example/contact)")
         XCTAssertNoThrow(try GeoConfiguration.fromEnvironment(["GEO_USER_AGENT": "Quiz/2 (ops@quiz.example)"]))
 
-        var registry = JobRegistry()
-        XCTAssertThrowsError(try GeoJobs.register(into: &registry, configuration: GeoConfiguration(nominatimBaseURL: fakes.nominatimBaseURL),
-                                                  http: http, redis: redis.pool)) { error in
+        let noContact = GeoConfiguration(nominatimBaseURL: fakes.nominatimBaseURL)
+        XCTAssertThrowsError(try {
+            var registry = JobRegistry()
+            try GeoJobs.register(into: &registry, configuration: noContact, http: http, redis: redis.pool)
+        }()) { error in
             XCTAssertEqual((error as? GeoAdsConfigurationError)?.variable, "GEO_CONTACT_EMAIL", "\(error)")
         }
         var domain = JobRegistry()
@@ -569,7 +571,7 @@ final class CapturedLog: @unchecked Sendable {
 /// Writes every message at `.info` and above into a `CapturedLog`.
 struct CapturedLogHandler: LogHandler {
     let label: String
-    let log: CapturedLog
+    let sink: CapturedLog
     var metadata: Logger.Metadata = [:]
     var logLevel: Logger.Level = .info
 
@@ -580,6 +582,6 @@ struct CapturedLogHandler: LogHandler {
 
     func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String,
              function: String, line: UInt) {
-        log.append("\(level) \(message)")
+        sink.append("\(level) \(message)")
     }
 }

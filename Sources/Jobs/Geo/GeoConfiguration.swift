@@ -97,8 +97,12 @@ public struct GeoConfiguration: Sendable {
         let separators = CharacterSet.whitespaces.union(CharacterSet(charactersIn: "()<>,;[]\"\""))
         return text.components(separatedBy: separators).contains { token in
             let lowered = token.lowercased()
-            for scheme in ["http://", "https://"] where lowered.hasPrefix(scheme) {
-                return lowered.count > scheme.count + 3 && lowered.dropFirst(scheme.count).contains(".")
+            for scheme in ["http://", "https://"] {
+                // `+https://…` is the usual way to put a URL in a User-Agent comment.
+                if let found = lowered.range(of: scheme) {
+                    let host = lowered[found.upperBound...].prefix { $0 != "/" }
+                    return host.count > 3 && host.contains(".") && !host.hasPrefix(".") && !host.hasSuffix(".")
+                }
             }
             let parts = token.split(separator: "@", omittingEmptySubsequences: false)
             guard parts.count == 2, !parts[0].isEmpty else { return false }

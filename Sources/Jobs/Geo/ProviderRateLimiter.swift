@@ -173,7 +173,7 @@ public struct ProviderRateLimiter: Sendable {
                 CoreMetrics.Timer(label: "workers_rate_limiter_wait_seconds", dimensions: [("limiter", key)],
                                   preferredDisplayUnit: .seconds).recordMilliseconds(ms)
                 do {
-                    try sleep(until: Date().addingTimeInterval(Double(ms) / 1000), isCancelled: isCancelled)
+                    try sleepUntil(Date().addingTimeInterval(Double(ms) / 1000), isCancelled: isCancelled)
                 } catch {
                     if let probeToken = grant.probeToken { try? releaseProbe(probeToken) }
                     throw error
@@ -187,14 +187,14 @@ public struct ProviderRateLimiter: Sendable {
                 // Another caller probes: wait for its outcome, within the same patience as for a slot.
                 let waited = Date().timeIntervalSince(started)
                 if waited >= maxWait { throw WaitError.blocked(seconds: 0) }
-                try sleep(until: Date().addingTimeInterval(min(0.2, maxWait - waited)), isCancelled: isCancelled)
+                try sleepUntil(Date().addingTimeInterval(min(0.2, maxWait - waited)), isCancelled: isCancelled)
             default:
                 throw WaitError.backlog(seconds: Double(ms) / 1000)
             }
         }
     }
 
-    private func sleep(until: Date, isCancelled: () -> Bool) throws(WaitError) {
+    private func sleepUntil(_ until: Date, isCancelled: () -> Bool) throws(WaitError) {
         while true {
             if isCancelled() { throw .cancelled }
             let remaining = until.timeIntervalSinceNow
