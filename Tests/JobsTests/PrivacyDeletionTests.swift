@@ -269,6 +269,26 @@ final class PrivacyDeletionTests: XCTestCase {
         XCTAssertEqual(try tablesContaining(alice.email.uppercased()), [])
     }
 
+    /// The purger on its own (no worker, so no orphan sweep moves anything meanwhile): the in-flight list of a
+    /// dead process (heartbeat expired) is cleaned of the user's jobs, a live process's list is not touched.
+    func testPurgerReachesInFlightListsOfDeadProcessesOnly() throws {
+        let user = UUID(), email = "Someone.Else+tag@Example.org"
+        let byID = try fixture.payload("RewardJob", args: [.string(user.uuidString.lowercased())]).serialized()
+        let byMail = try fixture.payload("SendMailJob", args: [.object(["to": .string(email.uppercased())])]).serialized()
+        let other = try fixture.payload("SendMailJob", args: [.object(["to": "x.someone.else+tag@example.org"])]).serialized()
+        let dead = Keys.working(queue: "default", identity: "gone:7:00aa11bb22cc")
+        let live = Keys.working(queue: "default", identity: "live:8:00aa11bb22cd")
+        try fixture.redis.command("SET", Keys.fetcherHeartbeat(identity: "live:8:00aa11bb22cd"), "1", "EX", 3600)
+        try fixture.redis.command("RPUSH", dead, byID, other, byMail)
+        try fixture.redis.command("RPUSH", live, byID, byMail)
+
+        let report = try RedisJobPurger(pool: fixture.redis.pool).purge(userID: user, email: email)
+
+        XCTAssertEqual(try fixture.redis.command("LRANGE", dead, 0, -1).strings, [other])
+        XCTAssertEqual(try fixture.redis.command("LRANGE", live, 0, -1).strings, [byID, byMail])
+        XCTAssertEqual(report.removedByKey, [dead: 2])
+    }
+
     /// The purge needs the address after the commit, when `users.email` is already gone: the transaction keeps
     /// it in `deletion_requests.purge_email` until a purge succeeds (a run that dies in between finds it again).
     func testAddressKeptForThePurgeSurvivesACrashAfterTheCommit() throws {
