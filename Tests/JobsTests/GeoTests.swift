@@ -157,7 +157,7 @@ final class GeoTests: XCTestCase {
         XCTAssertEqual(try row(german)?.country, "Deutschland")
         XCTAssertEqual(try row(german)?.countryCode, "DE")
         let queries = try reverseRequests().map(\.query)
-        XCTAssertEqual(queries.count, 2, "a cached English answer must not serve a German lookup")
+        guard queries.count == 2 else { return XCTFail("a cached English answer must not serve a German lookup: \(queries)") }
         XCTAssertTrue(queries[0].contains("accept-language=en") && queries[1].contains("accept-language=de"), "\(queries)")
         XCTAssertEqual(Set(try redis.command("KEYS", "geocode:*").strings),
                        ["geocode:nominatim:en:z13:2:52.52,13.40", "geocode:nominatim:de:z13:2:52.52,13.40"])
@@ -349,7 +349,7 @@ final class GeoTests: XCTestCase {
 
         XCTAssertTrue(try eventually(timeout: 60) { try ids.allSatisfy { try row($0)?.geocoded == true } })
         let times = try reverseRequests().map(\.timestamp).sorted()
-        XCTAssertEqual(times.count, ids.count, "one request per location: the probe, then the others")
+        guard times.count == ids.count else { return XCTFail("one request per location expected, got \(times.count)") }
         XCTAssertGreaterThanOrEqual(times[1] - times[0], 2.0, "nobody called the provider before the probe's answer")
         XCTAssertEqual(try redis.int("EXISTS", "ratelimit:nominatim:blocked"), 0, "the probe's answer lifted the block")
         XCTAssertEqual(try redis.int("EXISTS", "ratelimit:nominatim:probe"), 0)
