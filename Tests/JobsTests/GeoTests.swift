@@ -524,14 +524,18 @@ final class GeoTests: XCTestCase {
                                            redis: redis.pool, http: http)
         let geo = try XCTUnwrap(statuses.first { $0.area == "geo" })
         XCTAssertTrue(geo.problem?.contains("contact (e-mail or URL)") ?? false, geo.problem ?? "nil")
+        // A worker with that registry: the job waits in `retry` with the reason, and the provider is never called.
         let id = try GeoAdsSeed.location(pool, user: try GeoAdsSeed.user(pool), latitude: 48.8566, longitude: 2.3522)
-        XCTAssertThrowsError(try GeoAdsRunner(registry: domain, database: JobDatabase(pool: pool))
-            .run(ReverseGeocodeJob.className, args(id))) { error in
-            guard let unconfigured = error as? UnconfiguredJob.NotConfigured else {
-                return XCTFail("expected UnconfiguredJob.NotConfigured, got \(error)")
-            }
-            XCTAssertEqual(unconfigured.area, "geo")
-        }
+        let workers = GeoAdsWorkers(redis: redis, registry: domain, database: JobDatabase(pool: pool))
+        processes.append(try workers.start(concurrency: 1))
+        _ = try redis.client.enqueue(NewJob(ReverseGeocodeJob.className, args: args(id)))
+        XCTAssertTrue(try eventually { try redis.int("ZCARD", Keys.retry) == 1 })
+        let waiting = try XCTUnwrap(try redis.payloads(zset: Keys.retry).first)
+        XCTAssertEqual(waiting.className, ReverseGeocodeJob.className)
+        let reason = waiting.fields["error_message"]?.stringValue ?? ""
+        XCTAssertTrue(reason.contains("the geo jobs are not configured") && reason.contains("contact (e-mail or URL)"), reason)
+        XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)
+        XCTAssertEqual(try row(id)?.geocoded, false)
         XCTAssertEqual(try reverseRequests().count, 0)
     }
 
