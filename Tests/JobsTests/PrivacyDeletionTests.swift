@@ -350,8 +350,12 @@ final class PrivacyDeletionTests: XCTestCase {
         let bob = try PrivacySeed.user(fixture, label: "zqbob")
         let request = try PrivacySeed.deletionRequest(fixture, user: alice, scheduledIn: -60)
         XCTAssertThrowsError(try fixture.run(fixture.payload(AccountDeletionJob.className,
-                                                             args: [.object(["user_id": .string(alice.id.uuidString)])]))) {
-            XCTAssertTrue("\($0)".contains("request_id"), "\($0)")
+                                                             args: [.object(["user_id": .string(alice.id.uuidString)])]))) { error in
+            guard case DispatchError.undecodableArguments(let className, let reason) = error else {
+                return XCTFail("expected DispatchError.undecodableArguments, got \(error)")
+            }
+            XCTAssertEqual(className, AccountDeletionJob.className)
+            XCTAssertTrue(reason.contains("request_id"), reason)
         }
         XCTAssertThrowsError(try fixture.runDeletion(user: alice.id, request: UUID())) { error in
             guard case JobError.badInput(let reason) = error else { return XCTFail("\(error)") }
@@ -372,7 +376,10 @@ final class PrivacyDeletionTests: XCTestCase {
         defer { _ = try? fixture.sql("DROP TABLE nicknames") }
         let before = try fixture.snapshot()
         XCTAssertThrowsError(try fixture.runDeletion(user: alice.id, request: request)) { error in
-            XCTAssertTrue("\(error)".contains("nicknames.user_id"), "\(error)")
+            guard case DeletionPolicyError.uncovered(let references) = error else {
+                return XCTFail("expected DeletionPolicyError.uncovered, got \(error)")
+            }
+            XCTAssertEqual(references, ["nicknames.user_id"])
         }
         XCTAssertEqual(try fixture.snapshot(), before)
     }

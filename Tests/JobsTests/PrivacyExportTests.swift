@@ -179,7 +179,9 @@ final class PrivacyExportTests: XCTestCase {
         let export = try PrivacySeed.export(fixture, user: alice)
         try fixture.fakes.script(.smtp, ["match": ["stage": "rcpt"], "status": 451, "message": "try later"])
         XCTAssertThrowsError(try fixture.runExport(user: alice.id, export: export)) { error in
-            XCTAssertFalse(error is JobError, "a 4xx must be retried with backoff, got \(error)")
+            // A 4xx is retried with backoff: the mail error, not bad input or a permanent failure.
+            guard let mailError = error as? ExportMailError else { return XCTFail("expected ExportMailError, got \(error)") }
+            XCTAssertTrue(mailError.reason.contains("451"), mailError.reason)
             XCTAssertFalse("\(error)".contains(alice.email), "errors must not carry the address")
         }
         let row = try XCTUnwrap(fixture.sql("SELECT * FROM privacy_exports WHERE id = $1", [export]).first)
@@ -263,11 +265,17 @@ final class PrivacyExportTests: XCTestCase {
         let export = try PrivacySeed.export(fixture, user: alice)
 
         XCTAssertThrowsError(try fixture.run(fixture.payload(PrivacyExportJob.className,
-                                                             args: [.object(["user_id": "nope", "export_id": "x"])]))) {
-            XCTAssertTrue("\($0)".contains("user_id must be a UUID"), "\($0)")
+                                                             args: [.object(["user_id": "nope", "export_id": "x"])]))) { error in
+            guard case DispatchError.invalidArguments(_, let reason) = error else {
+                return XCTFail("expected DispatchError.invalidArguments, got \(error)")
+            }
+            XCTAssertTrue(reason.contains("user_id must be a UUID"), reason)
         }
-        XCTAssertThrowsError(try fixture.run(fixture.payload(PrivacyExportJob.className, args: [.object(["user_id": "x"])]))) {
-            XCTAssertTrue("\($0)".contains("export_id"), "\($0)")
+        XCTAssertThrowsError(try fixture.run(fixture.payload(PrivacyExportJob.className, args: [.object(["user_id": "x"])]))) { error in
+            guard case DispatchError.undecodableArguments(_, let reason) = error else {
+                return XCTFail("expected DispatchError.undecodableArguments, got \(error)")
+            }
+            XCTAssertTrue(reason.contains("export_id"), reason)
         }
         XCTAssertThrowsError(try fixture.runExport(user: alice.id, export: UUID())) { error in
             guard case JobError.badInput(let reason) = error else { return XCTFail("\(error)") }
