@@ -38,7 +38,7 @@ public enum DomainJobs {
                                  http: http)
         }
         area("geo", GeoJobs.classNames) { registry in
-            GeoJobs.register(into: &registry, configuration: try GeoConfiguration.fromEnvironment(environment),
+            try GeoJobs.register(into: &registry, configuration: try GeoConfiguration.fromEnvironment(environment),
                              http: http, redis: redis)
         }
         area("ads", AdsJobs.classNames) { registry in

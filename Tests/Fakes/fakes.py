@@ -84,8 +84,12 @@ Service behaviours (defaults; see the handlers below):
                   Only registered tokens exist: unknown ones answer 404 notFound ("invalid..." => 400 invalidValue,
                   "gone..." => 410); acknowledging an acknowledged or ended purchase => 400 invalidPurchaseState.
                   config: {"require_issued_token": true}
-    nominatim:    GET /reverse?lat&lon&format=jsonv2 (nearest of a few built-in places); empty User-Agent => 403.
-                  config: {"rate_limit_per_second": 0 (off) | N => 429 beyond N requests in 1 s}
+    nominatim:    GET /reverse?lat&lon&format=jsonv2[&zoom][&accept-language]: the nearest of a few built-in places
+                  within 30 km (country names translated for accept-language / Accept-Language), else HTTP 200
+                  {"error":"Unable to geocode"}; zoom < 10 drops the settlement. A User-Agent without contact (e-mail
+                  or URL), or a stock library one => 403 "Access blocked" page (usage policy).
+                  config: {"rate_limit_per_second": 1 (default) | 0 (off) | N => 429 + Retry-After beyond N
+                  answered requests in 1 s, "block_all": true => every request 403, as after an IP block}
     subscription: POST /subscription/v1/credits/earn {user_id, amount, source, reference_id} (Idempotency-Key
                   required; replays keep the first response; 409 while the same key is in flight; 422 for a key
                   reused with another body, or a source outside ad_reward|promo|purchase|unlock)
@@ -922,38 +926,122 @@ class GoogleService(Service):
 
 
 # ---------------------------------------------------------------- Nominatim
+#
+# Sources (cite next to each answer below):
+#   [policy]  https://operations.osmfoundation.org/policies/nominatim/ : absolute maximum 1 request/second per
+#             application; a valid User-Agent identifying the application, with contact details; stock library
+#             User-Agents are refused; clients that break the policy are blocked (HTTP 403 "Access blocked" page,
+#             or 429 when they go too fast).
+#   [reverse] https://nominatim.org/release-docs/latest/api/Reverse/ : lat, lon, format, addressdetails,
+#             accept-language (else the Accept-Language header, else local names), zoom 0-18 (default 18;
+#             3 country, 5 state, 8 county, 10 city, 12 town/borough, 13 village/suburb, 14 neighbourhood,
+#             15 any settlement, 16 major streets, 17 major and minor streets, 18 building).
+#   [bdd]     osm-search/Nominatim test/bdd/features/api/reverse/v1_json.feature (HTTP 200
+#             {"error":"Unable to geocode"} where nothing is found) and v1_params.feature (400 JSON errors).
+#   [http]    RFC 6585 §4 (429 Too Many Requests) and RFC 9110 §10.2.3 (Retry-After, delay-seconds).
 
 PLACES = [
-    # (lat, lon, name, addresstype, address)
+    # (lat, lon, name, addresstype, address in local names, {language: {address key: translated name}})
     (48.8566, 2.3522, "Paris", "city",
      {"city": "Paris", "county": "Paris", "ISO3166-2-lvl6": "FR-75", "state": "Île-de-France",
-      "ISO3166-2-lvl4": "FR-IDF", "country": "France", "postcode": "75004", "country_code": "fr"}),
+      "ISO3166-2-lvl4": "FR-IDF", "country": "France", "postcode": "75004", "country_code": "fr"},
+     {"de": {"country": "Frankreich"}}),
     (51.5074, -0.1278, "London", "city",
      {"city": "London", "state_district": "Greater London", "state": "England", "ISO3166-2-lvl4": "GB-ENG",
-      "country": "United Kingdom", "postcode": "WC2N 5DU", "country_code": "gb"}),
+      "country": "United Kingdom", "postcode": "WC2N 5DU", "country_code": "gb"},
+     {"de": {"country": "Vereinigtes Königreich", "city": "London"}, "fr": {"country": "Royaume-Uni",
+                                                                          "city": "Londres"}}),
     (52.5200, 13.4050, "Berlin", "city",
      {"city": "Berlin", "state": "Berlin", "ISO3166-2-lvl4": "DE-BE", "country": "Deutschland",
-      "postcode": "10178", "country_code": "de"}),
+      "postcode": "10178", "country_code": "de"},
+     {"en": {"country": "Germany"}, "fr": {"country": "Allemagne"}}),
     (45.8992, 6.1294, "Annecy", "town",
      {"town": "Annecy", "county": "Haute-Savoie", "state": "Auvergne-Rhône-Alpes", "country": "France",
-      "postcode": "74000", "country_code": "fr"}),
+      "postcode": "74000", "country_code": "fr"},
+     {"de": {"country": "Frankreich"}}),
     (47.0660, 9.5040, "Triesen", "village",
-     {"village": "Triesen", "country": "Liechtenstein", "postcode": "9495", "country_code": "li"}),
+     {"village": "Triesen", "country": "Liechtenstein", "postcode": "9495", "country_code": "li"},
+     {}),
     (-34.4400, -58.7000, "Ingeniero Maschwitz", "village",
      {"road": "Calle 3", "village": "Ingeniero Maschwitz", "state_district": "Partido de Escobar",
-      "state": "Buenos Aires", "ISO3166-2-lvl4": "AR-B", "country": "Argentina", "country_code": "ar"}),
+      "state": "Buenos Aires", "ISO3166-2-lvl4": "AR-B", "country": "Argentina", "country_code": "ar"},
+     {"de": {"country": "Argentinien"}}),
 ]
+
+# A built-in place answers only within this distance of its centre; farther away (open sea, other continents)
+# the fake answers like the real server where no OSM object is near: "Unable to geocode" [bdd].
+PLACE_RADIUS_KM = 30.0
+
+# Stock HTTP-library User-Agents, which the policy says are not an identifying User-Agent [policy].
+LIBRARY_USER_AGENTS = ("python-requests", "python-urllib", "curl/", "libcurl", "wget/", "go-http-client", "okhttp",
+                       "java/", "axios", "node-fetch", "undici", "apache-httpclient", "guzzle", "ruby", "php")
+CONTACT_PATTERN = re.compile(r"[^\s@()<>,;]+@[^\s@()<>,;]+\.[A-Za-z]{2,}|https?://[^\s()<>]+")
+
+# The page nominatim.openstreetmap.org serves to a blocked client (HTTP 403, text/html) [policy].
+ACCESS_BLOCKED_PAGE = (
+    "<html><head><title>Access blocked</title></head><body><h1>Access blocked</h1>"
+    "<p>You have been blocked because you have violated the "
+    "<a href=\"https://operations.osmfoundation.org/policies/nominatim/\">usage policy</a> of OSM's Nominatim "
+    "geocoding service. Please be aware that OSM's resources are limited and shared between many users. The usage "
+    "policy is there to ensure that the service remains usable for everybody.</p>"
+    "<p>Please review the terms and make sure that your software adheres to the terms. You should in particular "
+    "verify that you have set a <b>custom HTTP referrer or HTTP user agent</b> that identifies your application, "
+    "and that you are not overusing the service with massive bulk requests.</p></body></html>").encode()
+
+# Address keys below the level a zoom asks for are dropped [reverse]: zoom < 10 answers the county, state or
+# country that contains the point, without the settlement.
+SETTLEMENT_KEYS = ("city", "town", "village", "municipality", "hamlet", "suburb", "road", "postcode")
+
+
+def distance_km(lat1, lon1, lat2, lon2):
+    p1, p2 = math.radians(lat1), math.radians(lat2)
+    dp, dl = p2 - p1, math.radians(lon2 - lon1)
+    a = math.sin(dp / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(dl / 2) ** 2
+    return 6371.0 * 2 * math.asin(math.sqrt(min(1.0, a)))
+
+
+def requested_languages(params, headers):
+    """accept-language parameter, else the Accept-Language header [reverse]: tags in order, each followed by its
+    primary subtag (de-CH → de-CH, de)."""
+    text = params.get("accept-language")
+    if text is None:
+        text = next((v for k, v in headers.items() if k.lower() == "accept-language"), "")
+    tags = []
+    for part in text.split(","):
+        tag = part.split(";")[0].strip().lower()
+        if not tag or tag == "*":
+            continue
+        for candidate in (tag, tag.split("-")[0]):
+            if candidate not in tags:
+                tags.append(candidate)
+    return tags
+
+
+def user_agent_problem(ua):
+    """Why the policy would refuse this User-Agent, or None [policy]."""
+    if not ua.strip():
+        return "missing User-Agent"
+    lowered = ua.lower()
+    if any(lowered.startswith(lib) for lib in LIBRARY_USER_AGENTS):
+        return "stock library User-Agent"
+    if not CONTACT_PATTERN.search(ua):
+        return "User-Agent without contact (e-mail or URL)"
+    return None
 
 
 class NominatimService(Service):
+    """config: rate_limit_per_second (default 1 as the policy says; 0 = off), require_user_agent (default true:
+    403 for a User-Agent without contact, or a stock library one), block_all (false; true = this client is
+    blocked: every request gets the 403 page, as after an IP block)."""
+
     name = "nominatim"
 
     def default_config(self):
-        return {"rate_limit_per_second": 0, "require_user_agent": True}
+        return {"rate_limit_per_second": 1, "require_user_agent": True, "block_all": False}
 
     def reset_service(self):
         self.places = {}
-        self.served = []  # timestamps of /reverse requests answered normally
+        self.served = []  # timestamps of /reverse requests answered (not refused)
 
     def admin_extra(self, method, path, query, payload):
         if path == "/__admin/nominatim/places" and method == "POST":
@@ -969,31 +1057,48 @@ class NominatimService(Service):
         ua = next((v for k, v in req["headers"].items() if k.lower() == "user-agent"), "")
         with self.lock:
             cfg = dict(self.config)
+        # [policy] a blocked client, or one without an identifying User-Agent with contact: 403 "Access blocked".
+        if cfg.get("block_all") or (cfg.get("require_user_agent") and user_agent_problem(ua)):
+            return Response(403, ACCESS_BLOCKED_PAGE, content_type="text/html; charset=utf-8")
+        with self.lock:
             now = time.time()
             limit = int(cfg.get("rate_limit_per_second") or 0)
-            if limit and len([t for t in self.served if t > now - 1.0]) >= limit:
-                return Response(429, b"Too Many Requests", {"Retry-After": "1"}, "text/plain")
+            recent = [t for t in self.served if t > now - 1.0]
+            if limit and len(recent) >= limit:
+                # [policy] at most 1 request/s; [http] 429 with Retry-After in whole seconds.
+                wait = max(1, math.ceil(min(recent) + 1.0 - now))
+                return Response(429, b"Too Many Requests", {"Retry-After": str(wait)}, "text/plain")
             self.served.append(now)
-        if cfg.get("require_user_agent") and not ua.strip():
-            return Response(403, b"Access blocked: missing User-Agent (see the usage policy)", content_type="text/plain")
         p = req["params"]
         if "lat" not in p or "lon" not in p:
+            # [bdd] v1_params.feature
             return jresp({"error": {"code": 400, "message": "Need coordinates or OSM object to lookup."}}, 400)
         try:
             lat, lon = float(p["lat"]), float(p["lon"])
+            zoom = int(p.get("zoom", "18"))
         except ValueError:
             return jresp({"error": {"code": 400, "message": "Invalid coordinates."}}, 400)
         if not (-90 <= lat <= 90 and -180 <= lon <= 180) or (lat == 0 and lon == 0):
-            return jresp({"error": "Unable to geocode"})
+            return jresp({"error": "Unable to geocode"})  # [bdd] v1_json.feature
         with self.lock:
             reg = self.places.get((round(lat, 4), round(lon, 4)))
         if reg is not None:
             if "error" in reg:
                 return jresp({"error": reg["error"]})
             return jresp(reg["result"])
-        best = min(PLACES, key=lambda pl: (pl[0] - lat) ** 2 + (pl[1] - lon) ** 2)
-        plat, plon, name, kind, address = best
+        best = min(PLACES, key=lambda pl: distance_km(pl[0], pl[1], lat, lon))
+        plat, plon, name, kind, address, translations = best
+        if distance_km(plat, plon, lat, lon) > PLACE_RADIUS_KM:
+            return jresp({"error": "Unable to geocode"})  # open sea / nothing near [bdd]
         address = dict(address)
+        for language in requested_languages(p, req["headers"]):  # [reverse] accept-language
+            if language in translations:
+                address.update(translations[language])
+                break
+        if zoom < 10:  # [reverse] zoom: coarser than a city: no settlement in the answer
+            for key in SETTLEMENT_KEYS:
+                address.pop(key, None)
+            kind, name = ("country", address["country"]) if zoom <= 4 else ("state", address.get("state", name))
         display = ", ".join(v for k, v in address.items() if not k.startswith("ISO") and k != "country_code")
         pid = 100000 + PLACES.index(best)
         return jresp({
@@ -1008,7 +1113,7 @@ class NominatimService(Service):
             "type": "administrative",
             "importance": 0.5,
             "addresstype": kind,
-            "name": name,
+            "name": address.get(kind, name) if kind in ("city", "town", "village") else name,
             "display_name": display,
             "address": address,
             "boundingbox": [f"{plat - 0.1:.7f}", f"{plat + 0.1:.7f}", f"{plon - 0.1:.7f}", f"{plon + 0.1:.7f}"],

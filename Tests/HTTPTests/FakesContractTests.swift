@@ -154,19 +154,54 @@ final class FakesContractTests: XCTestCase {
         XCTAssertEqual(result.stdout, "", "no ports: nothing started")
     }
 
-    func testNominatimRateWindowStatistic() throws {
-        for _ in 0..<3 { _ = try client.get(fakes.nominatimBaseURL + "/reverse?lat=45.9&lon=6.1&format=jsonv2") }
-        Thread.sleep(forTimeInterval: 1.1)
-        _ = try client.get(fakes.nominatimBaseURL + "/reverse?lat=47.07&lon=9.5&format=jsonv2")
-        XCTAssertEqual(try fakes.maxRequestsInWindow(.nominatim, path: "/reverse", window: 1.0), 3)
-        let village = try client.get(fakes.nominatimBaseURL + "/reverse?lat=47.07&lon=9.5&format=jsonv2")
+    /// The fake Nominatim follows the usage policy and the /reverse documentation (sources cited in fakes.py).
+    func testNominatimUsagePolicyAndReverseAnswers() throws {
+        let reverse = fakes.nominatimBaseURL + "/reverse"
+        let identified: HTTPHeaders = ["User-Agent": "SwiftWorkers-tests/1.0 (contact: ops@example.org)"]
+        func get(_ query: [(String, String)], _ headers: HTTPHeaders = identified) throws -> HTTPResponse {
+            try client.get(reverse, query: query + [("format", "jsonv2")], headers: headers)
+        }
+        try fakes.configure(.nominatim, ["rate_limit_per_second": 0])  // the 1/s rule is checked at the end
+        // 403 "Access blocked" for a User-Agent without contact, or a stock library one.
+        for ua in ["SwiftWorkers-tests/1.0", "python-requests/2.31 (ops@example.org)", ""] {
+            let blocked = try get([("lat", "52.52"), ("lon", "13.405")], ["User-Agent": ua])
+            XCTAssertEqual(blocked.status, 403, ua)
+            XCTAssertTrue(blocked.text.contains("Access blocked"), blocked.text)
+        }
+        XCTAssertEqual(try get([("lat", "52.52"), ("lon", "13.405")], ["User-Agent": "Quiz/2 (+https://quiz.example)"]).status, 200)
+        // accept-language (parameter, else header) for the built-in places; local names without it.
+        func country(_ response: HTTPResponse) throws -> String? {
+            (try response.jsonObject()["address"] as? [String: Any])?["country"] as? String
+        }
+        XCTAssertEqual(try country(get([("lat", "52.52"), ("lon", "13.405")])), "Deutschland")
+        XCTAssertEqual(try country(get([("lat", "52.52"), ("lon", "13.405"), ("accept-language", "en")])), "Germany")
+        var english = identified
+        english.add(name: "Accept-Language", value: "en-GB,en;q=0.8")
+        XCTAssertEqual(try country(get([("lat", "52.52"), ("lon", "13.405")], english)), "Germany")
+        // zoom below city level: no settlement in the address.
+        let coarse = try get([("lat", "52.52"), ("lon", "13.405"), ("zoom", "5")]).jsonObject()["address"] as? [String: Any]
+        XCTAssertNil(coarse?["city"])
+        XCTAssertEqual(coarse?["country_code"] as? String, "de")
+        // Open sea, and 0,0: HTTP 200 {"error":"Unable to geocode"}, not the nearest built-in place.
+        for (lat, lon) in [("40.0", "-40.0"), ("0", "0")] {
+            let nothing = try get([("lat", lat), ("lon", lon)])
+            XCTAssertEqual(nothing.status, 200)
+            XCTAssertEqual(try nothing.jsonObject()["error"] as? String, "Unable to geocode")
+        }
+        let village = try get([("lat", "47.07"), ("lon", "9.5")])
         XCTAssertEqual((try village.jsonObject()["address"] as? [String: Any])?["village"] as? String, "Triesen")
+        XCTAssertEqual(try get([("lon", "9.5")]).status, 400)
 
-        try fakes.configure(.nominatim, ["rate_limit_per_second": 1])
-        Thread.sleep(forTimeInterval: 1.1)
-        XCTAssertEqual(try client.get(fakes.nominatimBaseURL + "/reverse?lat=1&lon=1").status, 200)
-        let limited = try client.get(fakes.nominatimBaseURL + "/reverse?lat=1&lon=1")
+        // Faster than 1 request/s (the default): 429 with Retry-After.
+        try fakes.reset(.nominatim)
+        XCTAssertEqual(try get([("lat", "1"), ("lon", "1")]).status, 200)
+        let limited = try get([("lat", "1"), ("lon", "1")])
         XCTAssertEqual(limited.classification(), .rateLimited(retryAfter: 1))
+        XCTAssertEqual(try fakes.maxRequestsInWindow(.nominatim, path: "/reverse", window: 1.0), 2)
+
+        // block_all: every request is refused, as after an IP block.
+        try fakes.configure(.nominatim, ["block_all": true, "rate_limit_per_second": 0])
+        XCTAssertEqual(try get([("lat", "52.52"), ("lon", "13.405")]).status, 403)
     }
 
     func testSubscriptionServiceFailsThenSucceedsAndStaysIdempotent() throws {

@@ -76,7 +76,8 @@ struct GeoAdsWorkers {
     let registry: JobRegistry
     let database: JobDatabase
 
-    func start(concurrency: Int) throws -> WorkerProcess {
+    /// `logger`: where the processes and their jobs log (default: nothing below critical).
+    func start(concurrency: Int, logger: Logger? = nil) throws -> WorkerProcess {
         var configuration = WorkerConfiguration()
         configuration.redisURL = redis.url
         configuration.concurrency = concurrency
@@ -85,8 +86,9 @@ struct GeoAdsWorkers {
         configuration.orphanSweepInterval = 0.3
         configuration.pollInterval = 0.2
         configuration.shutdownTimeout = 2
-        var logger = Logger(label: "geo-ads-worker")
-        logger.logLevel = .critical
+        var quiet = Logger(label: "geo-ads-worker")
+        quiet.logLevel = .critical
+        let logger = logger ?? quiet
         let process = try WorkerProcess(configuration: configuration, registry: registry, database: database, logger: logger)
         try process.start()
         return process

@@ -1,6 +1,7 @@
 import Foundation
 import HTTP
 import Jobs
+import Logging
 import Queue
 import Storage
 import TestSupport
@@ -40,15 +41,34 @@ final class GeoTests: XCTestCase {
         database?.drop()
     }
 
-    func configuration(requestTimeout: Double = 5) -> GeoConfiguration {
+    func configuration(requestTimeout: Double = 5, acceptLanguage: String = "en",
+                       blockPause: Double = 3600) -> GeoConfiguration {
         GeoConfiguration(nominatimBaseURL: fakes.nominatimBaseURL, userAgent: "SwiftWorkers-GeoTests/1.0",
-                         contactEmail: "ops@example.org", requestTimeout: requestTimeout, anonymizeBatchSize: 2)
+                         contactEmail: "ops@example.org", acceptLanguage: acceptLanguage, blockPause: blockPause,
+                         requestTimeout: requestTimeout, anonymizeBatchSize: 2)
     }
 
-    func runner(_ configuration: GeoConfiguration? = nil) -> GeoAdsRunner {
+    func runner(_ configuration: GeoConfiguration? = nil) throws -> GeoAdsRunner {
         var registry = JobRegistry()
-        GeoJobs.register(into: &registry, configuration: configuration ?? self.configuration(), http: http, redis: redis.pool)
+        try GeoJobs.register(into: &registry, configuration: configuration ?? self.configuration(), http: http,
+                             redis: redis.pool)
         return GeoAdsRunner(registry: registry, database: JobDatabase(pool: pool))
+    }
+
+    /// Starts `count` worker processes running the geo jobs with `configuration`, logging into `log`.
+    func startWorkers(_ count: Int, concurrency: Int, configuration: GeoConfiguration, log: CapturedLog) throws {
+        let registry = try runner(configuration).registry
+        for index in 0..<count {
+            let logger = Logger(label: "geo-worker-\(index)") { label in CapturedLogHandler(label: label, sink: log) }
+            let workers = GeoAdsWorkers(redis: redis, registry: registry, database: JobDatabase(pool: pool))
+            processes.append(try workers.start(concurrency: concurrency, logger: logger))
+        }
+    }
+
+    /// Every job ended: nothing queued, scheduled, retrying or in flight, and `count` runs settled.
+    func allSettled(_ count: Int) throws -> Bool {
+        try redis.processed() + redis.int("ZCARD", Keys.dead) >= count && redis.int("LLEN", Keys.queue("default")) == 0
+            && redis.int("ZCARD", Keys.retry) == 0 && redis.workingKeys().allSatisfy { try redis.int("LLEN", $0) == 0 }
     }
 
     struct Row {
@@ -87,6 +107,9 @@ final class GeoTests: XCTestCase {
         let request = try XCTUnwrap(try reverseRequests().first)
         XCTAssertEqual(request.header("User-Agent"), "SwiftWorkers-GeoTests/1.0 (contact: ops@example.org)")
         XCTAssertTrue(request.query.contains("format=jsonv2"), request.query)
+        // A settlement-level answer, in the configured language (default en).
+        XCTAssertTrue(request.query.contains("zoom=13"), request.query)
+        XCTAssertTrue(request.query.contains("accept-language=en"), request.query)
         // The provider is asked about the rounded cell, never the raw coordinates.
         XCTAssertTrue(request.query.contains("lat=45.90") && request.query.contains("lon=6.13"), request.query)
         XCTAssertFalse(request.query.contains("45.8992"))
@@ -113,19 +136,44 @@ final class GeoTests: XCTestCase {
         XCTAssertNil(stored.city)
         XCTAssertNil(stored.error)
         XCTAssertEqual(try reverseRequests().count, 1)
+        // Open sea (mid-Atlantic): the provider finds nothing near; the same valid empty answer.
+        let sea = try GeoAdsSeed.location(pool, user: try GeoAdsSeed.user(pool), latitude: 40.0, longitude: -40.0)
+        try runner().run(ReverseGeocodeJob.className, args(sea))
+        let atSea = try XCTUnwrap(try row(sea))
+        XCTAssertTrue(atSea.geocoded)
+        XCTAssertNil(atSea.countryCode)
+        XCTAssertNil(atSea.city)
+        XCTAssertEqual(try reverseRequests().count, 2)
+    }
+
+    /// The configured language reaches the provider, and answers in one language are never served for another.
+    func testAcceptLanguageReachesTheProviderAndKeysTheCache() throws {
+        let user = try GeoAdsSeed.user(pool)
+        let english = try GeoAdsSeed.location(pool, user: user, latitude: 52.5201, longitude: 13.4049)
+        let german = try GeoAdsSeed.location(pool, user: user, latitude: 52.5202, longitude: 13.4048)  // same cell
+        try runner(configuration(acceptLanguage: "en")).run(ReverseGeocodeJob.className, args(english))
+        try runner(configuration(acceptLanguage: "de")).run(ReverseGeocodeJob.className, args(german))
+        XCTAssertEqual(try row(english)?.country, "Germany")
+        XCTAssertEqual(try row(german)?.country, "Deutschland")
+        XCTAssertEqual(try row(german)?.countryCode, "DE")
+        let queries = try reverseRequests().map(\.query)
+        guard queries.count == 2 else { return XCTFail("a cached English answer must not serve a German lookup: \(queries)") }
+        XCTAssertTrue(queries[0].contains("accept-language=en") && queries[1].contains("accept-language=de"), "\(queries)")
+        XCTAssertEqual(Set(try redis.command("KEYS", "geocode:*").strings),
+                       ["geocode:nominatim:en:z13:2:52.52,13.40", "geocode:nominatim:de:z13:2:52.52,13.40"])
     }
 
     func testSameCellIsServedFromTheCache() throws {
         let user = try GeoAdsSeed.user(pool)
         let first = try GeoAdsSeed.location(pool, user: user, latitude: 48.8566, longitude: 2.3522)
         let second = try GeoAdsSeed.location(pool, user: user, latitude: 48.8589, longitude: 2.3491)
-        let runner = runner()
+        let runner = try runner()
         try runner.run(ReverseGeocodeJob.className, args(first))
         try runner.run(ReverseGeocodeJob.className, args(second))
         XCTAssertEqual(try row(second)?.city, "Paris")
         XCTAssertEqual(try reverseRequests().count, 1, "the second lookup of the cell must come from Redis")
         let keys = try redis.command("KEYS", "geocode:nominatim:*").strings
-        XCTAssertEqual(keys, ["geocode:nominatim:2:48.86,2.35"])
+        XCTAssertEqual(keys, ["geocode:nominatim:en:z13:2:48.86,2.35"])
         let ttl = try redis.int("TTL", keys[0])
         XCTAssertTrue((86_000...86_400).contains(ttl), "cache TTL \(ttl)")
     }
@@ -145,7 +193,7 @@ final class GeoTests: XCTestCase {
     func testRunTwiceAppliesOnceAndAsksOnce() throws {
         let id = try GeoAdsSeed.location(pool, user: try GeoAdsSeed.user(pool), latitude: 52.52, longitude: 13.405)
         let payload = try GeoAdsRunner.payload(ReverseGeocodeJob.className, args(id))
-        let runner = runner()
+        let runner = try runner()
         try runner.run(payload)
         try runner.run(payload)  // the same delivery again: skipped by the ledger
         try runner.run(ReverseGeocodeJob.className, args(id))  // a duplicate job: the row is already geocoded
@@ -182,7 +230,7 @@ final class GeoTests: XCTestCase {
 
     func testBadInputEndsInDeadThroughTheWorker() throws {
         let id = try GeoAdsSeed.location(pool, user: try GeoAdsSeed.user(pool), latitude: 10, longitude: 10, accuracy: 5000)
-        let workers = GeoAdsWorkers(redis: redis, registry: runner().registry, database: JobDatabase(pool: pool))
+        let workers = GeoAdsWorkers(redis: redis, registry: try runner().registry, database: JobDatabase(pool: pool))
         processes.append(try workers.start(concurrency: 2))
         _ = try redis.client.enqueue(NewJob(ReverseGeocodeJob.className, args: args(id)))
         XCTAssertTrue(try eventually { try redis.int("ZCARD", Keys.dead) == 1 })
@@ -196,17 +244,18 @@ final class GeoTests: XCTestCase {
 
     func testTransientFailuresRetryThenKeepRawCoordinates() throws {
         let id = try GeoAdsSeed.location(pool, user: try GeoAdsSeed.user(pool), latitude: 51.5, longitude: -0.12)
-        let runner = runner(configuration(requestTimeout: 0.5))
-        // 5xx, a timeout, a truncated body: each is retryable (neither bad input nor permanent).
+        let runner = try runner(configuration(requestTimeout: 0.5))
+        // 5xx, a timeout, a truncated body: each is a transient provider failure (retried), with its own reason.
         try fakes.script(.nominatim, ["status": 503, "body": "busy"])
         try fakes.script(.nominatim, ["hang": true, "delay": 3])
         try fakes.script(.nominatim, ["malformed_json": true])
-        for step in ["503", "timeout", "malformed"] {
+        let expected = [("503", "HTTP 503"), ("timeout", "HTTP timeout"), ("malformed", "response is not a JSON object")]
+        for (step, reason) in expected {
             XCTAssertThrowsError(try runner.run(ReverseGeocodeJob.className, args(id))) { error in
-                switch error {
-                case JobError.badInput, JobError.permanent: XCTFail("\(step) must be retryable: \(error)")
-                default: break
+                guard case GeocodeFailure.transient(let why) = error else {
+                    return XCTFail("\(step): expected GeocodeFailure.transient, got \(error)")
                 }
+                XCTAssertTrue(why.contains(reason), "\(step): \(why)")
             }
             XCTAssertEqual(try row(id)?.geocoded, false)
             XCTAssertNotNil(try row(id)?.error, step)
@@ -233,14 +282,96 @@ final class GeoTests: XCTestCase {
         XCTAssertEqual(raw, 51.5)
     }
 
+    /// A refusal that is not a block (400: our request is wrong) is permanent, and does not block the fleet.
     func testRefusalByTheProviderIsPermanent() throws {
         let id = try GeoAdsSeed.location(pool, user: try GeoAdsSeed.user(pool), latitude: 51.5, longitude: -0.12)
-        try fakes.script(.nominatim, ["status": 403, "body": "Access blocked"])
+        try fakes.script(.nominatim, ["status": 400, "json": ["error": ["code": 400, "message": "Invalid coordinates."]]])
         XCTAssertThrowsError(try runner().run(ReverseGeocodeJob.className, args(id))) { error in
-            guard case JobError.permanent(let why) = error else { return XCTFail("\(error)") }
-            XCTAssertTrue(why.contains("HTTP 403"), why)
+            guard case JobError.permanent(let why) = error else { return XCTFail("expected JobError.permanent, got \(error)") }
+            XCTAssertTrue(why.contains("HTTP 400"), why)
         }
-        XCTAssertTrue(try row(id)?.error?.contains("403") ?? false)
+        XCTAssertTrue(try row(id)?.error?.contains("400") ?? false)
+        XCTAssertEqual(try redis.int("EXISTS", "ratelimit:nominatim:blocked"), 0, "a 400 is not a block")
+    }
+
+    // MARK: - Blocked by the provider (403)
+
+    /// Nominatim blocks us (403 to every request). 2 worker processes × 3 threads, 8 locations in distinct cells
+    /// next to places the provider knows: exactly one request reaches it during the pause, one alert line across
+    /// both processes, every row ends with its raw coordinates and no city, nothing in `dead` or `retry`.
+    func testBlockStopsTheWholeFleetWithOneAlertAndKeepsRawCoordinates() throws {
+        let user = try GeoAdsSeed.user(pool)
+        let places: [(Double, Double)] = [(48.8566, 2.3522), (51.5074, -0.1278), (52.52, 13.405), (45.8992, 6.1294),
+                                          (47.066, 9.504), (-34.44, -58.70), (48.8766, 2.3022), (51.5274, -0.1078)]
+        let ids = try places.map { try GeoAdsSeed.location(pool, user: user, latitude: $0.0, longitude: $0.1) }
+        try fakes.configure(.nominatim, ["block_all": true])
+        let log = CapturedLog()
+        try startWorkers(2, concurrency: 3, configuration: configuration(blockPause: 3600), log: log)
+        _ = try redis.client.enqueueMany(ids.map { NewJob(ReverseGeocodeJob.className, args: args($0)) })
+
+        XCTAssertTrue(try eventually(timeout: 60) { try redis.processed() == ids.count && allSettled(ids.count) })
+        XCTAssertEqual(try reverseRequests().count, 1, "after the first 403 no process may call the provider")
+        XCTAssertEqual(log.messages(containing: "ALERT geocoding provider blocked").count, 1, "\(log.all)")
+        for (id, place) in zip(ids, places) {
+            let stored = try XCTUnwrap(try row(id))
+            XCTAssertNil(stored.city)
+            XCTAssertNil(stored.countryCode)
+            XCTAssertFalse(stored.geocoded)
+            XCTAssertTrue(stored.error?.contains("blocks this client") ?? false, stored.error ?? "nil")
+            let raw = try pool.withConnection {
+                try $0.queryFirst("SELECT latitude, longitude FROM user_locations WHERE id = $1", [id])
+            }
+            XCTAssertEqual(try raw?.double("latitude"), place.0)
+            XCTAssertEqual(try raw?.double("longitude"), place.1)
+        }
+        XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)
+        XCTAssertEqual(try redis.int("ZCARD", Keys.retry), 0)
+        XCTAssertEqual(try redis.int("EXISTS", "ratelimit:nominatim:blocked"), 1, "the block stays until a probe succeeds")
+    }
+
+    /// Once the pause is over, exactly one probe goes first; the others wait for its answer (the fake holds it
+    /// 2 s), then lookups resume. No new alert.
+    func testAfterThePauseOneProbeGoesFirstThenLookupsResume() throws {
+        let user = try GeoAdsSeed.user(pool)
+        let ids = try [(48.8566, 2.3522), (51.5074, -0.1278), (52.52, 13.405), (45.8992, 6.1294)].map {
+            try GeoAdsSeed.location(pool, user: user, latitude: $0.0, longitude: $0.1)
+        }
+        // A block whose pause has just run out, as a 403 leaves it.
+        let limiter = ProviderRateLimiter(redis: redis.pool, provider: "nominatim", minimumInterval: 1.1, maxWait: 120)
+        XCTAssertTrue(try limiter.block(seconds: 0.001, probeToken: nil), "a new block")
+        try fakes.script(.nominatim, ["delay": 2, "json": [
+            "place_id": 100000, "lat": "48.8566000", "lon": "2.3522000", "addresstype": "city", "name": "Paris",
+            "address": ["city": "Paris", "country": "France", "country_code": "fr"],
+        ]])
+        let log = CapturedLog()
+        try startWorkers(2, concurrency: 2, configuration: configuration(), log: log)
+        _ = try redis.client.enqueueMany(ids.map { NewJob(ReverseGeocodeJob.className, args: args($0)) })
+
+        XCTAssertTrue(try eventually(timeout: 60) { try ids.allSatisfy { try row($0)?.geocoded == true } })
+        let times = try reverseRequests().map(\.timestamp).sorted()
+        guard times.count == ids.count else { return XCTFail("one request per location expected, got \(times.count)") }
+        XCTAssertGreaterThanOrEqual(times[1] - times[0], 2.0, "nobody called the provider before the probe's answer")
+        XCTAssertEqual(try redis.int("EXISTS", "ratelimit:nominatim:blocked"), 0, "the probe's answer lifted the block")
+        XCTAssertEqual(try redis.int("EXISTS", "ratelimit:nominatim:probe"), 0)
+        XCTAssertEqual(log.messages(containing: "ALERT").count, 0)
+        XCTAssertEqual(try redis.int("ZCARD", Keys.dead) + redis.int("ZCARD", Keys.retry), 0)
+    }
+
+    /// The probe meets another 403: the block is re-armed (no second alert) and the job ends in the valid state.
+    func testFailedProbeReArmsTheBlockWithoutASecondAlert() throws {
+        let id = try GeoAdsSeed.location(pool, user: try GeoAdsSeed.user(pool), latitude: 48.8566, longitude: 2.3522)
+        let limiter = ProviderRateLimiter(redis: redis.pool, provider: "nominatim", minimumInterval: 1.1, maxWait: 120)
+        XCTAssertTrue(try limiter.block(seconds: 0.001, probeToken: nil))
+        try fakes.configure(.nominatim, ["block_all": true])
+        let log = CapturedLog()
+        try startWorkers(1, concurrency: 1, configuration: configuration(blockPause: 3600), log: log)
+        _ = try redis.client.enqueue(NewJob(ReverseGeocodeJob.className, args: args(id)))
+        XCTAssertTrue(try eventually(timeout: 30) { try redis.processed() == 1 })
+        XCTAssertEqual(try reverseRequests().count, 1, "the probe")
+        XCTAssertEqual(log.messages(containing: "ALERT").count, 0, "the block did not start now: no second alert")
+        XCTAssertGreaterThan(try XCTUnwrap(try limiter.blockedFor()), 3000, "the pause starts again")
+        XCTAssertTrue(try row(id)?.error?.contains("blocks this client") ?? false)
+        XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)
     }
 
     // MARK: - Fleet-wide rate limit
@@ -253,7 +384,7 @@ final class GeoTests: XCTestCase {
         let ids = try (0..<12).map { try GeoAdsSeed.location(pool, user: user, latitude: 10 + Double($0) * 0.5, longitude: 20) }
         // The fake also answers 429 to a second request within 1 s: a violation would show up as a retry too.
         try fakes.configure(.nominatim, ["rate_limit_per_second": 1])
-        let registry = runner().registry
+        let registry = try runner().registry
         for _ in 0..<4 {
             let workers = GeoAdsWorkers(redis: redis, registry: registry, database: JobDatabase(pool: pool))
             processes.append(try workers.start(concurrency: 10))
@@ -266,7 +397,7 @@ final class GeoTests: XCTestCase {
                        "waiting jobs sleep for their slot instead of burning a retry")
     }
 
-    /// The limiter itself, called by 40 threads: slots are handed out at least one interval apart.
+    /// The limiter itself, called by 40 threads: every two granted slots are at least one interval apart.
     func testLimiterGrantsSlotsOneIntervalApartAcrossThreads() throws {
         let limiter = ProviderRateLimiter(redis: redis.pool, provider: "limiter-test", minimumInterval: 0.05, maxWait: 30)
         let times = LockedTimes()
@@ -274,15 +405,17 @@ final class GeoTests: XCTestCase {
         for _ in 0..<40 {
             group.enter()
             Thread.detachNewThread {
-                if (try? limiter.acquire(isCancelled: { false })) != nil { times.append(Date().timeIntervalSince1970) }
+                if let grant = try? limiter.acquire(isCancelled: { false }) { times.append(Double(grant.slotMilliseconds)) }
                 group.leave()
             }
         }
         XCTAssertEqual(group.wait(timeout: .now() + 60), .success)
         let sorted = times.all.sorted()
         XCTAssertEqual(sorted.count, 40)
-        // 40 slots 50 ms apart span at least 39 intervals, however the threads interleave.
-        XCTAssertGreaterThanOrEqual(sorted.last! - sorted.first!, 39 * 0.05 - 0.05)
+        // The slots (Redis server clock, ms) as granted: each gap is at least the interval, not only the span.
+        let gaps = zip(sorted.dropFirst(), sorted).map { $0 - $1 }
+        XCTAssertEqual(gaps.count, 39)
+        XCTAssertTrue(gaps.allSatisfy { $0 >= Double(limiter.intervalMilliseconds) }, "gaps \(gaps)")
         // A backlog beyond maxWait is refused without taking a slot.
         let impatient = ProviderRateLimiter(redis: redis.pool, provider: "limiter-test", minimumInterval: 10, maxWait: 1)
         try impatient.acquire(isCancelled: { false })
@@ -317,25 +450,93 @@ final class GeoTests: XCTestCase {
         XCTAssertEqual(try kept.optionalUUID("user_id"), user)
         XCTAssertEqual(try kept.double("latitude"), 48.85661)
         XCTAssertNil(try kept.optionalDate("anonymized_at"))
-        XCTAssertThrowsError(try runner().run(LocationAnonymizationJob.className, [.int(1)]))
+        XCTAssertThrowsError(try runner().run(LocationAnonymizationJob.className, [.int(1)])) { error in
+            XCTAssertTrue(error is DispatchError, "expected DispatchError, got \(error)")
+            XCTAssertTrue("\(error)".contains("expected no arguments, got 1"), "\(error)")
+        }
     }
 
     // MARK: - Configuration
 
     func testConfigurationFromEnvironment() throws {
-        let defaults = try GeoConfiguration.fromEnvironment([:])
+        let defaults = try GeoConfiguration.fromEnvironment(["GEO_CONTACT_EMAIL": "geo@example.org"])
         XCTAssertEqual(defaults.nominatimBaseURL, "https://nominatim.openstreetmap.org")
         XCTAssertEqual(defaults.requestsPerSecond, 1)
         XCTAssertEqual(defaults.cacheTTL, 86_400)
+        XCTAssertEqual(defaults.acceptLanguage, "en")
+        XCTAssertEqual(defaults.zoom, 13)
+        XCTAssertEqual(defaults.blockPause, 3600)
         let custom = try GeoConfiguration.fromEnvironment([
             "GEO_NOMINATIM_URL": "http://127.0.0.1:9/", "GEO_CONTACT_EMAIL": "geo@example.org",
-            "GEO_RATE_LIMIT_PER_SECOND": "0.5", "GEO_USER_AGENT": "Quiz/2",
+            "GEO_RATE_LIMIT_PER_SECOND": "0.5", "GEO_USER_AGENT": "Quiz/2", "GEO_ACCEPT_LANGUAGE": "de-CH,de",
+            "GEO_ZOOM": "10", "GEO_BLOCK_PAUSE_SECONDS": "600",
         ])
         XCTAssertEqual(custom.nominatimBaseURL, "http://127.0.0.1:9")
         XCTAssertEqual(custom.effectiveUserAgent, "Quiz/2 (contact: geo@example.org)")
         XCTAssertEqual(custom.minimumInterval, 2.1, accuracy: 1e-9)
-        XCTAssertThrowsError(try GeoConfiguration.fromEnvironment(["GEO_RATE_LIMIT_PER_SECOND": "fast"]))
-        XCTAssertThrowsError(try GeoConfiguration.fromEnvironment(["GEO_NOMINATIM_URL": "ftp://x"]))
+        XCTAssertEqual(custom.acceptLanguage, "de-CH,de")
+        XCTAssertEqual(custom.zoom, 10)
+        XCTAssertEqual(custom.blockPause, 600)
+        func assertRefused(_ environment: [String: String], _ variable: String, line: UInt = #line) {
+            XCTAssertThrowsError(try GeoConfiguration.fromEnvironment(environment), line: line) { error in
+                guard let refused = error as? GeoAdsConfigurationError else {
+                    return XCTFail("expected GeoAdsConfigurationError, got \(error)", line: line)
+                }
+                XCTAssertEqual(refused.variable, variable, "\(refused)", line: line)
+            }
+        }
+        let contact = ["GEO_CONTACT_EMAIL": "geo@example.org"]
+        assertRefused(contact.merging(["GEO_RATE_LIMIT_PER_SECOND": "fast"]) { $1 }, "GEO_RATE_LIMIT_PER_SECOND")
+        assertRefused(contact.merging(["GEO_NOMINATIM_URL": "ftp://x"]) { $1 }, "GEO_NOMINATIM_URL")
+        assertRefused(contact.merging(["GEO_ZOOM": "19"]) { $1 }, "GEO_ZOOM")
+        assertRefused(contact.merging(["GEO_ACCEPT_LANGUAGE": "en\r\nX: y"]) { $1 }, "GEO_ACCEPT_LANGUAGE")
+    }
+
+    /// Nominatim's usage policy asks for a contact in the User-Agent: without one (e-mail or URL) the geo area
+    /// does not start; its jobs stay `UnconfiguredJob` (retried, visible) and never call the provider.
+    func testGeoAreaRefusesToStartWithoutAContact() throws {
+        func assertNoContact(_ environment: [String: String], line: UInt = #line) {
+            XCTAssertThrowsError(try GeoConfiguration.fromEnvironment(environment), line: line) { error in
+                guard let refused = error as? GeoAdsConfigurationError else {
+                    return XCTFail("expected GeoAdsConfigurationError, got \(error)", line: line)
+                }
+                XCTAssertEqual(refused.variable, "GEO_CONTACT_EMAIL", line: line)
+                XCTAssertTrue(refused.reason.contains("contact (e-mail or URL)"), refused.reason, line: line)
+            }
+        }
+        assertNoContact([:])                                             // the default User-Agent has none
+        assertNoContact(["GEO_CONTACT_EMAIL": "nobody"])                 // not an address
+        assertNoContact(["GEO_USER_AGENT": "python-requests/2.31"])
+        // A URL or an address in the User-Agent itself is a contact.
+        XCTAssertEqual(try GeoConfiguration.fromEnvironment(["GEO_USER_AGENT": "Quiz/2 (+https://quiz.example/contact)"])
+            .effectiveUserAgent, "Quiz/2 (+https://quiz.example/contact)")
+        XCTAssertNoThrow(try GeoConfiguration.fromEnvironment(["GEO_USER_AGENT": "Quiz/2 (ops@quiz.example)"]))
+
+        let noContact = GeoConfiguration(nominatimBaseURL: fakes.nominatimBaseURL)
+        XCTAssertThrowsError(try {
+            var registry = JobRegistry()
+            try GeoJobs.register(into: &registry, configuration: noContact, http: http, redis: redis.pool)
+        }()) { error in
+            XCTAssertEqual((error as? GeoAdsConfigurationError)?.variable, "GEO_CONTACT_EMAIL", "\(error)")
+        }
+        var domain = JobRegistry()
+        let statuses = DomainJobs.register(into: &domain, environment: ["GEO_NOMINATIM_URL": fakes.nominatimBaseURL],
+                                           redis: redis.pool, http: http)
+        let geo = try XCTUnwrap(statuses.first { $0.area == "geo" })
+        XCTAssertTrue(geo.problem?.contains("contact (e-mail or URL)") ?? false, geo.problem ?? "nil")
+        // A worker with that registry: the job waits in `retry` with the reason, and the provider is never called.
+        let id = try GeoAdsSeed.location(pool, user: try GeoAdsSeed.user(pool), latitude: 48.8566, longitude: 2.3522)
+        let workers = GeoAdsWorkers(redis: redis, registry: domain, database: JobDatabase(pool: pool))
+        processes.append(try workers.start(concurrency: 1))
+        _ = try redis.client.enqueue(NewJob(ReverseGeocodeJob.className, args: args(id)))
+        XCTAssertTrue(try eventually { try redis.int("ZCARD", Keys.retry) == 1 })
+        let waiting = try XCTUnwrap(try redis.payloads(zset: Keys.retry).first)
+        XCTAssertEqual(waiting.className, ReverseGeocodeJob.className)
+        let reason = waiting.fields["error_message"]?.stringValue ?? ""
+        XCTAssertTrue(reason.contains("the geo jobs are not configured") && reason.contains("contact (e-mail or URL)"), reason)
+        XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)
+        XCTAssertEqual(try row(id)?.geocoded, false)
+        XCTAssertEqual(try reverseRequests().count, 0)
     }
 
     func testNominatimParsing() throws {
@@ -344,8 +545,14 @@ final class GeoTests: XCTestCase {
         XCTAssertEqual(try parse(#"{"address":{"municipality":"M","village":"V","country_code":"ar","country":"Argentina"}}"#),
                        GeocodeResult(countryCode: "AR", country: "Argentina", city: "V"))
         XCTAssertEqual(try parse(#"{"address":{"city":"C","town":"T"}}"#).city, "C")
-        XCTAssertThrowsError(try parse(#"{"address": {"#))
-        XCTAssertThrowsError(try parse("[1]"))
+        for body in [#"{"address": {"#, "[1]"] {
+            XCTAssertThrowsError(try parse(body)) { error in
+                guard case GeocodeFailure.transient(let why) = error else {
+                    return XCTFail("expected GeocodeFailure.transient, got \(error)")
+                }
+                XCTAssertEqual(why, "response is not a JSON object")
+            }
+        }
     }
 }
 
@@ -354,4 +561,31 @@ final class LockedTimes: @unchecked Sendable {
     private var values: [Double] = []
     func append(_ value: Double) { lock.withLock { values.append(value) } }
     var all: [Double] { lock.withLock { values } }
+}
+
+/// Log lines of worker processes (and their jobs), for tests that count alerts.
+final class CapturedLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var lines: [String] = []
+    func append(_ line: String) { lock.withLock { lines.append(line) } }
+    var all: [String] { lock.withLock { lines } }
+    func messages(containing text: String) -> [String] { all.filter { $0.contains(text) } }
+}
+
+/// Writes every message at `.info` and above into a `CapturedLog`.
+struct CapturedLogHandler: LogHandler {
+    let label: String
+    let sink: CapturedLog
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .info
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String,
+             function: String, line: UInt) {
+        sink.append("\(level) \(message)")
+    }
 }

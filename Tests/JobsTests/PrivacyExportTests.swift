@@ -44,7 +44,7 @@ final class PrivacyExportTests: XCTestCase {
         try fixture.runExport(user: alice.id, export: export)
 
         let (text, json) = try document(export)
-        XCTAssertEqual(json["schema_version"] as? Int, 1)
+        XCTAssertEqual(json["schema_version"] as? Int, 2)
         XCTAssertEqual(json["export_id"] as? String, export.uuidString.lowercased())
         XCTAssertEqual(json["user_id"] as? String, alice.id.uuidString.lowercased())
         XCTAssertNotNil((json["generated_at"] as? String).flatMap { ISO8601DateFormatter().date(from: $0) })
@@ -106,7 +106,7 @@ final class PrivacyExportTests: XCTestCase {
 
         let row = try XCTUnwrap(fixture.sql("SELECT * FROM privacy_exports WHERE id = $1", [export]).first)
         XCTAssertEqual(try row.string("status"), "ready")
-        XCTAssertEqual(try row.int("schema_version"), 1)
+        XCTAssertEqual(try row.int("schema_version"), 2)
         XCTAssertEqual(try row.string("file_path"), path)
         XCTAssertEqual(try row.int64("size_bytes"), Int64(try Data(contentsOf: URL(fileURLWithPath: path)).count))
         let expires = try row.date("expires_at")
@@ -179,7 +179,9 @@ final class PrivacyExportTests: XCTestCase {
         let export = try PrivacySeed.export(fixture, user: alice)
         try fixture.fakes.script(.smtp, ["match": ["stage": "rcpt"], "status": 451, "message": "try later"])
         XCTAssertThrowsError(try fixture.runExport(user: alice.id, export: export)) { error in
-            XCTAssertFalse(error is JobError, "a 4xx must be retried with backoff, got \(error)")
+            // A 4xx is retried with backoff: the mail error, not bad input or a permanent failure.
+            guard let mailError = error as? ExportMailError else { return XCTFail("expected ExportMailError, got \(error)") }
+            XCTAssertTrue(mailError.reason.contains("451"), mailError.reason)
             XCTAssertFalse("\(error)".contains(alice.email), "errors must not carry the address")
         }
         let row = try XCTUnwrap(fixture.sql("SELECT * FROM privacy_exports WHERE id = $1", [export]).first)
@@ -263,11 +265,17 @@ final class PrivacyExportTests: XCTestCase {
         let export = try PrivacySeed.export(fixture, user: alice)
 
         XCTAssertThrowsError(try fixture.run(fixture.payload(PrivacyExportJob.className,
-                                                             args: [.object(["user_id": "nope", "export_id": "x"])]))) {
-            XCTAssertTrue("\($0)".contains("user_id must be a UUID"), "\($0)")
+                                                             args: [.object(["user_id": "nope", "export_id": "x"])]))) { error in
+            guard case DispatchError.invalidArguments(_, let reason) = error else {
+                return XCTFail("expected DispatchError.invalidArguments, got \(error)")
+            }
+            XCTAssertTrue(reason.contains("user_id must be a UUID"), reason)
         }
-        XCTAssertThrowsError(try fixture.run(fixture.payload(PrivacyExportJob.className, args: [.object(["user_id": "x"])]))) {
-            XCTAssertTrue("\($0)".contains("export_id"), "\($0)")
+        XCTAssertThrowsError(try fixture.run(fixture.payload(PrivacyExportJob.className, args: [.object(["user_id": "x"])]))) { error in
+            guard case DispatchError.undecodableArguments(_, let reason) = error else {
+                return XCTFail("expected DispatchError.undecodableArguments, got \(error)")
+            }
+            XCTAssertTrue(reason.contains("export_id"), reason)
         }
         XCTAssertThrowsError(try fixture.runExport(user: alice.id, export: UUID())) { error in
             guard case JobError.badInput(let reason) = error else { return XCTFail("\(error)") }
@@ -337,6 +345,39 @@ final class PrivacyExportTests: XCTestCase {
         XCTAssertTrue(try eventually { try fixture.redis.processed() == 2 })
         XCTAssertEqual(try fixture.mails().count, 1)
         XCTAssertEqual(try fixture.sql("SELECT status FROM privacy_exports WHERE id = $1", [export]).first!.string("status"), "ready")
+        XCTAssertEqual(try fixture.redis.failed(), 0)
+    }
+
+    /// GDPR Art. 15(1): beside the data, the document says for every section why it is processed, on which
+    /// basis, who receives it, how long it is kept and where it came from, plus the data subject's rights.
+    /// Run by a real worker (the runner, not `perform`).
+    func testExportCarriesArticle15InformationForEverySection() throws {
+        let alice = try PrivacySeed.user(fixture, label: "zqalice")
+        let export = try PrivacySeed.export(fixture, user: alice)
+        try fixture.redis.client.enqueue(PrivacyJobs.exportJob(userID: alice.id, exportID: export))
+        let worker = try PrivacyWorker.start(fixture, concurrency: 1)
+        defer { worker.shutdown() }
+        XCTAssertTrue(try eventually { try fixture.redis.processed() == 1 })
+
+        let (_, json) = try document(export)
+        XCTAssertEqual(json["schema_version"] as? Int, ExportSchema.version)
+        XCTAssertEqual(ExportSchema.version, 2, "processing_information arrived with schema version 2")
+        let info = try XCTUnwrap(json["processing_information"] as? [String: Any])
+        let categories = try XCTUnwrap(info["categories"] as? [String: [String: Any]])
+        XCTAssertEqual(Set(categories.keys), Set(ExportSchema.sections.map(\.name)), "one entry per exported section")
+        for (name, category) in categories {
+            XCTAssertFalse((category["purposes"] as? [String] ?? []).isEmpty, "\(name): purposes (Art. 15(1)(a))")
+            XCTAssertNotNil(category["recipients"] as? [String], "\(name): recipients (Art. 15(1)(c))")
+            for field in ["legal_basis", "retention", "source"] {
+                XCTAssertFalse((category[field] as? String ?? "").isEmpty, "\(name): \(field)")
+            }
+        }
+        XCTAssertTrue((categories["locations"]?["recipients"] as? [String] ?? []).contains { $0.contains("Nominatim") })
+        let rights = try XCTUnwrap(info["rights"] as? [String: String])
+        XCTAssertEqual(Set(rights.keys), ["rectification", "erasure", "restriction", "objection", "portability",
+                                          "withdraw_consent", "complaint"])
+        XCTAssertTrue(rights["complaint"]?.contains("Art. 77") ?? false)
+        XCTAssertNotNil(info["automated_decision_making"] as? String)
         XCTAssertEqual(try fixture.redis.failed(), 0)
     }
 

@@ -1,6 +1,7 @@
 import Foundation
 import HTTP
 @testable import Jobs
+import Queue
 import XCTest
 
 /// ExportURLSigner (HMAC-SHA256 over path and expiry) and PrivacyConfiguration.fromEnvironment.
@@ -138,5 +139,17 @@ final class PrivacySignerTests: XCTestCase {
                                                contain: id))
         XCTAssertFalse(RedisJobPurger.arguments(of: Array("{\"class\":\"\(id)\",\"args\":[1],\"jid\":\"0123456789abcdef01234567\"}".utf8),
                                                 contain: id), "only args count")
+        // E-mail needles: whole addresses only, any case; glob metacharacters escaped, or no server-side filter
+        // when JSON may write the address escaped.
+        func job(_ arg: String) -> [UInt8] {
+            Array(JSONValue.object(["class": "M", "args": .array([.string(arg)]), "jid": "0123456789abcdef01234567"]).serialized().utf8)
+        }
+        XCTAssertTrue(RedisJobPurger.arguments(of: job("Bob <BOB@Example.org>"), containAnyOf: ["bob@example.org"]))
+        XCTAssertFalse(RedisJobPurger.arguments(of: job("jimbob@example.org"), containAnyOf: ["bob@example.org"]))
+        XCTAssertFalse(RedisJobPurger.arguments(of: job("bob@example.org.uk"), containAnyOf: ["bob@example.org"]))
+        XCTAssertEqual(RedisJobPurger.caseInsensitiveGlob("a*b?"), "[aA]\\*[bB]\\?")
+        XCTAssertEqual(RedisJobPurger.matchPatterns(for: [id, "a@b.io"]).count, 2)
+        XCTAssertEqual(RedisJobPurger.matchPatterns(for: [id, "a/b@b.io"]), ["*"])
+        XCTAssertEqual(RedisJobPurger.matchPatterns(for: [id, "jörg@b.io"]), ["*"])
     }
 }

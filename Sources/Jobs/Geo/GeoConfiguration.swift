@@ -4,12 +4,20 @@ import Foundation
 public struct GeoConfiguration: Sendable {
     /// Nominatim base URL (the `/reverse` endpoint is appended).
     public var nominatimBaseURL: String
-    /// Identifies this application to the provider (Nominatim's usage policy requires it).
+    /// Identifies this application to the provider (Nominatim's usage policy requires it). May carry the
+    /// contact itself, e.g. `Quiz/2 (+https://quiz.example/contact)`.
     public var userAgent: String
-    /// Contact address sent as Nominatim's `email` parameter and in the User-Agent; nil = none.
+    /// Contact address sent as Nominatim's `email` parameter and in the User-Agent; nil = none (then
+    /// `userAgent` must hold a contact: see `validate()`).
     public var contactEmail: String?
-    /// Optional `accept-language` parameter (e.g. "en"); nil = the provider's local names.
-    public var acceptLanguage: String?
+    /// `accept-language` parameter (BCP 47 list, e.g. "en" or "de-CH,de"): the language of the stored
+    /// country and city names. Part of the cache key.
+    public var acceptLanguage: String
+    /// Nominatim `zoom`: the level of detail of the answer (10 city, 12 town/borough, 13 village/suburb,
+    /// 18 building). A settlement level is enough for a city and cheaper for the provider. Part of the cache key.
+    public var zoom: Int
+    /// After a 403 (the provider blocks us), how long the whole fleet sends nothing; then one probe.
+    public var blockPause: Double
     /// Name of the provider in Redis keys (rate limit and cache are per provider).
     public var provider: String
     /// Fleet-wide requests per second to the provider, across all processes and threads.
@@ -39,8 +47,8 @@ public struct GeoConfiguration: Sendable {
     public static let productionNominatimURL = "https://nominatim.openstreetmap.org"
 
     public init(nominatimBaseURL: String = GeoConfiguration.productionNominatimURL,
-                userAgent: String = "SwiftWorkers-Geo/1.0", contactEmail: String? = nil, acceptLanguage: String? = nil,
-                provider: String = "nominatim", requestsPerSecond: Double = 1, rateLimitMargin: Double = 0.1,
+                userAgent: String = "SwiftWorkers-Geo/1.0", contactEmail: String? = nil, acceptLanguage: String = "en",
+                zoom: Int = 13, blockPause: Double = 3600, provider: String = "nominatim", requestsPerSecond: Double = 1, rateLimitMargin: Double = 0.1,
                 maxRateLimitWait: Double = 120, cacheTTL: Int = 86_400, cellDecimals: Int = 2,
                 maxAccuracyMeters: Double = 1000, requestTimeout: Double = 10, anonymizeAfterDays: Int = 90,
                 anonymizeBatchSize: Int = 1000, anonymizedDecimals: Int = 1) {
@@ -48,6 +56,8 @@ public struct GeoConfiguration: Sendable {
         self.userAgent = userAgent
         self.contactEmail = contactEmail
         self.acceptLanguage = acceptLanguage
+        self.zoom = zoom
+        self.blockPause = blockPause
         self.provider = provider
         self.requestsPerSecond = requestsPerSecond
         self.rateLimitMargin = rateLimitMargin
@@ -67,21 +77,62 @@ public struct GeoConfiguration: Sendable {
         return "\(userAgent) (contact: \(contactEmail))"
     }
 
+    /// Nominatim's usage policy asks for a User-Agent that identifies the application *with contact details*:
+    /// throws unless `effectiveUserAgent` holds an e-mail address or an http(s) URL. The geo area refuses to
+    /// start without one (`fromEnvironment`, `GeoJobs.register`).
+    public func validate() throws(GeoAdsConfigurationError) {
+        guard Self.containsContact(effectiveUserAgent) else {
+            throw GeoAdsConfigurationError(
+                variable: "GEO_CONTACT_EMAIL",
+                reason: "Nominatim's usage policy requires a contact (e-mail or URL) in the User-Agent: set "
+                    + "GEO_CONTACT_EMAIL, or put a URL or address in GEO_USER_AGENT")
+        }
+        guard (3...18).contains(zoom) else {
+            throw GeoAdsConfigurationError(variable: "GEO_ZOOM", reason: "expected 3...18")
+        }
+    }
+
+    /// True when `text` holds an e-mail address (`local@domain.tld`) or an `http://` / `https://` URL.
+    static func containsContact(_ text: String) -> Bool {
+        let separators = CharacterSet.whitespaces.union(CharacterSet(charactersIn: "()<>,;[]\"\""))
+        return text.components(separatedBy: separators).contains { token in
+            let lowered = token.lowercased()
+            for scheme in ["http://", "https://"] {
+                // `+https://…` is the usual way to put a URL in a User-Agent comment.
+                if let found = lowered.range(of: scheme) {
+                    let host = lowered[found.upperBound...].prefix { $0 != "/" }
+                    return host.count > 3 && host.contains(".") && !host.hasPrefix(".") && !host.hasSuffix(".")
+                }
+            }
+            let parts = token.split(separator: "@", omittingEmptySubsequences: false)
+            guard parts.count == 2, !parts[0].isEmpty else { return false }
+            let domain = parts[1].split(separator: ".", omittingEmptySubsequences: false)
+            return domain.count >= 2 && domain.allSatisfy { !$0.isEmpty }
+        }
+    }
+
     /// Seconds between two granted requests, fleet-wide.
     public var minimumInterval: Double { 1 / requestsPerSecond + rateLimitMargin }
 
-    /// Every variable is optional; see docs/jobs-geo-ads.md.
+    /// Every variable has a default, but a contact is required (GEO_CONTACT_EMAIL, or a URL or address in
+    /// GEO_USER_AGENT): see `validate()` and docs/jobs-geo-ads.md.
     public static func fromEnvironment(_ environment: [String: String]) throws -> GeoConfiguration {
         let env = GeoAdsEnvironment(environment)
         let provider = env.string("GEO_PROVIDER", default: "nominatim")
         guard provider.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" }) else {
             throw GeoAdsConfigurationError(variable: "GEO_PROVIDER", reason: "letters, digits, '-' and '_' only")
         }
-        return GeoConfiguration(
+        let language = env.string("GEO_ACCEPT_LANGUAGE", default: "en")
+        guard language.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "-,;=.* ".contains($0)) }) else {
+            throw GeoAdsConfigurationError(variable: "GEO_ACCEPT_LANGUAGE", reason: "expected language tags such as 'en' or 'de-CH,de'")
+        }
+        let configuration = GeoConfiguration(
             nominatimBaseURL: try env.url("GEO_NOMINATIM_URL", default: productionNominatimURL),
             userAgent: env.string("GEO_USER_AGENT", default: "SwiftWorkers-Geo/1.0"),
             contactEmail: env.string("GEO_CONTACT_EMAIL"),
-            acceptLanguage: env.string("GEO_ACCEPT_LANGUAGE"),
+            acceptLanguage: language,
+            zoom: try env.int("GEO_ZOOM", default: 13, range: 3...18),
+            blockPause: try env.double("GEO_BLOCK_PAUSE_SECONDS", default: 3600, range: 1...604_800),
             provider: provider,
             requestsPerSecond: try env.double("GEO_RATE_LIMIT_PER_SECOND", default: 1, range: 0.001...100),
             rateLimitMargin: try env.double("GEO_RATE_LIMIT_MARGIN_SECONDS", default: 0.1, range: 0...10),
@@ -93,5 +144,7 @@ public struct GeoConfiguration: Sendable {
             anonymizeAfterDays: try env.int("GEO_ANONYMIZE_AFTER_DAYS", default: 90, range: 1...3650),
             anonymizeBatchSize: try env.int("GEO_ANONYMIZE_BATCH_SIZE", default: 1000, range: 1...100_000),
             anonymizedDecimals: try env.int("GEO_ANONYMIZED_DECIMALS", default: 1, range: 0...3))
+        try configuration.validate()
+        return configuration
     }
 }

@@ -8,8 +8,9 @@ public enum GeocodeFailure: Error, Sendable, CustomStringConvertible {
     case rateLimited(retryAfter: Double?)
     /// Timeout, connection failure, 5xx, 408, a body that is not the JSON we expect: try again.
     case transient(String)
-    /// The provider refused the request (4xx other than 408/429), e.g. a blocked User-Agent:
-    /// retrying the same request will not help.
+    /// The provider refused the request (4xx other than 408/429): retrying the same request will not help.
+    /// A 403 means the provider blocks this client (Nominatim's usage policy): `ReverseGeocoder` turns it
+    /// into a fleet-wide `GeocodingBlocked`.
     case refused(status: Int, String)
 
     public var isRetryable: Bool {
@@ -27,6 +28,21 @@ public enum GeocodeFailure: Error, Sendable, CustomStringConvertible {
     }
 }
 
+/// The provider blocks this client (HTTP 403 under Nominatim's usage policy), or a block is in force
+/// fleet-wide (`ProviderRateLimiter`): no lookup was sent. `startedBlock` is true for exactly one call
+/// across the fleet per block, the one whose 403 started it: that caller raises the alert.
+public struct GeocodingBlocked: Error, Sendable, CustomStringConvertible {
+    public let provider: String
+    /// Seconds until one probe may call the provider again.
+    public let resumeIn: Double
+    public let startedBlock: Bool
+
+    public var description: String {
+        "geocoding provider \(provider) blocks this client (HTTP 403, usage policy): no lookups fleet-wide for "
+            + "\(Int(resumeIn.rounded(.up))) s, then one probe"
+    }
+}
+
 /// Nominatim's `/reverse?format=jsonv2`. One request per call; no caching or rate limiting here
 /// (see `ReverseGeocoder`). Stateless; safe from any thread.
 public struct NominatimClient: Sendable {
@@ -41,8 +57,8 @@ public struct NominatimClient: Sendable {
     public func request(for cell: GeocodeCell) -> HTTPRequest {
         var query: [(String, String)] = [
             ("lat", cell.latitudeText), ("lon", cell.longitudeText), ("format", "jsonv2"), ("addressdetails", "1"),
+            ("zoom", String(configuration.zoom)), ("accept-language", configuration.acceptLanguage),
         ]
-        if let language = configuration.acceptLanguage { query.append(("accept-language", language)) }
         if let email = configuration.contactEmail { query.append(("email", email)) }
         var request = HTTPRequest.get(configuration.nominatimBaseURL + "/reverse", query: query)
             .with(header: "User-Agent", configuration.effectiveUserAgent)
@@ -100,7 +116,8 @@ public struct ReverseGeocoder: Sendable {
     public init(configuration: GeoConfiguration, http: HTTPClient, redis: RedisPool) {
         self.configuration = configuration
         self.client = NominatimClient(http: http, configuration: configuration)
-        self.cache = GeocodeCache(redis: redis, provider: configuration.provider, ttl: configuration.cacheTTL)
+        self.cache = GeocodeCache(redis: redis, provider: configuration.provider, language: configuration.acceptLanguage,
+                                  zoom: configuration.zoom, ttl: configuration.cacheTTL)
         self.limiter = ProviderRateLimiter(redis: redis, provider: configuration.provider,
                                            minimumInterval: configuration.minimumInterval,
                                            maxWait: configuration.maxRateLimitWait)
@@ -110,20 +127,47 @@ public struct ReverseGeocoder: Sendable {
         GeocodeCell(latitude: latitude, longitude: longitude, decimals: configuration.cellDecimals)
     }
 
-    /// Throws `GeocodeFailure`, `ProviderRateLimiter.WaitError` or a Redis error.
+    /// Throws `GeocodingBlocked` (a 403, or a block in force), `GeocodeFailure`,
+    /// `ProviderRateLimiter.WaitError` (backlog, cancelled) or a Redis error.
     public func reverse(latitude: Double, longitude: Double, isCancelled: @escaping @Sendable () -> Bool) throws -> GeocodeResult {
         let cell = cell(latitude: latitude, longitude: longitude)
         if let cached = try cache.lookup(cell) { return cached }
-        try limiter.acquire(isCancelled: isCancelled)
+        let grant: ProviderRateLimiter.Grant
+        do {
+            grant = try limiter.acquire(isCancelled: isCancelled)
+        } catch ProviderRateLimiter.WaitError.blocked(let seconds) {
+            throw GeocodingBlocked(provider: configuration.provider, resumeIn: seconds, startedBlock: false)
+        }
         let result: GeocodeResult
         do {
             result = try client.reverse(cell, cancellation: HTTPCancellation(isCancelled: isCancelled))
         } catch {
-            // A 429 pauses the whole fleet for Retry-After (at least 1 s) before it is rethrown.
-            if case .rateLimited(let after) = error { try limiter.pause(seconds: after ?? 1) }
-            throw error
+            try settle(grant, after: error)
         }
+        // Any answer ends a block this request probed.
+        if let token = grant.probeToken { try limiter.liftBlock(probeToken: token) }
         try cache.store(result, for: cell)
         return result
+    }
+
+    /// Reports a failed request to the limiter, then throws what the job must handle.
+    private func settle(_ grant: ProviderRateLimiter.Grant, after error: GeocodeFailure) throws -> Never {
+        switch error {
+        case .refused(status: 403, _):
+            // Blocked (usage policy): the whole fleet stops; only the call that started the block alerts.
+            let started = try limiter.block(seconds: configuration.blockPause, probeToken: grant.probeToken)
+            throw GeocodingBlocked(provider: configuration.provider, resumeIn: configuration.blockPause,
+                                   startedBlock: started)
+        case .rateLimited(let after):
+            // The provider answered: not blocked. A 429 pauses the whole fleet for Retry-After (at least 1 s).
+            if let token = grant.probeToken { try limiter.liftBlock(probeToken: token) }
+            try limiter.pause(seconds: after ?? 1)
+        case .refused:
+            if let token = grant.probeToken { try limiter.liftBlock(probeToken: token) }
+        case .transient:
+            // No verdict on the block: the next caller probes.
+            if let token = grant.probeToken { try limiter.releaseProbe(token) }
+        }
+        throw error
     }
 }

@@ -11,7 +11,9 @@ import Workers
 /// and the location is deleted; latitude/longitude in range and accuracy known and ≤ the limit
 /// (1000 m), else bad input (dead). Answers come from the Redis cache or the provider under the
 /// fleet-wide rate limit. After the last retry the raw coordinates stay with country/city NULL
-/// and `geocode_error` says why: a valid end state, not a dead job.
+/// and `geocode_error` says why: a valid end state, not a dead job. The same end state, at once, when
+/// the provider blocks us (403): the fleet stops calling it (`ProviderRateLimiter.block`), one alert
+/// is logged fleet-wide, and lookups resume after `GeoConfiguration.blockPause` with one probe.
 ///
 /// Exactly-once: the row update goes through the ledger; the lookup itself is a read, so a
 /// repeated lookup costs a provider request (usually a cache hit) but changes nothing twice.
@@ -121,9 +123,25 @@ public struct ReverseGeocodeJob: Job {
     }
 
     /// Retryable failures are retried until the last attempt, which keeps the raw coordinates
-    /// (country/city NULL, `geocode_error` set) and succeeds. A refusal goes to dead.
+    /// (country/city NULL, `geocode_error` set) and succeeds. A block (403) ends the job the same way at
+    /// once: retrying within this job's horizon cannot help, and every retry would be one more call
+    /// against a provider that has banned us. Another refusal (4xx) goes to dead.
     func handleFailure(_ error: any Error, id: UUID, context: JobContext) throws {
         let message = "\(error)"
+        if let blocked = error as? GeocodingBlocked {
+            if blocked.startedBlock {
+                // Once per block, fleet-wide (the Redis block key decides who started it): an operator must act.
+                context.logger.error("ALERT geocoding provider blocked this client (HTTP 403): lookups paused fleet-wide",
+                                     metadata: ["alert": "geocoding_provider_blocked", "provider": "\(blocked.provider)",
+                                                "pause_seconds": "\(Int(blocked.resumeIn.rounded(.up)))"])
+            }
+            try context.transaction { connection in
+                try connection.execute("UPDATE user_locations SET geocode_error = $2 WHERE id = $1 AND geocoded_at IS NULL",
+                                       [id, "not geocoded, raw coordinates kept: \(message)"])
+            }
+            context.logger.warning("geocoding provider blocks this client; raw coordinates kept")
+            return
+        }
         if case GeocodeFailure.refused = error {
             try context.withConnection { try Self.recordError(id, message, $0) }
             context.logger.error("geocoding provider refused the request", metadata: ["error": "\(message)"])

@@ -104,7 +104,7 @@ struct AccountAnonymizer {
     func run(requestID: UUID, userID: UUID, jid: String, conn: PostgresConnection) throws -> DeletionDecision {
         guard let row = try conn.queryFirst("""
             SELECT r.user_id, r.cancelled_at, r.completed_at, r.scheduled_at <= now() AS due,
-                   u.delete_requested, u.anonymized_at, u.app_id
+                   u.delete_requested, u.anonymized_at, u.app_id, u.email
             FROM deletion_requests r JOIN users u ON u.id = r.user_id
             WHERE r.id = $1 FOR UPDATE OF r, u
             """, [requestID]) else {
@@ -127,6 +127,10 @@ struct AccountAnonymizer {
             counts[table] = try conn.execute("DELETE FROM \(table) WHERE user_id = $1", [userID])
         }
         for statement in DeletionPolicy.statements { try conn.execute(statement, [userID]) }
+        // The address the Redis purge must look for after the commit (jobs that carry only the address); the
+        // deletion job sets it to NULL once the purge succeeded (0013_deletion_purge_email.sql).
+        try conn.execute("UPDATE deletion_requests SET purge_email = $2 WHERE id = $1",
+                         [requestID, try row.optionalString("email")])
         let countsJSON = counts.sorted { $0.key < $1.key }.map { "\"\($0.key)\":\($0.value)" }.joined(separator: ",")
         try conn.execute("""
             INSERT INTO audit_logs (user_id, app_id, action, result, details)

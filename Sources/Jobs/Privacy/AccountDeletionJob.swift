@@ -11,8 +11,12 @@ import Workers
 ///    cancelled or `users.delete_requested` false → no-op; not due → no-op; already completed → skip to 2),
 ///    refuse if a foreign key to `users` is not covered by `DeletionPolicy`, then remove PII, detach
 ///    accounting rows, mark the request completed and write an `account_deleted` audit entry.
+///    The transaction also keeps the user's e-mail address in `deletion_requests.purge_email`, for step 2.
 /// 2. After the commit (also on every later run of a completed request): delete the user's export files,
-///    then their `privacy_exports` rows; purge scheduled / retry / dead / enqueued jobs carrying the user id.
+///    then their `privacy_exports` rows; purge every job naming the user by id or by that address from the
+///    in-flight lists of dead processes, `schedule`, `retry`, `dead` and the queues (`RedisJobPurger`);
+///    then set `purge_email` to NULL. Once the job succeeds, the address is gone from PostgreSQL and Redis:
+///    the job's own args hold only ids, and its audit entry ids and row counts.
 ///
 /// Idempotent: a second run finds the request completed and step 2 finds nothing left to remove.
 public struct AccountDeletionJob: Job {
@@ -65,7 +69,22 @@ public struct AccountDeletionJob: Job {
             break
         }
         let files = try removeExportFiles(userID: userID, context: context)
-        let report = try purger.purge(userID: userID)
+        // Any request of this user may hold the address (another request may have done the anonymisation).
+        let emails = try context.withConnection { conn in
+            try conn.query("SELECT DISTINCT purge_email FROM deletion_requests WHERE user_id = $1 AND purge_email IS NOT NULL",
+                           [userID]).map { try $0.string("purge_email") }
+        }
+        var report = try purger.purge(userID: userID, email: emails.first)
+        for email in emails.dropFirst() {
+            for (key, count) in try purger.purge(userID: userID, email: email).removedByKey {
+                report.removedByKey[key, default: 0] += count
+            }
+        }
+        // The purge succeeded: the last copy of the address goes.
+        _ = try context.withConnection { conn in
+            try conn.execute("UPDATE deletion_requests SET purge_email = NULL WHERE user_id = $1 AND purge_email IS NOT NULL",
+                             [userID])
+        }
         context.logger.info("deletion cleanup done", metadata: ["export_files_removed": "\(files)",
                                                               "redis_jobs_purged": "\(report.total)"])
     }

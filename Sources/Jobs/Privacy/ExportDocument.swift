@@ -13,15 +13,17 @@ public struct ExportSection: Sendable {
     public let query: String
 }
 
-/// The export document: schema version 1.
+/// The export document: schema version 2 (2 added `processing_information`, GDPR Art. 15(1)).
 ///
 /// ```
-/// {"schema_version":1,"export_id":"…","user_id":"…","generated_at":"2025-01-01T10:00:00Z",
+/// {"schema_version":2,"export_id":"…","user_id":"…","generated_at":"2025-01-01T10:00:00Z",
+///  "processing_information":{"categories":{"profile":{purposes,legal_basis,recipients,retention,source},…},
+///                            "rights":{…},"automated_decision_making":"…","third_country_transfers":"…"},
 ///  "sections":{"profile":{…},"privacy_settings":{…}|null,"oauth_connections":[…],…}}
 /// ```
 /// Timestamps are ISO 8601 in UTC (`+00:00`), rows are ordered oldest first.
 public enum ExportSchema {
-    public static let version = 1
+    public static let version = 2
 
     public static let sections: [ExportSection] = [
         .init(name: "profile", shape: .object, query: """
@@ -146,6 +148,7 @@ public struct ExportDocumentWriter {
             try conn.execute("SET LOCAL TimeZone TO 'UTC'")
             try sink.write("{\"schema_version\":\(ExportSchema.version),\"export_id\":\"\(exportID.uuidString.lowercased())\","
                 + "\"user_id\":\"\(userID.uuidString.lowercased())\",\"generated_at\":\"\(formatter.string(from: generatedAt))\","
+                + "\n\"processing_information\":" + (try ProcessingInformation.json()) + ",\n"
                 + "\"sections\":{")
             for (index, section) in sections.enumerated() {
                 if isCancelled() { throw ExportCancelled() }

@@ -1,14 +1,21 @@
 import Foundation
 import Queue
 
-/// Finds and removes job payloads in our own Redis job state.
+/// Finds and removes job payloads that name one person, wherever a job can sit in our Redis job state.
 ///
-/// Scans the `schedule`, `retry` and `dead` sorted sets with `ZSCAN … MATCH` (the server filters on the
-/// id's text, case-insensitively built), then parses each candidate with `JobPayload(parsing:)` and checks
-/// that the id really occurs as a string anywhere inside `args` before removing it with `ZREM` of the exact
-/// member bytes. Queues (`queue:*` lists) are scanned page by page and matches removed with `LREM`.
-/// Thread-safe: borrows connections from the pool per call. Not atomic across keys: a job moving between
-/// sets during a scan may be missed by one pass (a rerun catches it).
+/// A job names the person when a string anywhere in its `args` (any depth) contains the user id or, when
+/// given, the e-mail address, in any letter case (a mail job may carry only the address, e.g.
+/// `"Alice <ALICE@example.org>"`). Places, in this order (a job moving between two of them during a pass
+/// is caught by the later one or by the next pass):
+/// 1. in-flight lists (`working:queue:<q>:<identity>`) of **dead** processes (fetcher heartbeat expired),
+///    which the orphan sweep would otherwise put back into a queue; a live process's list is left alone
+///    (its jobs are running: see docs/jobs-privacy.md);
+/// 2. the `schedule`, `retry` and `dead` sorted sets, scanned with `ZSCAN … MATCH` (a case-insensitive glob
+///    of each needle prefilters on the server; an address JSON might escape is scanned without the filter);
+/// 3. every queue (`queue:*` lists), page by page.
+/// Each candidate is parsed with `JobPayload(parsing:)` and checked before it is removed by its exact bytes
+/// (`ZREM`, `LREM`; in a dead process's list only while its heartbeat is still absent).
+/// Thread-safe: borrows connections from the pool per call. Not atomic across keys.
 public struct RedisJobPurger: Sendable {
     public let pool: RedisPool
     public var pageSize = 500
@@ -21,34 +28,66 @@ public struct RedisJobPurger: Sendable {
         public var total: Int { removedByKey.values.reduce(0, +) }
     }
 
-    /// Removes every scheduled, retry, dead and enqueued job whose `args` contain `userID` (any case).
-    public func purge(userID: UUID) throws -> Report {
-        let id = userID.uuidString.lowercased()
-        let pattern = "*" + Self.caseInsensitiveGlob(id) + "*"
+    /// KEYS[1] working list, KEYS[2] its process's fetcher heartbeat; ARGV[1] member. Removes the member
+    /// only while the process is still dead (-1 when its heartbeat came back).
+    static let removeFromDeadWorkingList = RedisScript("""
+        if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
+        return redis.call('LREM', KEYS[1], 0, ARGV[1])
+        """)
+
+    /// Removes every job of a dead process's in-flight list, the scheduled, retry and dead sets, and the
+    /// queues whose `args` contain `userID` or `email` (any case).
+    public func purge(userID: UUID, email: String? = nil) throws -> Report {
+        var needles = [userID.uuidString.lowercased()]
+        if let email = email?.trimmingCharacters(in: .whitespacesAndNewlines).lowercased(), !email.isEmpty {
+            needles.append(email)
+        }
+        let matches: ([UInt8]) -> Bool = { Self.arguments(of: $0, containAnyOf: needles) }
         var report = Report()
+        func note(_ key: String, _ removed: Int) { if removed > 0 { report.removedByKey[key, default: 0] += removed } }
         try pool.withConnection { conn in
-            for key in [Keys.schedule, Keys.retry, Keys.dead] {
-                var removed = 0
-                try scanSortedSet(conn, key: key, match: pattern) { member in
-                    guard Self.arguments(of: member, contain: id) else { return }
-                    removed += Int(try conn.command("ZREM", key, member).checked().integer ?? 0)
+            // 1. In-flight lists of dead processes.
+            for key in try scanKeys(conn, match: Keys.workingPattern) {
+                guard let (_, identity) = Keys.parseWorking(key) else { continue }
+                let heartbeat = Keys.fetcherHeartbeat(identity: identity)
+                if try conn.command("EXISTS", heartbeat).checked().integer == 1 { continue }
+                var found: [[UInt8]] = []
+                try scanList(conn, key: key) { if matches($0) { found.append($0) } }
+                for member in found {
+                    let removed = try conn.evaluate(Self.removeFromDeadWorkingList, keys: [key, heartbeat],
+                                                    arguments: [member]).checked().integer ?? 0
+                    note(key, Int(max(0, removed)))
                 }
-                if removed > 0 { report.removedByKey[key] = removed }
             }
+            // 2. Scheduled, retrying and dead jobs.
+            let patterns = Self.matchPatterns(for: needles)
+            for key in [Keys.schedule, Keys.retry, Keys.dead] {
+                for pattern in patterns {
+                    var found: [[UInt8]] = []
+                    try scanSortedSet(conn, key: key, match: pattern) { if matches($0) { found.append($0) } }
+                    for member in found { note(key, Int(try conn.command("ZREM", key, member).checked().integer ?? 0)) }
+                }
+            }
+            // 3. Queues.
             for queue in try conn.command("SMEMBERS", Keys.queues).checked().strings {
                 let key = Keys.queue(queue)
-                var matches: [[UInt8]] = []
-                try scanList(conn, key: key) { member in
-                    if Self.arguments(of: member, contain: id) { matches.append(member) }
-                }
-                var removed = 0
-                for member in matches {
-                    removed += Int(try conn.command("LREM", key, 0, member).checked().integer ?? 0)
-                }
-                if removed > 0 { report.removedByKey[key] = removed }
+                var found: [[UInt8]] = []
+                try scanList(conn, key: key) { if matches($0) { found.append($0) } }
+                for member in found { note(key, Int(try conn.command("LREM", key, 0, member).checked().integer ?? 0)) }
             }
         }
         return report
+    }
+
+    /// ZSCAN patterns that together prefilter every member holding one of `needles`: one case-insensitive
+    /// glob per needle, or the single pattern `*` when a needle holds a character JSON may write escaped
+    /// (non-ASCII, `"`, `\`, `/`, control characters), so the text in Redis may not equal the needle.
+    static func matchPatterns(for needles: [String]) -> [String] {
+        let escapable = needles.contains { needle in
+            needle.unicodeScalars.contains { !$0.isASCII || $0.value < 0x20 || "\"\\/".unicodeScalars.contains($0) }
+        }
+        if escapable { return ["*"] }
+        return needles.map { "*" + caseInsensitiveGlob($0) + "*" }
     }
 
     /// `request_id`s (lowercased) of `AccountDeletionJob`s that are scheduled, waiting for a retry,
@@ -79,6 +118,20 @@ public struct RedisJobPurger: Sendable {
     }
 
     // MARK: - Scanning
+
+    private func scanKeys(_ conn: RedisConnection, match: String) throws -> [String] {
+        var keys: Set<String> = []
+        var cursor = "0"
+        repeat {
+            let reply = try conn.command("SCAN", cursor, "MATCH", match, "COUNT", 500).checked()
+            guard let parts = reply.array, parts.count == 2, let next = parts[0].string else {
+                throw PurgeError(reason: "unexpected SCAN reply")
+            }
+            keys.formUnion(parts[1].strings)
+            cursor = next
+        } while cursor != "0"
+        return keys.sorted()
+    }
 
     private func scanSortedSet(_ conn: RedisConnection, key: String, match: String,
                                _ body: ([UInt8]) throws -> Void) throws {
@@ -115,23 +168,45 @@ public struct RedisJobPurger: Sendable {
     /// True when `member` parses as a job payload whose `args` hold `id` (lowercase uuid) as a string value,
     /// at any depth, in any letter case.
     static func arguments(of member: [UInt8], contain id: String) -> Bool {
-        guard let payload = try? JobPayload(parsing: member) else { return false }
-        return payload.args.contains { contains($0, id) }
+        arguments(of: member, containAnyOf: [id])
     }
 
-    private static func contains(_ value: JSONValue, _ id: String) -> Bool {
+    /// True when `member` parses as a job payload with a string in `args`, at any depth, that contains one
+    /// of `needles` (lowercase) in any letter case, as a whole token: the characters around it are not
+    /// letters, digits or `. _ % + -`, so `bob@example.org` does not match `jimbob@example.org`.
+    static func arguments(of member: [UInt8], containAnyOf needles: [String]) -> Bool {
+        guard let payload = try? JobPayload(parsing: member) else { return false }
+        return payload.args.contains { contains($0, needles) }
+    }
+
+    private static func contains(_ value: JSONValue, _ needles: [String]) -> Bool {
         switch value {
-        case .string(let s): return s.lowercased().contains(id)
-        case .array(let items): return items.contains { contains($0, id) }
-        case .object(let object): return object.contains { contains($0.value, id) }
+        case .string(let s):
+            let lowered = s.lowercased()
+            return needles.contains { containsToken(lowered, $0) }
+        case .array(let items): return items.contains { contains($0, needles) }
+        case .object(let object): return object.contains { contains($0.value, needles) }
         default: return false
         }
     }
 
-    /// A Redis glob matching `text` in any letter case (`ab-1` → `[aA][bB]-1`). `text` holds no glob
-    /// metacharacters (a uuid).
+    static func containsToken(_ text: String, _ needle: String) -> Bool {
+        func isTokenCharacter(_ ch: Character) -> Bool { ch.isLetter || ch.isNumber || "._%+-".contains(ch) }
+        var searchRange = text.startIndex..<text.endIndex
+        while let found = text.range(of: needle, range: searchRange) {
+            let clearBefore = found.lowerBound == text.startIndex || !isTokenCharacter(text[text.index(before: found.lowerBound)])
+            let clearAfter = found.upperBound == text.endIndex || !isTokenCharacter(text[found.upperBound])
+            if clearBefore && clearAfter { return true }
+            searchRange = text.index(after: found.lowerBound)..<text.endIndex
+        }
+        return false
+    }
+
+    /// A Redis glob matching `text` in any letter case (`ab-1` → `[aA][bB]-1`); the glob metacharacters
+    /// `* ? [ ] \` are escaped with a backslash.
     static func caseInsensitiveGlob(_ text: String) -> String {
         text.map { ch in
+            if "*?[]\\".contains(ch) { return "\\" + String(ch) }
             let lower = ch.lowercased(), upper = ch.uppercased()
             return lower == upper ? String(ch) : "[\(lower)\(upper)]"
         }.joined()
