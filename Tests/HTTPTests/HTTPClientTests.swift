@@ -74,7 +74,7 @@ final class HTTPClientTests: XCTestCase {
         let recorded = try fakes.requests(.subscription, path: "/subscription/v1/credits/earn")
         XCTAssertEqual(recorded.first?.header("content-type"), "application/json")
         XCTAssertEqual(recorded.first?.header("idempotency-key"), "reward-7")
-        XCTAssertEqual(recorded.first?.body, #"{"amount":10,"reference":"camp/7","source":"campaign","user_id":"u1"}"#)
+        XCTAssertEqual(recorded.first?.body, #"{"amount":10,"reference_id":"camp/7","source":"promo","user_id":"u1"}"#)
     }
 
     func testFormPostForOAuthToken() throws {
