@@ -69,13 +69,18 @@ final class CronBackfillTests: XCTestCase {
 
     /// A tick the scheduler passed over (`skip` during an outage: behind the cursor, never claimed) fires.
     func testBackfillOfAMissedTickBehindTheCursorFires() throws {
-        let store = try store()
-        let missed = at("2026-11-18T23:15:00Z"), fired = at("2026-11-19T23:15:00Z")
-        XCTAssertEqual(try store.fire(try nightly(), tick: fired, now: fired), .fired(jid: CronJobID.jid(entry: "nightly", tick: fired)))
-        XCTAssertEqual(try store.backfill(name: "nightly", tick: missed, now: fired.addingTimeInterval(60)),
-                       .fired(jid: CronJobID.jid(entry: "nightly", tick: missed)))
-        XCTAssertEqual(try redis.hashField("cron_job:nightly", "last_tick"), "2026-11-19T23:15:00Z", "cursor unchanged")
-        XCTAssertEqual(try redis.queued().last?.fields["args"], ["x", .object(["date": "2026-11-18"])])
+        let store = CronStore(connection: try redis.connection())
+        let hourly = try cronEntry("hourly", "15 * * * *", catchUp: .skip, tick: .time)
+        try store.sync([hourly])
+        let missed = at("2026-11-19T21:15:00Z"), fired = at("2026-11-19T23:15:00Z")
+        XCTAssertEqual(try store.fire(hourly, tick: fired, now: fired), .fired(jid: CronJobID.jid(entry: "hourly", tick: fired)))
+        XCTAssertEqual(try store.backfill(name: "hourly", tick: missed, now: fired.addingTimeInterval(60)),
+                       .fired(jid: CronJobID.jid(entry: "hourly", tick: missed)))
+        XCTAssertEqual(try redis.hashField("cron_job:hourly", "last_tick"), "2026-11-19T23:15:00Z", "cursor unchanged")
+        XCTAssertEqual(try redis.queued().last?.fields["args"], [.object(["time": "2026-11-19T21:15:00Z"])])
+        XCTAssertEqual(try store.backfill(name: "hourly", tick: missed, now: fired.addingTimeInterval(120)),
+                       .alreadyFired(jid: CronJobID.jid(entry: "hourly", tick: missed)))
+        XCTAssertEqual(try redis.int("LLEN", "queue:cron"), 2)
     }
 
     /// A backfilled tick after the cursor keeps its claim however old it gets, so a catching-up

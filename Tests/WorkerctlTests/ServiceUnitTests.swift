@@ -98,7 +98,7 @@ final class ServiceUnitTests: XCTestCase {
         XCTAssertEqual(try redis.int("SCARD", "processes"), 1)
         XCTAssertTrue(try redis.int("SCARD", "cron_jobs") > 0, "the scheduler synced config/schedule.yaml")
 
-        child.signal(SIGTERM)  // KillSignal
+        child.signal(try XCTUnwrap(unit.killSignal, "KillSignal"))
         XCTAssertEqual(child.wait(timeout: stopTimeout), 0, "not stopped cleanly within TimeoutStopSec: \(child.stderr)")
         XCTAssertEqual(try redis.int("SCARD", "processes"), 0, "the worker deregistered")
     }
@@ -173,6 +173,17 @@ struct SystemdUnit {
     /// ExecStart split on whitespace (the unit keeps it free of quotes and specifiers).
     var execStart: [String]? {
         value("Service", "ExecStart").map { $0.split(separator: " ").map(String.init) }
+    }
+
+    /// KillSignal= as a signal number (the names this unit may use).
+    var killSignal: Int32? {
+        switch value("Service", "KillSignal") ?? "SIGTERM" {  // systemd's default is SIGTERM
+        case "SIGTERM": return SIGTERM
+        case "SIGINT": return SIGINT
+        case "SIGQUIT": return SIGQUIT
+        case "SIGHUP": return SIGHUP
+        default: return nil
+        }
     }
 
     /// `--config PATH` of ExecStart, relative to WorkingDirectory.
