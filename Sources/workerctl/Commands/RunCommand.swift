@@ -19,6 +19,7 @@ struct RunCommand: ParsableCommand {
 
     func run() throws {
         let file = try schedule.loadFile()
+        signal(SIGHUP, SIG_IGN)  // a SIGHUP before the reload handler exists must not end the process
         let process = try worker.makeProcess()
         let runner = try schedule.makeRunner(file: file, redisURL: process.configuration.redisURL)
         // No signal source of our own: libdispatch installs one sigaction per signal when the first

@@ -108,6 +108,8 @@ struct SchedulerCommand: ParsableCommand {
             print("\(options.schedule): \(file.entries.count) entr\(file.entries.count == 1 ? "y" : "ies"), OK")
             return
         }
+        // A SIGHUP before the handlers exist (during the first sync) must not end the process.
+        signal(SIGHUP, SIG_IGN)
         // Metric handles bind to the factory when created: bootstrap before the runner exists.
         if metricsPort != nil { MetricsEndpoint.bootstrap() }
         let redisURL = redis.resolvedURL()
