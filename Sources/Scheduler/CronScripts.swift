@@ -11,7 +11,9 @@ enum CronScripts {
     /// KEYS: 1 `cron_job:NAME`, 2 `cron_job:NAME:enqueued`, 3 `cron_job:NAME:jid_history`,
     ///       4 `queues`, 5 `queue:Q`.
     /// ARGV: 1 tick ISO-8601 UTC, 2 tick epoch (integer), 3 job JSON, 4 queue name,
-    ///       5 history JSON, 6 history size, 7 enqueue time text, 8 prune ZSET members scored below this.
+    ///       5 history JSON, 6 history size, 7 enqueue time text, 8 prune ZSET members scored below this
+    ///       (only those at or before the tick fired: claims after the cursor are backfills that
+    ///       must keep stopping a later fire of their tick, see `backfill`).
     ///
     /// Returns `{outcome, detail}`:
     /// * `fired`: claimed, job pushed, `last_tick`/`last_enqueue_time`/history written;
@@ -44,7 +46,42 @@ enum CronScripts {
         redis.call('HSET', KEYS[1], 'last_tick', ARGV[1], 'last_tick_epoch', ARGV[2], 'last_enqueue_time', ARGV[7])
         redis.call('LPUSH', KEYS[3], ARGV[5])
         redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[6]) - 1)
-        redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[8])
+        redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. math.min(tonumber(ARGV[8]), tick))
+        return {'fired', ''}
+        """)
+
+    /// Fires one past tick by hand (`workerctl cron run NAME --tick T`): the same claim (ZADD NX of
+    /// the tick into `cron_job:NAME:enqueued`) and the same job as `fire`, but the cursor
+    /// `last_tick_epoch` does not move (ticks between it and this one stay due for catch-up).
+    ///
+    /// Whether a tick was fired is known from its claim, which `fire` keeps while it is younger than
+    /// the retention or after the cursor (`fire` prunes below `min(retention threshold, tick)`). A
+    /// tick at or before the cursor and older than the retention may have had its claim pruned:
+    /// it is refused (`forgotten`) rather than risk a second enqueue.
+    ///
+    /// KEYS: as `fire`. ARGV: 1–7 as `fire`, 8 the retention threshold (epoch; nothing is pruned).
+    /// Returns `{outcome, detail}`: `fired`; `taken` (the tick's claim exists: fired before, by a
+    /// scheduler or an earlier backfill); `forgotten` (detail: the cursor); `missing`.
+    static let backfill = RedisScript("""
+        local want = {'hash', 'zset', 'list', 'set', 'list'}
+        for i = 1, 5 do
+          local t = redis.call('TYPE', KEYS[i])['ok']
+          if t ~= 'none' and t ~= want[i] then
+            return redis.error_reply('WRONGTYPE cron backfill: ' .. KEYS[i] .. ' is a ' .. t .. ', expected a ' .. want[i])
+          end
+        end
+        if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing', ''} end
+        if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return {'taken', ''} end
+        local tick = tonumber(ARGV[2])
+        local raw = redis.call('HGET', KEYS[1], 'last_tick_epoch')
+        local last = raw and tonumber(raw)
+        if last and tick <= last and tick < tonumber(ARGV[8]) then return {'forgotten', raw} end
+        redis.call('ZADD', KEYS[2], 'NX', ARGV[2], ARGV[1])
+        redis.call('SADD', KEYS[4], ARGV[4])
+        redis.call('LPUSH', KEYS[5], ARGV[3])
+        redis.call('HSET', KEYS[1], 'last_enqueue_time', ARGV[7])
+        redis.call('LPUSH', KEYS[3], ARGV[5])
+        redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[6]) - 1)
         return {'fired', ''}
         """)
 

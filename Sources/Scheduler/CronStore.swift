@@ -116,6 +116,8 @@ public struct CronHistoryItem: Sendable, Equatable {
     public var tick: String?
     /// True for `cron run` (not a tick).
     public var manual: Bool
+    /// True for `cron run --tick` (a past tick fired by hand; `tick` is set).
+    public var backfill: Bool = false
     /// The raw JSON line.
     public var raw: String
 }
@@ -336,7 +338,7 @@ public final class CronStore: @unchecked Sendable {
             let object = (try? JSONValue.parse(line))?.objectValue
             return CronHistoryItem(jid: object?["jid"]?.stringValue ?? "", enqueued: object?["enqueued"]?.stringValue ?? "",
                                    tick: object?["tick"]?.stringValue, manual: object?["manual"]?.boolValue ?? false,
-                                   raw: line)
+                                   backfill: object?["backfill"]?.boolValue ?? false, raw: line)
         }
     }
 

@@ -8,10 +8,12 @@
 //   entries, `fire` claims one tick and enqueues its job in ONE Lua script (`CronScripts.fire`: the
 //   claim ZADD NX into `cron_job:NAME:enqueued`, the monotonic cursor `last_tick_epoch`, SADD queues +
 //   LPUSH of the Sidekiq JSON with a jid derived from entry+tick, history, `last_enqueue_time`), so a
-//   crash can never leave a claim without its job or a job without its claim; `runNow`, `setStatus`,
+//   crash can never leave a claim without its job or a job without its claim; `runNow`, `backfill`
+//   (CronBackfill.swift: one past tick by hand, the same claim and jid as `fire`), `setStatus`,
 //   `list`, `history` serve `workerctl cron`.
 // * `SchedulerRunner` — the loop: per round, reload status + cursor from Redis, plan with
 //   `CatchUpPlanner`, fire each due tick; sleep until the next tick of any entry (at most `maxSleep`).
+//   `requestReload` (SIGHUP) makes the loop's own thread re-read the schedule file between rounds.
 //
 // Pure pieces (no I/O except `ScheduleFile.load`, no clock except `SystemClock`):
 //

@@ -35,10 +35,19 @@ public struct RoundReport: Sendable, Equatable {
 /// status (enabled/disabled) and the cursor come from Redis every round. An entry whose hash is
 /// gone from Redis is not fired (a newer schedule file removed it).
 ///
-/// Thread rules: `runRound`, `run` and `sync` are called from one thread (the runner owns one
-/// `CronStore`, hence one connection); `stop` may be called from any thread.
+/// Reload (SIGHUP): `requestReload()` only raises a flag and wakes the loop; the loop itself reads
+/// `schedulePath` again between two rounds, syncs the new entries into Redis and only then swaps
+/// `entries` (added, changed and removed entries take effect at the next round). An invalid file,
+/// or a sync that fails, leaves the previous entries in place and is logged once per request.
+///
+/// Thread rules: `runRound`, `run`, `sync` and `reloadSchedule` are called from one thread (the
+/// runner owns one `CronStore`, hence one connection); that thread alone reads and writes
+/// `entries` once `run` has started. `stop`, `requestReload` and `health` may be called from any thread.
 public final class SchedulerRunner: @unchecked Sendable {
-    public let entries: [ScheduleEntry]
+    /// The entry table. Written only by `reloadSchedule` on the loop's thread (see the type's rules).
+    public private(set) var entries: [ScheduleEntry]
+    /// The schedule file `reloadSchedule` reads; nil: this runner cannot reload.
+    public let schedulePath: String?
     public let store: CronStore
     public let clock: any WallClock
     public let planner: CatchUpPlanner
@@ -52,13 +61,19 @@ public final class SchedulerRunner: @unchecked Sendable {
     /// Wall-clock time (seconds since 1970) of the last round that reached Redis; 0 before the first.
     /// Written by the loop's thread, read by any (`health`).
     private let lastRoundAt = Atomic<Double>(0)
+    /// `entries.count`, for `health` on any thread.
+    private let entryCount = Atomic<Int>(0)
+    /// Raised by `requestReload` (any thread), lowered by the loop when it reloads.
+    private let reloadRequested = Atomic<Bool>(false)
     private var lastFailures: [String: String] = [:]
 
     public init(entries: [ScheduleEntry], store: CronStore, clock: any WallClock = SystemClock(),
                 planner: CatchUpPlanner = CatchUpPlanner(), maxSleep: TimeInterval = 1,
-                logger: Logger = Logger(label: "scheduler")) {
+                schedulePath: String? = nil, logger: Logger = Logger(label: "scheduler")) {
         precondition(maxSleep > 0)
         self.entries = entries
+        self.schedulePath = schedulePath
+        entryCount.store(entries.count, ordering: .relaxed)
         self.store = store
         self.clock = clock
         self.planner = planner
@@ -157,6 +172,7 @@ public final class SchedulerRunner: @unchecked Sendable {
         logger.info("scheduler started", metadata: ["entries": "\(entries.count)"])
         var failures = 0
         while !stopSignal.isStopped {
+            if reloadRequested.exchange(false, ordering: .acquiringAndReleasing) { reloadSchedule() }
             var pause = maxSleep
             do {
                 try runRound()
@@ -184,7 +200,7 @@ public final class SchedulerRunner: @unchecked Sendable {
         guard last > 0 else { return (false, "no scheduler round has reached Redis yet") }
         let age = Date().timeIntervalSince1970 - last
         if age > max(10, 5 * maxSleep) { return (false, "no scheduler round reached Redis for \(Int(age)) s") }
-        return (true, "ok: \(entries.count) entries, last round \(Int(age * 1000)) ms ago")
+        return (true, "ok: \(entryCount.load(ordering: .relaxed)) entries, last round \(Int(age * 1000)) ms ago")
     }
 
     /// Runs the loop on a new thread and returns at once.
@@ -196,6 +212,51 @@ public final class SchedulerRunner: @unchecked Sendable {
 
     /// Asks the loop to stop after its current round. Any thread.
     public func stop() { stopSignal.stop() }
+
+    /// Asks the loop to read `schedulePath` again before its next round (SIGHUP). Any thread;
+    /// returns at once. Requests made while one is pending are served by one reload.
+    public func requestReload() {
+        reloadRequested.store(true, ordering: .releasing)
+        stopSignal.wake()
+    }
+
+    /// Reads `schedulePath`, syncs its entries into Redis and makes them the entry table. On an
+    /// invalid file or a failed sync the previous entries stay (and Redis keeps the previous
+    /// definitions); the reason is logged. Loop thread only (or before `run`).
+    @discardableResult
+    public func reloadSchedule() -> ScheduleReload {
+        guard let schedulePath else {
+            logger.warning("reload asked for, but this scheduler has no schedule file to read")
+            return .failed(reason: "no schedule file")
+        }
+        let file: ScheduleFile
+        do {
+            file = try ScheduleFile.load(path: schedulePath)
+        } catch {
+            logger.error("schedule file not reloaded: it is invalid; the previous schedule stays in force",
+                         metadata: ["reason": "\(error)", "entries": "\(entries.count)"])
+            return .failed(reason: error.description)
+        }
+        let old = Dictionary(uniqueKeysWithValues: entries.map { ($0.name, $0) })
+        let new = Dictionary(uniqueKeysWithValues: file.entries.map { ($0.name, $0) })
+        do {
+            try store.sync(file.entries)
+        } catch {
+            logger.error("schedule file not reloaded: cannot write it to Redis; the previous schedule stays in force",
+                         metadata: ["error": "\(error)"])
+            return .failed(reason: "\(error)")
+        }
+        let change = ScheduleChange(added: new.keys.filter { old[$0] == nil }.sorted(),
+                                    changed: new.keys.filter { name in old[name].map { $0 != new[name] } ?? false }.sorted(),
+                                    removed: old.keys.filter { new[$0] == nil }.sorted())
+        entries = file.entries
+        entryCount.store(entries.count, ordering: .relaxed)
+        for name in change.removed { warnedMissing.remove(name) }
+        logger.notice("schedule reloaded", metadata: [
+            "entries": "\(entries.count)", "added": "\(change.added.joined(separator: ","))",
+            "changed": "\(change.changed.joined(separator: ","))", "removed": "\(change.removed.joined(separator: ","))"])
+        return .applied(change)
+    }
 
     /// Waits until `run()` has returned (after `stop()`), at most `timeout` seconds; true if it did.
     @discardableResult
@@ -210,10 +271,25 @@ public final class SchedulerRunner: @unchecked Sendable {
     }
 }
 
-/// A stop flag that sleeping threads can wait on.
+/// What one `reloadSchedule` did.
+public enum ScheduleReload: Sendable, Equatable {
+    case applied(ScheduleChange)
+    /// The previous entries stay; `reason` says why (the file's problems, or the Redis error).
+    case failed(reason: String)
+}
+
+/// Entry names that a reload added, changed (any definition field) and removed, sorted.
+public struct ScheduleChange: Sendable, Equatable {
+    public var added: [String]
+    public var changed: [String]
+    public var removed: [String]
+}
+
+/// A stop flag that sleeping threads can wait on, and that can wake them early once (`wake`).
 final class StopSignal: @unchecked Sendable {
     private let condition = NSCondition()
     private var stopped = false
+    private var woken = false
 
     var isStopped: Bool { condition.withLock { stopped } }
 
@@ -224,11 +300,20 @@ final class StopSignal: @unchecked Sendable {
         }
     }
 
-    /// Sleeps up to `seconds`, returning early when stopped.
+    /// Ends the current (or the next) `wait` early, without stopping.
+    func wake() {
+        condition.withLock {
+            woken = true
+            condition.broadcast()
+        }
+    }
+
+    /// Sleeps up to `seconds`, returning early when stopped or woken.
     func wait(seconds: TimeInterval) {
         let deadline = Date(timeIntervalSinceNow: seconds)
         condition.withLock {
-            while !stopped, Date() < deadline { _ = condition.wait(until: deadline) }
+            while !stopped, !woken, Date() < deadline { _ = condition.wait(until: deadline) }
+            woken = false
         }
     }
 }

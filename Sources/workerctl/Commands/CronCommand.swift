@@ -87,13 +87,17 @@ struct CronCommand: ParsableCommand {
                         "name": .string(entryName),
                         "history": .array(items.map { item in
                             .object(["jid": .string(item.jid), "enqueued": .string(item.enqueued),
-                                     "tick": item.tick.map { .string($0) } ?? .null, "manual": .bool(item.manual)])
+                                     "tick": item.tick.map { .string($0) } ?? .null, "manual": .bool(item.manual),
+                                     "backfill": .bool(item.backfill)])
                         }),
                     ]))
                 }
                 if items.isEmpty { return print("\(entryName): no fires recorded") }
                 var table = TextTable(["ENQUEUED", "TICK", "JID"])
-                for item in items { table.add([item.enqueued, item.tick ?? (item.manual ? "(cron run)" : "-"), item.jid]) }
+                for item in items {
+                    let tick = item.tick.map { item.backfill ? "\($0) (backfill)" : $0 } ?? (item.manual ? "(cron run)" : "-")
+                    table.add([item.enqueued, tick, item.jid])
+                }
                 table.print()
             }
         }
@@ -148,19 +152,40 @@ struct CronCommand: ParsableCommand {
 
     struct Run: ParsableCommand {
         static let configuration = CommandConfiguration(
-            commandName: "run", abstract: "Enqueue an entry's job now (not counted as a tick).",
+            commandName: "run", abstract: "Enqueue an entry's job now, or fire one past tick (--tick) exactly once.",
             discussion: """
-                Uses the class, queue and args stored in Redis, without the tick argument (pass_tick): the job \
-                uses its own default. Works on disabled entries too. Prints the jid.
+                Without --tick: uses the class, queue and args stored in Redis, without the tick argument (pass_tick): \
+                the job uses its own default; not counted as a tick. Prints the jid.
+                With --tick T (ISO-8601, e.g. 2026-11-20T00:15:00Z): fires that past tick of the entry's cron (in \
+                its time zone) as the scheduler would — same jid, same claim, args with the tick argument — unless \
+                it was already fired (by a scheduler or an earlier --tick): then prints so and exits 0. A T that \
+                is not a past tick, or older than the 24 h claim record and not after the entry's last tick, \
+                exits 2. Works on disabled entries too.
                 """)
         @OptionGroup var connection: ConnectionOptions
         @Argument(help: "Entry name.") var name: String
+        @Option(name: .long, help: "A past tick to fire, ISO-8601 (2026-11-20T00:15:00Z or with an offset).") var tick: String?
 
         func run() throws {
             try CronCommand.call {
                 let entryName = try CronCommand.validName(name)
-                let jid = try CronStore(connection: try connection.connect()).runNow(name: entryName, now: Date())
-                print("enqueued \(entryName) as \(jid)")
+                let store = CronStore(connection: try connection.connect())
+                guard let tick else {
+                    let jid = try store.runNow(name: entryName, now: Date())
+                    return print("enqueued \(entryName) as \(jid)")
+                }
+                guard let instant = TickFormat.parse(tick) else {
+                    throw CLIError.usage("--tick '\(tick)' is not an ISO-8601 time such as 2026-11-20T00:15:00Z")
+                }
+                let tickText = TickFormat.iso8601UTC(instant)
+                do {
+                    switch try store.backfill(name: entryName, tick: instant, now: Date()) {
+                    case .fired(let jid): print("enqueued \(entryName) tick \(tickText) as \(jid)")
+                    case .alreadyFired(let jid): print("\(entryName) tick \(tickText) was already fired (\(jid)); nothing enqueued")
+                    }
+                } catch let error as CronBackfillError {
+                    throw CLIError.usage(error.description)
+                }
             }
         }
     }

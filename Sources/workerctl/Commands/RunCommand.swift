@@ -9,8 +9,8 @@ struct RunCommand: ParsableCommand {
         discussion: """
             The worker starts exactly as `workerctl worker` does (same flags); the scheduler loop runs on its \
             own thread with the schedule file of --schedule. SIGTERM/SIGINT shuts the worker down gracefully \
-            (as `worker`), then stops the scheduler. An invalid schedule file is refused before anything \
-            starts (exit 2).
+            (as `worker`), then stops the scheduler. SIGHUP reloads the schedule file (as `scheduler`). An \
+            invalid schedule file is refused before anything starts (exit 2).
             """
     )
 
@@ -19,12 +19,16 @@ struct RunCommand: ParsableCommand {
 
     func run() throws {
         let file = try schedule.loadFile()
+        signal(SIGHUP, SIG_IGN)  // a SIGHUP before the reload handler exists must not end the process
         let process = try worker.makeProcess()
         let runner = try schedule.makeRunner(file: file, redisURL: process.configuration.redisURL)
         // No signal source of our own: libdispatch installs one sigaction per signal when the first
         // source for it is created, and WorkerProcess's `signal(SIGTERM, SIG_IGN)` before its own
         // source would then silence both. The worker handles SIGTERM/SIGINT (and Sidekiq's TERM
         // through Redis); when it has shut down, `run()` returns and the scheduler is stopped.
+        // SIGHUP (reload) is the scheduler's alone.
+        let signals = SchedulerSignals(runner: runner)
+        defer { withExtendedLifetime(signals) {} }
         runner.start()
         defer {
             runner.stop()

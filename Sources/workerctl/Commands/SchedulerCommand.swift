@@ -37,26 +37,33 @@ struct ScheduleOptions: ParsableArguments {
         var logger = Logger(label: "workerctl.scheduler")
         logger[metadataKey: "schedule"] = "\(schedule)"
         let runner = SchedulerRunner(entries: file.entries, store: CronStore(connection: connection, historySize: historySize),
-                                     maxSleep: maxSleep, logger: logger)
+                                     maxSleep: maxSleep, schedulePath: schedule, logger: logger)
         _ = try redisCall { try runner.sync() }
         return runner
     }
 }
 
-/// Stops a scheduler on SIGTERM/SIGINT. Keep the value alive as long as the handlers should be.
+/// The scheduler's signals: SIGHUP asks the runner to reload its schedule file
+/// (`SchedulerRunner.requestReload`, applied on the scheduler's own thread between rounds);
+/// SIGTERM/SIGINT stop it when `onStop` is given. Keep the value alive as long as the handlers should be.
 ///
-/// Not for a process that also runs a `WorkerProcess`: libdispatch installs its sigaction when the
-/// first source for a signal is created, and a later `signal(_, SIG_IGN)` (as WorkerProcess does
-/// before creating its own source) would silence every source for that signal.
+/// In a process that also runs a `WorkerProcess` (`workerctl run`), pass no `onStop`: libdispatch
+/// installs its sigaction when the first source for a signal is created, and a later
+/// `signal(_, SIG_IGN)` (as WorkerProcess does before creating its own SIGTERM/SIGINT sources)
+/// would silence every source for that signal. WorkerProcess does not handle SIGHUP, so the
+/// reload source is ours alone in both commands. SIGHUP's default action (terminate) is replaced
+/// as soon as this value exists.
 final class SchedulerSignals {
     private var sources: [DispatchSourceSignal] = []
 
-    init(onStop: @escaping @Sendable () -> Void) {
+    init(runner: SchedulerRunner, onStop: (@Sendable () -> Void)? = nil) {
         let queue = DispatchQueue(label: "scheduler-signals")
-        for number in [SIGTERM, SIGINT] {
+        var handlers: [(Int32, @Sendable () -> Void)] = [(SIGHUP, { runner.requestReload() })]
+        if let onStop { handlers += [(SIGTERM, onStop), (SIGINT, onStop)] }
+        for (number, handler) in handlers {
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-            source.setEventHandler(handler: onStop)
+            source.setEventHandler(handler: handler)
             source.resume()
             sources.append(source)
         }
@@ -72,7 +79,9 @@ struct SchedulerCommand: ParsableCommand {
         discussion: """
             Several schedulers may run against the same Redis: each tick of each entry is enqueued once \
             (an atomic claim in Redis). Missed ticks are caught up per entry (catch_up). An invalid schedule \
-            file is refused (exit 2). SIGTERM/SIGINT: finish the current round and exit 0. See docs/scheduler.md.
+            file is refused (exit 2). SIGHUP: read the schedule file again between rounds (added, changed and \
+            removed entries; an invalid file keeps the previous schedule and logs why). SIGTERM/SIGINT: finish \
+            the current round and exit 0. See docs/scheduler.md.
             """
     )
 
@@ -99,6 +108,8 @@ struct SchedulerCommand: ParsableCommand {
             print("\(options.schedule): \(file.entries.count) entr\(file.entries.count == 1 ? "y" : "ies"), OK")
             return
         }
+        // A SIGHUP before the handlers exist (during the first sync) must not end the process.
+        signal(SIGHUP, SIG_IGN)
         // Metric handles bind to the factory when created: bootstrap before the runner exists.
         if metricsPort != nil { MetricsEndpoint.bootstrap() }
         let redisURL = redis.resolvedURL()
@@ -107,7 +118,7 @@ struct SchedulerCommand: ParsableCommand {
             try MetricsEndpoint.listen(port: port, redisURL: redisURL, logger: Logger(label: "workerctl.scheduler"),
                                        health: { runner.health })
         }
-        let signals = SchedulerSignals { runner.stop() }
+        let signals = SchedulerSignals(runner: runner, onStop: { runner.stop() })
         runner.run()
         withExtendedLifetime((signals, server)) {}
     }
