@@ -5,13 +5,13 @@ import TestSupport
 import XCTest
 
 /// `workerctl cron run NAME --tick T` and `CronStore.backfill`: a past tick fired by hand exactly
-/// once, with the scheduler's jid, claim and tick argument. Database 50.
+/// once, with the scheduler's jid, claim and tick argument. Database 53.
 final class CronBackfillTests: XCTestCase {
     var redis: TestRedis!
     var cli: WorkerctlRunner!
 
     override func setUpWithError() throws {
-        redis = try TestRedis(database: 50)
+        redis = try TestRedis(database: 53)
         cli = WorkerctlRunner(redisURL: redis.url)
     }
 

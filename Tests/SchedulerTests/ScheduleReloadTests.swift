@@ -7,13 +7,13 @@ import XCTest
 /// SIGHUP makes a running `workerctl scheduler` / `workerctl run` read its schedule file again:
 /// added, changed and removed entries reach Redis (sidekiq-cron's layout) and the firing loop; an
 /// invalid file keeps the previous schedule and is logged once. Real processes, real Redis; every
-/// wait is a bounded poll. Database 51.
+/// wait is a bounded poll. Database 54.
 final class ScheduleReloadTests: XCTestCase {
     var redis: TestRedis!
     var scratch: URL!
 
     override func setUpWithError() throws {
-        redis = try TestRedis(database: 51)
+        redis = try TestRedis(database: 54)
         scratch = FileManager.default.temporaryDirectory.appendingPathComponent("reload-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
     }

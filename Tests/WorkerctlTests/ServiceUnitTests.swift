@@ -8,7 +8,7 @@ import XCTest
 /// it, and its ExecStart command line runs with the environment file's variables (Redis and
 /// PostgreSQL replaced by the test's) until it has processed a job, then stops on SIGTERM within
 /// TimeoutStopSec. Where systemd runs as PID 1, the same command runs as a transient unit under
-/// `systemd-run` instead of as a child of the test. Database 52.
+/// `systemd-run` instead of as a child of the test. Database 55.
 final class ServiceUnitTests: XCTestCase {
     static let unitPath = "config/systemd/workers.service"
     static let environmentExample = "config/systemd/workers.env.example"
@@ -17,7 +17,7 @@ final class ServiceUnitTests: XCTestCase {
     var scratch: URL!
 
     override func setUpWithError() throws {
-        redis = try TestRedis(database: 52)
+        redis = try TestRedis(database: 55)
         scratch = FileManager.default.temporaryDirectory.appendingPathComponent("service-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
     }
