@@ -7,7 +7,7 @@ import PackageDescription
 //   4 BenchJobs            bench/test-only jobs and tables (ProbeInsert, probe_rows); registered only on request
 //   3 Workers, Scheduler   runtime (pool, fetch, retry, heartbeat) / cron
 //   2 Queue, Storage, HTTP wire protocol over hiredis / PostgreSQL over libpq / libcurl
-//   1 CHiredis, CLibPQ, CCurl  system-library shims
+//   1 CHiredis, CLibPQ, CCurl  system-library shims; CivilDate (calendar arithmetic, no dependencies)
 let package = Package(
     name: "SwiftWorkers",
     platforms: [.macOS(.v14)],
@@ -32,16 +32,19 @@ let package = Package(
         .systemLibrary(name: "CCurl", path: "Sources/CCurl", pkgConfig: "libcurl",
                        providers: [.apt(["libcurl4-openssl-dev"])]),
 
+        // Proleptic Gregorian day arithmetic shared by Storage (timestamps) and Scheduler (cron).
+        .target(name: "CivilDate"),
+
         .target(name: "Queue", dependencies: ["CHiredis", .product(name: "Logging", package: "swift-log"),
                                               .product(name: "Crypto", package: "swift-crypto")]),
-        .target(name: "Storage", dependencies: ["CLibPQ", .product(name: "Logging", package: "swift-log"),
+        .target(name: "Storage", dependencies: ["CLibPQ", "CivilDate", .product(name: "Logging", package: "swift-log"),
                                                 .product(name: "Crypto", package: "swift-crypto")],
                 resources: [.copy("Migrations")]),
         .target(name: "HTTP", dependencies: ["CCurl", .product(name: "Logging", package: "swift-log")]),
 
         .target(name: "Workers", dependencies: ["Queue", "Storage", "Yams", .product(name: "Logging", package: "swift-log"),
                                                 .product(name: "CoreMetrics", package: "swift-metrics")]),
-        .target(name: "Scheduler", dependencies: ["Queue", "Yams", .product(name: "Logging", package: "swift-log"),
+        .target(name: "Scheduler", dependencies: ["Queue", "CivilDate", "Yams", .product(name: "Logging", package: "swift-log"),
                                                   .product(name: "CoreMetrics", package: "swift-metrics")]),
 
         .target(name: "Jobs", dependencies: ["Workers", "Queue", "Storage", "HTTP",
@@ -68,7 +71,7 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["Queue", "Storage"], path: "Tests/TestSupport"),
 
         .testTarget(name: "QueueTests", dependencies: ["Queue", "TestSupport"]),
-        .testTarget(name: "StorageTests", dependencies: ["Storage", "TestSupport"]),
+        .testTarget(name: "StorageTests", dependencies: ["Storage", "CivilDate", "TestSupport"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP", "TestSupport"]),
         .testTarget(name: "WorkersTests", dependencies: ["Workers", "BenchJobs", "Queue", "Storage", "TestSupport"]),
         .testTarget(name: "SchedulerTests", dependencies: ["Scheduler", "Queue", "TestSupport"]),
