@@ -4,9 +4,10 @@ import PackageDescription
 // Layers (each imports only what is below it):
 //   5 workerctl            the operator's binary
 //   4 Jobs                 the domain jobs + registry
+//   4 BenchJobs            bench/test-only jobs and tables (ProbeInsert, probe_rows); registered only on request
 //   3 Workers, Scheduler   runtime (pool, fetch, retry, heartbeat) / cron
 //   2 Queue, Storage, HTTP wire protocol over hiredis / PostgreSQL over libpq / libcurl
-//   1 CHiredis, CLibPQ, CCurl  system-library shims
+//   1 CHiredis, CLibPQ, CCurl  system-library shims; CivilDate (calendar arithmetic, no dependencies)
 let package = Package(
     name: "SwiftWorkers",
     platforms: [.macOS(.v14)],
@@ -31,16 +32,19 @@ let package = Package(
         .systemLibrary(name: "CCurl", path: "Sources/CCurl", pkgConfig: "libcurl",
                        providers: [.apt(["libcurl4-openssl-dev"])]),
 
+        // Proleptic Gregorian day arithmetic shared by Storage (timestamps) and Scheduler (cron).
+        .target(name: "CivilDate"),
+
         .target(name: "Queue", dependencies: ["CHiredis", .product(name: "Logging", package: "swift-log"),
                                               .product(name: "Crypto", package: "swift-crypto")]),
-        .target(name: "Storage", dependencies: ["CLibPQ", .product(name: "Logging", package: "swift-log"),
+        .target(name: "Storage", dependencies: ["CLibPQ", "CivilDate", .product(name: "Logging", package: "swift-log"),
                                                 .product(name: "Crypto", package: "swift-crypto")],
                 resources: [.copy("Migrations")]),
         .target(name: "HTTP", dependencies: ["CCurl", .product(name: "Logging", package: "swift-log")]),
 
         .target(name: "Workers", dependencies: ["Queue", "Storage", "Yams", .product(name: "Logging", package: "swift-log"),
                                                 .product(name: "CoreMetrics", package: "swift-metrics")]),
-        .target(name: "Scheduler", dependencies: ["Queue", "Yams", .product(name: "Logging", package: "swift-log"),
+        .target(name: "Scheduler", dependencies: ["Queue", "CivilDate", "Yams", .product(name: "Logging", package: "swift-log"),
                                                   .product(name: "CoreMetrics", package: "swift-metrics")]),
 
         .target(name: "Jobs", dependencies: ["Workers", "Queue", "Storage", "HTTP",
@@ -50,8 +54,12 @@ let package = Package(
                                              .product(name: "X509", package: "swift-certificates"),
                                              .product(name: "CoreMetrics", package: "swift-metrics")]),
 
+        // Bench and test fixtures (ProbeInsert, probe_rows), out of the production registry and schema:
+        // `workerctl worker --bench-jobs` / `workerctl migrate --bench-tables` and the tests ask for them.
+        .target(name: "BenchJobs", dependencies: ["Workers", "Storage"]),
+
         .executableTarget(name: "workerctl", dependencies: [
-            "Jobs", "Workers", "Scheduler", "Queue", "Storage", "HTTP",
+            "Jobs", "BenchJobs", "Workers", "Scheduler", "Queue", "Storage", "HTTP",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Prometheus", package: "swift-prometheus"),
@@ -63,9 +71,9 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["Queue", "Storage"], path: "Tests/TestSupport"),
 
         .testTarget(name: "QueueTests", dependencies: ["Queue", "TestSupport"]),
-        .testTarget(name: "StorageTests", dependencies: ["Storage", "TestSupport"]),
+        .testTarget(name: "StorageTests", dependencies: ["Storage", "CivilDate", "TestSupport"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP", "TestSupport"]),
-        .testTarget(name: "WorkersTests", dependencies: ["Workers", "Queue", "Storage", "TestSupport"]),
+        .testTarget(name: "WorkersTests", dependencies: ["Workers", "BenchJobs", "Queue", "Storage", "TestSupport"]),
         .testTarget(name: "SchedulerTests", dependencies: ["Scheduler", "Queue", "TestSupport"]),
         .testTarget(name: "JobsTests", dependencies: ["Jobs", "Workers", "Queue", "Storage", "HTTP", "TestSupport",
                                                       .product(name: "Crypto", package: "swift-crypto"),

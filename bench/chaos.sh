@@ -32,12 +32,12 @@ R() { redis-cli -u "$REDIS_URL" "$@"; }
 P() { psql "$DATABASE_URL" -tAc "$1"; }
 
 psql "$ADMIN_URL" -qc "CREATE DATABASE $DB_NAME" >/dev/null
-"$BIN" migrate >/dev/null 2>&1
+"$BIN" migrate --bench-tables >/dev/null 2>&1   # + probe_rows, the bench table ProbeInsert writes
 R flushdb >/dev/null
 LOGDIR=$(mktemp -d)
 declare -a PIDS=()
 start_worker() {
-  "$BIN" worker --concurrency "${WORKER_CONCURRENCY:-8}" --heartbeat-interval 1 --heartbeat-ttl 4 --orphan-sweep-interval 2 --poll-interval 1 \
+  "$BIN" worker --bench-jobs --concurrency "${WORKER_CONCURRENCY:-8}" --heartbeat-interval 1 --heartbeat-ttl 4 --orphan-sweep-interval 2 --poll-interval 1 \
     2>>"$LOGDIR/workers.log" &
   PIDS+=($!)
   disown $!   # no "Killed" chatter from the shell when we SIGKILL it

@@ -23,7 +23,7 @@ BIN="$(swift build -c release --scratch-path .build-release --show-bin-path)/wor
 R() { redis-cli -u "$REDIS_URL" "$@"; }
 
 psql "$ADMIN_URL" -qc "DROP DATABASE IF EXISTS pgbench_jobs" -c "CREATE DATABASE pgbench_jobs" >/dev/null
-"$BIN" migrate >/dev/null 2>&1
+"$BIN" migrate --bench-tables >/dev/null 2>&1   # + probe_rows, the bench table ProbeInsert writes
 R flushdb >/dev/null
 
 processed() { local v; v=$(R get stat:processed); echo "${v:-0}"; }
@@ -36,7 +36,7 @@ drain() {
   "$BIN" enqueue ProbeInsert --args '["bench"]' --count "$N" --batch 1000 >/dev/null
   local start end wpid
   start=$(date +%s.%N)
-  "$BIN" worker --concurrency "$CONCURRENCY" "$@" 2>/tmp/bench-pg-worker.log &
+  "$BIN" worker --bench-jobs --concurrency "$CONCURRENCY" "$@" 2>/tmp/bench-pg-worker.log &
   wpid=$!
   while [ "$(processed)" -lt "$N" ]; do sleep 0.02; done
   end=$(date +%s.%N)

@@ -1,3 +1,4 @@
+import CivilDate
 import Foundation
 
 // MARK: - Fire times
@@ -116,7 +117,7 @@ extension CronExpression {
                 continue
             }
             if month != t.month {
-                t = WallTime(year: t.year, month: month, day: daysInMonth(year: t.year, month: month),
+                t = WallTime(year: t.year, month: month, day: CivilDate.daysInMonth(year: t.year, month: month),
                              hour: 23, minute: 59, second: 59)
             }
             guard days.matches(year: t.year, month: t.month, day: t.day, weekday: t.weekday) else {

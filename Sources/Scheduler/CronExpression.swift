@@ -1,3 +1,4 @@
+import CivilDate
 import Foundation
 
 /// One field of a cron expression, in the order it is written.
@@ -108,7 +109,7 @@ struct DaySpec: Sendable, Hashable {
     }
 
     func matches(year: Int, month: Int, day: Int, weekday: Int) -> Bool {
-        let lastDay = daysInMonth(year: year, month: month)
+        let lastDay = CivilDate.daysInMonth(year: year, month: month)
         let domMatch = monthDays.contains(day) || (lastDayOfMonth && day == lastDay)
         let dowMatch = weekdays.contains(weekday)
             || nthWeekdays.contains { nth in
@@ -212,7 +213,7 @@ public struct CronExpression: Sendable, Hashable, CustomStringConvertible {
         // listed month has (30 and 31 in February, 31 in April...).
         if days.monthDaysRestricted, !days.weekdaysRestricted, !days.lastDayOfMonth {
             let possible = months.values.contains { month in
-                days.monthDays.values.contains { $0 <= daysInMonth(year: 2000, month: month) }
+                days.monthDays.values.contains { $0 <= CivilDate.daysInMonth(year: 2000, month: month) }
             }
             if !possible {
                 throw fail(.dayOfMonth, "day(s) \(days.monthDays.values.map(String.init).joined(separator: ",")) never occur in month(s) \(months.values.map(String.init).joined(separator: ","))")

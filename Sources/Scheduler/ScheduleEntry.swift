@@ -1,3 +1,4 @@
+import CivilDate
 import Foundation
 import Queue
 
@@ -95,7 +96,7 @@ public enum TickArgument: Sendable, Equatable, CustomStringConvertible {
             return nil
         case .date(let daysBefore):
             let wall = WallTime(wallSeconds: instant + utcOffset(of: zone, at: instant))
-            let date = civilFromDays(wall.dayNumber - daysBefore)
+            let date = CivilDate.date(fromDays: wall.dayNumber - daysBefore)
             let text = WallTime(year: date.year, month: date.month, day: date.day).description.prefix(10)
             return .object(["date": .string(String(text))])
         case .time:

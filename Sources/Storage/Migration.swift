@@ -43,7 +43,7 @@ public struct Migration: Sendable, Equatable, CustomStringConvertible {
         guard let directory = Bundle.module.url(forResource: "Migrations", withExtension: nil) else {
             throw PostgresError(category: .migration, message: "the Migrations resource directory is missing from the Storage bundle")
         }
-        return try load(directory: directory)
+        return try validated(load(directory: directory), retired: retired)
     }
 
     /// Every `NNNN_name.sql` file in `directory`, sorted by version. Other files are ignored; two files
@@ -70,7 +70,22 @@ public struct Migration: Sendable, Equatable, CustomStringConvertible {
         return try validated(migrations)
     }
 
-    static func validated(_ migrations: [Migration]) throws -> [Migration] {
+    /// Versions that shipped once and were withdrawn, with the reason. A database that applied one keeps
+    /// its `schema_migrations` row (the ledger stays a true record of what ran there); the migrator reports
+    /// such a row as `retired`, neither `unknown` (the schema is not ahead of this build) nor pending. A
+    /// retired number is never reused.
+    ///
+    /// - 3 `probe`: created `probe_rows`, a bench/test table, on every database. It now comes only from
+    ///   `BenchSchema` (`workerctl migrate --bench-tables`, the tests). A database that applied 0003 keeps
+    ///   the table; no production code reads or writes it, and an operator may `DROP TABLE probe_rows`.
+    public static let retired: [Int: String] = [
+        3: "probe (bench/test table probe_rows; now created only by `workerctl migrate --bench-tables`)",
+    ]
+
+    static func validated(_ migrations: [Migration], retired: [Int: String] = [:]) throws -> [Migration] {
+        if let reused = migrations.first(where: { retired[$0.version] != nil }) {
+            throw PostgresError(category: .migration, message: "migration \(reused) reuses the retired version \(reused.version)")
+        }
         let sorted = migrations.sorted { $0.version < $1.version }
         for (previous, next) in zip(sorted, sorted.dropFirst()) where previous.version == next.version {
             throw PostgresError(category: .migration, message: "two migrations with version \(next.version): \(previous) and \(next)")
@@ -102,6 +117,9 @@ public struct MigrationStatus: Sendable {
     public let modified: [Int]
     /// Versions applied in the database that this binary does not ship (the schema is ahead of the code).
     public let unknown: [Int]
+    /// Versions applied in the database that were withdrawn on purpose (the migrator's `retired`,
+    /// `Migration.retired` for the bundled one).
+    public let retired: [Int]
 
     /// True when every shipped migration is applied unchanged: the schema is not behind this binary.
     public var isUpToDate: Bool { pending.isEmpty && modified.isEmpty }

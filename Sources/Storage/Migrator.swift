@@ -16,17 +16,21 @@ public struct Migrator: Sendable {
 
     /// The migrations this migrator knows, sorted by version.
     public let migrations: [Migration]
+    /// Versions withdrawn on purpose, with the reason: an applied one is reported `retired`, not `unknown`.
+    public let retired: [Int: String]
     private let logger: Logger
 
-    /// Throws `.migration` when two migrations share a version.
-    public init(migrations: [Migration], logger: Logger = Logger(label: "storage.migrator")) throws {
-        self.migrations = try Migration.validated(migrations)
+    /// Throws `.migration` when two migrations share a version, or one reuses a retired version.
+    public init(migrations: [Migration], retired: [Int: String] = [:],
+                logger: Logger = Logger(label: "storage.migrator")) throws {
+        self.migrations = try Migration.validated(migrations, retired: retired)
+        self.retired = retired
         self.logger = logger
     }
 
-    /// A migrator for the SQL files shipped in `Sources/Storage/Migrations/`.
+    /// A migrator for the SQL files shipped in `Sources/Storage/Migrations/` (and `Migration.retired`).
     public static func bundled(logger: Logger = Logger(label: "storage.migrator")) throws -> Migrator {
-        try Migrator(migrations: Migration.bundled(), logger: logger)
+        try Migrator(migrations: Migration.bundled(), retired: Migration.retired, logger: logger)
     }
 
     // MARK: - Migrate
@@ -129,7 +133,8 @@ public struct Migrator: Sendable {
                 guard let row = appliedByVersion[migration.version], row.checksum != migration.checksum else { return nil }
                 return migration.version
             },
-            unknown: applied.map(\.version).filter { !shipped.contains($0) })
+            unknown: applied.map(\.version).filter { !shipped.contains($0) && retired[$0] == nil },
+            retired: applied.map(\.version).filter { !shipped.contains($0) && retired[$0] != nil })
     }
 
     static let createTableSQL = """

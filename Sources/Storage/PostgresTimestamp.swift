@@ -1,3 +1,4 @@
+import CivilDate
 import Foundation
 
 /// Conversions between `Date` and PostgreSQL's ISO text forms of `timestamptz`, `timestamp` and `date`.
@@ -71,7 +72,7 @@ enum PostgresTimestamp {
     }
 
     static func makeDate(year: Int, month: Int, day: Int, seconds: Int, micros: Int, offsetSeconds: Int) -> Date {
-        let days = Int64(daysFromCivil(year: year, month: month, day: day))
+        let days = Int64(CivilDate.days(year: year, month: month, day: day))
         let utcSeconds = days * 86_400 + Int64(seconds) - Int64(offsetSeconds)
         return Date(timeIntervalSince1970: Double(utcSeconds) + Double(micros) / 1_000_000)
     }
@@ -82,36 +83,14 @@ enum PostgresTimestamp {
         return civil(fromDays: days)
     }
 
-    // MARK: - Calendar arithmetic (proleptic Gregorian, H. Hinnant's algorithms)
-
-    static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yoe = y - era * 400
-        let mp = (month + 9) % 12
-        let doy = (153 * mp + 2) / 5 + day - 1
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
-        return era * 146_097 + doe - 719_468
-    }
-
-    static func civil(fromDays days64: Int64) -> (year: Int, month: Int, day: Int) {
-        let z = Int(days64) + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let doe = z - era * 146_097
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
-        let mp = (5 * doy + 2) / 153
-        let day = doy - (153 * mp + 2) / 5 + 1
-        let month = mp < 10 ? mp + 3 : mp - 9
-        let year = yoe + era * 400 + (month <= 2 ? 1 : 0)
-        return (year, month, day)
-    }
-
+    /// Floor division with the remainder as `Int` (the calendar arithmetic is `CivilDate`'s).
     private static func floorDivMod(_ value: Int64, _ divisor: Int64) -> (Int64, Int) {
-        var quotient = value / divisor
-        var remainder = value % divisor
-        if remainder < 0 { quotient -= 1; remainder += divisor }
+        let (quotient, remainder) = CivilDate.floorDivMod(value, divisor)
         return (quotient, Int(remainder))
+    }
+
+    private static func civil(fromDays days: Int64) -> (year: Int, month: Int, day: Int) {
+        CivilDate.date(fromDays: Int(days))
     }
 
     private static func pad(_ value: Int, _ width: Int) -> String {

@@ -210,4 +210,41 @@ final class MigratorTests: XCTestCase {
             }
         }
     }
+
+    /// `probe_rows` (bench/test only) left the production schema: its migration 0003_probe is retired.
+    /// A fresh database no longer gets the table, and a database that applied 0003 before still migrates
+    /// cleanly and is up to date, its row reported as retired rather than as a schema ahead of the code.
+    func testRetiredProbeMigrationIsNotShippedAndOldDatabasesStillMigrate() throws {
+        func hasProbeRows(_ conn: PostgresConnection) throws -> Bool {
+            try conn.queryFirst("SELECT to_regclass('probe_rows') IS NOT NULL AS present")?.bool("present") ?? false
+        }
+        let bundled = try Migrator.bundled()
+        XCTAssertFalse(bundled.migrations.map(\.version).contains(3))
+
+        let fresh = try freshDatabase().connect()
+        defer { fresh.close() }
+        try bundled.migrate(on: fresh)
+        XCTAssertFalse(try hasProbeRows(fresh), "workerctl migrate must not create the bench table")
+        XCTAssertEqual(try bundled.status(on: fresh).retired, [])
+
+        // A database migrated by an older build: 0001, 0002 and the old 0003_probe.
+        let old = try freshDatabase().connect()
+        defer { old.close() }
+        let oldProbe = Migration(version: 3, name: "probe", sql: """
+            CREATE TABLE probe_rows (id bigserial PRIMARY KEY, jid text NOT NULL, note text NOT NULL DEFAULT '',
+                                     inserted_at timestamptz NOT NULL DEFAULT clock_timestamp());
+            """)
+        try Migrator(migrations: bundled.migrations.filter { $0.version < 3 } + [oldProbe]).migrate(on: old)
+        let applied = try bundled.migrate(on: old)
+        XCTAssertEqual(applied.map(\.version), bundled.migrations.map(\.version).filter { $0 > 3 })
+        let status = try bundled.status(on: old)
+        XCTAssertEqual(status.retired, [3])
+        XCTAssertEqual(status.unknown, [])
+        XCTAssertTrue(status.isUpToDate)
+        XCTAssertNoThrow(try bundled.requireUpToDate(on: old))
+        XCTAssertTrue(try hasProbeRows(old), "an old database keeps its table; the operator may drop it")
+
+        // A retired number is never reused.
+        XCTAssertThrowsError(try Migrator(migrations: [oldProbe], retired: Migration.retired))
+    }
 }

@@ -1,3 +1,4 @@
+import BenchJobs
 import Foundation
 import Logging
 import Queue
@@ -18,6 +19,7 @@ final class LedgerTests: XCTestCase {
         database = try PostgresTestDatabase.create(prefix: "ledger_test")
         pool = PostgresPool(url: database.url, maxConnections: 8)
         _ = try Migrator.bundled().migrate(pool: pool)
+        try BenchSchema.create(pool: pool)  // probe_rows, which ProbeInsert writes
     }
 
     override func tearDown() {
@@ -32,7 +34,7 @@ final class LedgerTests: XCTestCase {
         configuration.commitBatch = commitBatch
         var logger = Logger(label: "ledger-test")
         logger.logLevel = .critical
-        let process = try WorkerProcess(configuration: configuration, registry: .builtins(),
+        let process = try WorkerProcess(configuration: configuration, registry: BenchJobs.registry(),
                                         database: JobDatabase(pool: pool), logger: logger)
         try process.start()
         processes.append(process)

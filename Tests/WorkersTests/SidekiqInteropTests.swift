@@ -86,6 +86,7 @@ final class SidekiqInteropTests: XCTestCase {
         XCTAssertEqual(ours["klass"], "Fail")
         XCTAssertEqual(ours["error?"], true)
         XCTAssertEqual(ours["item"]?.objectValue?["error_message"], "for ruby")
+        XCTAssertEqual(ours["item"]?.objectValue?["error_class"], "Fail::Failure", "Ruby reads a class path, not Swift reflection")
         XCTAssertEqual(ours["item"]?.objectValue?["retry_count"], 0)
 
         let processes = try XCTUnwrap(dump.json["processes"]?.objectValue?["list"]?.arrayValue)

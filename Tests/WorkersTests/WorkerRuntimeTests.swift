@@ -46,7 +46,7 @@ final class WorkerRuntimeTests: XCTestCase {
         XCTAssertEqual(first.jid, jid)
         XCTAssertEqual(first.retryCount, 0)
         XCTAssertEqual(first.errorMessage, "boom")
-        XCTAssertEqual(first.errorClass, "Workers.FailJob.Failure")
+        XCTAssertEqual(first.errorClass, "Fail::Failure", "a class path Ruby tools read, not Swift reflection")
         XCTAssertNotNil(first.fields["failed_at"]?.doubleValue)
         XCTAssertNil(first.fields["retried_at"])
         let score = try XCTUnwrap(redis.command("ZSCORE", Keys.retry, first.serialized()).double)
@@ -109,6 +109,34 @@ final class WorkerRuntimeTests: XCTestCase {
         let retried = try redis.payloads(zset: Keys.retry)
         XCTAssertEqual(retried.map(\.className), ["Sleep"])
         XCTAssertEqual(retried.first?.errorClass, "JobTimeout")
+    }
+
+    /// An abandoned Sleep stops at its cancellation flag instead of holding its thread for the rest of
+    /// its sleep: the run returns (the pool records its run time) long before the minute is over.
+    func testTimedOutSleepStopsAtItsCancellation() throws {
+        var configuration = harness.configuration(concurrency: 1)
+        configuration.defaultTimeout = 0.3
+        try redis.client.enqueue(NewJob("Sleep", args: [60_000], retry: 0))
+        let process = try start(configuration)
+        XCTAssertTrue(try eventually { try redis.int("ZCARD", Keys.dead) == 1 })
+        XCTAssertEqual(try redis.payloads(zset: Keys.dead).first?.errorClass, "JobTimeout")
+        XCTAssertTrue(eventually(timeout: 10) { process.runTime.count == 1 },
+                      "the abandoned Sleep never returned: it ignored its cancellation")
+        XCTAssertLessThan(try XCTUnwrap(process.runTime.percentile(1)), 30)
+    }
+
+    /// The bench/test job ProbeInsert is not in the production registry: a worker started without
+    /// `--bench-jobs` sends it to dead as an unknown class, like any class it does not know.
+    func testBenchJobIsNotInTheBuiltinRegistry() throws {
+        XCTAssertNil(JobRegistry.builtins().options(for: "ProbeInsert"))
+        XCTAssertNotNil(JobRegistry.builtins().options(for: "Sleep"))
+        try redis.client.enqueue(NewJob("ProbeInsert", args: ["x"]))
+        _ = try start(harness.configuration())
+        XCTAssertTrue(try eventually { try redis.int("ZCARD", Keys.dead) == 1 })
+        let dead = try XCTUnwrap(redis.payloads(zset: Keys.dead).first)
+        XCTAssertEqual(dead.className, "ProbeInsert")
+        XCTAssertEqual(dead.errorClass, "BadInput")
+        XCTAssertTrue(dead.errorMessage?.contains("ProbeInsert") ?? false, dead.errorMessage ?? "-")
     }
 
     func testScheduledJobRunsWhenDue() throws {

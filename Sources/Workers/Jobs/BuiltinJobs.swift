@@ -16,8 +16,10 @@ public struct IgnoredArguments: Decodable, Sendable, AnyArguments {
     public init(from decoder: any Decoder) throws {}
 }
 
-/// Sleeps `args[0]` milliseconds (0…3,600,000) without looking at cancellation, so it also
-/// stands for a job that hangs.
+/// Sleeps `args[0]` milliseconds (0…3,600,000), a smoke-test stand-in for a slow job. It looks at
+/// its cancellation flag at least every `checkInterval` seconds and stops with `Cancelled` once the
+/// runtime has abandoned the run (timeout, or shutdown past its deadline), so an abandoned Sleep
+/// does not keep its thread for the rest of its hour.
 public struct SleepJob: Job {
     public static let className = "Sleep"
     public init() {}
@@ -38,8 +40,26 @@ public struct SleepJob: Job {
         }
     }
 
+    /// Longest sleep between two looks at the cancellation flag.
+    static let checkInterval = 0.05
+
+    /// The run was abandoned by the runtime before the sleep was over.
+    public struct Cancelled: Error, CustomStringConvertible {
+        public let sleptMilliseconds: Int
+        public var description: String { "cancelled after \(sleptMilliseconds) ms" }
+    }
+
     public func perform(_ arguments: Arguments, context: JobContext) throws {
-        Thread.sleep(forTimeInterval: Double(arguments.milliseconds) / 1000)
+        let start = Date()
+        let end = start.addingTimeInterval(Double(arguments.milliseconds) / 1000)
+        while true {
+            let left = end.timeIntervalSinceNow
+            if left <= 0 { return }
+            if context.isCancelled {
+                throw Cancelled(sleptMilliseconds: Int(Date().timeIntervalSince(start) * 1000))
+            }
+            Thread.sleep(forTimeInterval: min(left, Self.checkInterval))
+        }
     }
 }
 
@@ -58,48 +78,14 @@ public struct FailJob: Job {
     }
 }
 
-/// Inserts one row (`probe_rows`: its jid and `args[0]` as a note) through the ledger: the job
-/// the exactly-once tests, the chaos run and the PostgreSQL benchmark count. An optional second
-/// argument holds the transaction open that many milliseconds (0...10000) before it commits, so the
-/// chaos run's kills and restarts land inside open transactions. A group-commit job.
-public struct ProbeInsertJob: Job {
-    public static let className = "ProbeInsert"
-    public static let options = JobOptions(usesLedger: true, groupCommit: true)
-    public init() {}
-
-    public struct Arguments: Decodable, Sendable {
-        public let note: String
-        public let pauseMilliseconds: Int
-        public init(from decoder: any Decoder) throws {
-            var container = try decoder.unkeyedContainer()
-            note = container.isAtEnd ? "" : try container.decode(String.self)
-            pauseMilliseconds = container.isAtEnd ? 0 : try container.decode(Int.self)
-            guard (0...10_000).contains(pauseMilliseconds) else {
-                throw DecodingError.dataCorruptedError(in: container, debugDescription:
-                    "pause must be within 0...10000 ms, got \(pauseMilliseconds)")
-            }
-            if !container.isAtEnd {
-                throw DecodingError.dataCorruptedError(in: container, debugDescription: "expected at most two arguments")
-            }
-        }
-    }
-
-    public func perform(_ arguments: Arguments, context: JobContext) throws {
-        try context.transaction { connection in
-            try connection.execute("INSERT INTO probe_rows (jid, note) VALUES ($1, $2)", [context.jid, arguments.note])
-            if arguments.pauseMilliseconds > 0 { Thread.sleep(forTimeInterval: Double(arguments.pauseMilliseconds) / 1000) }
-        }
-    }
-}
-
 extension JobRegistry {
-    /// A registry holding the built-in `Noop`, `Sleep`, `Fail` and `ProbeInsert` jobs.
+    /// A registry holding the built-in smoke-test jobs `Noop`, `Sleep` and `Fail` (README.md, "Enqueueing").
+    /// The bench/test job `ProbeInsert` is not among them: see the `BenchJobs` target.
     public static func builtins() -> JobRegistry {
         var registry = JobRegistry()
         registry.register(NoopJob())
         registry.register(SleepJob())
         registry.register(FailJob())
-        registry.register(ProbeInsertJob())
         return registry
     }
 }

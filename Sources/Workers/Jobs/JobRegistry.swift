@@ -30,6 +30,9 @@ public struct PreparedJob: Sendable {
 public struct JobRegistry: Sendable {
     private var entries: [String: @Sendable (JobPayload) throws -> PreparedJob] = [:]
     private var optionsByName: [String: JobOptions] = [:]
+    /// The reflected Swift name of each registered job type (`Workers.FailJob`) → its Sidekiq class
+    /// name (`Fail`): error classes nested in a job type are written as `Fail::Failure`.
+    private(set) var classNamesByType: [String: String] = [:]
 
     public init() {}
 
@@ -54,6 +57,7 @@ public struct JobRegistry: Sendable {
             }
         }
         optionsByName[key] = J.options
+        classNamesByType[String(reflecting: J.self)] = J.className
     }
 
     public var classNames: [String] { entries.keys.sorted() }

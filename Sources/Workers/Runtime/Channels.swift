@@ -1,8 +1,19 @@
 import Foundation
+import Logging
 import Queue
 
+// The hand-offs between the runtime's threads. Besides the running set (`RunningJobs`,
+// Execution.swift) these are the only state the threads share:
+//
+//   fetcher --JobBuffer--> pool threads --SettlementQueue--> settler
+//                              |                               ^
+//                              +--RunningJobs--> watchdog -----+
+//                                     |
+//                                     +--> heartbeat (workers hash), fetcher (reconciliation)
+
 /// Fetched jobs waiting for a pool thread. Bounded: the fetcher asks for `freeSlots` and never
-/// overfills. Any thread may call any method (guarded by one condition variable).
+/// overfills. Any thread may call any method (guarded by one condition variable); in practice the
+/// fetcher puts, pool threads take, and shutdown closes.
 final class JobBuffer: @unchecked Sendable {
     private let condition = NSCondition()
     private var jobs: [FetchedJob] = []
@@ -94,6 +105,11 @@ final class JobBuffer: @unchecked Sendable {
 }
 
 /// Settlements waiting to be written to Redis in batches by the settler thread.
+///
+/// Thread rules: pool threads, the watchdog, the fetcher and shutdown `add`; only the settler
+/// takes (`takeBatch`, `markWritten`); any thread may `snapshot` or `waitUntilDrained`. Invariant:
+/// an item is counted `pending` from `add` until the settler has written it, so a drained queue
+/// means Redis has every settlement.
 final class SettlementQueue: @unchecked Sendable {
     struct Item {
         let job: FetchedJob
@@ -143,6 +159,16 @@ final class SettlementQueue: @unchecked Sendable {
         condition.lock()
         defer { condition.unlock() }
         return (writing + items).map(\.job.raw)
+    }
+
+    /// Puts fetched jobs that never started back at the front of their queues, unchanged (not a
+    /// processed run).
+    func giveBack(_ jobs: [FetchedJob], logger: Logger) {
+        for job in jobs {
+            add(.init(job: job, settlement: .requeue(payload: String(decoding: job.raw, as: UTF8.self)),
+                      failed: false, processed: false))
+        }
+        if !jobs.isEmpty { logger.info("put back \(jobs.count) fetched jobs that had not started") }
     }
 
     /// Waits until every added item has been written, or `timeout` passes. Returns true if drained.

@@ -114,7 +114,7 @@ struct JobRunner: Sendable {
 
     /// Applies Sidekiq's retry rules to a failed run.
     func failure(_ error: any Error, payload: JobPayload, job: FetchedJob, options: JobOptions, logger: Logger) -> Outcome {
-        let errorClass = Self.errorClassName(error)
+        let errorClass = errorClassName(error)
         let message = Self.message(error)
         if error.isPostgresConnectionFailure { RuntimeMetrics.dependencyError("PostgreSQL") }
         switch error {
@@ -181,13 +181,15 @@ struct JobRunner: Sendable {
         return JSONValue.object(fields).serialized()
     }
 
-    static func errorClassName(_ error: any Error) -> String {
+    /// The `error_class` of a failure: a fixed name for the runtime's own errors, else the error's
+    /// type in Ruby's form (`ErrorClassName`), e.g. `Fail::Failure`.
+    func errorClassName(_ error: any Error) -> String {
         switch error {
         case JobError.badInput: return "BadInput"
         case JobError.permanent: return "PermanentFailure"
         case JobError.retryAfter: return "RetryLater"
         case is JobTimeout: return "JobTimeout"
-        default: return String(reflecting: type(of: error))
+        default: return ErrorClassName.of(error, jobTypes: registry.classNamesByType)
         }
     }
 

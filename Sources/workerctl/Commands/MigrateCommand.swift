@@ -1,4 +1,5 @@
 import ArgumentParser
+import BenchJobs
 import Foundation
 import Logging
 import Storage
@@ -18,6 +19,11 @@ struct MigrateCommand: ParsableCommand {
     @Flag(name: .long, help: "Print JSON.")
     var json = false
 
+    @Flag(name: .customLong("bench-tables"), help: ArgumentHelp(
+        "After the migrations, also create the bench/test table probe_rows (for `worker --bench-jobs`). Never in production.",
+        visibility: .hidden))
+    var benchTables = false
+
     func run() throws {
         let url = database.resolvedURL()
         let connection: PostgresConnection
@@ -32,11 +38,15 @@ struct MigrateCommand: ParsableCommand {
                     let applied = state.applied.map { "{\"version\":\($0.version),\"name\":\"\($0.name)\"}" }
                     let pending = state.pending.map { "{\"version\":\($0.version),\"name\":\"\($0.name)\"}" }
                     print("{\"applied\":[\(applied.joined(separator: ","))],\"pending\":[\(pending.joined(separator: ","))],"
-                          + "\"modified\":\(state.modified),\"unknown\":\(state.unknown),\"up_to_date\":\(state.isUpToDate)}")
+                          + "\"modified\":\(state.modified),\"unknown\":\(state.unknown),\"retired\":\(state.retired),"
+                          + "\"up_to_date\":\(state.isUpToDate)}")
                 } else {
                     for item in state.applied { print(String(format: "applied  %04d %@", item.version, item.name)) }
                     for item in state.pending { print(String(format: "pending  %04d %@", item.version, item.name)) }
                     for version in state.modified { print(String(format: "MODIFIED %04d (file changed after it was applied)", version)) }
+                    for version in state.retired {
+                        print(String(format: "retired  %04d %@", version, migrator.retired[version] ?? ""))
+                    }
                     for version in state.unknown { print(String(format: "unknown  %04d (in the database, not in this build)", version)) }
                     print(state.isUpToDate ? "schema is up to date" : "schema is behind: run `workerctl migrate`")
                 }
@@ -46,6 +56,10 @@ struct MigrateCommand: ParsableCommand {
             let applied = try migrator.migrate(on: connection)
             if applied.isEmpty { print("schema is up to date") }
             for item in applied { print(String(format: "applied %04d %@", item.version, item.name)) }
+            if benchTables {
+                try BenchSchema.create(on: connection)
+                print("bench tables present (probe_rows)")
+            }
         } catch let error as PostgresError {
             throw CLIError.runtime("migration failed: \(error)")
         }

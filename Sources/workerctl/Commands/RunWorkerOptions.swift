@@ -1,4 +1,5 @@
 import ArgumentParser
+import BenchJobs
 import Foundation
 import HTTP
 import Jobs
@@ -43,11 +44,16 @@ struct WorkerOptions: ParsableArguments {
     @Option(name: .customLong("job-timeout"), help: "Default job timeout in seconds (classes may set less).")
     var jobTimeout: Double?
 
-    @Option(name: .customLong("commit-batch"), help: "Most group-commit jobs (e.g. ProbeInsert) sharing one PostgreSQL COMMIT (default 50; 1 commits each job alone).")
+    @Option(name: .customLong("commit-batch"), help: "Most group-commit jobs sharing one PostgreSQL COMMIT (default 50; 1 commits each job alone).")
     var commitBatch: Int?
 
     @Option(name: .customLong("commit-window"), help: "Longest a shared group-commit transaction stays open, in seconds (default 0.05).")
     var commitWindow: Double?
+
+    @Flag(name: .customLong("bench-jobs"), help: ArgumentHelp(
+        "Also run the bench/test job ProbeInsert (needs `workerctl migrate --bench-tables`). For the benchmarks, the chaos run and the demo; never in production.",
+        visibility: .hidden))
+    var benchJobs = false
 
     @Option(name: .customLong("metrics-port"), help: "Serve Prometheus /metrics and /healthz on 127.0.0.1:PORT (0: any free port, logged).")
     var metricsPort: Int?
@@ -91,6 +97,7 @@ struct WorkerOptions: ParsableArguments {
         // Metric handles bind to the factory when created: bootstrap before the process exists.
         if metricsPort != nil { MetricsEndpoint.bootstrap() }
         var registry = JobRegistry.builtins()
+        if benchJobs { BenchJobs.register(into: &registry) }
         registerDomainJobs(into: &registry, redisURL: configuration.redisURL)
         let jobDatabase = noDatabase ? nil : try openDatabase(configured: file.databaseURL,
                                                                poolSize: file.pgPoolSize ?? configuration.concurrency)

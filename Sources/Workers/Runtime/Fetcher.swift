@@ -1,0 +1,142 @@
+import Foundation
+import Logging
+import Queue
+
+/// The fetcher: moves jobs from the queues into this process's in-flight lists
+/// (`ReliableQueue.fetch`, one script call per batch) and hands them to the pool through `buffer`.
+///
+/// Thread rules: owns the `fetcher` thread and its Redis connection (only that thread touches
+/// them). Shares only the hand-offs: puts into `buffer`; reads `buffer`, `running` and
+/// `settlements` to reconcile after a lost reply; gives jobs back through `settlements` when quiet
+/// arrives mid-fetch; reads the pool's `runTime` estimate to size its prefetch.
+///
+/// Invariants: the buffer never holds more than `concurrency + allowedPrefetch()` jobs. A fetch whose
+/// reply was lost (the script may have moved jobs) is followed by a reconciliation before the next
+/// fetch, which puts back every in-flight job this process does not hold in memory.
+final class Fetcher: Sendable {
+    private let identity: String
+    private let configuration: WorkerConfiguration
+    private let endpoint: RedisEndpoint
+    private let buffer: JobBuffer
+    private let running: RunningJobs
+    private let settlements: SettlementQueue
+    private let runTime: RunTimeEstimate
+    private let outages: OutageLog
+    private let logger: Logger
+    private let thread = RuntimeThread(name: "fetcher")
+
+    init(identity: String, configuration: WorkerConfiguration, endpoint: RedisEndpoint, buffer: JobBuffer,
+         running: RunningJobs, settlements: SettlementQueue, runTime: RunTimeEstimate, outages: OutageLog,
+         logger: Logger) {
+        self.identity = identity
+        self.configuration = configuration
+        self.endpoint = endpoint
+        self.buffer = buffer
+        self.running = running
+        self.settlements = settlements
+        self.runTime = runTime
+        self.outages = outages
+        self.logger = logger
+    }
+
+    func start() { thread.start { [self] in loop() } }
+
+    /// Stops fetching and waits for the thread: a fetch in flight completes and, if it brought
+    /// jobs, gives them back. Called by the life cycle when the process goes quiet.
+    func stopAndWait() { thread.stopAndWait() }
+
+    private func loop() {
+        var link = RedisLink(endpoint: endpoint)
+        var backoff = ReconnectBackoff()
+        var idleWait = 0.001
+        /// Set when a fetch failed: its reply may have been lost after Redis moved jobs.
+        var mustReconcile = false
+        let names = configuration.queues.map(\.name)
+        let single = names.count == 1 ? names[0] : nil
+        while !thread.shouldStop {
+            let limit = configuration.concurrency + allowedPrefetch()
+            let room = min(buffer.freeSlots, limit - (buffer.capacity - buffer.freeSlots))
+            if room <= 0 {
+                buffer.waitForRoom(limit: limit, timeout: 0.1)
+                continue
+            }
+            do {
+                let conn = try link.connected()
+                if mustReconcile {
+                    let reclaimed = try ReliableQueue.reclaimUnknown(conn, identity: identity, queues: names,
+                                                                    known: knownInFlight)
+                    if reclaimed > 0 { logger.notice("put back jobs a lost fetch reply had left in flight", metadata: ["count": "\(reclaimed)"]) }
+                    mustReconcile = false
+                }
+                var jobs = try ReliableQueue.fetch(conn, identity: identity, queues: queueOrder(),
+                                                   limit: min(room, configuration.fetchBatch))
+                if jobs.isEmpty, let single {
+                    if try conn.command("SISMEMBER", Keys.paused, single).integer == 0,
+                       let job = try ReliableQueue.fetchBlocking(conn, identity: identity, queue: single, timeout: 0.5) {
+                        jobs = [job]
+                    } else if jobs.isEmpty {
+                        Thread.sleep(forTimeInterval: 0.05)
+                    }
+                }
+                outages.succeeded("Redis")
+                backoff.reset()
+                if jobs.isEmpty {
+                    if single == nil {
+                        Thread.sleep(forTimeInterval: idleWait)
+                        idleWait = min(idleWait * 2, configuration.idlePollMax)
+                    }
+                    continue
+                }
+                idleWait = 0.001
+                if thread.shouldStop {
+                    // Quiet arrived while this fetch was in flight: the jobs go back untouched.
+                    settlements.giveBack(jobs, logger: logger)
+                    break
+                }
+                buffer.put(jobs)
+            } catch {
+                mustReconcile = true
+                let wasConnected = link.isOpen
+                link.drop()
+                // A link that broke while idle (e.g. Redis restarted) is not an outage: reconnect at once.
+                if wasConnected, error.isConnectionFailure, (try? link.connected()) != nil {
+                    continue
+                }
+                outages.failed("Redis", error)
+                backoff.wait { !thread.shouldStop }
+            }
+        }
+    }
+
+    /// How many jobs may wait for a thread now: enough to cover the fetch round trip for fast jobs,
+    /// few for slow ones (expected wait of a buffered job ≤ `prefetchWait`).
+    private func allowedPrefetch() -> Int {
+        let average = max(1e-6, runTime.seconds)
+        let allowed = Double(configuration.concurrency) * configuration.prefetchWait / average
+        return Int(min(Double(configuration.prefetch), allowed))
+    }
+
+    /// Every raw job this process holds in memory, read downstream-last (buffer, then running,
+    /// then unwritten settlements) so a job moving along the pipeline during the read is seen.
+    private func knownInFlight() -> [[UInt8]] {
+        buffer.snapshot() + running.all.map(\.job.raw) + running.awaitingCommit.map(\.raw) + settlements.snapshot()
+    }
+
+    /// Strict: the configured order. Weighted: a weighted random order, drawn per fetch.
+    private func queueOrder() -> [String] {
+        if configuration.strictOrder { return configuration.queues.map(\.name) }
+        var pool = configuration.queues
+        var order: [String] = []
+        while !pool.isEmpty {
+            let total = pool.reduce(0) { $0 + $1.weight }
+            var pick = Int.random(in: 0..<total)
+            let index = pool.firstIndex { entry in
+                if pick < entry.weight { return true }
+                pick -= entry.weight
+                return false
+            }!
+            order.append(pool.remove(at: index).name)
+        }
+        return order
+    }
+}

@@ -1,0 +1,164 @@
+import Foundation
+import Logging
+import Queue
+import Synchronization
+
+/// The heartbeat: every `heartbeatInterval`, Sidekiq's process registry (`processes`, the process
+/// hash), the workers hash (what each pool thread runs), the fetcher heartbeat whose expiry lets
+/// other processes take back our in-flight jobs, and Sidekiq's signal list (`TSTP` quiet, `TERM`
+/// stop, `TTIN` dump).
+///
+/// Thread rules: owns the `heartbeat` thread and its Redis connection. `register` runs on the
+/// life-cycle thread before `start` and hands the connection over to the heartbeat thread; after
+/// that only the heartbeat thread touches it. Reads `running` and the life-cycle flags. A signal
+/// found in Redis is passed to the `onSignal` given to `start`, on the heartbeat thread (which must
+/// not block on shutdown: the handler starts its own thread for that). `lastBeatAt` may be read
+/// from any thread.
+final class Heartbeat: @unchecked Sendable {
+    // @unchecked: `initial` holds a RedisConnection, written once by `register` before the thread
+    // starts and taken by the thread; never touched by two threads at once.
+    private let identity: String
+    private let configuration: WorkerConfiguration
+    private let endpoint: RedisEndpoint
+    private let running: RunningJobs
+    private let flags: LifeCycleFlags
+    private let metrics: RuntimeMetrics
+    private let startedAt: Double
+    private let outages: OutageLog
+    private let logger: Logger
+    private let thread = RuntimeThread(name: "heartbeat")
+    private var initial: RedisConnection?
+    /// Time of the last heartbeat Redis accepted (0 before the first).
+    private let lastBeat = Atomic<Double>(0)
+
+    init(identity: String, configuration: WorkerConfiguration, endpoint: RedisEndpoint, running: RunningJobs,
+         flags: LifeCycleFlags, metrics: RuntimeMetrics, startedAt: Double, outages: OutageLog, logger: Logger) {
+        self.identity = identity
+        self.configuration = configuration
+        self.endpoint = endpoint
+        self.running = running
+        self.flags = flags
+        self.metrics = metrics
+        self.startedAt = startedAt
+        self.outages = outages
+        self.logger = logger
+    }
+
+    var lastBeatAt: Double { lastBeat.load(ordering: .relaxed) }
+
+    /// The first heartbeat, on the caller's thread: the fetcher heartbeat must exist before the first
+    /// fetch. Throws if Redis cannot be reached. A signal already waiting is passed to `onSignal`.
+    func register(onSignal: (String) -> Void) throws {
+        let connection = try RedisConnection(endpoint: endpoint)
+        if let signal = try beat(connection) { onSignal(signal) }
+        initial = connection
+    }
+
+    func start(onSignal: @escaping @Sendable (String) -> Void) {
+        let connection = initial
+        initial = nil
+        thread.start { [self] in loop(RedisLink(endpoint: endpoint, connection: connection), onSignal: onSignal) }
+    }
+
+    func stopAndWait() { thread.stopAndWait() }
+    func requestStop() { thread.requestStop() }
+    func wait() { thread.wait() }
+
+    private func loop(_ initial: RedisLink, onSignal: (String) -> Void) {
+        var link = initial
+        var next = Date(timeIntervalSinceNow: configuration.heartbeatInterval)
+        while !thread.shouldStop {
+            if Date() < next {
+                Thread.sleep(forTimeInterval: min(0.1, next.timeIntervalSinceNow))
+                continue
+            }
+            next = Date(timeIntervalSinceNow: configuration.heartbeatInterval)
+            do {
+                if let signal = try link.withRetryOnStaleLink({ try beat($0) }) { onSignal(signal) }
+                outages.succeeded("Redis")
+            } catch {
+                link.drop()
+                outages.failed("Redis", error)
+                next = Date(timeIntervalSinceNow: min(1, configuration.heartbeatInterval))
+            }
+        }
+    }
+
+    /// One heartbeat in Sidekiq's format (§10.1), plus the fetcher heartbeat, and the signal
+    /// list. Returns the signal it popped, if any.
+    private func beat(_ connection: RedisConnection) throws -> String? {
+        let now = Clock.now()
+        let executions = running.all
+        metrics.busyThreads.record(executions.count)
+        var workers: [any RedisArgument] = ["HSET", Keys.workers(identity)]
+        for execution in executions {
+            let work: JSONObject = ["queue": .string(execution.job.queue), "payload": .string(execution.payloadText),
+                                    "run_at": .int(Int64(execution.startedAt))]
+            workers += [execution.threadID, JSONValue.object(work).serialized()]
+        }
+        var first: [[any RedisArgument]] = [["UNLINK", Keys.workers(identity)]]
+        if workers.count > 2 {
+            first.append(workers)
+            first.append(["EXPIRE", Keys.workers(identity), 60])
+        }
+        _ = try connection.transaction(first)
+        let pingStart = Clock.now()
+        try connection.command("PING")
+        let rtt = Int((Clock.now() - pingStart) * 1_000_000)
+        let results = try connection.transaction([
+            ["SADD", Keys.processes, identity],
+            ["HSET", Keys.process(identity), "info", processInfo(), "busy", executions.count, "beat", now,
+             "quiet", flags.isQuiet ? "true" : "false", "rss", ProcessFigures.rssKilobytes(), "rtt_us", rtt],
+            ["EXPIRE", Keys.process(identity), 60],
+            ["SET", Keys.fetcherHeartbeat(identity: identity), "1", "EX", Int(configuration.fetcherHeartbeatTTL.rounded(.up))],
+            ["RPOP", Keys.signals(identity)],
+        ])
+        lastBeat.store(Clock.now(), ordering: .relaxed)
+        guard let signal = results.last?.string else { return nil }
+        logger.notice("signal received through Redis", metadata: ["signal": "\(signal)"])
+        return signal
+    }
+
+    private func processInfo() -> String {
+        let info: JSONObject = [
+            "hostname": .string(Identifiers.hostname), "started_at": .double(startedAt),
+            "pid": .int(Int64(ProcessInfo.processInfo.processIdentifier)), "tag": .string(configuration.tag),
+            "concurrency": .int(Int64(configuration.concurrency)),
+            "queues": .array(configuration.queues.map { .string($0.name) }),
+            "labels": .array(configuration.labels.map { .string($0) }), "identity": .string(identity),
+        ]
+        return JSONValue.object(info).serialized()
+    }
+
+    /// Removes this process from the registry (on the caller's thread, with a connection of its own,
+    /// after the heartbeat thread has stopped). An entry left behind expires by itself.
+    func deregister() {
+        do {
+            let connection = try RedisConnection(endpoint: endpoint)
+            _ = try connection.pipeline([
+                ["SREM", Keys.processes, identity],
+                ["UNLINK", Keys.workers(identity)],
+                ["DEL", Keys.fetcherHeartbeat(identity: identity)],
+            ])
+        } catch {
+            logger.warning("could not deregister; the entry expires by itself", metadata: ["error": "\(error)"])
+        }
+    }
+}
+
+/// Figures about this OS process, read from /proc.
+enum ProcessFigures {
+    /// VmHWM: the process's peak resident set, in kB.
+    static func peakRSSKilobytes() -> Int {
+        guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+              let line = text.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }) else { return 0 }
+        return Int(line.split(separator: " ").dropFirst().first ?? "0") ?? 0
+    }
+
+    static func rssKilobytes() -> Int {
+        guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+        let fields = text.split(separator: " ")
+        guard fields.count > 1, let pages = Int(fields[1]) else { return 0 }
+        return pages * Int(sysconf(Int32(_SC_PAGESIZE))) / 1024
+    }
+}

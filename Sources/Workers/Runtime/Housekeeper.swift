@@ -1,0 +1,86 @@
+import Foundation
+import Logging
+import Queue
+
+/// The housekeeper: moves due jobs from `retry` and `schedule` to their queues (about every
+/// `pollInterval`, jittered), and, holding a short fleet-wide lease (`orphanSweepLock`), takes back
+/// the in-flight jobs of processes whose fetcher heartbeat expired and prunes the process set.
+///
+/// Thread rules: owns the `housekeeper` thread and its Redis connection; shares nothing with the
+/// other threads but the outage log and the metrics. Every call it makes is idempotent, so a call
+/// repeated after a lost reply does no harm.
+final class Housekeeper: Sendable {
+    private let identity: String
+    private let configuration: WorkerConfiguration
+    private let endpoint: RedisEndpoint
+    private let metrics: RuntimeMetrics
+    private let outages: OutageLog
+    private let logger: Logger
+    private let thread = RuntimeThread(name: "housekeeper")
+
+    init(identity: String, configuration: WorkerConfiguration, endpoint: RedisEndpoint, metrics: RuntimeMetrics,
+         outages: OutageLog, logger: Logger) {
+        self.identity = identity
+        self.configuration = configuration
+        self.endpoint = endpoint
+        self.metrics = metrics
+        self.outages = outages
+        self.logger = logger
+    }
+
+    func start() { thread.start { [self] in loop() } }
+    func requestStop() { thread.requestStop() }
+    func wait() { thread.wait() }
+
+    private func loop() {
+        var link = RedisLink(endpoint: endpoint)
+        var nextPoll = Date(timeIntervalSinceNow: Double.random(in: 0...min(1, configuration.pollInterval)))
+        var nextSweep = Date()
+        while !thread.shouldStop {
+            let wake = min(nextPoll, nextSweep)
+            if Date() < wake {
+                Thread.sleep(forTimeInterval: min(0.1, wake.timeIntervalSinceNow))
+                continue
+            }
+            do {
+                try link.withRetryOnStaleLink { conn in try housekeeping(conn, nextPoll: &nextPoll, nextSweep: &nextSweep) }
+                outages.succeeded("Redis")
+            } catch {
+                link.drop()
+                outages.failed("Redis", error)
+                nextPoll = Date(timeIntervalSinceNow: 1)
+            }
+        }
+    }
+
+    private func housekeeping(_ conn: RedisConnection, nextPoll: inout Date, nextSweep: inout Date) throws {
+        if Date() >= nextPoll {
+            let moved = try ReliableQueue.moveDue(conn, from: Keys.retry)
+                + ReliableQueue.moveDue(conn, from: Keys.schedule)
+            if moved > 0 { logger.debug("moved due jobs to their queues", metadata: ["count": "\(moved)"]) }
+            nextPoll = Date(timeIntervalSinceNow: configuration.pollInterval * Double.random(in: 0.5...1.5))
+        }
+        if Date() >= nextSweep {
+            try sweepOrphans(conn)
+            nextSweep = Date(timeIntervalSinceNow: configuration.orphanSweepInterval)
+        }
+    }
+
+    /// One process in the fleet sweeps per interval (a short lease), taking back the in-flight
+    /// jobs of processes whose heartbeat expired and pruning dead entries from `processes`.
+    private func sweepOrphans(_ connection: RedisConnection) throws {
+        let lease = try connection.command("SET", Keys.orphanSweepLock, identity, "NX", "PX",
+                                           max(1, Int(configuration.orphanSweepInterval * 1000) - 100))
+        guard lease.string == "OK" else { return }
+        let report = try ReliableQueue.recoverOrphans(connection, ownIdentity: identity,
+                                                      interruptLimit: configuration.interruptLimit,
+                                                      deadLimits: configuration.deadLimits)
+        metrics.orphansRecovered.increment(by: report.requeued + report.killed)
+        if !report.deadProcesses.isEmpty {
+            logger.notice("recovered in-flight jobs of dead processes", metadata: [
+                "processes": "\(report.deadProcesses.joined(separator: ","))",
+                "requeued": "\(report.requeued)", "dead": "\(report.killed)"])
+        }
+        try ProcessRegistry.prune(connection)
+    }
+}

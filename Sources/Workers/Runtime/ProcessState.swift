@@ -1,0 +1,37 @@
+import Foundation
+import Synchronization
+
+/// Where the process is in its life: serving, quiet (no longer fetching), stopping.
+///
+/// Thread rules: written only by the life cycle (`WorkerProcess.quietDown` / `shutdown`), read by
+/// any thread. Both flags only ever go from false to true.
+final class LifeCycleFlags: Sendable {
+    private let quietFlag = Atomic<Bool>(false)
+    private let stoppingFlag = Atomic<Bool>(false)
+
+    /// No more fetching (Sidekiq's TSTP); set before the fetcher is stopped.
+    var isQuiet: Bool { quietFlag.load(ordering: .acquiring) }
+    /// Shutting down (SIGTERM): the watchdog no longer replaces retired pool threads.
+    var isStopping: Bool { stoppingFlag.load(ordering: .acquiring) }
+
+    /// Sets quiet; true for the first caller only.
+    func becomeQuiet() -> Bool { !quietFlag.exchange(true, ordering: .acquiringAndReleasing) }
+
+    func beginStopping() { stoppingFlag.store(true, ordering: .releasing) }
+}
+
+/// Recent average run time of a job in this process, in seconds (exponentially weighted), which
+/// the fetcher uses to size its prefetch.
+///
+/// Thread rules: every pool thread records; the fetcher reads. Races between pool threads only
+/// blur the average, which is all the fetcher needs, so it is a relaxed atomic, not a lock.
+final class RunTimeEstimate: Sendable {
+    /// Stored as the bits of a Double. Assumes slowish jobs until measured.
+    private let bits = Atomic<UInt64>(0.02.bitPattern)
+
+    var seconds: Double { Double(bitPattern: bits.load(ordering: .relaxed)) }
+
+    func record(seconds run: Double) {
+        bits.store((seconds * 0.95 + run * 0.05).bitPattern, ordering: .relaxed)
+    }
+}

@@ -1,0 +1,72 @@
+import Foundation
+import Logging
+import Queue
+import Synchronization
+
+/// The settler: writes settlements (ack, retry, dead, requeue) and the `stat:*` counters to Redis
+/// in batches, one script call per batch (`ReliableQueue.settle`).
+///
+/// Thread rules: owns the `settler` thread and its Redis connection (only that thread touches
+/// them). Takes from `settlements`, which every other thread feeds. `processedCount` /
+/// `failedCount` may be read from any thread.
+///
+/// Invariant: a job leaves this process's in-flight list only through this type (or another
+/// process's orphan sweep once our heartbeat has expired). A batch that cannot be written is
+/// retried with backoff, never dropped, so a crash at any point loses nothing.
+final class Settler: Sendable {
+    private let settlements: SettlementQueue
+    private let endpoint: RedisEndpoint
+    private let deadLimits: DeadSetLimits
+    private let outages: OutageLog
+    private let thread = RuntimeThread(name: "settler")
+    private let processedTotal = Atomic<Int>(0)
+    private let failedTotal = Atomic<Int>(0)
+
+    init(settlements: SettlementQueue, endpoint: RedisEndpoint, deadLimits: DeadSetLimits, outages: OutageLog) {
+        self.settlements = settlements
+        self.endpoint = endpoint
+        self.deadLimits = deadLimits
+        self.outages = outages
+    }
+
+    /// Runs written so far (successes and failures), and failures, in this process.
+    var processedCount: Int { processedTotal.load(ordering: .relaxed) }
+    var failedCount: Int { failedTotal.load(ordering: .relaxed) }
+
+    func start() { thread.start { [self] in loop() } }
+
+    /// Stops once the queue is empty (call after `SettlementQueue.waitUntilDrained`) and waits.
+    func stopAndWait() { thread.stopAndWait() }
+
+    private func loop() {
+        var link = RedisLink(endpoint: endpoint)
+        var backoff = ReconnectBackoff()
+        while true {
+            let batch = settlements.takeBatch(limit: 1000, timeout: 0.05)
+            if batch.isEmpty {
+                if thread.shouldStop { return }
+                continue
+            }
+            let processed = batch.reduce(0) { $0 + ($1.processed ? 1 : 0) }
+            let failed = batch.reduce(0) { $0 + ($1.failed ? 1 : 0) }
+            while true {
+                do {
+                    _ = try link.withRetryOnStaleLink { conn in
+                        try ReliableQueue.settle(conn, batch.map { ($0.job, $0.settlement) }, processed: processed,
+                                                 failed: failed, deadLimits: deadLimits)
+                    }
+                    outages.succeeded("Redis")
+                    backoff.reset()
+                    break
+                } catch {
+                    link.drop()
+                    outages.failed("Redis", error)
+                    backoff.wait()
+                }
+            }
+            processedTotal.wrappingAdd(processed, ordering: .relaxed)
+            failedTotal.wrappingAdd(failed, ordering: .relaxed)
+            settlements.markWritten(batch.count)
+        }
+    }
+}

@@ -1,0 +1,46 @@
+import Foundation
+import Queue
+
+/// The watchdog: ten times a second, fails every run that passed its deadline (a timeout
+/// settlement, retried as Sidekiq would) and starts a pool thread in place of the one still stuck
+/// in it.
+///
+/// Thread rules: owns the `watchdog` thread and no connection. Reads `running`; settles only runs
+/// whose `Execution.abandon()` it won (so the pool thread, on return, neither settles nor reuses
+/// its slot); adds to `settlements`; asks `pool` for a replacement thread unless the process is
+/// stopping.
+final class Watchdog: Sendable {
+    private let running: RunningJobs
+    private let settlements: SettlementQueue
+    private let pool: JobPool
+    private let flags: LifeCycleFlags
+    private let metrics: RuntimeMetrics
+    private let thread = RuntimeThread(name: "watchdog")
+
+    init(running: RunningJobs, settlements: SettlementQueue, pool: JobPool, flags: LifeCycleFlags,
+         metrics: RuntimeMetrics) {
+        self.running = running
+        self.settlements = settlements
+        self.pool = pool
+        self.flags = flags
+        self.metrics = metrics
+    }
+
+    func start() { thread.start { [self] in loop() } }
+    func requestStop() { thread.requestStop() }
+    func wait() { thread.wait() }
+
+    private func loop() {
+        while !thread.shouldStop {
+            Thread.sleep(forTimeInterval: 0.1)
+            let now = Clock.now()
+            for execution in running.all where now > execution.deadline && execution.abandon() {
+                running.remove(execution)
+                let outcome = pool.runner.timedOut(execution)
+                metrics.jobTimeouts.increment()
+                settlements.add(.init(job: execution.job, settlement: outcome.settlement, failed: true, processed: true))
+                if !flags.isStopping { pool.spawnThread() }
+            }
+        }
+    }
+}
