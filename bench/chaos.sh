@@ -18,8 +18,15 @@ WORKERS="${WORKERS:-4}"
 KILL_EVERY="${KILL_EVERY:-2}"
 PAUSE_MS="${PAUSE_MS:-20}"
 DEADLINE="${DEADLINE:-300}"
-BIN="${WORKERCTL:-$(swift build --show-bin-path)/workerctl}"
-[ -x "$BIN" ] || { swift build --product workerctl >/dev/null; }
+# WORKERCTL: the binary to fire at (the test suite passes the one it built); otherwise a build of this tree now,
+# so a run never measures a binary older than the source. A failed build stops the run.
+if [ -n "${WORKERCTL:-}" ]; then
+  BIN="$WORKERCTL"
+else
+  swift build --product workerctl >/dev/null || { echo "build failed: nothing run" >&2; exit 1; }
+  BIN="$(swift build --show-bin-path)/workerctl"
+fi
+[ -x "$BIN" ] || { echo "$BIN is not an executable" >&2; exit 1; }
 
 # Its own Redis and PostgreSQL (crashed and restarted below), so nothing else on the machine is disturbed.
 export DATA_DIR="${CHAOS_DATA_DIR:-$ROOT/.dev/chaos}" REDIS_PORT="${CHAOS_REDIS_PORT:-6391}" PG_PORT="${CHAOS_PG_PORT:-5441}"

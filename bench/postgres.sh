@@ -18,8 +18,8 @@ eval "$(scripts/services env)"
 export REDIS_URL="${REDIS_URL%/*}/59"
 ADMIN_URL="$DATABASE_URL"
 export DATABASE_URL="${DATABASE_URL%/*}/pgbench_jobs"
-swift build -c release --scratch-path .build-release --product workerctl 2>&1 | grep -E "error|Build complete" || true
-BIN="$(swift build -c release --scratch-path .build-release --show-bin-path)/workerctl"
+. bench/lib.sh
+release_workerctl
 R() { redis-cli -u "$REDIS_URL" "$@"; }
 
 psql "$ADMIN_URL" -qc "DROP DATABASE IF EXISTS pgbench_jobs" -c "CREATE DATABASE pgbench_jobs" >/dev/null

@@ -20,9 +20,8 @@ eval "$(scripts/services env)"
 export REDIS_URL="${REDIS_URL%/*}/60"
 R() { redis-cli -u "$REDIS_URL" "$@"; }
 
-echo "== building release"
-swift build -c release --scratch-path .build-release --product workerctl 2>&1 | grep -E "error|Build complete" || true
-BIN="$(swift build -c release --scratch-path .build-release --show-bin-path)/workerctl"
+. bench/lib.sh
+release_workerctl
 
 # Seconds from the first job taken until queue:default is empty. Both systems are timed the same way: start-up
 # (Ruby's takes seconds) is not counted, and neither is Sidekiq's 5 s counter flush; what is still running at the
