@@ -141,7 +141,7 @@ final class AdsRewardTests: XCTestCase {
             XCTFail("expected a retry, got \(delivery)", file: file, line: line)
             throw JobRunnerDriver.DriverError("no retry")
         }
-        XCTAssertEqual(delivery.errorClass, String(reflecting: RewardCreditUnavailable.self), "\(delivery)", file: file, line: line)
+        XCTAssertEqual(delivery.errorClass, "RewardCreditUnavailable", "\(delivery)", file: file, line: line)
         return next
     }
 

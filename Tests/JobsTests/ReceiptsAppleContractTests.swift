@@ -279,14 +279,14 @@ final class ReceiptsAppleContractTests: XCTestCase {
         let r = try runner(configuration())   // sends "shh": not the app's secret
         let jid = Identifiers.jid()
         Settles.retry(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "genuine", transaction: "74000001"), jid: jid),
-                      errorClass: "Jobs.AppleVerifyReceiptRequestRefused",
+                      errorClass: "AppleVerifyReceiptRequestRefused",
                       messagePrefix: "RCV-CONFIG-21004: Apple verifyReceipt refused our request: the shared secret RECEIPTS_APPLE_SHARED_SECRET does not match")
         Settles.retry(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "genuine", transaction: "74000001"),
                                 jid: jid, retryCount: 0),
-                      errorClass: "Jobs.AppleVerifyReceiptRequestRefused", messagePrefix: "RCV-CONFIG-21004")
+                      errorClass: "AppleVerifyReceiptRequestRefused", messagePrefix: "RCV-CONFIG-21004")
         try fakes.configure(.apple, ["shared_secret": NSNull()])
         Settles.retry(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "status:21000", transaction: "74000002")),
-                      errorClass: "Jobs.AppleVerifyReceiptRequestRefused",
+                      errorClass: "AppleVerifyReceiptRequestRefused",
                       messagePrefix: "RCV-CONFIG-21000: Apple verifyReceipt refused our request: the App Store could not read our request")
         // Nothing is held against the user: no receipt recorded invalid, no security alert; one configuration alert each.
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM iap_receipts"), 0)
@@ -349,7 +349,7 @@ final class ReceiptsAppleContractTests: XCTestCase {
         let r = try ReceiptsRunner(redisDatabase: 50, registry: registry, database: JobDatabase(pool: db.pool))
         runners.append(r)
         let body = #"[{"signedPayload":""# + (try AppleFixtures.text("mock_signed_data/testNotification")) + #""}]"#
-        Settles.retry(try r.run("AppStoreNotificationJob", body), errorClass: "Jobs.UnconfiguredJob.NotConfigured",
+        Settles.retry(try r.run("AppStoreNotificationJob", body), errorClass: "UnconfiguredJob::NotConfigured",
                       messagePrefix: "the receipts jobs are not configured on this worker: " + problem)
 
         // Built in code, the same configuration is refused too; with the id, or Sandbox only, it starts.

@@ -244,7 +244,7 @@ enum Failure {
         guard case RunnerSettlement.retry(let payload, _) = error else {
             return XCTFail("expected a retry, \(service) unavailable (\(reason)), got \(error)", file: file, line: line)
         }
-        XCTAssertEqual(payload.errorClass, String(reflecting: StoreUnavailable.self), "\(error)", file: file, line: line)
+        XCTAssertEqual(payload.errorClass, "StoreUnavailable", "\(error)", file: file, line: line)
         let message = payload.errorMessage ?? ""
         XCTAssertTrue(message.hasPrefix("\(service) temporarily unavailable: ") && message.contains(reason),
                       "retry with '\(message)', expected \(service) unavailable with '\(reason)'", file: file, line: line)
