@@ -126,4 +126,44 @@ final class WorkersClientTests: XCTestCase {
         let keys = try await client.withConnection { try $0.command("DBSIZE").integer }
         XCTAssertEqual(keys, 0)
     }
+
+    // MARK: - Examples/EnqueueFromHummingbird
+
+    /// The example service's binary, which `scripts/test` builds before running the tests.
+    var exampleBinary: URL {
+        TestServices.repositoryRoot.appendingPathComponent("Examples/EnqueueFromHummingbird/.build/debug/EnqueueFromHummingbird")
+    }
+
+    func post(_ url: String) throws -> (code: Int, body: String) {
+        let result = try ChildProcess.run(try XCTUnwrap(TestServices.which("curl")),
+                                          ["-s", "-X", "POST", "-o", "-", "-w", "\n%{http_code}", url])
+        let lines = result.stdout.split(separator: "\n", omittingEmptySubsequences: false)
+        return (Int(lines.last ?? "") ?? 0, lines.dropLast().joined(separator: "\n"))
+    }
+
+    func testExampleHummingbirdHandlerEnqueuesASidekiqJob() async throws {
+        guard FileManager.default.isExecutableFile(atPath: exampleBinary.path) else {
+            throw XCTSkip("\(exampleBinary.path) is not built (scripts/test builds it unless SKIP_EXAMPLES=1)")
+        }
+        let client = try await makeClient(database: 59, maxConnections: 1)
+        defer { client.shutdown() }
+        let port = try TestServices.closedPort()
+        let service = try ChildProcess(executable: exampleBinary, arguments: [],
+                                       environment: ["REDIS_URL": TestServices.redisURL(db: 59), "PORT": String(port)])
+        defer { service.signal(SIGTERM); service.wait() }
+        let url = "http://127.0.0.1:\(port)/reports/42/render"
+        var answer: (code: Int, body: String) = (0, "")
+        XCTAssertTrue(try eventually { answer = try post(url); return answer.code != 0 }, service.stderr)
+        XCTAssertEqual(answer.code, 202, answer.body)
+        let jid = try XCTUnwrap(try JSONValue.parse(answer.body).objectValue?["jid"]?.stringValue, answer.body)
+
+        let raw = try await client.withConnection { try $0.command("LRANGE", "queue:default", 0, -1).strings }
+        XCTAssertEqual(raw.count, 1)
+        let payload = try JobPayload(parsing: try XCTUnwrap(raw.first))
+        XCTAssertEqual(payload.className, "RenderReport")
+        XCTAssertEqual(payload.args, [42])
+        XCTAssertEqual(payload.jid, jid)
+        XCTAssertEqual(payload.retry, .limit(5))
+        XCTAssertEqual(try post("http://127.0.0.1:\(port)/reports/not-a-number/render").code, 400)
+    }
 }
