@@ -89,8 +89,8 @@ final class ReadinessProbe: @unchecked Sendable {
     private let process: @Sendable () -> (ok: Bool, detail: String)
     private var redisConnection: RedisConnection?
 
-    /// Seconds a probe waits for each dependency; Kubernetes' default probe timeout is 1 s, so
-    /// set `timeoutSeconds` above this (docs/deployment.md).
+    /// Seconds a probe waits per step (connect, command, checkout, statement). Kubernetes' default
+    /// probe timeout is 1 s: set `timeoutSeconds` above the sum (docs/metrics-and-health.md).
     static let dependencyTimeout = 2
 
     init(redis: RedisEndpoint, databaseURL: String?, process: @escaping @Sendable () -> (ok: Bool, detail: String)) {
