@@ -158,6 +158,37 @@ final class MetricsEndpointTests: XCTestCase {
         XCTAssertEqual(try get(base + "/healthz").code, 200)
     }
 
+    /// A worker on a Redis server of its own (a free port, no persistence), which the test then stops:
+    /// `/readyz` names Redis, `/healthz` is still the process' own answer.
+    func testReadyzNamesRedisWhenItsServerIsGone() throws {
+        let port = try TestServices.closedPort()
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("readyz-redis-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let server = try ChildProcess(executable: try XCTUnwrap(TestServices.which("redis-server")), arguments: [
+            "--port", "\(port)", "--bind", "127.0.0.1", "--dir", directory.path, "--save", "", "--appendonly", "no"])
+        defer { server.signal(SIGKILL); server.wait() }
+        let url = "redis://127.0.0.1:\(port)/0"
+        XCTAssertTrue(eventually { (try? RedisConnection(url: url)) != nil }, server.stderr)
+        let worker = try ChildProcess(executable: TestServices.workerctl,
+                                      arguments: ["worker", "--no-database", "--metrics-port", "0"],
+                                      environment: ["REDIS_URL": url, "LOG_LEVEL": "info"])
+        defer { worker.signal(SIGTERM); worker.wait() }
+        let base = try metricsURL(of: worker).replacingOccurrences(of: "/metrics", with: "")
+        let up = try readiness(base + "/readyz")
+        XCTAssertEqual(up.code, 200, worker.stderr)
+        XCTAssertEqual(isOK(up.checks, "redis"), true)
+
+        server.signal(SIGKILL)
+        server.wait()
+        let down = try readiness(base + "/readyz")
+        XCTAssertEqual(down.code, 503)
+        XCTAssertEqual(down.ready, false)
+        XCTAssertTrue(down.reason.contains("redis: unreachable ("), down.reason)
+        XCTAssertTrue(down.reason.contains("127.0.0.1:\(port)"), down.reason)
+        XCTAssertFalse(down.reason.contains("postgresql:"), down.reason)
+        XCTAssertEqual(isOK(down.checks, "redis"), false)
+    }
+
     /// Addresses (dotted IPv4) with a socket listening on `port`, from /proc/net/tcp.
     func listeningAddresses(port: Int) throws -> [String] {
         let table = try String(contentsOfFile: "/proc/net/tcp", encoding: .utf8)
