@@ -3,6 +3,7 @@ import PackageDescription
 
 // Layers (each imports only what is below it):
 //   5 workerctl            the operator's binary
+//   3 WorkersClient        library product for services: async pooled enqueue + admin over Queue
 //   4 Jobs                 the domain jobs + registry
 //   4 BenchJobs            bench/test-only jobs and tables (ProbeInsert, probe_rows); registered only on request
 //   3 Workers, Scheduler   runtime (pool, fetch, retry, heartbeat) / cron
@@ -13,6 +14,9 @@ let package = Package(
     platforms: [.macOS(.v14)],
     products: [
         .executable(name: "workerctl", targets: ["workerctl"]),
+        // For Swift services (Vapor, Hummingbird): enqueue and admin, async, pooled; no worker runtime.
+        // See Examples/EnqueueFromHummingbird.
+        .library(name: "WorkersClient", targets: ["WorkersClient"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -41,6 +45,8 @@ let package = Package(
                                                 .product(name: "Crypto", package: "swift-crypto")],
                 resources: [.copy("Migrations")]),
         .target(name: "HTTP", dependencies: ["CCurl", .product(name: "Logging", package: "swift-log")]),
+
+        .target(name: "WorkersClient", dependencies: ["Queue"]),
 
         .target(name: "Workers", dependencies: ["Queue", "Storage", "Yams", .product(name: "Logging", package: "swift-log"),
                                                 .product(name: "CoreMetrics", package: "swift-metrics")]),
@@ -80,6 +86,7 @@ let package = Package(
                                                       .product(name: "_CryptoExtras", package: "swift-crypto"),
                                                       .product(name: "X509", package: "swift-certificates"),
                                                       .product(name: "SwiftASN1", package: "swift-asn1")]),
-        .testTarget(name: "WorkerctlTests", dependencies: ["Queue", "TestSupport"]),
+        .testTarget(name: "WorkerctlTests", dependencies: ["Queue", "Storage", "TestSupport"]),
+        .testTarget(name: "WorkersClientTests", dependencies: ["WorkersClient", "TestSupport"]),
     ]
 )

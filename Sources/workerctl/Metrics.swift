@@ -3,10 +3,12 @@ import Foundation
 import Logging
 import Prometheus
 import Queue
+import Storage
 import Workers
 
 /// The Prometheus side of `--metrics-port`: bootstraps swift-metrics with a Prometheus registry,
-/// refreshes the queue gauges from Redis at each scrape, and serves `/metrics` and `/healthz`.
+/// refreshes the queue gauges from Redis at each scrape, and serves `/metrics`, `/healthz`
+/// (liveness) and `/readyz` (readiness, `ReadinessProbe`) on `--metrics-host`.
 enum MetricsEndpoint {
     /// The registry the Prometheus factory writes to; set once by `bootstrap` at start-up,
     /// before any other thread exists, and only read afterwards.
@@ -19,32 +21,151 @@ enum MetricsEndpoint {
         Self.registry = registry
     }
 
-    static func serve(port: Int, redis: RedisEndpoint,
-                      health: @escaping @Sendable () -> (ok: Bool, detail: String)) throws -> MetricsServer {
+    /// The default of `--metrics-host` and `metrics_host`: reachable from this machine only.
+    static let defaultHost = "127.0.0.1"
+
+    /// True for a dotted IPv4 address (what `MetricsServer` binds), e.g. `0.0.0.0` or `10.0.0.5`.
+    static func isIPv4Address(_ text: String) -> Bool {
+        var address = in_addr()
+        return inet_pton(AF_INET, text, &address) == 1
+    }
+
+    static func serve(host: String, port: Int, redis: RedisEndpoint,
+                      health: @escaping @Sendable () -> (ok: Bool, detail: String),
+                      readiness: ReadinessProbe) throws -> MetricsServer {
         guard let registry else { preconditionFailure("MetricsEndpoint.bootstrap() must run first") }
         let gauges = QueueGauges(endpoint: redis)
-        return try MetricsServer(port: port, metrics: {
+        return try MetricsServer(host: host, port: port, metrics: {
             gauges.refresh()
             var buffer: [UInt8] = []
             registry.emit(into: &buffer)
             return String(decoding: buffer, as: UTF8.self)
-        }, health: health)
+        }, health: health, readiness: { readiness.check() })
     }
 }
 
 extension MetricsEndpoint {
     /// `serve`, for `--metrics-port`: a server that cannot start is a runtime error (exit 1); the
-    /// address it listens on is logged as `metrics_url` (port 0 picks a free port).
-    static func listen(port: Int, redisURL: String, logger: Logger,
+    /// address it listens on is logged as `metrics_listen` (host:port) and `metrics_url` (a URL that
+    /// reaches it from this machine: loopback when bound to `0.0.0.0`; port 0 picks a free port).
+    /// `databaseURL` nil: the process uses no PostgreSQL, so readiness does not check it.
+    static func listen(host: String = defaultHost, port: Int, redisURL: String, databaseURL: String? = nil,
+                       logger: Logger,
                        health: @escaping @Sendable () -> (ok: Bool, detail: String)) throws -> MetricsServer {
+        guard isIPv4Address(host) else { throw CLIError.usage("--metrics-host must be an IPv4 address, got '\(host)'") }
         let endpoint: RedisEndpoint
         do { endpoint = try RedisEndpoint(url: redisURL) } catch { throw CLIError.usage(error.description) }
+        let readiness = ReadinessProbe(redis: endpoint, databaseURL: databaseURL, process: health)
         let server: MetricsServer
-        do { server = try serve(port: port, redis: endpoint, health: health) } catch let error as MetricsServer.StartError {
+        do {
+            server = try serve(host: host, port: port, redis: endpoint, health: health, readiness: readiness)
+        } catch let error as MetricsServer.StartError {
             throw CLIError.runtime(error.description)
         }
-        logger.info("metrics endpoint listening", metadata: ["metrics_url": "http://127.0.0.1:\(server.port)/metrics"])
+        let localHost = host == "0.0.0.0" ? "127.0.0.1" : host
+        logger.info("metrics endpoint listening", metadata: ["metrics_listen": "\(host):\(server.port)",
+                                                            "metrics_url": "http://\(localHost):\(server.port)/metrics"])
         return server
+    }
+}
+
+/// `/readyz`: may this process be sent work now? Ready when the process itself is healthy (the
+/// `/healthz` check: running, not shutting down), Redis answers `PING`, and — for a process that
+/// uses PostgreSQL — PostgreSQL answers and its schema has every migration this build ships
+/// (`Migrator.status`, the check `workerctl worker` makes at start-up).
+///
+/// The answer is JSON: `{"ready":BOOL,"reason":"…","checks":{"process":…,"redis":…,"postgresql":…}}`,
+/// `reason` naming each failing dependency (absent when ready). Reasons carry the server's error
+/// text and redacted URLs, never a password.
+///
+/// Threading: `check()` is called by the metrics server's accept thread only, which alone
+/// touches `redisConnection`; the PostgreSQL pool is thread-safe. Both are the probe's own
+/// (one connection each, short timeouts), so a worker whose job pool is busy still answers.
+final class ReadinessProbe: @unchecked Sendable {
+    private let redis: RedisEndpoint
+    private let databaseURL: String?
+    private let postgres: PostgresPool?
+    private let migrator: Migrator?
+    private let process: @Sendable () -> (ok: Bool, detail: String)
+    private var redisConnection: RedisConnection?
+
+    /// Seconds a probe waits per step (connect, command, checkout, statement). Kubernetes' default
+    /// probe timeout is 1 s: set `timeoutSeconds` above the sum (docs/metrics-and-health.md).
+    static let dependencyTimeout = 2
+
+    init(redis: RedisEndpoint, databaseURL: String?, process: @escaping @Sendable () -> (ok: Bool, detail: String)) {
+        self.redis = redis
+        self.databaseURL = databaseURL
+        self.process = process
+        if let databaseURL {
+            let options = PostgresConnectionOptions(connectTimeout: Self.dependencyTimeout, applicationName: "workerctl-readyz",
+                                                    statementTimeoutMilliseconds: Self.dependencyTimeout * 1000)
+            postgres = PostgresPool(configuration: PostgresPoolConfiguration(
+                url: databaseURL, maxConnections: 1, checkoutTimeout: .seconds(Self.dependencyTimeout),
+                connectionOptions: options), logger: Logger(label: "workerctl.readyz"))
+            migrator = try? Migrator.bundled()
+        } else {
+            postgres = nil
+            migrator = nil
+        }
+    }
+
+    func check() -> (ok: Bool, json: String) {
+        var checks = JSONObject()
+        var failures: [String] = []
+        func record(_ name: String, _ problem: String?, detail: String? = nil) {
+            var entry: JSONObject = ["ok": .bool(problem == nil)]
+            if let problem {
+                entry["reason"] = .string(problem)
+                failures.append("\(name): \(problem)")
+            } else if let detail {
+                entry["detail"] = .string(detail)
+            }
+            checks[name] = .object(entry)
+        }
+        let health = process()
+        record("process", health.ok ? nil : health.detail, detail: health.detail)
+        record("redis", redisProblem())
+        if databaseURL != nil {
+            record("postgresql", postgresProblem())
+        } else {
+            checks["postgresql"] = .object(["ok": .bool(true), "detail": .string("not used by this process")])
+        }
+        var body: JSONObject = ["ready": .bool(failures.isEmpty)]
+        if !failures.isEmpty { body["reason"] = .string(failures.joined(separator: "; ")) }
+        body["checks"] = .object(checks)
+        return (failures.isEmpty, JSONValue.object(body).serialized())
+    }
+
+    /// nil when Redis answered `PING`; otherwise why not. A failed connection is dropped and
+    /// reopened by the next probe.
+    private func redisProblem() -> String? {
+        do {
+            if redisConnection == nil {
+                redisConnection = try RedisConnection(endpoint: redis, commandTimeout: Double(Self.dependencyTimeout))
+            }
+            try redisConnection!.command("PING")
+            return nil
+        } catch {
+            redisConnection?.close()
+            redisConnection = nil
+            return "unreachable (\(error))"
+        }
+    }
+
+    /// nil when PostgreSQL answered and the schema is current; otherwise why not.
+    private func postgresProblem() -> String? {
+        guard let postgres, let databaseURL else { return nil }
+        guard let migrator else { return "cannot read this build's migrations" }
+        let status: MigrationStatus
+        do { status = try migrator.status(pool: postgres) } catch {
+            return "unreachable at \(PostgresURL.redacted(databaseURL)) (\(error))"
+        }
+        if status.isUpToDate { return nil }
+        var problems: [String] = []
+        if !status.pending.isEmpty { problems.append("pending: \(status.pending.map(\.description).joined(separator: ", "))") }
+        if !status.modified.isEmpty { problems.append("modified: \(status.modified.map { String(format: "%04d", $0) }.joined(separator: ", "))") }
+        return "schema behind this build (\(problems.joined(separator: "; "))); run `workerctl migrate`"
     }
 }
 

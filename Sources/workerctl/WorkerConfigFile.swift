@@ -9,12 +9,16 @@ struct WorkerConfigFile {
         "redis_url", "database_url", "concurrency", "queues", "prefetch", "shutdown_timeout", "heartbeat_interval",
         "fetcher_heartbeat_ttl", "orphan_sweep_interval", "interrupt_limit", "poll_interval", "job_timeout",
         "dead_max_jobs", "dead_max_age_days", "tag", "labels", "pg_pool_size", "commit_batch", "commit_window",
+        "metrics_host", "metrics_port",
     ]
 
     var configuration = WorkerConfiguration()
     var redisURL: String?
     var databaseURL: String?
     var pgPoolSize: Int?
+    /// `metrics_host` / `metrics_port`: where `/metrics`, `/healthz`, `/readyz` listen (the flags win).
+    var metricsHost: String?
+    var metricsPort: Int?
 
     static func load(path: String) throws -> WorkerConfigFile {
         let text: String
@@ -42,6 +46,16 @@ struct WorkerConfigFile {
         file.redisURL = map["redis_url"] as? String
         file.databaseURL = map["database_url"] as? String
         file.pgPoolSize = try integer("pg_pool_size")
+        if let value = map["metrics_host"] {
+            guard let host = value as? String, MetricsEndpoint.isIPv4Address(host) else {
+                throw CLIError.usage("config file \(path): metrics_host must be an IPv4 address such as 127.0.0.1 or 0.0.0.0")
+            }
+            file.metricsHost = host
+        }
+        if let port = try integer("metrics_port") {
+            guard (0...65535).contains(port) else { throw CLIError.usage("config file \(path): metrics_port must be within 0...65535") }
+            file.metricsPort = port
+        }
         if let value = try integer("concurrency") { file.configuration.concurrency = value }
         if let value = try integer("prefetch") { file.configuration.prefetch = value }
         if let value = try number("shutdown_timeout") { file.configuration.shutdownTimeout = value }

@@ -1,5 +1,6 @@
 import Foundation
 import Queue
+import Storage
 import TestSupport
 import XCTest
 
@@ -87,5 +88,192 @@ final class MetricsEndpointTests: XCTestCase {
         let refused = try ChildProcess.run(TestServices.workerctl, ["scheduler", "--metrics-port", "70000", "--schedule", schedule.path],
                                            environment: ["REDIS_URL": redis.url])
         XCTAssertEqual(refused.status, 2, refused.stderr)
+    }
+
+    // MARK: - /readyz and --metrics-host
+
+    /// GET without `-f`: the status code and body, also for a 503.
+    func get(_ url: String) throws -> (code: Int, body: String) {
+        let result = try ChildProcess.run(try XCTUnwrap(TestServices.which("curl")),
+                                          ["-s", "-o", "-", "-w", "\n%{http_code}", url])
+        let lines = result.stdout.split(separator: "\n", omittingEmptySubsequences: false)
+        return (Int(lines.last ?? "") ?? 0, lines.dropLast().joined(separator: "\n"))
+    }
+
+    /// The readiness answer as JSON, with the checks by name.
+    func readiness(_ url: String) throws -> (code: Int, ready: Bool?, reason: String, checks: JSONObject) {
+        let answer = try get(url)
+        let json = try JSONValue.parse(answer.body).objectValue
+        let body = try XCTUnwrap(json, answer.body)
+        return (answer.code, body["ready"]?.boolValue, body["reason"]?.stringValue ?? "",
+                body["checks"]?.objectValue ?? JSONObject())
+    }
+
+    func isOK(_ checks: JSONObject, _ name: String) -> Bool? { checks[name]?.objectValue?["ok"]?.boolValue }
+
+    func testReadyzNamesPostgresWhenSchemaBehindOrUnreachableWhileHealthzStaysUp() throws {
+        let redis = try TestRedis(database: 61)
+        let database = try PostgresTestDatabase.create(prefix: "readyz")
+        defer { database.drop() }
+        let environment = ["REDIS_URL": redis.url, "DATABASE_URL": database.url, "LOG_LEVEL": "info"]
+        let migrate = try ChildProcess.run(TestServices.workerctl, ["migrate"], environment: environment)
+        XCTAssertEqual(migrate.status, 0, migrate.stderr)
+        let worker = try ChildProcess(executable: TestServices.workerctl,
+                                      arguments: ["worker", "--metrics-port", "0", "--queue", "readyz_idle"],
+                                      environment: environment)
+        defer { worker.signal(SIGTERM); worker.wait() }
+        let base = try metricsURL(of: worker).replacingOccurrences(of: "/metrics", with: "")
+
+        // Both up, schema current.
+        let up = try readiness(base + "/readyz")
+        XCTAssertEqual(up.code, 200, worker.stderr)
+        XCTAssertEqual(up.ready, true)
+        XCTAssertEqual(isOK(up.checks, "redis"), true)
+        XCTAssertEqual(isOK(up.checks, "postgresql"), true)
+        XCTAssertEqual(isOK(up.checks, "process"), true)
+
+        // Schema behind this build: the newest migration is no longer recorded as applied.
+        let connection = try database.connect()
+        let newest = try XCTUnwrap(try connection.queryFirst("SELECT max(version) AS v FROM schema_migrations")).int("v")
+        try connection.executeScript("DELETE FROM schema_migrations WHERE version = \(newest)")
+        connection.close()
+        let behind = try readiness(base + "/readyz")
+        XCTAssertEqual(behind.code, 503)
+        XCTAssertEqual(behind.ready, false)
+        XCTAssertTrue(behind.reason.hasPrefix("postgresql: schema behind this build (pending: \(String(format: "%04d", newest))_"),
+                      behind.reason)
+        XCTAssertEqual(isOK(behind.checks, "redis"), true)
+        XCTAssertEqual(isOK(behind.checks, "postgresql"), false)
+        let aliveWhileBehind = try get(base + "/healthz")
+        XCTAssertEqual(aliveWhileBehind.code, 200, "liveness must not depend on PostgreSQL: \(aliveWhileBehind.body)")
+
+        // PostgreSQL unreachable: the worker's database is gone.
+        database.drop()
+        let gone = try readiness(base + "/readyz")
+        XCTAssertEqual(gone.code, 503)
+        XCTAssertTrue(gone.reason.hasPrefix("postgresql: unreachable at "), gone.reason)
+        XCTAssertTrue(gone.reason.contains(database.name), gone.reason)
+        XCTAssertFalse(gone.reason.contains("redis:"), gone.reason)
+        XCTAssertEqual(isOK(gone.checks, "postgresql"), false)
+        XCTAssertEqual(try get(base + "/healthz").code, 200)
+    }
+
+    /// A worker on a Redis server of its own (a free port, no persistence), which the test then stops:
+    /// `/readyz` names Redis, `/healthz` is still the process' own answer.
+    func testReadyzNamesRedisWhenItsServerIsGone() throws {
+        let port = try TestServices.closedPort()
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("readyz-redis-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let server = try ChildProcess(executable: try XCTUnwrap(TestServices.which("redis-server")), arguments: [
+            "--port", "\(port)", "--bind", "127.0.0.1", "--dir", directory.path, "--save", "", "--appendonly", "no"])
+        defer { server.signal(SIGKILL); server.wait() }
+        let url = "redis://127.0.0.1:\(port)/0"
+        XCTAssertTrue(eventually { (try? RedisConnection(url: url)) != nil }, server.stderr)
+        let worker = try ChildProcess(executable: TestServices.workerctl,
+                                      arguments: ["worker", "--no-database", "--metrics-port", "0"],
+                                      environment: ["REDIS_URL": url, "LOG_LEVEL": "info"])
+        defer { worker.signal(SIGTERM); worker.wait() }
+        let base = try metricsURL(of: worker).replacingOccurrences(of: "/metrics", with: "")
+        let up = try readiness(base + "/readyz")
+        XCTAssertEqual(up.code, 200, worker.stderr)
+        XCTAssertEqual(isOK(up.checks, "redis"), true)
+
+        server.signal(SIGKILL)
+        server.wait()
+        let down = try readiness(base + "/readyz")
+        XCTAssertEqual(down.code, 503)
+        XCTAssertEqual(down.ready, false)
+        XCTAssertTrue(down.reason.contains("redis: unreachable ("), down.reason)
+        XCTAssertTrue(down.reason.contains("127.0.0.1:\(port)"), down.reason)
+        XCTAssertFalse(down.reason.contains("postgresql:"), down.reason)
+        XCTAssertEqual(isOK(down.checks, "redis"), false)
+    }
+
+    /// Addresses (dotted IPv4) with a socket listening on `port`, from /proc/net/tcp.
+    func listeningAddresses(port: Int) throws -> [String] {
+        let table = try String(contentsOfFile: "/proc/net/tcp", encoding: .utf8)
+        return table.split(separator: "\n").dropFirst().compactMap { line -> String? in
+            let columns = line.split(separator: " ")
+            guard columns.count > 3, columns[3] == "0A" else { return nil }  // 0A: LISTEN
+            let local = columns[1].split(separator: ":")
+            guard local.count == 2, Int(local[1], radix: 16) == port, let raw = UInt32(local[0], radix: 16) else { return nil }
+            // The kernel prints the address in host byte order (little-endian here): first octet lowest.
+            return [raw & 0xFF, (raw >> 8) & 0xFF, (raw >> 16) & 0xFF, raw >> 24].map(String.init).joined(separator: ".")
+        }
+    }
+
+    /// An IPv4 address of this machine outside 127.0.0.0/8, if it has one.
+    func nonLoopbackAddress() -> String? {
+        var list: UnsafeMutablePointer<ifaddrs>?
+        guard getifaddrs(&list) == 0 else { return nil }
+        defer { freeifaddrs(list) }
+        var entry = list
+        while let current = entry {
+            defer { entry = current.pointee.ifa_next }
+            guard let address = current.pointee.ifa_addr, address.pointee.sa_family == sa_family_t(AF_INET) else { continue }
+            var text = [CChar](repeating: 0, count: Int(INET_ADDRSTRLEN))
+            let dotted: String? = address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { inet in
+                var sinAddr = inet.pointee.sin_addr
+                return inet_ntop(AF_INET, &sinAddr, &text, socklen_t(INET_ADDRSTRLEN)) != nil
+                    ? String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : nil
+            }
+            if let dotted, !dotted.hasPrefix("127.") { return dotted }
+        }
+        return nil
+    }
+
+    func port(of url: String) throws -> Int {
+        try XCTUnwrap(url.firstMatch(of: /:(\d+)\//).flatMap { Int($0.1) }, url)
+    }
+
+    func testMetricsHostAllInterfacesIsReachableFromAnotherAddress() throws {
+        let redis = try TestRedis(database: 62)
+        let worker = try ChildProcess(executable: TestServices.workerctl,
+                                      arguments: ["worker", "--no-database", "--metrics-port", "0", "--metrics-host", "0.0.0.0"],
+                                      environment: ["REDIS_URL": redis.url, "LOG_LEVEL": "info"])
+        defer { worker.signal(SIGTERM); worker.wait() }
+        let url = try metricsURL(of: worker)
+        let port = try port(of: url)
+        XCTAssertEqual(try listeningAddresses(port: port), ["0.0.0.0"])
+        XCTAssertTrue(worker.stderr.contains(#""metrics_listen":"0.0.0.0:\#(port)""#), worker.stderr)
+        if let address = nonLoopbackAddress() {
+            XCTAssertEqual(try get("http://\(address):\(port)/healthz").code, 200, "via \(address)")
+            let ready = try readiness("http://\(address):\(port)/readyz")
+            XCTAssertEqual(ready.code, 200)
+            XCTAssertEqual(ready.checks["postgresql"]?.objectValue?["detail"]?.stringValue, "not used by this process")
+        } else {
+            print("note: no non-loopback IPv4 address here; checked the bound address in /proc/net/tcp only")
+        }
+    }
+
+    func testMetricsHostDefaultsToLoopbackAndTheConfigFileSetsIt() throws {
+        let redis = try TestRedis(database: 62)
+        let loopback = try ChildProcess(executable: TestServices.workerctl,
+                                        arguments: ["worker", "--no-database", "--metrics-port", "0"],
+                                        environment: ["REDIS_URL": redis.url, "LOG_LEVEL": "info"])
+        defer { loopback.signal(SIGTERM); loopback.wait() }
+        let loopbackPort = try port(of: try metricsURL(of: loopback))
+        XCTAssertEqual(try listeningAddresses(port: loopbackPort), ["127.0.0.1"])
+        if let address = nonLoopbackAddress() {
+            XCTAssertEqual(try get("http://\(address):\(loopbackPort)/healthz").code, 0, "curl: no HTTP answer expected via \(address)")
+        }
+
+        let config = FileManager.default.temporaryDirectory.appendingPathComponent("metrics-host-\(UUID().uuidString).yaml")
+        try "metrics_host: 0.0.0.0\nmetrics_port: 0\n".write(to: config, atomically: true, encoding: .utf8)
+        let configured = try ChildProcess(executable: TestServices.workerctl,
+                                          arguments: ["worker", "--no-database", "--config", config.path],
+                                          environment: ["REDIS_URL": redis.url, "LOG_LEVEL": "info"])
+        defer { configured.signal(SIGTERM); configured.wait() }
+        XCTAssertEqual(try listeningAddresses(port: try port(of: try metricsURL(of: configured))), ["0.0.0.0"])
+
+        let refused = try ChildProcess.run(TestServices.workerctl, ["worker", "--no-database", "--metrics-port", "0",
+                                                                    "--metrics-host", "metrics.example"],
+                                           environment: ["REDIS_URL": redis.url])
+        XCTAssertEqual(refused.status, 2, refused.stderr)
+        try "metrics_host: everywhere\n".write(to: config, atomically: true, encoding: .utf8)
+        let badFile = try ChildProcess.run(TestServices.workerctl, ["worker", "--no-database", "--config", config.path],
+                                           environment: ["REDIS_URL": redis.url])
+        XCTAssertEqual(badFile.status, 2, badFile.stderr)
+        XCTAssertTrue(badFile.stderr.contains("metrics_host must be an IPv4 address"), badFile.stderr)
     }
 }

@@ -38,6 +38,25 @@ public final class RedisConnection: @unchecked Sendable {
         loadedScripts.removeAll()
     }
 
+    /// Closes the context when the server has hung up on an idle connection (`CLIENT KILL`,
+    /// `timeout`, a restart), so that the next command opens a fresh link instead of failing.
+    /// Returns true if it did.
+    ///
+    /// Only meaningful between commands: the blocking API reads every reply it asked for, so an
+    /// idle socket that is readable holds either end-of-file or bytes nobody asked for, and the
+    /// link is unusable either way. No command is sent, so this never runs anything twice. A
+    /// link that breaks in the middle of a command is not covered: that command throws `.io`.
+    @discardableResult
+    public func closeIfPeerHungUp() -> Bool {
+        guard let context else { return false }
+        var probe = pollfd(fd: context.pointee.fd, events: Int16(POLLIN), revents: 0)
+        guard poll(&probe, 1, 0) > 0, probe.revents & Int16(POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0 else {
+            return false
+        }
+        close()
+        return true
+    }
+
     private func connect() throws(RedisError) {
         close()
         let tv = Self.timeval(seconds: min(commandTimeout, 5))

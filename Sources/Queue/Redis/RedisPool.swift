@@ -4,7 +4,14 @@ import Foundation
 ///
 /// Invariant: a connection is either idle in `idle` or lent to exactly one caller of
 /// `withConnection`, so each connection is used by one thread at a time. Connections are opened
-/// lazily, up to `maxConnections`; a caller that finds none free waits.
+/// lazily, up to `maxConnections`; a caller that finds none free waits (blocking its thread:
+/// async code goes through `WorkersClient`, which keeps these waits off the cooperative pool).
+///
+/// Broken connections are replaced: one the server hung up on while it sat idle (`CLIENT KILL`,
+/// idle `timeout`, restart) is reconnected before it is lent (`closeIfPeerHungUp`), and one whose
+/// link broke during a command is dropped on return, its slot freed for a new one. The command
+/// that met a broken link throws `RedisError.io` and is not retried here: its write may have
+/// reached Redis.
 public final class RedisPool: @unchecked Sendable {
     public let endpoint: RedisEndpoint
     public let maxConnections: Int
@@ -36,6 +43,7 @@ public final class RedisPool: @unchecked Sendable {
         while idle.isEmpty && opened >= maxConnections { condition.wait() }
         if let connection = idle.popLast() {
             condition.unlock()
+            connection.closeIfPeerHungUp()  // its next command reconnects
             return connection
         }
         opened += 1

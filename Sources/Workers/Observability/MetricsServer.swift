@@ -1,15 +1,18 @@
 import Foundation
 
-/// A minimal HTTP/1.1 endpoint for scrapes: `GET /metrics` (Prometheus text) and `GET /healthz`.
+/// A minimal HTTP/1.1 endpoint for scrapes and probes: `GET /metrics` (Prometheus text),
+/// `GET /healthz` (liveness: the process itself) and `GET /readyz` (readiness: its dependencies,
+/// JSON; 404 when no readiness check was given).
 ///
 /// One accept thread serves requests one at a time (scrapes are rare and small); every
-/// connection is closed after its response. Binds to `host` (default loopback). The closures are
-/// called on the accept thread.
+/// connection is closed after its response. Binds to `host` (an IPv4 address, default loopback;
+/// `0.0.0.0` for every interface). The closures are called on the accept thread only.
 public final class MetricsServer: @unchecked Sendable {
     public let port: Int
     private let listener: Int32
     private let metrics: @Sendable () -> String
     private let health: @Sendable () -> (ok: Bool, detail: String)
+    private let readiness: (@Sendable () -> (ok: Bool, json: String))?
 
     public enum StartError: Error, CustomStringConvertible {
         case bind(host: String, port: Int, reason: String)
@@ -21,10 +24,13 @@ public final class MetricsServer: @unchecked Sendable {
     }
 
     /// Binds and starts serving. `port` 0 picks a free port (read it back from `port`).
+    /// `/healthz` and `/readyz` answer 200 when their closure says ok, else 503.
     public init(host: String = "127.0.0.1", port: Int, metrics: @escaping @Sendable () -> String,
-                health: @escaping @Sendable () -> (ok: Bool, detail: String)) throws {
+                health: @escaping @Sendable () -> (ok: Bool, detail: String),
+                readiness: (@Sendable () -> (ok: Bool, json: String))? = nil) throws {
         self.metrics = metrics
         self.health = health
+        self.readiness = readiness
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw StartError.bind(host: host, port: port, reason: String(cString: strerror(errno))) }
         var yes: Int32 = 1
@@ -94,6 +100,11 @@ public final class MetricsServer: @unchecked Sendable {
             let state = health()
             status = state.ok ? "200 OK" : "503 Service Unavailable"
             body = state.detail + "\n"
+        case ("GET"?, "/readyz") where readiness != nil:
+            let state = readiness!()
+            status = state.ok ? "200 OK" : "503 Service Unavailable"
+            body = state.json + "\n"
+            contentType = "application/json"
         case ("GET"?, _):
             status = "404 Not Found"
             body = "not found\n"

@@ -55,12 +55,18 @@ struct WorkerOptions: ParsableArguments {
         visibility: .hidden))
     var benchJobs = false
 
-    @Option(name: .customLong("metrics-port"), help: "Serve Prometheus /metrics and /healthz on 127.0.0.1:PORT (0: any free port, logged).")
+    @Option(name: .customLong("metrics-port"), help: "Serve Prometheus /metrics, /healthz and /readyz on PORT (0: any free port, logged); or metrics_port in the config file.")
     var metricsPort: Int?
+
+    @Option(name: .customLong("metrics-host"), help: "IPv4 address the metrics endpoint binds: 127.0.0.1 (default, this machine only) or 0.0.0.0 (every interface); or metrics_host in the config file.")
+    var metricsHost: String?
 
     mutating func validate() throws {
         if let concurrency, !(1...1000).contains(concurrency) { throw ValidationError("--concurrency must be within 1...1000") }
         if let metricsPort, !(0...65535).contains(metricsPort) { throw ValidationError("--metrics-port must be within 0...65535") }
+        if let metricsHost, !MetricsEndpoint.isIPv4Address(metricsHost) {
+            throw ValidationError("--metrics-host must be an IPv4 address such as 127.0.0.1 or 0.0.0.0")
+        }
         if let commitBatch, !(1...WorkerConfiguration.maxCommitBatch).contains(commitBatch) {
             throw ValidationError("--commit-batch must be within 1...\(WorkerConfiguration.maxCommitBatch)")
         }
@@ -75,7 +81,7 @@ struct WorkerOptions: ParsableArguments {
     /// Builds the worker process from the config file, environment and flags (flags win).
     /// Bad settings ⇒ usage error (exit 2); a schema behind this build ⇒ runtime error (exit 1).
     func makeProcess() throws -> WorkerProcess {
-        let file = try config.map { try WorkerConfigFile.load(path: $0) } ?? WorkerConfigFile()
+        let file = try loadConfigFile()
         var configuration = file.configuration
         configuration.redisURL = redis.resolvedURL(configured: file.redisURL)
         if let concurrency { configuration.concurrency = concurrency }
@@ -95,7 +101,7 @@ struct WorkerOptions: ParsableArguments {
         do { try configuration.validate() } catch { throw CLIError.usage("\(error)") }
 
         // Metric handles bind to the factory when created: bootstrap before the process exists.
-        if metricsPort != nil { MetricsEndpoint.bootstrap() }
+        if metricsAddress(file: file) != nil { MetricsEndpoint.bootstrap() }
         var registry = JobRegistry.builtins()
         if benchJobs { BenchJobs.register(into: &registry) }
         registerDomainJobs(into: &registry, redisURL: configuration.redisURL)
@@ -112,12 +118,25 @@ struct WorkerOptions: ParsableArguments {
     /// Runs the process (and the metrics endpoint when asked) until SIGTERM/SIGINT (or Sidekiq's
     /// TERM through Redis) has shut it down.
     func run(_ process: WorkerProcess) throws {
-        let server = try metricsPort.map { port in
-            try MetricsEndpoint.listen(port: port, redisURL: process.configuration.redisURL,
+        let file = try loadConfigFile()
+        let server = try metricsAddress(file: file).map { address in
+            try MetricsEndpoint.listen(host: address.host, port: address.port, redisURL: process.configuration.redisURL,
+                                       databaseURL: noDatabase ? nil : database.resolvedURL(configured: file.databaseURL),
                                        logger: Logger(label: "workerctl.worker"), health: { process.health })
         }
         do { try process.run() } catch let error as RedisError { throw CLIError.runtime(error.description) }
         withExtendedLifetime(server) {}
+    }
+
+    func loadConfigFile() throws -> WorkerConfigFile {
+        try config.map { try WorkerConfigFile.load(path: $0) } ?? WorkerConfigFile()
+    }
+
+    /// Where `/metrics`, `/healthz` and `/readyz` listen, from the flags and the config file (flags
+    /// win; the host defaults to loopback). nil: no port anywhere, no endpoint.
+    func metricsAddress(file: WorkerConfigFile) -> (host: String, port: Int)? {
+        guard let port = metricsPort ?? file.metricsPort else { return nil }
+        return (metricsHost ?? file.metricsHost ?? MetricsEndpoint.defaultHost, port)
     }
 
     /// The domain jobs, configured from the environment (`docs/jobs-*.md`). An area that is not

@@ -91,8 +91,11 @@ struct SchedulerCommand: ParsableCommand {
     @Flag(name: .long, help: "Only check the schedule file and list its entries; do not connect to Redis.")
     var check = false
 
-    @Option(name: .customLong("metrics-port"), help: "Serve Prometheus /metrics and /healthz on 127.0.0.1:PORT (0: any free port, logged).")
+    @Option(name: .customLong("metrics-port"), help: "Serve Prometheus /metrics, /healthz and /readyz on PORT (0: any free port, logged).")
     var metricsPort: Int?
+
+    @Option(name: .customLong("metrics-host"), help: "IPv4 address the metrics endpoint binds: 127.0.0.1 (default) or 0.0.0.0 (every interface).")
+    var metricsHost = MetricsEndpoint.defaultHost
 
     func validate() throws {
         if let metricsPort, !(0...65535).contains(metricsPort) { throw ValidationError("--metrics-port must be within 0...65535") }
@@ -115,7 +118,7 @@ struct SchedulerCommand: ParsableCommand {
         let redisURL = redis.resolvedURL()
         let runner = try options.makeRunner(file: file, redisURL: redisURL)
         let server = try metricsPort.map { port in
-            try MetricsEndpoint.listen(port: port, redisURL: redisURL, logger: Logger(label: "workerctl.scheduler"),
+            try MetricsEndpoint.listen(host: metricsHost, port: port, redisURL: redisURL, logger: Logger(label: "workerctl.scheduler"),
                                        health: { runner.health })
         }
         let signals = SchedulerSignals(runner: runner, onStop: { runner.stop() })

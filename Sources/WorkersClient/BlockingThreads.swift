@@ -1,0 +1,74 @@
+import Foundation
+
+/// A fixed set of dedicated threads that run blocking calls (hiredis' blocking API, the pool's
+/// waits) for async callers, so that no Swift concurrency cooperative-pool thread ever blocks on
+/// the network or on a lock wait.
+///
+/// Threading: `work` and `isShutDown` are read and written only while holding `condition`; the
+/// closures run on one of the `count` threads named `<name>-<i>`, one at a time per thread, in
+/// the order they were submitted. After `shutdown()` the threads finish what is queued, then
+/// exit; later submissions fail with `WorkersClientError.shutDown`.
+final class BlockingThreads: @unchecked Sendable {
+    let count: Int
+    let name: String
+    private let condition = NSCondition()
+    private var work: [@Sendable () -> Void] = []
+    private var isShutDown = false
+
+    init(count: Int, name: String) {
+        self.count = max(1, count)
+        self.name = name
+        for index in 0..<self.count {
+            let threadName = "\(name)-\(index)"
+            // Named from inside: on Linux a name set before start() does not reach the OS thread,
+            // which would keep the name of the thread that created it (Linux allows 15 bytes).
+            let thread = Thread { [self] in
+                Thread.current.name = threadName
+                loop()
+            }
+            thread.start()
+        }
+    }
+
+    /// Runs `body` on one of the threads and resumes the caller with its result. A task already
+    /// cancelled is not submitted (`CancellationError`); once submitted, the call runs to its end
+    /// (a Redis command cannot be taken back half-way).
+    func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try Task.checkCancellation()
+        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+            let accepted = submit { continuation.resume(with: Result { try body() }) }
+            if !accepted { continuation.resume(throwing: WorkersClientError.shutDown) }
+        }
+    }
+
+    /// Stops the threads once the queued work is done. Idempotent.
+    func shutdown() {
+        condition.lock()
+        isShutDown = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    private func submit(_ item: @escaping @Sendable () -> Void) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        if isShutDown { return false }
+        work.append(item)
+        condition.signal()
+        return true
+    }
+
+    private func loop() {
+        while true {
+            condition.lock()
+            while work.isEmpty && !isShutDown { condition.wait() }
+            if work.isEmpty {  // shut down and drained
+                condition.unlock()
+                return
+            }
+            let item = work.removeFirst()
+            condition.unlock()
+            item()
+        }
+    }
+}

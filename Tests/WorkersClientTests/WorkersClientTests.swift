@@ -1,0 +1,169 @@
+import Foundation
+import TestSupport
+import WorkersClient
+import XCTest
+
+/// The async pooled client (`WorkersClient`) against the real Redis. Each test uses its own Redis
+/// database and nothing else opens a connection on it, so `CLIENT LIST`'s `db=` field tells
+/// exactly which connections the client holds.
+final class WorkersClientTests: XCTestCase {
+    /// A connection for `CLIENT LIST` / `CLIENT KILL`, on a database no test writes to.
+    func observer() throws -> RedisConnection { try RedisConnection(url: TestServices.redisURL(db: 60)) }
+
+    /// Ids of the connections open on `database` (from `CLIENT LIST`).
+    func connectionIDs(onDatabase database: Int) throws -> [Int64] {
+        let list = try XCTUnwrap(try observer().command("CLIENT", "LIST").string)
+        return list.split(separator: "\n").compactMap { line -> Int64? in
+            var fields: [String: String] = [:]
+            for field in line.split(separator: " ") {
+                let parts = field.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+                if parts.count == 2, fields[String(parts[0])] == nil { fields[String(parts[0])] = String(parts[1]) }
+            }
+            guard fields["db"] == String(database), let id = fields["id"] else { return nil }
+            return Int64(id)
+        }
+    }
+
+    func makeClient(database: Int, maxConnections: Int) async throws -> WorkersClient {
+        let client = try WorkersClient(url: TestServices.redisURL(db: database), maxConnections: maxConnections)
+        _ = try await client.withConnection { try $0.command("FLUSHDB") }
+        return client
+    }
+
+    func testConcurrentEnqueuesFromManyTasksLandInSidekiqFormat() async throws {
+        let client = try await makeClient(database: 57, maxConnections: 4)
+        defer { client.shutdown() }
+        let jids = try await withThrowingTaskGroup(of: String.self) { group in
+            for n in 0..<200 {
+                group.addTask {
+                    try await client.enqueue(NewJob("AsyncJob", args: [.int(Int64(n))], queue: n % 2 == 0 ? "even" : "odd"))
+                }
+            }
+            var jids: [String] = []
+            for try await jid in group { jids.append(jid) }
+            return jids
+        }
+        XCTAssertEqual(Set(jids).count, 200)
+        XCTAssertTrue(jids.allSatisfy(Identifiers.isValidJID))
+
+        let (queues, even, odd) = try await client.withConnection { connection in
+            (try connection.command("SMEMBERS", Keys.queues).strings.sorted(),
+             try connection.command("LRANGE", "queue:even", 0, -1).strings,
+             try connection.command("LRANGE", "queue:odd", 0, -1).strings)
+        }
+        XCTAssertEqual(queues, ["even", "odd"])
+        XCTAssertEqual(even.count, 100)
+        XCTAssertEqual(odd.count, 100)
+        var seenArgs: Set<String> = []
+        var seenJIDs: Set<String> = []
+        for (queue, raws) in [("even", even), ("odd", odd)] {
+            for raw in raws {
+                // Sidekiq's key order and compact JSON (wire format §3), as the synchronous client writes it.
+                XCTAssertTrue(raw.hasPrefix(#"{"retry":true,"queue":"\#(queue)","class":"AsyncJob","args":["#), raw)
+                let payload = try JobPayload(parsing: raw)
+                XCTAssertNotNil(payload.enqueuedAt)
+                XCTAssertEqual(payload.createdAt, payload.enqueuedAt)
+                seenArgs.insert(payload.args[0].serialized())
+                seenJIDs.insert(try XCTUnwrap(payload.jid))
+            }
+        }
+        XCTAssertEqual(seenJIDs, Set(jids))
+        XCTAssertEqual(seenArgs, Set((0..<200).map(String.init)))
+
+        // Bounded: 200 concurrent callers shared at most 4 connections.
+        let open = try connectionIDs(onDatabase: 57)
+        XCTAssertTrue((1...4).contains(open.count), "connections open on db 57: \(open)")
+    }
+
+    func testBlockingCallsRunOnTheClientsOwnThreads() async throws {
+        let client = try await makeClient(database: 57, maxConnections: 2)
+        defer { client.shutdown() }
+        let threadName = try await client.withConnection { _ in Thread.current.name ?? "" }
+        XCTAssertTrue(threadName.hasPrefix("WClient-"), "ran on thread '\(threadName)'")
+    }
+
+    func testKilledConnectionIsReplacedWithoutFailingTheNextEnqueue() async throws {
+        let client = try await makeClient(database: 58, maxConnections: 1)
+        defer { client.shutdown() }
+        try await client.enqueue(NewJob("BeforeKill"))
+        let killed = try await client.withConnection { try XCTUnwrap($0.command("CLIENT", "ID").integer) }
+        XCTAssertEqual(try connectionIDs(onDatabase: 58), [killed])
+
+        XCTAssertEqual(try observer().command("CLIENT", "KILL", "ID", killed).integer, 1)
+        XCTAssertEqual(try connectionIDs(onDatabase: 58), [])
+
+        let jid = try await client.enqueue(NewJob("AfterKill"))
+        let (replacement, classes) = try await client.withConnection { connection in
+            (try XCTUnwrap(connection.command("CLIENT", "ID").integer),
+             try connection.command("LRANGE", "queue:default", 0, -1).strings.map { try JobPayload(parsing: $0) })
+        }
+        XCTAssertNotEqual(replacement, killed)
+        XCTAssertEqual(try connectionIDs(onDatabase: 58), [replacement])
+        XCTAssertEqual(classes.map(\.className), ["AfterKill", "BeforeKill"])
+        XCTAssertEqual(classes.first?.jid, jid)
+    }
+
+    func testCallsAfterShutdownAreRefused() async throws {
+        let client = try await makeClient(database: 58, maxConnections: 1)
+        client.shutdown()
+        do {
+            try await client.enqueue(NewJob("TooLate"))
+            XCTFail("enqueue after shutdown succeeded")
+        } catch let error as WorkersClientError {
+            XCTAssertEqual(error, .shutDown)
+        }
+    }
+
+    func testBadInputIsRefusedBeforeWriting() async throws {
+        let client = try await makeClient(database: 58, maxConnections: 1)
+        defer { client.shutdown() }
+        do {
+            try await client.enqueue(NewJob("Bad", queue: "a b"))
+            XCTFail("a queue name with a space was accepted")
+        } catch let error as EnqueueError {
+            guard case .invalidQueueName = error else { return XCTFail("expected invalidQueueName, got \(error)") }
+        }
+        let keys = try await client.withConnection { try $0.command("DBSIZE").integer }
+        XCTAssertEqual(keys, 0)
+    }
+
+    // MARK: - Examples/EnqueueFromHummingbird
+
+    /// The example service's binary, which `scripts/test` builds before running the tests.
+    var exampleBinary: URL {
+        TestServices.repositoryRoot.appendingPathComponent("Examples/EnqueueFromHummingbird/.build/debug/EnqueueFromHummingbird")
+    }
+
+    func post(_ url: String) throws -> (code: Int, body: String) {
+        let result = try ChildProcess.run(try XCTUnwrap(TestServices.which("curl")),
+                                          ["-s", "-X", "POST", "-o", "-", "-w", "\n%{http_code}", url])
+        let lines = result.stdout.split(separator: "\n", omittingEmptySubsequences: false)
+        return (Int(lines.last ?? "") ?? 0, lines.dropLast().joined(separator: "\n"))
+    }
+
+    func testExampleHummingbirdHandlerEnqueuesASidekiqJob() async throws {
+        guard FileManager.default.isExecutableFile(atPath: exampleBinary.path) else {
+            throw XCTSkip("\(exampleBinary.path) is not built (scripts/test builds it unless SKIP_EXAMPLES=1)")
+        }
+        let client = try await makeClient(database: 59, maxConnections: 1)
+        defer { client.shutdown() }
+        let port = try TestServices.closedPort()
+        let service = try ChildProcess(executable: exampleBinary, arguments: [],
+                                       environment: ["REDIS_URL": TestServices.redisURL(db: 59), "PORT": String(port)])
+        defer { service.signal(SIGTERM); service.wait() }
+        let url = "http://127.0.0.1:\(port)/reports/42/render"
+        var answer: (code: Int, body: String) = (0, "")
+        XCTAssertTrue(try eventually { answer = try post(url); return answer.code != 0 }, service.stderr)
+        XCTAssertEqual(answer.code, 202, answer.body)
+        let jid = try XCTUnwrap(try JSONValue.parse(answer.body).objectValue?["jid"]?.stringValue, answer.body)
+
+        let raw = try await client.withConnection { try $0.command("LRANGE", "queue:default", 0, -1).strings }
+        XCTAssertEqual(raw.count, 1)
+        let payload = try JobPayload(parsing: try XCTUnwrap(raw.first))
+        XCTAssertEqual(payload.className, "RenderReport")
+        XCTAssertEqual(payload.args, [42])
+        XCTAssertEqual(payload.jid, jid)
+        XCTAssertEqual(payload.retry, .limit(5))
+        XCTAssertEqual(try post("http://127.0.0.1:\(port)/reports/not-a-number/render").code, 400)
+    }
+}
