@@ -9,16 +9,8 @@ import Workers
 import XCTest
 
 /// AccountDeletionJob and DueDeletionSweepJob against real PostgreSQL and Redis db 32.
-final class PrivacyDeletionTests: XCTestCase {
-    var fixture: PrivacyFixture!
-
-    override func setUpWithError() throws {
-        fixture = try PrivacyFixture(prefix: "privacy_deletion_test", redisDatabase: 32)
-    }
-
-    override func tearDown() {
-        fixture?.tearDown()
-    }
+final class PrivacyDeletionTests: PrivacyTestCase {
+    override func makeFixture() throws -> PrivacyFixture { try PrivacyFixture(prefix: "privacy_deletion_test", redisDatabase: 32) }
 
     /// Columns of rows still linked to a deleted user that may stay non-NULL, with the reason. Every other
     /// column of such a row must be NULL (or the row gone). Keep docs/jobs-privacy.md in step.

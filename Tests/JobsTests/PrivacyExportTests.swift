@@ -9,16 +9,8 @@ import Workers
 import XCTest
 
 /// PrivacyExportJob and ExportCleanupJob against real PostgreSQL, Redis db 30 and a fake SMTP server.
-final class PrivacyExportTests: XCTestCase {
-    var fixture: PrivacyFixture!
-
-    override func setUpWithError() throws {
-        fixture = try PrivacyFixture(prefix: "privacy_export_test", redisDatabase: 30)
-    }
-
-    override func tearDown() {
-        fixture?.tearDown()
-    }
+final class PrivacyExportTests: PrivacyTestCase {
+    override func makeFixture() throws -> PrivacyFixture { try PrivacyFixture(prefix: "privacy_export_test", redisDatabase: 30) }
 
     private func document(_ export: UUID) throws -> (text: String, json: [String: Any]) {
         let path = fixture.directory.appendingPathComponent("\(export.uuidString.lowercased()).json").path

@@ -116,6 +116,27 @@ final class PrivacyFixture {
     }
 }
 
+/// Base of the privacy test classes: a fresh `PrivacyFixture` before each test (`makeFixture()`, which each class
+/// overrides with its database prefix and Redis database), torn down after it. One thread, as XCTest calls it.
+class PrivacyTestCase: XCTestCase {
+    private(set) var fixture: PrivacyFixture!
+
+    func makeFixture() throws -> PrivacyFixture {
+        throw XCTSkip("\(type(of: self)) does not say which fixture it needs (override makeFixture)")
+    }
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        fixture = try makeFixture()
+    }
+
+    override func tearDown() {
+        fixture?.tearDown()
+        fixture = nil
+        super.tearDown()
+    }
+}
+
 /// A user with a distinctive value in every table that references users, so tests can search for it.
 struct SeededUser {
     let id: UUID

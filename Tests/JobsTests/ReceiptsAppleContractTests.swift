@@ -23,18 +23,7 @@ final class ReceiptsAppleContractTests: ReceiptsTestCase {
     // MARK: Set-up
 
     func configuration(roots: [[UInt8]] = [AppleRootCertificates.appleRootCAG3]) -> ReceiptsConfiguration {
-        var c = ReceiptsConfiguration()
-        c.appleVerifyReceiptProductionURL = fakes.appleVerifyReceiptProductionURL
-        c.appleVerifyReceiptSandboxURL = fakes.appleVerifyReceiptSandboxURL
-        c.appleServerAPIProductionURL = fakes.appleServerAPIBaseURL
-        c.appleServerAPISandboxURL = fakes.appleServerAPISandboxBaseURL
-        c.appleSharedSecret = Secret("shh")
-        c.appleBundleID = "com.example"
-        c.appleAppAppleID = 1234
-        c.appleRootCertificates = roots
-        c.appleValidation = .verifyReceipt
-        c.requestTimeout = .seconds(2)
-        return c
+        appleConfiguration(roots: roots)
     }
 
     /// App Store Server API mode; the fake checks our JWT with the fixture key.

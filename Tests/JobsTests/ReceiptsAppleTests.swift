@@ -11,19 +11,7 @@ import XCTest
 final class ReceiptsAppleTests: ReceiptsTestCase {
     override func makeFixture() throws -> JobsFixture { try JobsFixture(prefix: "receipts_test", fakes: .own([.apple])) }
 
-    func configuration() -> ReceiptsConfiguration {
-        var c = ReceiptsConfiguration()
-        c.appleVerifyReceiptProductionURL = fakes.appleVerifyReceiptProductionURL
-        c.appleVerifyReceiptSandboxURL = fakes.appleVerifyReceiptSandboxURL
-        c.appleServerAPIProductionURL = fakes.appleServerAPIBaseURL
-        c.appleServerAPISandboxURL = fakes.appleServerAPISandboxBaseURL
-        c.appleSharedSecret = Secret("shh")
-        c.appleBundleID = "com.example"
-        c.appleAppAppleID = 1234  // required with Production signed data accepted (the default environments)
-        c.appleValidation = .verifyReceipt
-        c.requestTimeout = .seconds(2)
-        return c
-    }
+    func configuration() -> ReceiptsConfiguration { appleConfiguration() }
 
     /// Jobs go through the worker's `JobRunner` (ledger check, retry and dead rules): see `JobRunnerDriver`.
     func driver(_ c: ReceiptsConfiguration) throws -> JobRunnerDriver {

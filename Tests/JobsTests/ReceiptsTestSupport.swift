@@ -160,4 +160,22 @@ class ReceiptsTestCase: JobsTestCase {
         try super.setUpWithError()
         db = try ReceiptsDatabase(fixture)
     }
+
+    /// The Apple side against the fake Apple servers: legacy verifyReceipt (switch `appleValidation` for the App Store
+    /// Server API), shared secret "shh", bundle id com.example, app Apple ID 1234 (required with Production signed
+    /// data accepted, the default environments), trust anchors `roots`, a 2 s request timeout.
+    func appleConfiguration(roots: [[UInt8]] = [AppleRootCertificates.appleRootCAG3]) -> ReceiptsConfiguration {
+        var c = ReceiptsConfiguration()
+        c.appleVerifyReceiptProductionURL = fakes.appleVerifyReceiptProductionURL
+        c.appleVerifyReceiptSandboxURL = fakes.appleVerifyReceiptSandboxURL
+        c.appleServerAPIProductionURL = fakes.appleServerAPIBaseURL
+        c.appleServerAPISandboxURL = fakes.appleServerAPISandboxBaseURL
+        c.appleSharedSecret = Secret("shh")
+        c.appleBundleID = "com.example"
+        c.appleAppAppleID = 1234
+        c.appleRootCertificates = roots
+        c.appleValidation = .verifyReceipt
+        c.requestTimeout = .seconds(2)
+        return c
+    }
 }

@@ -22,15 +22,8 @@ final class ReceiptsWorkerTests: ReceiptsTestCase {
     }
 
     func start() throws {
-        var c = ReceiptsConfiguration()
-        c.appleVerifyReceiptProductionURL = fakes.appleVerifyReceiptProductionURL
-        c.appleVerifyReceiptSandboxURL = fakes.appleVerifyReceiptSandboxURL
-        c.appleBundleID = "com.example"
-        c.appleAppAppleID = 1234
-        c.appleValidation = .verifyReceipt
-        c.requestTimeout = .seconds(2)
         var registry = JobRegistry()
-        ReceiptJobs.register(into: &registry, configuration: c,
+        ReceiptJobs.register(into: &registry, configuration: appleConfiguration(),
                              http: HTTPClient(configuration: HTTPClientConfiguration(userAgent: "receipts-test")))
         process = try TestWorker.start(redis: redis, registry: registry, database: fixture.jobDatabase, concurrency: 4)
     }
