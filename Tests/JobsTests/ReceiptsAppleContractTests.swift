@@ -258,14 +258,14 @@ final class ReceiptsAppleContractTests: ReceiptsTestCase {
         let r = try runner(configuration())   // sends "shh": not the app's secret
         let jid = Identifiers.jid()
         Failure.retry(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "genuine", transaction: "74000001"), jid: jid),
-                      errorClass: "Jobs.AppleVerifyReceiptRequestRefused",
+                      errorClass: Failure.className(of: AppleVerifyReceiptRequestRefused.self),
                       messagePrefix: "RCV-CONFIG-21004: Apple verifyReceipt refused our request: the shared secret RECEIPTS_APPLE_SHARED_SECRET does not match")
         Failure.retry(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "genuine", transaction: "74000001"),
                                 jid: jid, retryCount: 0),
-                      errorClass: "Jobs.AppleVerifyReceiptRequestRefused", messagePrefix: "RCV-CONFIG-21004")
+                      errorClass: Failure.className(of: AppleVerifyReceiptRequestRefused.self), messagePrefix: "RCV-CONFIG-21004")
         try fakes.configure(.apple, ["shared_secret": NSNull()])
         Failure.retry(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "status:21000", transaction: "74000002")),
-                      errorClass: "Jobs.AppleVerifyReceiptRequestRefused",
+                      errorClass: Failure.className(of: AppleVerifyReceiptRequestRefused.self),
                       messagePrefix: "RCV-CONFIG-21000: Apple verifyReceipt refused our request: the App Store could not read our request")
         // Nothing is held against the user: no receipt recorded invalid, no security alert; one configuration alert each.
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM iap_receipts"), 0)
@@ -328,8 +328,8 @@ final class ReceiptsAppleContractTests: ReceiptsTestCase {
         let r = try SettlingWorker(redisDatabase: 50, registry: registry, database: fixture.jobDatabase)
         runners.append(r)
         let body = #"[{"signedPayload":""# + (try AppleFixtures.text("mock_signed_data/testNotification")) + #""}]"#
-        Failure.retry(try r.run("AppStoreNotificationJob", body), errorClass: "Jobs.UnconfiguredJob.NotConfigured",
-                      messagePrefix: "the receipts jobs are not configured on this worker: " + problem)
+        Failure.retry(try r.run("AppStoreNotificationJob", body),
+                      errorClass: Failure.className(of: UnconfiguredJob.NotConfigured.self), messagePrefix: "the receipts jobs are not configured on this worker: " + problem)
 
         // Built in code, the same configuration is refused too; with the id, or Sandbox only, it starts.
         var c = configuration()
