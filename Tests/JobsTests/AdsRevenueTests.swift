@@ -7,30 +7,19 @@ import Workers
 import XCTest
 
 /// AdRevenueAggregationJob, the purge and RevenueReport against a real PostgreSQL.
-final class AdsRevenueTests: XCTestCase {
-    var database: PostgresTestDatabase!
-    var pool: PostgresPool!
+final class AdsRevenueTests: JobsTestCase {
     let appA = UUID(uuidString: "aaaaaaaa-0000-0000-0000-000000000001")!
     let appB = UUID(uuidString: "bbbbbbbb-0000-0000-0000-000000000002")!
     let day = PostgresDay(year: 2026, month: 3, day: 14)
 
-    override func setUpWithError() throws {
-        database = try PostgresTestDatabase.create(prefix: "ads_revenue_test")
-        pool = PostgresPool(url: database.url, maxConnections: 4)
-        _ = try Migrator.bundled().migrate(pool: pool)
-    }
-
-    override func tearDown() {
-        pool?.shutdown()
-        database?.drop()
-    }
+    override func makeFixture() throws -> JobsFixture { try JobsFixture(prefix: "ads_revenue_test", connections: 4) }
 
     /// The aggregation job as a worker runs it (JobRunner: validation, retries, dead).
     var driver: JobRunnerDriver {
         var registry = JobRegistry()
         let redis = try! RedisPool(url: TestServices.redisURL(db: 27), maxConnections: 1)
         AdsJobs.register(into: &registry, configuration: AdsConfiguration(purgeBatchSize: 2), http: .init(), redis: redis)
-        return JobRunnerDriver(registry: registry, database: JobDatabase(pool: pool))
+        return fixture.driver(registry)
     }
 
     /// The arguments the nightly schedule entry gives a tick (config/schedule.yaml: `args: [{days: 3}]`,
@@ -204,10 +193,8 @@ final class AdsRevenueTests: XCTestCase {
                                ([.object(["days": 32])], "days must be 1...31, got 32"),
                                ([.object(["date": "2024-01-01"]), .object(["date": "2024-01-02"])], "date given twice"),
                                ([.object([:]), .object([:]), .object([:])], "at most two arguments")] {
-            let delivery = try driver.deliver(AdRevenueAggregationJob.className, args)
-            guard case .dead = delivery else { XCTFail("\(args): expected dead, got \(delivery)"); continue }
-            XCTAssertEqual(delivery.errorClass, "BadInput", "\(args)")
-            XCTAssertTrue(delivery.errorMessage?.contains(reason) ?? false, "\(args): \(delivery)")
+            Failure.settled(try driver.deliver(AdRevenueAggregationJob.className, args), in: .dead, errorClass: "BadInput",
+                            containing: [reason])
         }
     }
 

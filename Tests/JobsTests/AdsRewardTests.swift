@@ -10,32 +10,9 @@ import XCTest
 
 /// PendingRewardJob and PendingRewardSweepJob against real Redis (db 26) and PostgreSQL and the
 /// fake Subscription Service.
-final class AdsRewardTests: XCTestCase {
-    var redis: TestRedis!
-    var database: PostgresTestDatabase!
-    var pool: PostgresPool!
-    var fakes: FakeServers!
-    var http: HTTPClient!
-
-    override class func setUp() {
-        super.setUp()
-        CurlRuntime.initialize()
-    }
-
-    override func setUpWithError() throws {
-        redis = try TestRedis(database: 26)
-        try redis.flush()
-        fakes = try FakeServers.shared()
-        try fakes.reset(.subscription)
-        database = try PostgresTestDatabase.create(prefix: "ads_reward_test")
-        pool = PostgresPool(url: database.url, maxConnections: 4)
-        _ = try Migrator.bundled().migrate(pool: pool)
-        http = HTTPClient(configuration: HTTPClientConfiguration(timeout: .seconds(10)))
-    }
-
-    override func tearDown() {
-        pool?.shutdown()
-        database?.drop()
+final class AdsRewardTests: JobsTestCase {
+    override func makeFixture() throws -> JobsFixture {
+        try JobsFixture(prefix: "ads_reward_test", connections: 4, redis: 26, fakes: .shared(reset: [.subscription]))
     }
 
     var configuration: AdsConfiguration {
@@ -51,14 +28,14 @@ final class AdsRewardTests: XCTestCase {
         var configuration = self.configuration
         configuration.requestTimeout = requestTimeout
         AdsJobs.register(into: &registry, configuration: configuration, http: http, redis: redis.pool)
-        return JobRunnerDriver(registry: registry, database: JobDatabase(pool: pool))
+        return fixture.driver(registry)
     }
 
     /// Delivers a job on another thread (its request is then held in the fake); `wait` returns its outcome.
     func deliverInBackground(_ driver: JobRunnerDriver, _ arguments: [JSONValue])
-        -> (wait: () -> JobRunnerDriver.Delivery?, done: DispatchSemaphore) {
+        -> (wait: () -> Delivery?, done: DispatchSemaphore) {
         let done = DispatchSemaphore(value: 0)
-        let outcome = Mutex<JobRunnerDriver.Delivery?>(nil)
+        let outcome = Mutex<Delivery?>(nil)
         Thread.detachNewThread {
             let delivery = try? driver.deliver(PendingRewardJob.className, arguments)
             outcome.withLock { $0 = delivery }
@@ -135,26 +112,10 @@ final class AdsRewardTests: XCTestCase {
 
     /// Fails unless `delivery` is a retry the job asked for because the credit is not applied yet
     /// (`RewardCreditUnavailable`: transport error, 5xx, …), and returns the payload to deliver next.
-    func expectUnavailableRetry(_ delivery: JobRunnerDriver.Delivery, file: StaticString = #filePath,
-                                line: UInt = #line) throws -> JobPayload {
-        guard case .retry(let next, _) = delivery else {
-            XCTFail("expected a retry, got \(delivery)", file: file, line: line)
-            throw JobRunnerDriver.DriverError("no retry")
-        }
-        XCTAssertEqual(delivery.errorClass, "RewardCreditUnavailable", "\(delivery)", file: file, line: line)
-        return next
-    }
-
-    /// Fails unless `delivery` is a `JobError.retryAfter` retry due in `seconds`.
-    func expectRetryAfter(_ delivery: JobRunnerDriver.Delivery, seconds: Double, file: StaticString = #filePath,
-                          line: UInt = #line) throws -> JobPayload {
-        guard case .retry(let next, let delay) = delivery else {
-            XCTFail("expected a retry, got \(delivery)", file: file, line: line)
-            throw JobRunnerDriver.DriverError("no retry")
-        }
-        XCTAssertEqual(delivery.errorClass, "RetryLater", "\(delivery)", file: file, line: line)
-        XCTAssertEqual(delay, seconds, accuracy: 0.5, "\(delivery)", file: file, line: line)
-        return next
+    func expectUnavailableRetry(_ delivery: Delivery, file: StaticString = #filePath, line: UInt = #line) throws
+        -> JobPayload {
+        try XCTUnwrap(Failure.settled(delivery, in: .retry, errorClass: Failure.className(of: RewardCreditUnavailable.self),
+                                      file: file, line: line), file: file, line: line)
     }
 
     /// Polls the fake until a request with `key` is stopped by a hold (no sleep-and-hope: the state is asked for).
@@ -260,8 +221,8 @@ final class AdsRewardTests: XCTestCase {
         try waitUntilHeld(seeded.key)
         // A duplicate job while the first request is in flight: 409, retried later, not an attempt (max_attempts 1
         // would otherwise fail the reward at once).
-        let retry = try expectRetryAfter(try driver.deliver(PendingRewardJob.className, arguments),
-                                         seconds: configuration.inFlightRetrySeconds)
+        let retry = try XCTUnwrap(Failure.isRetryAfter(try driver.deliver(PendingRewardJob.className, arguments),
+                                                       seconds: configuration.inFlightRetrySeconds))
         XCTAssertEqual(try reward(seeded.reward).status, "pending")
         XCTAssertEqual(try reward(seeded.reward).attempts, 0, "a 409 is not a failed attempt")
         XCTAssertTrue(try isLive(seeded), "the retrying job keeps the reward marked live")
@@ -383,7 +344,7 @@ final class AdsRewardTests: XCTestCase {
     func testRateLimitedAnswerAsksForRetryAfter() throws {
         let seeded = try seedReward(source: "ad", amount: 1)
         try fakes.script(.subscription, ["status": 429, "retry_after": 17])
-        _ = try expectRetryAfter(try driver.deliver(PendingRewardJob.className, args(seeded.reward)), seconds: 17)
+        Failure.isRetryAfter(try driver.deliver(PendingRewardJob.className, args(seeded.reward)), seconds: 17)
         XCTAssertEqual(try reward(seeded.reward).status, "pending")
         XCTAssertEqual(try reward(seeded.reward).attempts, 1)
     }
@@ -399,10 +360,8 @@ final class AdsRewardTests: XCTestCase {
     func testBadAndMissingRewards() throws {
         for (arguments, reason) in [([JSONValue.object(["pending_reward_id": "42"])], "pending_reward_id must be a UUID"),
                                     ([.object(["reward": "x"])], "pending_reward_id")] {
-            let delivery = try driver.deliver(PendingRewardJob.className, arguments)
-            guard case .dead = delivery else { XCTFail("\(arguments): expected dead, got \(delivery)"); continue }
-            XCTAssertEqual(delivery.errorClass, "BadInput")
-            XCTAssertTrue(delivery.errorMessage?.contains(reason) ?? false, "\(delivery)")
+            Failure.settled(try driver.deliver(PendingRewardJob.className, arguments), in: .dead, errorClass: "BadInput",
+                            containing: [reason])
         }
         XCTAssertAck(try driver.deliver(PendingRewardJob.className, args(UUID())), "gone (user deleted): nothing to do")
         XCTAssertEqual(try fakes.requests(.subscription).count, 0)

@@ -10,35 +10,17 @@ import XCTest
 
 /// ReverseGeocodeJob and LocationAnonymizationJob against real Redis (db 25) and PostgreSQL and
 /// the fake Nominatim.
-final class GeoTests: XCTestCase {
-    var redis: TestRedis!
-    var database: PostgresTestDatabase!
-    var pool: PostgresPool!
-    var fakes: FakeServers!
-    var http: HTTPClient!
+final class GeoTests: JobsTestCase {
     var processes: [WorkerProcess] = []
 
-    override class func setUp() {
-        super.setUp()
-        CurlRuntime.initialize()
-    }
-
-    override func setUpWithError() throws {
-        redis = try TestRedis(database: 25)
-        try redis.flush()
-        fakes = try FakeServers.shared()
-        try fakes.reset(.nominatim)
-        database = try PostgresTestDatabase.create(prefix: "geo_test")
-        pool = PostgresPool(url: database.url, maxConnections: 12)
-        _ = try Migrator.bundled().migrate(pool: pool)
-        http = HTTPClient(configuration: HTTPClientConfiguration(timeout: .seconds(10)))
+    override func makeFixture() throws -> JobsFixture {
+        try JobsFixture(prefix: "geo_test", connections: 12, redis: 25, fakes: .shared(reset: [.nominatim]))
     }
 
     override func tearDown() {
         for process in processes { process.shutdown() }
         processes = []
-        pool?.shutdown()
-        database?.drop()
+        super.tearDown()
     }
 
     func configuration(requestTimeout: Double = 5, acceptLanguage: String = "en",
@@ -48,20 +30,26 @@ final class GeoTests: XCTestCase {
                          requestTimeout: requestTimeout, anonymizeBatchSize: 2)
     }
 
-    func runner(_ configuration: GeoConfiguration? = nil) throws -> GeoAdsRunner {
+    /// The geo jobs with `configuration` (default: `configuration()`).
+    func registry(_ configuration: GeoConfiguration? = nil) throws -> JobRegistry {
         var registry = JobRegistry()
         try GeoJobs.register(into: &registry, configuration: configuration ?? self.configuration(), http: http,
                              redis: redis.pool)
-        return GeoAdsRunner(registry: registry, database: JobDatabase(pool: pool))
+        return registry
     }
 
-    /// Starts `count` worker processes running the geo jobs with `configuration`, logging into `log`.
-    func startWorkers(_ count: Int, concurrency: Int, configuration: GeoConfiguration, log: CapturedLog) throws {
-        let registry = try runner(configuration).registry
+    /// The geo jobs as a worker runs them (JobRunner: ledger check on redelivery, retries, dead).
+    func driver(_ configuration: GeoConfiguration? = nil) throws -> JobRunnerDriver {
+        fixture.driver(try registry(configuration))
+    }
+
+    /// Starts `count` worker processes running the geo jobs with `configuration`, logging (info and above) into `log`.
+    func startWorkers(_ count: Int, concurrency: Int, configuration: GeoConfiguration, log: CapturedLogs) throws {
+        let registry = try registry(configuration)
         for index in 0..<count {
-            let logger = Logger(label: "geo-worker-\(index)") { label in CapturedLogHandler(label: label, sink: log) }
-            let workers = GeoAdsWorkers(redis: redis, registry: registry, database: JobDatabase(pool: pool))
-            processes.append(try workers.start(concurrency: concurrency, logger: logger))
+            processes.append(try TestWorker.start(redis: redis, registry: registry, database: fixture.jobDatabase,
+                                                  concurrency: concurrency,
+                                                  logger: log.logger(label: "geo-worker-\(index)", level: .info)))
         }
     }
 
@@ -97,7 +85,7 @@ final class GeoTests: XCTestCase {
     func testGeocodesWithTownFallbackAndIdentifyingUserAgent() throws {
         let user = try GeoAdsSeed.user(pool)
         let id = try GeoAdsSeed.location(pool, user: user, latitude: 45.8992, longitude: 6.1294)
-        try runner().run(ReverseGeocodeJob.className, args(id))
+        try driver().run(ReverseGeocodeJob.className, args(id))
         let stored = try XCTUnwrap(try row(id))
         XCTAssertEqual(stored.countryCode, "FR")
         XCTAssertEqual(stored.country, "France")
@@ -121,7 +109,7 @@ final class GeoTests: XCTestCase {
             "result": ["address": ["hamlet": "Kleinweiler", "country": "Schweiz", "country_code": "ch"]],
         ])
         let id = try GeoAdsSeed.location(pool, user: try GeoAdsSeed.user(pool), latitude: 46.5012, longitude: 7.4987)
-        try runner().run(ReverseGeocodeJob.className, args(id))
+        try driver().run(ReverseGeocodeJob.className, args(id))
         let stored = try XCTUnwrap(try row(id))
         XCTAssertEqual(stored.city, "Kleinweiler")
         XCTAssertEqual(stored.countryCode, "CH")
@@ -129,7 +117,7 @@ final class GeoTests: XCTestCase {
 
     func testUnableToGeocodeIsAValidEmptyAnswer() throws {
         let id = try GeoAdsSeed.location(pool, user: try GeoAdsSeed.user(pool), latitude: 0.001, longitude: -0.002)
-        try runner().run(ReverseGeocodeJob.className, args(id))
+        try driver().run(ReverseGeocodeJob.className, args(id))
         let stored = try XCTUnwrap(try row(id))
         XCTAssertTrue(stored.geocoded)
         XCTAssertNil(stored.countryCode)
@@ -138,7 +126,7 @@ final class GeoTests: XCTestCase {
         XCTAssertEqual(try reverseRequests().count, 1)
         // Open sea (mid-Atlantic): the provider finds nothing near; the same valid empty answer.
         let sea = try GeoAdsSeed.location(pool, user: try GeoAdsSeed.user(pool), latitude: 40.0, longitude: -40.0)
-        try runner().run(ReverseGeocodeJob.className, args(sea))
+        try driver().run(ReverseGeocodeJob.className, args(sea))
         let atSea = try XCTUnwrap(try row(sea))
         XCTAssertTrue(atSea.geocoded)
         XCTAssertNil(atSea.countryCode)
@@ -151,8 +139,8 @@ final class GeoTests: XCTestCase {
         let user = try GeoAdsSeed.user(pool)
         let english = try GeoAdsSeed.location(pool, user: user, latitude: 52.5201, longitude: 13.4049)
         let german = try GeoAdsSeed.location(pool, user: user, latitude: 52.5202, longitude: 13.4048)  // same cell
-        try runner(configuration(acceptLanguage: "en")).run(ReverseGeocodeJob.className, args(english))
-        try runner(configuration(acceptLanguage: "de")).run(ReverseGeocodeJob.className, args(german))
+        try driver(configuration(acceptLanguage: "en")).run(ReverseGeocodeJob.className, args(english))
+        try driver(configuration(acceptLanguage: "de")).run(ReverseGeocodeJob.className, args(german))
         XCTAssertEqual(try row(english)?.country, "Germany")
         XCTAssertEqual(try row(german)?.country, "Deutschland")
         XCTAssertEqual(try row(german)?.countryCode, "DE")
@@ -167,9 +155,9 @@ final class GeoTests: XCTestCase {
         let user = try GeoAdsSeed.user(pool)
         let first = try GeoAdsSeed.location(pool, user: user, latitude: 48.8566, longitude: 2.3522)
         let second = try GeoAdsSeed.location(pool, user: user, latitude: 48.8589, longitude: 2.3491)
-        let runner = try runner()
-        try runner.run(ReverseGeocodeJob.className, args(first))
-        try runner.run(ReverseGeocodeJob.className, args(second))
+        let driver = try self.driver()
+        try driver.run(ReverseGeocodeJob.className, args(first))
+        try driver.run(ReverseGeocodeJob.className, args(second))
         XCTAssertEqual(try row(second)?.city, "Paris")
         XCTAssertEqual(try reverseRequests().count, 1, "the second lookup of the cell must come from Redis")
         let keys = try redis.command("KEYS", "geocode:nominatim:*").strings
@@ -183,8 +171,8 @@ final class GeoTests: XCTestCase {
                                               latitude: 48.85, longitude: 2.35)
         let noSettings = try GeoAdsSeed.location(pool, user: try GeoAdsSeed.user(pool, consentGeolocation: nil),
                                                  latitude: 48.85, longitude: 2.35)
-        try runner().run(ReverseGeocodeJob.className, args(refused))
-        try runner().run(ReverseGeocodeJob.className, args(noSettings))
+        try driver().run(ReverseGeocodeJob.className, args(refused))
+        try driver().run(ReverseGeocodeJob.className, args(noSettings))
         XCTAssertNil(try row(refused))
         XCTAssertNil(try row(noSettings))
         XCTAssertEqual(try reverseRequests().count, 0)
@@ -192,11 +180,11 @@ final class GeoTests: XCTestCase {
 
     func testRunTwiceAppliesOnceAndAsksOnce() throws {
         let id = try GeoAdsSeed.location(pool, user: try GeoAdsSeed.user(pool), latitude: 52.52, longitude: 13.405)
-        let payload = try GeoAdsRunner.payload(ReverseGeocodeJob.className, args(id))
-        let runner = try runner()
-        try runner.run(payload)
-        try runner.run(payload)  // the same delivery again: skipped by the ledger
-        try runner.run(ReverseGeocodeJob.className, args(id))  // a duplicate job: the row is already geocoded
+        let payload = try JobRunnerDriver.payload(ReverseGeocodeJob.className, args(id))
+        let driver = try self.driver()
+        try driver.run(payload)
+        try driver.redeliverInterrupted(payload)  // the same delivery again: skipped by the ledger
+        try driver.run(ReverseGeocodeJob.className, args(id))  // a duplicate job: the row is already geocoded
         XCTAssertEqual(try row(id)?.city, "Berlin")
         XCTAssertEqual(try reverseRequests().count, 1)
     }
@@ -212,26 +200,23 @@ final class GeoTests: XCTestCase {
             (try GeoAdsSeed.location(pool, user: user, latitude: 10, longitude: 10, accuracy: nil), "accuracy unknown"),
         ]
         for (id, reason) in cases {
-            XCTAssertThrowsError(try runner().run(ReverseGeocodeJob.className, args(id))) { error in
-                guard case JobError.badInput(let why) = error else { return XCTFail("\(error)") }
-                XCTAssertTrue(why.contains(reason), why)
-            }
+            Failure.settled(try driver().deliver(ReverseGeocodeJob.className, args(id)), in: .dead, errorClass: "BadInput",
+                            messagePrefix: "bad input: ", containing: [reason])
             XCTAssertEqual(try row(id)?.geocoded, false)
             XCTAssertTrue(try row(id)?.error?.contains(reason) ?? false)
         }
-        XCTAssertThrowsError(try runner().run(ReverseGeocodeJob.className, [.object(["location_id": "nope"])])) { error in
-            XCTAssertTrue("\(error)".contains("location_id must be a UUID"), "\(error)")
-        }
-        XCTAssertThrowsError(try runner().run(ReverseGeocodeJob.className, [])) { error in
-            XCTAssertTrue(error is DispatchError, "\(error)")
-        }
+        Failure.settled(try driver().deliver(ReverseGeocodeJob.className, [.object(["location_id": "nope"])]), in: .dead,
+                        errorClass: "BadInput", messagePrefix: "invalid arguments for \(ReverseGeocodeJob.className): ",
+                        containing: ["location_id must be a UUID"])
+        Failure.dead(try driver().deliver(ReverseGeocodeJob.className, []), errorClass: "BadInput",
+                     messagePrefix: "arguments do not fit \(ReverseGeocodeJob.className): ")
         XCTAssertEqual(try reverseRequests().count, 0)
     }
 
     func testBadInputEndsInDeadThroughTheWorker() throws {
         let id = try GeoAdsSeed.location(pool, user: try GeoAdsSeed.user(pool), latitude: 10, longitude: 10, accuracy: 5000)
-        let workers = GeoAdsWorkers(redis: redis, registry: try runner().registry, database: JobDatabase(pool: pool))
-        processes.append(try workers.start(concurrency: 2))
+        processes.append(try TestWorker.start(redis: redis, registry: try registry(), database: fixture.jobDatabase,
+                                              concurrency: 2))
         _ = try redis.client.enqueue(NewJob(ReverseGeocodeJob.className, args: args(id)))
         XCTAssertTrue(try eventually { try redis.int("ZCARD", Keys.dead) == 1 })
         let dead = try XCTUnwrap(try redis.payloads(zset: Keys.dead).first)
@@ -244,35 +229,30 @@ final class GeoTests: XCTestCase {
 
     func testTransientFailuresRetryThenKeepRawCoordinates() throws {
         let id = try GeoAdsSeed.location(pool, user: try GeoAdsSeed.user(pool), latitude: 51.5, longitude: -0.12)
-        let runner = try runner(configuration(requestTimeout: 0.5))
+        let driver = try self.driver(configuration(requestTimeout: 0.5))
         // 5xx, a timeout, a truncated body: each is a transient provider failure (retried), with its own reason.
         try fakes.script(.nominatim, ["status": 503, "body": "busy"])
         try fakes.script(.nominatim, ["hang": true, "delay": 3])
         try fakes.script(.nominatim, ["malformed_json": true])
         let expected = [("503", "HTTP 503"), ("timeout", "HTTP timeout"), ("malformed", "response is not a JSON object")]
         for (step, reason) in expected {
-            XCTAssertThrowsError(try runner.run(ReverseGeocodeJob.className, args(id))) { error in
-                guard case GeocodeFailure.transient(let why) = error else {
-                    return XCTFail("\(step): expected GeocodeFailure.transient, got \(error)")
-                }
-                XCTAssertTrue(why.contains(reason), "\(step): \(why)")
-            }
+            // GeocodeFailure.transient(reason): retried, with its own reason.
+            Failure.settled(try driver.deliver(ReverseGeocodeJob.className, args(id)), in: .retry,
+                            errorClass: Failure.className(of: GeocodeFailure.self),
+                            messagePrefix: "geocoding provider unavailable: ", containing: [reason])
             XCTAssertEqual(try row(id)?.geocoded, false)
             XCTAssertNotNil(try row(id)?.error, step)
         }
         // 429 with Retry-After: retried after that delay, and the whole fleet pauses.
         try fakes.script(.nominatim, ["status": 429, "retry_after": 2, "body": "slow down"])
-        XCTAssertThrowsError(try runner.run(ReverseGeocodeJob.className, args(id))) { error in
-            guard case JobError.retryAfter(let seconds, _) = error else { return XCTFail("\(error)") }
-            XCTAssertEqual(seconds, 2, accuracy: 0.01)
-        }
+        Failure.isRetryAfter(try driver.deliver(ReverseGeocodeJob.className, args(id)), seconds: 2)
         let pausedUntil = try XCTUnwrap(try redis.command("GET", "ratelimit:nominatim:next").integer)
         let redisNow = try redis.command("TIME").strings.first.flatMap { Int64($0) }.map { $0 * 1000 } ?? 0
         XCTAssertGreaterThan(pausedUntil, redisNow, "the limiter must hold the fleet back after a 429")
         try redis.flush()
         // The last attempt (retry_count 5 of 6 retries) fails too: the raw coordinates stay, no dead job.
         try fakes.script(.nominatim, ["status": 502])
-        try runner.run(ReverseGeocodeJob.className, args(id), retryCount: 5)
+        try driver.run(ReverseGeocodeJob.className, args(id), retryCount: 5)
         let stored = try XCTUnwrap(try row(id))
         XCTAssertNil(stored.countryCode)
         XCTAssertNil(stored.city)
@@ -286,10 +266,8 @@ final class GeoTests: XCTestCase {
     func testRefusalByTheProviderIsPermanent() throws {
         let id = try GeoAdsSeed.location(pool, user: try GeoAdsSeed.user(pool), latitude: 51.5, longitude: -0.12)
         try fakes.script(.nominatim, ["status": 400, "json": ["error": ["code": 400, "message": "Invalid coordinates."]]])
-        XCTAssertThrowsError(try runner().run(ReverseGeocodeJob.className, args(id))) { error in
-            guard case JobError.permanent(let why) = error else { return XCTFail("expected JobError.permanent, got \(error)") }
-            XCTAssertTrue(why.contains("HTTP 400"), why)
-        }
+        Failure.settled(try driver().deliver(ReverseGeocodeJob.className, args(id)), in: .dead,
+                        errorClass: "PermanentFailure", containing: ["HTTP 400"])
         XCTAssertTrue(try row(id)?.error?.contains("400") ?? false)
         XCTAssertEqual(try redis.int("EXISTS", "ratelimit:nominatim:blocked"), 0, "a 400 is not a block")
     }
@@ -305,7 +283,7 @@ final class GeoTests: XCTestCase {
                                           (47.066, 9.504), (-34.44, -58.70), (48.8766, 2.3022), (51.5274, -0.1078)]
         let ids = try places.map { try GeoAdsSeed.location(pool, user: user, latitude: $0.0, longitude: $0.1) }
         try fakes.configure(.nominatim, ["block_all": true])
-        let log = CapturedLog()
+        let log = CapturedLogs()
         try startWorkers(2, concurrency: 3, configuration: configuration(blockPause: 3600), log: log)
         _ = try redis.client.enqueueMany(ids.map { NewJob(ReverseGeocodeJob.className, args: args($0)) })
 
@@ -343,7 +321,7 @@ final class GeoTests: XCTestCase {
             "place_id": 100000, "lat": "48.8566000", "lon": "2.3522000", "addresstype": "city", "name": "Paris",
             "address": ["city": "Paris", "country": "France", "country_code": "fr"],
         ]])
-        let log = CapturedLog()
+        let log = CapturedLogs()
         try startWorkers(2, concurrency: 2, configuration: configuration(), log: log)
         _ = try redis.client.enqueueMany(ids.map { NewJob(ReverseGeocodeJob.className, args: args($0)) })
 
@@ -363,7 +341,7 @@ final class GeoTests: XCTestCase {
         let limiter = ProviderRateLimiter(redis: redis.pool, provider: "nominatim", minimumInterval: 1.1, maxWait: 120)
         XCTAssertTrue(try limiter.block(seconds: 0.001, probeToken: nil))
         try fakes.configure(.nominatim, ["block_all": true])
-        let log = CapturedLog()
+        let log = CapturedLogs()
         try startWorkers(1, concurrency: 1, configuration: configuration(blockPause: 3600), log: log)
         _ = try redis.client.enqueue(NewJob(ReverseGeocodeJob.className, args: args(id)))
         XCTAssertTrue(try eventually(timeout: 30) { try redis.processed() == 1 })
@@ -384,10 +362,10 @@ final class GeoTests: XCTestCase {
         let ids = try (0..<12).map { try GeoAdsSeed.location(pool, user: user, latitude: 10 + Double($0) * 0.5, longitude: 20) }
         // The fake also answers 429 to a second request within 1 s: a violation would show up as a retry too.
         try fakes.configure(.nominatim, ["rate_limit_per_second": 1])
-        let registry = try runner().registry
+        let registry = try registry()
         for _ in 0..<4 {
-            let workers = GeoAdsWorkers(redis: redis, registry: registry, database: JobDatabase(pool: pool))
-            processes.append(try workers.start(concurrency: 10))
+            processes.append(try TestWorker.start(redis: redis, registry: registry, database: fixture.jobDatabase,
+                                                  concurrency: 10))
         }
         _ = try redis.client.enqueueMany(ids.map { NewJob(ReverseGeocodeJob.className, args: args($0)) })
         XCTAssertTrue(try eventually(timeout: 90) { try ids.allSatisfy { try row($0)?.geocoded == true } })
@@ -430,8 +408,8 @@ final class GeoTests: XCTestCase {
         let user = try GeoAdsSeed.user(pool)
         let old = try (0..<5).map { try GeoAdsSeed.location(pool, user: user, latitude: 48.85661 + Double($0), longitude: 2.35222, ageDays: 91 + $0) }
         let recent = try GeoAdsSeed.location(pool, user: user, latitude: 48.85661, longitude: 2.35222, ageDays: 89)
-        try runner().run(LocationAnonymizationJob.className, [])
-        try runner().run(LocationAnonymizationJob.className, [])  // again: nothing left to do, nothing changes
+        try driver().run(LocationAnonymizationJob.className, [])
+        try driver().run(LocationAnonymizationJob.className, [])  // again: nothing left to do, nothing changes
         for id in old {
             let row = try XCTUnwrap(try pool.withConnection {
                 try $0.queryFirst("SELECT user_id, latitude, longitude, accuracy, altitude, anonymized_at FROM user_locations WHERE id = $1", [id])
@@ -450,10 +428,9 @@ final class GeoTests: XCTestCase {
         XCTAssertEqual(try kept.optionalUUID("user_id"), user)
         XCTAssertEqual(try kept.double("latitude"), 48.85661)
         XCTAssertNil(try kept.optionalDate("anonymized_at"))
-        XCTAssertThrowsError(try runner().run(LocationAnonymizationJob.className, [.int(1)])) { error in
-            XCTAssertTrue(error is DispatchError, "expected DispatchError, got \(error)")
-            XCTAssertTrue("\(error)".contains("expected no arguments, got 1"), "\(error)")
-        }
+        Failure.settled(try driver().deliver(LocationAnonymizationJob.className, [.int(1)]), in: .dead, errorClass: "BadInput",
+                        messagePrefix: "arguments do not fit \(LocationAnonymizationJob.className): ",
+                        containing: ["expected no arguments, got 1"])
     }
 
     // MARK: - Configuration
@@ -526,8 +503,7 @@ final class GeoTests: XCTestCase {
         XCTAssertTrue(geo.problem?.contains("contact (e-mail or URL)") ?? false, geo.problem ?? "nil")
         // A worker with that registry: the job waits in `retry` with the reason, and the provider is never called.
         let id = try GeoAdsSeed.location(pool, user: try GeoAdsSeed.user(pool), latitude: 48.8566, longitude: 2.3522)
-        let workers = GeoAdsWorkers(redis: redis, registry: domain, database: JobDatabase(pool: pool))
-        processes.append(try workers.start(concurrency: 1))
+        processes.append(try TestWorker.start(redis: redis, registry: domain, database: fixture.jobDatabase, concurrency: 1))
         _ = try redis.client.enqueue(NewJob(ReverseGeocodeJob.className, args: args(id)))
         XCTAssertTrue(try eventually { try redis.int("ZCARD", Keys.retry) == 1 })
         let waiting = try XCTUnwrap(try redis.payloads(zset: Keys.retry).first)
@@ -561,31 +537,4 @@ final class LockedTimes: @unchecked Sendable {
     private var values: [Double] = []
     func append(_ value: Double) { lock.withLock { values.append(value) } }
     var all: [Double] { lock.withLock { values } }
-}
-
-/// Log lines of worker processes (and their jobs), for tests that count alerts.
-final class CapturedLog: @unchecked Sendable {
-    private let lock = NSLock()
-    private var lines: [String] = []
-    func append(_ line: String) { lock.withLock { lines.append(line) } }
-    var all: [String] { lock.withLock { lines } }
-    func messages(containing text: String) -> [String] { all.filter { $0.contains(text) } }
-}
-
-/// Writes every message at `.info` and above into a `CapturedLog`.
-struct CapturedLogHandler: LogHandler {
-    let label: String
-    let sink: CapturedLog
-    var metadata: Logger.Metadata = [:]
-    var logLevel: Logger.Level = .info
-
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-
-    func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String,
-             function: String, line: UInt) {
-        sink.append("\(level) \(message)")
-    }
 }

@@ -5,11 +5,57 @@ import Storage
 @testable import Workers
 import XCTest
 
-/// Delivers jobs through the worker's own `JobRunner` — payload parsing, registry and argument
-/// validation, the ledger check of a redelivery, Sidekiq's retry and dead rules — and hands back
-/// what the worker would do with the job, without Redis in between. A test drives retries by
-/// delivering the payload of a `.retry` again (its `retry_count` then makes the runner consult the
-/// ledger, as a real redelivery does). Stateless; any thread may call it.
+/// How one delivery of a job settled, as the worker would write it: the outcome of `JobRunnerDriver` (in process)
+/// and of `SettlingWorker` (a real worker through Redis) alike, so one set of assertions (`Failure`) serves both.
+/// An `Error`, so that `JobRunnerDriver.run` can throw a delivery that did not succeed.
+enum Delivery: Error, Sendable, CustomStringConvertible {
+    /// Done (succeeded, or already applied according to the ledger).
+    case ack
+    /// Failed; `next` is the payload the worker puts in `retry` (retry_count, error fields), due `delay` seconds
+    /// after the failure was recorded.
+    case retry(next: JobPayload, delay: Double)
+    /// Failed for good; `payload` is what the worker puts in `dead`.
+    case dead(payload: JobPayload)
+    /// Dropped (retry disabled).
+    case drop
+
+    /// `error_class` of a failed delivery.
+    var errorClass: String? { failedPayload?.fields["error_class"]?.stringValue }
+    /// `error_message` of a failed delivery.
+    var errorMessage: String? { failedPayload?.fields["error_message"]?.stringValue }
+
+    var failedPayload: JobPayload? {
+        switch self {
+        case .retry(let next, _): return next
+        case .dead(let payload): return payload
+        case .ack, .drop: return nil
+        }
+    }
+
+    var description: String {
+        switch self {
+        case .ack: return "ack"
+        case .retry(_, let delay): return "retry in \(delay) s (\(errorClass ?? "?"): \(errorMessage ?? "?"))"
+        case .dead: return "dead (\(errorClass ?? "?"): \(errorMessage ?? "?"))"
+        case .drop: return "drop"
+        }
+    }
+
+    /// The time the failure was recorded in the payload (`retried_at` of a retry, else `failed_at`).
+    static func failedAt(_ payload: JobPayload) -> Double? {
+        payload.fields["retried_at"]?.doubleValue ?? payload.fields["failed_at"]?.doubleValue
+    }
+}
+
+/// The one in-process job driver of JobsTests. Delivers jobs through the worker's own `JobRunner` — payload
+/// parsing, registry and argument validation, the ledger check of a redelivery, the run, Sidekiq's retry and dead
+/// rules — against the test database, and hands back what the worker would do with the job (`Delivery`), without
+/// Redis in between: the fetch and the settlement's Redis write are the only parts left out. A test drives
+/// retries by delivering the payload of a `.retry` again (`retry(_:)`; its `retry_count` then makes the runner
+/// consult the ledger, as a real redelivery does), and a crash by `redeliverInterrupted(_:)`.
+/// For a real worker process (threads, Redis, orphan recovery) use `TestWorker` / `SettlingWorker`.
+///
+/// Stateless; any thread may call it.
 struct JobRunnerDriver {
     let runner: JobRunner
 
@@ -17,40 +63,6 @@ struct JobRunnerDriver {
         var logger = Logger(label: "job-runner-driver")
         logger.logLevel = .critical
         runner = JobRunner(registry: registry, configuration: WorkerConfiguration(), database: database, logger: logger)
-    }
-
-    /// What the runner decided for one delivery.
-    enum Delivery: Sendable, CustomStringConvertible {
-        /// Done (succeeded, or already applied according to the ledger).
-        case ack
-        /// Failed; `next` is the payload the worker would put in `retry` (retry_count, error fields), due after `delay`.
-        case retry(next: JobPayload, delay: Double)
-        /// Failed for good; `payload` is what the worker would put in `dead`.
-        case dead(payload: JobPayload)
-        /// Dropped (retry disabled).
-        case drop
-
-        /// `error_class` of a failed delivery.
-        var errorClass: String? { failedPayload?.fields["error_class"]?.stringValue }
-        /// `error_message` of a failed delivery.
-        var errorMessage: String? { failedPayload?.fields["error_message"]?.stringValue }
-
-        var failedPayload: JobPayload? {
-            switch self {
-            case .retry(let next, _): return next
-            case .dead(let payload): return payload
-            case .ack, .drop: return nil
-            }
-        }
-
-        var description: String {
-            switch self {
-            case .ack: return "ack"
-            case .retry(_, let delay): return "retry in \(delay) s (\(errorClass ?? "?"): \(errorMessage ?? "?"))"
-            case .dead: return "dead (\(errorClass ?? "?"): \(errorMessage ?? "?"))"
-            case .drop: return "drop"
-            }
-        }
     }
 
     /// One delivery of `payload`.
@@ -64,7 +76,9 @@ struct JobRunnerDriver {
         switch runner.run(job, payload: parsed, execution: execution).settlement {
         case .ack: return .ack
         case .drop: return .drop
-        case .retry(let text, let at): return .retry(next: try JobPayload(parsing: text), delay: at - started)
+        case .retry(let text, let at):
+            let next = try JobPayload(parsing: text)
+            return .retry(next: next, delay: at - (Delivery.failedAt(next) ?? started))
         case .dead(let text): return .dead(payload: try JobPayload(parsing: text))
         case .requeue(let text): throw DriverError("the runner requeued the job: \(text)")
         }
@@ -75,24 +89,60 @@ struct JobRunnerDriver {
         try deliver(try Self.payload(className, args))
     }
 
-    static func payload(_ className: String, _ args: [JSONValue]) throws -> JobPayload {
-        try JobClient.payload(for: NewJob(className, args: args), jid: Identifiers.jid(), createdAt: Clock.now(),
-                              enqueuedAt: Clock.now())
+    /// Delivers `payload` and requires it to succeed: returns on `.ack` (done, or already applied), throws the
+    /// `Delivery` otherwise (assert on it with `Failure`).
+    func run(_ payload: JobPayload) throws {
+        let delivery = try deliver(payload)
+        guard case .ack = delivery else { throw delivery }
+    }
+
+    /// `run` of a first delivery of `className` with `args` as `jid` (`retryCount`: as a delivery out of the
+    /// retry set); returns the payload delivered.
+    @discardableResult
+    func run(_ className: String, _ args: [JSONValue], jid: String = Identifiers.jid(), retryCount: Int? = nil) throws
+        -> JobPayload {
+        let payload = try Self.payload(className, args, jid: jid, retryCount: retryCount)
+        try run(payload)
+        return payload
+    }
+
+    /// The same with the arguments as JSON text (an array).
+    @discardableResult
+    func run(_ className: String, _ argsJSON: String, jid: String = Identifiers.jid()) throws -> JobPayload {
+        try run(className, try Self.arguments(argsJSON), jid: jid)
+    }
+
+    /// Delivers the payload of a `.retry` again (what the retry poller does once it is due); `run` rules.
+    func retry(_ delivery: Delivery) throws {
+        guard case .retry(let next, _) = delivery else { throw delivery }
+        try run(next)
+    }
+
+    /// Delivers `payload` again as orphan recovery does after a crashed worker (`interrupted_count` + 1); `run` rules.
+    func redeliverInterrupted(_ payload: JobPayload) throws {
+        var p = payload
+        p.fields["interrupted_count"] = .int(Int64(p.interruptedCount + 1))
+        try run(p)
+    }
+
+    /// A payload for `className` with `args`, as `JobClient` enqueues it; `retryCount` makes it a delivery out of
+    /// the retry set (attempt = retryCount + 2, as the runtime counts).
+    static func payload(_ className: String, _ args: [JSONValue], jid: String = Identifiers.jid(),
+                        retryCount: Int? = nil) throws -> JobPayload {
+        var payload = try JobClient.payload(for: NewJob(className, args: args), jid: jid, createdAt: Clock.now(),
+                                            enqueuedAt: Clock.now())
+        if let retryCount { payload.fields["retry_count"] = .int(Int64(retryCount)) }
+        return payload
+    }
+
+    /// `argsJSON` (a JSON array) as arguments.
+    static func arguments(_ argsJSON: String) throws -> [JSONValue] {
+        guard case .array(let args) = try JSONValue.parse(argsJSON) else { throw JobError.badInput("args must be an array") }
+        return args
     }
 
     struct DriverError: Error, CustomStringConvertible {
         let description: String
         init(_ description: String) { self.description = description }
-    }
-}
-
-/// Fails unless `delivery` is `.ack` (the job succeeded, or the ledger already held it).
-func XCTAssertAck(_ delivery: @autoclosure () throws -> JobRunnerDriver.Delivery, _ message: String = "",
-                  file: StaticString = #filePath, line: UInt = #line) {
-    do {
-        let value = try delivery()
-        guard case .ack = value else { return XCTFail("expected ack, got \(value) \(message)", file: file, line: line) }
-    } catch {
-        XCTFail("delivery threw \(error) \(message)", file: file, line: line)
     }
 }

@@ -9,21 +9,8 @@ import Workers
 import XCTest
 
 /// PrivacyExportJob and ExportCleanupJob against real PostgreSQL, Redis db 30 and a fake SMTP server.
-final class PrivacyExportTests: XCTestCase {
-    var fixture: PrivacyFixture!
-
-    override class func setUp() {
-        super.setUp()
-        CurlRuntime.initialize()
-    }
-
-    override func setUpWithError() throws {
-        fixture = try PrivacyFixture(prefix: "privacy_export_test", redisDatabase: 30)
-    }
-
-    override func tearDown() {
-        fixture?.tearDown()
-    }
+final class PrivacyExportTests: PrivacyTestCase {
+    override func makeFixture() throws -> PrivacyFixture { try PrivacyFixture(prefix: "privacy_export_test", redisDatabase: 30) }
 
     private func document(_ export: UUID) throws -> (text: String, json: [String: Any]) {
         let path = fixture.directory.appendingPathComponent("\(export.uuidString.lowercased()).json").path
@@ -167,10 +154,7 @@ final class PrivacyExportTests: XCTestCase {
         let export = try PrivacySeed.export(fixture, user: alice)
         try fixture.runExport(user: alice.id, export: export)
         try fixture.sql("UPDATE privacy_exports SET email_sent_at = NULL, email_intent_at = now() WHERE id = $1", [export])
-        XCTAssertThrowsError(try fixture.runExport(user: alice.id, export: export)) { error in
-            guard case JobError.retryAfter(let seconds, _) = error else { return XCTFail("\(error)") }
-            XCTAssertGreaterThanOrEqual(seconds, 120)
-        }
+        XCTAssertThrowsError(try fixture.runExport(user: alice.id, export: export)) { Failure.isRetryAfter($0, atLeast: 120) }
         XCTAssertEqual(try fixture.mails().count, 1)
     }
 
@@ -178,11 +162,10 @@ final class PrivacyExportTests: XCTestCase {
         let alice = try PrivacySeed.user(fixture, label: "zqalice")
         let export = try PrivacySeed.export(fixture, user: alice)
         try fixture.fakes.script(.smtp, ["match": ["stage": "rcpt"], "status": 451, "message": "try later"])
-        XCTAssertThrowsError(try fixture.runExport(user: alice.id, export: export)) { error in
-            // A 4xx is retried with backoff: the mail error, not bad input or a permanent failure.
-            guard let mailError = error as? ExportMailError else { return XCTFail("expected ExportMailError, got \(error)") }
-            XCTAssertTrue(mailError.reason.contains("451"), mailError.reason)
-            XCTAssertFalse("\(error)".contains(alice.email), "errors must not carry the address")
+        XCTAssertThrowsError(try fixture.runExport(user: alice.id, export: export)) {
+            // A 4xx is retried with backoff: the mail error, not bad input or a permanent failure; no address in it.
+            Failure.settled($0, in: .retry, errorClass: Failure.className(of: ExportMailError.self),
+                            messagePrefix: "export mail not delivered yet: ", containing: ["451"], lacking: [alice.email])
         }
         let row = try XCTUnwrap(fixture.sql("SELECT * FROM privacy_exports WHERE id = $1", [export]).first)
         XCTAssertEqual(try row.string("status"), "ready", "the export itself is done")
@@ -199,8 +182,9 @@ final class PrivacyExportTests: XCTestCase {
         let alice = try PrivacySeed.user(fixture, label: "zqalice")
         let export = try PrivacySeed.export(fixture, user: alice)
         try fixture.fakes.script(.smtp, ["match": ["stage": "data"], "hang": true, "delay": 30])
-        XCTAssertThrowsError(try fixture.runExport(user: alice.id, export: export)) { error in
-            XCTAssertTrue(error is ExportMailError, "\(error)")
+        XCTAssertThrowsError(try fixture.runExport(user: alice.id, export: export)) {
+            Failure.settled($0, in: .retry, errorClass: Failure.className(of: ExportMailError.self),
+                            messagePrefix: "export mail not delivered yet: ")
         }
         try fixture.fakes.reset(.smtp)
         try fixture.runExport(user: alice.id, export: export)
@@ -211,10 +195,8 @@ final class PrivacyExportTests: XCTestCase {
         let alice = try PrivacySeed.user(fixture, label: "zqalice")
         let export = try PrivacySeed.export(fixture, user: alice)
         try fixture.fakes.script(.smtp, ["match": ["stage": "rcpt"], "status": 550, "message": "no such user"])
-        XCTAssertThrowsError(try fixture.runExport(user: alice.id, export: export)) { error in
-            guard case JobError.permanent(let reason) = error else { return XCTFail("\(error)") }
-            XCTAssertTrue(reason.contains("550"), reason)
-            XCTAssertFalse(reason.contains(alice.email))
+        XCTAssertThrowsError(try fixture.runExport(user: alice.id, export: export)) {
+            Failure.settled($0, in: .dead, errorClass: "PermanentFailure", containing: ["550"], lacking: [alice.email])
         }
         let error = try fixture.sql("SELECT error FROM privacy_exports WHERE id = $1", [export]).first!.optionalString("error")
         XCTAssertTrue(error?.contains("550") == true, "\(error ?? "nil")")
@@ -237,9 +219,8 @@ final class PrivacyExportTests: XCTestCase {
         defer { tls.tearDown() }
         let alice = try PrivacySeed.user(tls, label: "zqalice")
         let export = try PrivacySeed.export(tls, user: alice)
-        XCTAssertThrowsError(try tls.runExport(user: alice.id, export: export)) { error in
-            guard case JobError.permanent(let reason) = error else { return XCTFail("\(error)") }
-            XCTAssertTrue(reason.contains("TLS"), reason)
+        XCTAssertThrowsError(try tls.runExport(user: alice.id, export: export)) {
+            Failure.settled($0, in: .dead, errorClass: "PermanentFailure", containing: ["TLS"])
         }
         XCTAssertEqual(try tls.mails().count, 0)
     }
@@ -265,25 +246,19 @@ final class PrivacyExportTests: XCTestCase {
         let export = try PrivacySeed.export(fixture, user: alice)
 
         XCTAssertThrowsError(try fixture.run(fixture.payload(PrivacyExportJob.className,
-                                                             args: [.object(["user_id": "nope", "export_id": "x"])]))) { error in
-            guard case DispatchError.invalidArguments(_, let reason) = error else {
-                return XCTFail("expected DispatchError.invalidArguments, got \(error)")
-            }
-            XCTAssertTrue(reason.contains("user_id must be a UUID"), reason)
+                                                             args: [.object(["user_id": "nope", "export_id": "x"])]))) {
+            Failure.settled($0, in: .dead, errorClass: "BadInput",
+                            messagePrefix: "invalid arguments for \(PrivacyExportJob.className): ", containing: ["user_id must be a UUID"])
         }
-        XCTAssertThrowsError(try fixture.run(fixture.payload(PrivacyExportJob.className, args: [.object(["user_id": "x"])]))) { error in
-            guard case DispatchError.undecodableArguments(_, let reason) = error else {
-                return XCTFail("expected DispatchError.undecodableArguments, got \(error)")
-            }
-            XCTAssertTrue(reason.contains("export_id"), reason)
+        XCTAssertThrowsError(try fixture.run(fixture.payload(PrivacyExportJob.className, args: [.object(["user_id": "x"])]))) {
+            Failure.settled($0, in: .dead, errorClass: "BadInput",
+                            messagePrefix: "arguments do not fit \(PrivacyExportJob.className): ", containing: ["export_id"])
         }
-        XCTAssertThrowsError(try fixture.runExport(user: alice.id, export: UUID())) { error in
-            guard case JobError.badInput(let reason) = error else { return XCTFail("\(error)") }
-            XCTAssertTrue(reason.contains("does not exist"), reason)
+        XCTAssertThrowsError(try fixture.runExport(user: alice.id, export: UUID())) {
+            Failure.settled($0, in: .dead, errorClass: "BadInput", messagePrefix: "bad input: ", containing: ["does not exist"])
         }
-        XCTAssertThrowsError(try fixture.runExport(user: bob.id, export: export)) { error in
-            guard case JobError.badInput(let reason) = error else { return XCTFail("\(error)") }
-            XCTAssertTrue(reason.contains("another user"), reason)
+        XCTAssertThrowsError(try fixture.runExport(user: bob.id, export: export)) {
+            Failure.settled($0, in: .dead, errorClass: "BadInput", messagePrefix: "bad input: ", containing: ["another user"])
         }
         XCTAssertEqual(try fixture.mails().count, 0)
     }
@@ -340,7 +315,7 @@ final class PrivacyExportTests: XCTestCase {
         try fixture.redis.command("LPUSH", Keys.queue("default"), payload.serialized(), payload.serialized())
         // One thread: the second delivery runs after the first (a redelivery). Two deliveries running at the same
         // time are covered by testFreshClaimByAnotherRunDefersWithRetryAfter (the second one is retried later).
-        let worker = try PrivacyWorker.start(fixture, concurrency: 1)
+        let worker = try fixture.startWorker(concurrency: 1)
         defer { worker.shutdown() }
         XCTAssertTrue(try eventually { try fixture.redis.processed() == 2 })
         XCTAssertEqual(try fixture.mails().count, 1)
@@ -355,7 +330,7 @@ final class PrivacyExportTests: XCTestCase {
         let alice = try PrivacySeed.user(fixture, label: "zqalice")
         let export = try PrivacySeed.export(fixture, user: alice)
         try fixture.redis.client.enqueue(PrivacyJobs.exportJob(userID: alice.id, exportID: export))
-        let worker = try PrivacyWorker.start(fixture, concurrency: 1)
+        let worker = try fixture.startWorker(concurrency: 1)
         defer { worker.shutdown() }
         XCTAssertTrue(try eventually { try fixture.redis.processed() == 1 })
 
@@ -417,25 +392,5 @@ final class PrivacyExportTests: XCTestCase {
         let sections = try XCTUnwrap(json["sections"] as? [String: Any])
         XCTAssertEqual((sections["quiz_history"] as? [Any])?.count, 70_000)
         XCTAssertEqual((sections["locations"] as? [Any])?.count, 15_001)
-    }
-}
-
-/// An in-process worker with the privacy jobs, fast timings, against the fixture's Redis and database.
-enum PrivacyWorker {
-    static func start(_ fixture: PrivacyFixture, concurrency: Int = 2) throws -> WorkerProcess {
-        var configuration = WorkerConfiguration()
-        configuration.redisURL = fixture.redis.url
-        configuration.concurrency = concurrency
-        configuration.heartbeatInterval = 0.2
-        configuration.fetcherHeartbeatTTL = 1
-        configuration.orphanSweepInterval = 0.3
-        configuration.pollInterval = 0.2
-        configuration.shutdownTimeout = 2
-        var logger = Logger(label: "privacy-worker")
-        logger.logLevel = .critical
-        let process = try WorkerProcess(configuration: configuration, registry: fixture.registry,
-                                        database: JobDatabase(pool: fixture.pool), logger: logger)
-        try process.start()
-        return process
     }
 }

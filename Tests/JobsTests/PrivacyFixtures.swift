@@ -8,28 +8,27 @@ import TestSupport
 import Workers
 import XCTest
 
-/// Shared set-up for the privacy tests: a fresh database, one Redis test database (30-34), a fake SMTP
-/// server of its own, a temporary export directory, and the privacy jobs registered in a registry.
+/// Shared set-up for the privacy tests: a `JobsFixture` (a fresh database, one Redis test database (30-34), a
+/// fake SMTP server of its own), a temporary export directory, and the privacy jobs registered in a registry,
+/// run through `JobRunnerDriver` (in process) or a `TestWorker`.
 final class PrivacyFixture {
-    let database: PostgresTestDatabase
-    let pool: PostgresPool
-    let redis: TestRedis
-    let fakes: FakeServers
+    let base: JobsFixture
+    var database: PostgresTestDatabase { base.database }
+    var pool: PostgresPool { base.pool }
+    var redis: TestRedis { base.redis }
+    var fakes: FakeServers { base.fakes }
     let directory: URL
     let configuration: PrivacyConfiguration
     let registry: JobRegistry
     let signer: ExportURLSigner
+    /// The privacy jobs as a worker runs them (JobRunner: ledger check on redelivery, retries, dead).
+    let driver: JobRunnerDriver
     static let secret = Data("test-signing-secret-0123456789-abcdefghijklmnop".utf8)
     static let urlBase = "https://downloads.example.test/privacy/exports"
 
     init(prefix: String, redisDatabase: Int, security: SMTPSecurity = .none) throws {
-        CurlRuntime.initialize()
-        database = try PostgresTestDatabase.create(prefix: prefix)
-        pool = PostgresPool(url: database.url, maxConnections: 8)
-        _ = try Migrator.bundled().migrate(pool: pool)
-        redis = try TestRedis(database: redisDatabase)
-        try redis.flush()
-        fakes = try FakeServers([.smtp])
+        base = try JobsFixture(prefix: prefix, redis: redisDatabase, fakes: .own([.smtp]))
+        let fakes = base.fakes
         directory = FileManager.default.temporaryDirectory
             .appendingPathComponent("privacy-test-\(UUID().uuidString.lowercased())").appendingPathComponent("exports")
         let smtp = SMTPConfiguration(host: "127.0.0.1", port: fakes.smtpPort, security: security,
@@ -38,15 +37,14 @@ final class PrivacyFixture {
                                                  signingSecret: Self.secret, smtp: smtp,
                                                  mailFrom: EmailAddress("privacy@example.test", name: "Privacy Team"))
         var registry = JobRegistry()
-        PrivacyJobs.register(into: &registry, configuration: configuration, redis: redis.pool)
+        PrivacyJobs.register(into: &registry, configuration: configuration, redis: base.redis.pool)
         self.registry = registry
+        driver = base.driver(registry)
         signer = ExportURLSigner(configuration: configuration)
     }
 
     func tearDown() {
-        fakes.stop()
-        pool.shutdown()
-        database.drop()
+        base.tearDown()
         try? redis.flush()
         try? FileManager.default.removeItem(at: directory.deletingLastPathComponent())
     }
@@ -57,15 +55,10 @@ final class PrivacyFixture {
         try JobClient.payload(for: NewJob(className, args: args), jid: jid, createdAt: Clock.now(), enqueuedAt: Clock.now())
     }
 
-    /// Decodes and runs a payload the way the runtime does (registry → prepare → run), on this thread.
-    func run(_ payload: JobPayload, attempt: Int = 1) throws {
-        var logger = Logger(label: "privacy-test")
-        logger.logLevel = .critical
-        let prepared = try registry.prepare(payload)
-        let context = JobContext(jid: payload.jid ?? Identifiers.jid(), className: payload.className, queue: "default",
-                                 attempt: attempt, payload: payload, deadline: Date().addingTimeInterval(600),
-                                 cancellation: CancellationFlag(), logger: logger, database: JobDatabase(pool: pool))
-        try prepared.run(context)
+    /// One delivery of `payload` through `JobRunnerDriver`, on this thread: returns when it succeeded (or the
+    /// ledger already held it), throws the `Delivery` otherwise (assert on it with `Failure`).
+    func run(_ payload: JobPayload) throws {
+        try driver.run(payload)
     }
 
     func runExport(user: UUID, export: UUID, jid: String = Identifiers.jid()) throws {
@@ -75,6 +68,12 @@ final class PrivacyFixture {
     func runDeletion(user: UUID, request: UUID, jid: String = Identifiers.jid()) throws {
         try run(payload(AccountDeletionJob.className,
                         args: PrivacyJobs.deletionJob(userID: user, requestID: request).args, jid: jid))
+    }
+
+    /// Starts a worker process with the privacy jobs against the fixture's Redis and database; the caller shuts
+    /// it down.
+    func startWorker(concurrency: Int = 2) throws -> WorkerProcess {
+        try TestWorker.start(redis: redis, registry: registry, database: base.jobDatabase, concurrency: concurrency)
     }
 
     // MARK: - Database helpers
@@ -114,6 +113,27 @@ final class PrivacyFixture {
         let raw = try fakes.admin(.smtp, "GET", "messages")["messages"] as? [[String: Any]] ?? []
         let typed = try fakes.smtpMessages()
         return zip(typed, raw).map { ($0, $1["links"] as? [String] ?? []) }
+    }
+}
+
+/// Base of the privacy test classes: a fresh `PrivacyFixture` before each test (`makeFixture()`, which each class
+/// overrides with its database prefix and Redis database), torn down after it. One thread, as XCTest calls it.
+class PrivacyTestCase: XCTestCase {
+    private(set) var fixture: PrivacyFixture!
+
+    func makeFixture() throws -> PrivacyFixture {
+        throw XCTSkip("\(type(of: self)) does not say which fixture it needs (override makeFixture)")
+    }
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        fixture = try makeFixture()
+    }
+
+    override func tearDown() {
+        fixture?.tearDown()
+        fixture = nil
+        super.tearDown()
     }
 }
 

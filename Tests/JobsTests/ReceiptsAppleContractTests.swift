@@ -8,43 +8,22 @@ import TestSupport
 import Workers
 import XCTest
 
-/// The Apple half of issue 12, each job run through a real worker (`ReceiptsRunner`: ledger check, retries, dead
+/// The Apple half of issue 12, each job run through a real worker (`SettlingWorker`: ledger check, retries, dead
 /// set) against PostgreSQL, Redis (database 50) and the Apple fake answering as Apple documents.
-final class ReceiptsAppleContractTests: XCTestCase {
-    var db: ReceiptsDatabase!
-    var fakes: FakeServers!
-    var http: HTTPClient!
-    var runners: [ReceiptsRunner] = []
+final class ReceiptsAppleContractTests: ReceiptsTestCase {
+    var runners: [SettlingWorker] = []
 
-    override class func setUp() { CurlRuntime.initialize() }
-
-    override func setUpWithError() throws {
-        db = try ReceiptsDatabase()
-        fakes = try FakeServers([.apple])
-        http = HTTPClient(configuration: HTTPClientConfiguration(userAgent: "receipts-test", timeout: .seconds(5)))
-    }
+    override func makeFixture() throws -> JobsFixture { try JobsFixture(prefix: "receipts_test", fakes: .own([.apple])) }
 
     override func tearDown() {
         runners.forEach { $0.shutdown() }
-        fakes?.stop()
-        db?.close()
+        super.tearDown()
     }
 
     // MARK: Set-up
 
     func configuration(roots: [[UInt8]] = [AppleRootCertificates.appleRootCAG3]) -> ReceiptsConfiguration {
-        var c = ReceiptsConfiguration()
-        c.appleVerifyReceiptProductionURL = fakes.appleVerifyReceiptProductionURL
-        c.appleVerifyReceiptSandboxURL = fakes.appleVerifyReceiptSandboxURL
-        c.appleServerAPIProductionURL = fakes.appleServerAPIBaseURL
-        c.appleServerAPISandboxURL = fakes.appleServerAPISandboxBaseURL
-        c.appleSharedSecret = Secret("shh")
-        c.appleBundleID = "com.example"
-        c.appleAppAppleID = 1234
-        c.appleRootCertificates = roots
-        c.appleValidation = .verifyReceipt
-        c.requestTimeout = .seconds(2)
-        return c
+        appleConfiguration(roots: roots)
     }
 
     /// App Store Server API mode; the fake checks our JWT with the fixture key.
@@ -58,10 +37,10 @@ final class ReceiptsAppleContractTests: XCTestCase {
         return c
     }
 
-    func runner(_ c: ReceiptsConfiguration) throws -> ReceiptsRunner {
+    func runner(_ c: ReceiptsConfiguration) throws -> SettlingWorker {
         var registry = JobRegistry()
         ReceiptJobs.register(into: &registry, services: try ReceiptServices(configuration: c, http: http))
-        let r = try ReceiptsRunner(redisDatabase: 50, registry: registry, database: JobDatabase(pool: db.pool))
+        let r = try SettlingWorker(redisDatabase: 50, registry: registry, database: fixture.jobDatabase)
         runners.append(r)
         return r
     }
@@ -118,7 +97,7 @@ final class ReceiptsAppleContractTests: XCTestCase {
         let r = try runner(configuration(roots: [try AppleFixtures.testCA(), signer.rootDER]))
         // Apple's own test notification (signed under Apple's test CA), in the body Apple POSTs: {"signedPayload": …}.
         let appleBody = #"{"signedPayload":""# + (try AppleFixtures.text("mock_signed_data/testNotification")) + #""}"#
-        XCTAssertEqual(try r.run("AppStoreNotificationJob", "[\(appleBody)]"), .done)
+        XCTAssertAck(try r.run("AppStoreNotificationJob", "[\(appleBody)]"))
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM store_notifications WHERE notification_type = 'TEST' AND outcome = 'ignored'"), 1)
 
         // A renewal in Apple's body changes the subscription.
@@ -128,7 +107,7 @@ final class ReceiptsAppleContractTests: XCTestCase {
             "latest_receipt_info": [["product_id": ReceiptsDatabase.appleProduct, "transaction_id": "1000000001",
                                      "original_transaction_id": "1000000001",
                                      "expires_date_ms": String(TestAppleSigner.ms(Date().addingTimeInterval(5 * 86400)))]]])
-        XCTAssertEqual(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "receipt-n", transaction: "1000000001")), .done)
+        XCTAssertAck(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "receipt-n", transaction: "1000000001")))
         func renewal(_ uuid: String, days: Double) throws -> String {
             let now = Date()
             let tx = try signer.sign(["transactionId": "1000000002", "originalTransactionId": "1000000001", "bundleId": "com.example",
@@ -141,7 +120,7 @@ final class ReceiptsAppleContractTests: XCTestCase {
                                              "signedTransactionInfo": tx, "status": 1]])
         }
         let body = #"{"signedPayload":""# + (try renewal("22222222-2222-2222-2222-222222222222", days: 40)) + #""}"#
-        XCTAssertEqual(try r.run("AppStoreNotificationJob", "[\(body)]"), .done)
+        XCTAssertAck(try r.run("AppStoreNotificationJob", "[\(body)]"))
         XCTAssertEqual(try db.events(key: "1000000001"), ["subscription_started", "renewed"])
         XCTAssertEqual(try db.scalar("""
             SELECT count(*) FROM subscriptions WHERE store_transaction_id = '1000000001' AND end_date > now() + interval '30 days'
@@ -149,9 +128,9 @@ final class ReceiptsAppleContractTests: XCTestCase {
 
         // The earlier key stays accepted as an alias; a body with neither key is bad input, dead at once.
         let alias = jsonString([["signed_payload": try renewal("33333333-3333-3333-3333-333333333333", days: 50)]])
-        XCTAssertEqual(try r.run("AppStoreNotificationJob", alias), .done)
+        XCTAssertAck(try r.run("AppStoreNotificationJob", alias))
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM store_notifications WHERE outcome = 'applied'"), 2)
-        Settles.dead(try r.run("AppStoreNotificationJob", #"[{"payload":"a.b.c"}]"#), errorClass: "BadInput",
+        Failure.dead(try r.run("AppStoreNotificationJob", #"[{"payload":"a.b.c"}]"#), errorClass: "BadInput",
                      messagePrefix: #"arguments do not fit AppStoreNotificationJob: args[0]: missing key "signedPayload""#)
     }
 
@@ -165,19 +144,19 @@ final class ReceiptsAppleContractTests: XCTestCase {
         let ownersJWS = try registerTransaction(signer, id: "70000001", accountToken: owner)
 
         // A bare transaction id claimed by someone else: refused, nothing granted, even though it comes first.
-        Settles.dead(try r.run("ValidateReceiptJob", validateArgs(user: thief, transaction: "70000001")),
+        Failure.dead(try r.run("ValidateReceiptJob", validateArgs(user: thief, transaction: "70000001")),
                      errorClass: "PermanentFailure", messagePrefix: "RCV-OWNER: the transaction's appAccountToken names another user")
         // Replaying the owner's device-signed transaction does not help either.
-        Settles.dead(try r.run("ValidateReceiptJob", validateArgs(user: thief, transaction: "70000001", signedTransaction: ownersJWS)),
+        Failure.dead(try r.run("ValidateReceiptJob", validateArgs(user: thief, transaction: "70000001", signedTransaction: ownersJWS)),
                      errorClass: "PermanentFailure", messagePrefix: "RCV-OWNER: the transaction's appAccountToken names another user")
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM subscriptions"), 0)
         XCTAssertEqual(try db.userStatus(thief), "free")
         XCTAssertEqual(r.logs.securityAlerts, ["RCV-OWNER", "RCV-OWNER"])
 
         // The owner's claim, bare id or with the device's JWS, is granted: the subscription is theirs.
-        XCTAssertEqual(try r.run("ValidateReceiptJob", validateArgs(user: owner, transaction: "70000001")), .done)
-        XCTAssertEqual(try r.run("ValidateReceiptJob", validateArgs(user: owner, receipt: nil, transaction: "70000001",
-                                                                    signedTransaction: ownersJWS)), .done)
+        XCTAssertAck(try r.run("ValidateReceiptJob", validateArgs(user: owner, transaction: "70000001")))
+        XCTAssertAck(try r.run("ValidateReceiptJob", validateArgs(user: owner, receipt: nil, transaction: "70000001",
+                                                                    signedTransaction: ownersJWS)))
         XCTAssertEqual(try subscriptionOwner(key: "70000001"), owner.uuidString.lowercased())
         XCTAssertEqual(try db.userStatus(owner), "premium")
         XCTAssertEqual(try db.events(key: "70000001"), ["subscription_started"])
@@ -191,10 +170,10 @@ final class ReceiptsAppleContractTests: XCTestCase {
                                      "original_transaction_id": "75000001", "app_account_token": owner.uuidString.lowercased(),
                                      "expires_date_ms": String(TestAppleSigner.ms(Date().addingTimeInterval(20 * 86400)))]]])
         let r = try runner(configuration())
-        Settles.dead(try r.run("ValidateReceiptJob", validateArgs(user: thief, receipt: "owners-receipt", transaction: "75000001")),
+        Failure.dead(try r.run("ValidateReceiptJob", validateArgs(user: thief, receipt: "owners-receipt", transaction: "75000001")),
                      errorClass: "PermanentFailure", messagePrefix: "RCV-OWNER: the receipt's app_account_token names another user")
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM subscriptions"), 0)
-        XCTAssertEqual(try r.run("ValidateReceiptJob", validateArgs(user: owner, receipt: "owners-receipt", transaction: "75000001")), .done)
+        XCTAssertAck(try r.run("ValidateReceiptJob", validateArgs(user: owner, receipt: "owners-receipt", transaction: "75000001")))
         XCTAssertEqual(try subscriptionOwner(key: "75000001"), owner.uuidString.lowercased())
     }
 
@@ -207,25 +186,25 @@ final class ReceiptsAppleContractTests: XCTestCase {
 
         // Proofs that do not verify, or are about another purchase, are refused before the purchase is looked up.
         let forged = try signedTransaction(stranger, id: "71000001", original: "71000001")
-        Settles.dead(try r.run("ValidateReceiptJob", validateArgs(user: buyer, transaction: "71000001", signedTransaction: forged)),
+        Failure.dead(try r.run("ValidateReceiptJob", validateArgs(user: buyer, transaction: "71000001", signedTransaction: forged)),
                      errorClass: "PermanentFailure", messagePrefix: "RCV-JWS: the device's signed transaction: the x5c chain is not trusted")
         let otherPurchase = try signedTransaction(signer, id: "71000002", original: "71000002")
-        Settles.dead(try r.run("ValidateReceiptJob", validateArgs(user: buyer, transaction: "71000001", signedTransaction: otherPurchase)),
+        Failure.dead(try r.run("ValidateReceiptJob", validateArgs(user: buyer, transaction: "71000001", signedTransaction: otherPurchase)),
                      errorClass: "PermanentFailure",
                      messagePrefix: "RCV-TXN: the device's signed transaction is transaction 71000002, not 71000001")
         let sandboxCopy = try signedTransaction(signer, id: "71000001", original: "71000001", environment: "Sandbox")
-        Settles.dead(try r.run("ValidateReceiptJob", validateArgs(user: buyer, transaction: "71000001", signedTransaction: sandboxCopy)),
+        Failure.dead(try r.run("ValidateReceiptJob", validateArgs(user: buyer, transaction: "71000001", signedTransaction: sandboxCopy)),
                      errorClass: "PermanentFailure",
                      messagePrefix: "RCV-JWS: the device's signed transaction: signed data is from environment Sandbox, accepted: Production")
         XCTAssertEqual(try fakes.requests(.apple, path: "/inApps/v1/transactions/71000001").count, 1, "only the sandbox copy's check asked Apple")
 
         // The device's own signed transaction binds it: granted to the buyer.
-        XCTAssertEqual(try r.run("ValidateReceiptJob", validateArgs(user: buyer, receipt: nil, transaction: "71000001",
-                                                                    signedTransaction: devices)), .done)
+        XCTAssertAck(try r.run("ValidateReceiptJob", validateArgs(user: buyer, receipt: nil, transaction: "71000001",
+                                                                    signedTransaction: devices)))
         XCTAssertEqual(try subscriptionOwner(key: "71000001"), buyer.uuidString.lowercased())
         XCTAssertEqual(try db.userStatus(buyer), "premium")
         // Someone else with a copy of it: the subscription is already the buyer's.
-        Settles.dead(try r.run("ValidateReceiptJob", validateArgs(user: other, transaction: "71000001", signedTransaction: devices)),
+        Failure.dead(try r.run("ValidateReceiptJob", validateArgs(user: other, transaction: "71000001", signedTransaction: devices)),
                      errorClass: "PermanentFailure", messagePrefix: "RCV-OWNER: the store transaction already belongs to another user")
         XCTAssertEqual(try db.userStatus(other), "free")
     }
@@ -235,7 +214,7 @@ final class ReceiptsAppleContractTests: XCTestCase {
         let r = try runner(try serverAPIConfiguration(signer))
         let user = try db.newUser()
         try registerTransaction(signer, id: "72000001")   // no appAccountToken; the job sends no signed_transaction
-        Settles.dead(try r.run("ValidateReceiptJob", validateArgs(user: user, transaction: "72000001")),
+        Failure.dead(try r.run("ValidateReceiptJob", validateArgs(user: user, transaction: "72000001")),
                      errorClass: "PermanentFailure",
                      messagePrefix: "RCV-PROOF: transaction 72000001 carries no appAccountToken and no signed_transaction")
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM subscriptions"), 0)
@@ -252,7 +231,7 @@ final class ReceiptsAppleContractTests: XCTestCase {
         let r = try runner(try serverAPIConfiguration(signer))
         let user = try db.newUser()
         // 404 TransactionIdNotFoundError (4040010) in production, then in sandbox.
-        Settles.dead(try r.run("ValidateReceiptJob", validateArgs(user: user, transaction: "73000001")),
+        Failure.dead(try r.run("ValidateReceiptJob", validateArgs(user: user, transaction: "73000001")),
                      errorClass: "PermanentFailure",
                      messagePrefix: "RCV-NOT-FOUND: unknown transaction: Sandbox: Transaction id not found. (4040010)")
         XCTAssertEqual(try fakes.requests(.apple).map(\.path),
@@ -260,9 +239,9 @@ final class ReceiptsAppleContractTests: XCTestCase {
         // 429 RateLimitExceededError (4290000), no Retry-After: retried after the client's 60 s default.
         try registerTransaction(signer, id: "73000002", accountToken: user)
         try fakes.configure(.apple, ["rate_limited": 1])
-        Settles.retry(try r.run("ValidateReceiptJob", validateArgs(user: user, transaction: "73000002")),
+        Failure.retry(try r.run("ValidateReceiptJob", validateArgs(user: user, transaction: "73000002")),
                       errorClass: "RetryLater", messagePrefix: "App Store Server API (Production) rate limited (HTTP 429) (retry after 60 s)")
-        XCTAssertEqual(try r.run("ValidateReceiptJob", validateArgs(user: user, transaction: "73000002")), .done)
+        XCTAssertAck(try r.run("ValidateReceiptJob", validateArgs(user: user, transaction: "73000002")))
         XCTAssertEqual(try db.userStatus(user), "premium")
     }
 
@@ -278,15 +257,15 @@ final class ReceiptsAppleContractTests: XCTestCase {
                                      "expires_date_ms": String(TestAppleSigner.ms(Date().addingTimeInterval(20 * 86400)))]]])
         let r = try runner(configuration())   // sends "shh": not the app's secret
         let jid = Identifiers.jid()
-        Settles.retry(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "genuine", transaction: "74000001"), jid: jid),
-                      errorClass: "AppleVerifyReceiptRequestRefused",
+        Failure.retry(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "genuine", transaction: "74000001"), jid: jid),
+                      errorClass: Failure.className(of: AppleVerifyReceiptRequestRefused.self),
                       messagePrefix: "RCV-CONFIG-21004: Apple verifyReceipt refused our request: the shared secret RECEIPTS_APPLE_SHARED_SECRET does not match")
-        Settles.retry(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "genuine", transaction: "74000001"),
+        Failure.retry(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "genuine", transaction: "74000001"),
                                 jid: jid, retryCount: 0),
-                      errorClass: "AppleVerifyReceiptRequestRefused", messagePrefix: "RCV-CONFIG-21004")
+                      errorClass: Failure.className(of: AppleVerifyReceiptRequestRefused.self), messagePrefix: "RCV-CONFIG-21004")
         try fakes.configure(.apple, ["shared_secret": NSNull()])
-        Settles.retry(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "status:21000", transaction: "74000002")),
-                      errorClass: "AppleVerifyReceiptRequestRefused",
+        Failure.retry(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "status:21000", transaction: "74000002")),
+                      errorClass: Failure.className(of: AppleVerifyReceiptRequestRefused.self),
                       messagePrefix: "RCV-CONFIG-21000: Apple verifyReceipt refused our request: the App Store could not read our request")
         // Nothing is held against the user: no receipt recorded invalid, no security alert; one configuration alert each.
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM iap_receipts"), 0)
@@ -296,8 +275,8 @@ final class ReceiptsAppleContractTests: XCTestCase {
 
         // Once the secret is right, the same job's next retry grants the purchase.
         try fakes.configure(.apple, ["shared_secret": "shh"])
-        XCTAssertEqual(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "genuine", transaction: "74000001"),
-                                 jid: jid, retryCount: 1), .done)
+        XCTAssertAck(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "genuine", transaction: "74000001"),
+                                 jid: jid, retryCount: 1))
         XCTAssertEqual(try db.userStatus(user), "premium")
     }
 
@@ -316,10 +295,10 @@ final class ReceiptsAppleContractTests: XCTestCase {
             "pending_renewal_info": [["original_transaction_id": "80000001", "auto_renew_status": "1"]]])
         let r = try runner(configuration())
         // A StoreKit 1 restore: a new transaction id, with its original's id.
-        XCTAssertEqual(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "restored", transaction: "80000099",
-                                                                    original: "80000001")), .done)
+        XCTAssertAck(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "restored", transaction: "80000099",
+                                                                    original: "80000001")))
         // An older renewal's id, not in the receipt any more.
-        XCTAssertEqual(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "restored", transaction: "80000002")), .done)
+        XCTAssertAck(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "restored", transaction: "80000002")))
         XCTAssertEqual(try db.subscriptionStatus(key: "80000001"), "active")
         XCTAssertEqual(try db.userStatus(user), "premium")
         XCTAssertEqual(try db.events(key: "80000001"), ["subscription_started"])
@@ -330,7 +309,7 @@ final class ReceiptsAppleContractTests: XCTestCase {
             "receipt-data": "other-product", "status": 0,
             "latest_receipt_info": [latest.merging(["product_id": "com.example.other", "transaction_id": "81000001",
                                                     "original_transaction_id": "81000001"]) { $1 }]])
-        Settles.dead(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "other-product", transaction: "81000009")),
+        Failure.dead(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "other-product", transaction: "81000009")),
                      errorClass: "PermanentFailure", messagePrefix: "RCV-TXN: transaction 81000009 is not in the receipt")
         XCTAssertEqual(r.logs.securityAlerts, ["RCV-TXN"])
     }
@@ -346,11 +325,11 @@ final class ReceiptsAppleContractTests: XCTestCase {
         let receipts = try XCTUnwrap(statuses.first { $0.area == "receipts" })
         XCTAssertTrue(receipts.problem?.hasPrefix(problem) == true, receipts.problem ?? "started")
         // Its jobs wait in retry with the reason (never run unverified, never dead).
-        let r = try ReceiptsRunner(redisDatabase: 50, registry: registry, database: JobDatabase(pool: db.pool))
+        let r = try SettlingWorker(redisDatabase: 50, registry: registry, database: fixture.jobDatabase)
         runners.append(r)
         let body = #"[{"signedPayload":""# + (try AppleFixtures.text("mock_signed_data/testNotification")) + #""}]"#
-        Settles.retry(try r.run("AppStoreNotificationJob", body), errorClass: "UnconfiguredJob::NotConfigured",
-                      messagePrefix: "the receipts jobs are not configured on this worker: " + problem)
+        Failure.retry(try r.run("AppStoreNotificationJob", body),
+                      errorClass: Failure.className(of: UnconfiguredJob.NotConfigured.self), messagePrefix: "the receipts jobs are not configured on this worker: " + problem)
 
         // Built in code, the same configuration is refused too; with the id, or Sandbox only, it starts.
         var c = configuration()

@@ -8,43 +8,16 @@ import Workers
 import XCTest
 
 /// ValidateReceiptJob (Apple, both APIs) and AppStoreNotificationJob against PostgreSQL and the Apple fake.
-final class ReceiptsAppleTests: XCTestCase {
-    var db: ReceiptsDatabase!
-    var fakes: FakeServers!
-    var http: HTTPClient!
+final class ReceiptsAppleTests: ReceiptsTestCase {
+    override func makeFixture() throws -> JobsFixture { try JobsFixture(prefix: "receipts_test", fakes: .own([.apple])) }
 
-    override class func setUp() { CurlRuntime.initialize() }
+    func configuration() -> ReceiptsConfiguration { appleConfiguration() }
 
-    override func setUpWithError() throws {
-        db = try ReceiptsDatabase()
-        fakes = try FakeServers([.apple])
-        http = HTTPClient(configuration: HTTPClientConfiguration(userAgent: "receipts-test", timeout: .seconds(5)))
-    }
-
-    override func tearDown() {
-        fakes?.stop()
-        db?.close()
-    }
-
-    func configuration() -> ReceiptsConfiguration {
-        var c = ReceiptsConfiguration()
-        c.appleVerifyReceiptProductionURL = fakes.appleVerifyReceiptProductionURL
-        c.appleVerifyReceiptSandboxURL = fakes.appleVerifyReceiptSandboxURL
-        c.appleServerAPIProductionURL = fakes.appleServerAPIBaseURL
-        c.appleServerAPISandboxURL = fakes.appleServerAPISandboxBaseURL
-        c.appleSharedSecret = Secret("shh")
-        c.appleBundleID = "com.example"
-        c.appleAppAppleID = 1234  // required with Production signed data accepted (the default environments)
-        c.appleValidation = .verifyReceipt
-        c.requestTimeout = .seconds(2)
-        return c
-    }
-
-    /// Jobs go through the worker's `JobRunner` (ledger check, retry and dead rules): see `RunnerDriver`.
-    func driver(_ c: ReceiptsConfiguration) throws -> RunnerDriver {
+    /// Jobs go through the worker's `JobRunner` (ledger check, retry and dead rules): see `JobRunnerDriver`.
+    func driver(_ c: ReceiptsConfiguration) throws -> JobRunnerDriver {
         var registry = JobRegistry()
         ReceiptJobs.register(into: &registry, services: try ReceiptServices(configuration: c, http: http))
-        return RunnerDriver(registry: registry, database: JobDatabase(pool: db.pool))
+        return fixture.driver(registry)
     }
 
     func appleArgs(user: UUID, receipt: String, transaction: String) -> String {

@@ -8,23 +8,8 @@ import Workers
 import XCTest
 
 /// ValidateReceiptJob (Google), PlayNotificationJob, the shared token cache, and the expiry sweep.
-final class ReceiptsGoogleTests: XCTestCase {
-    var db: ReceiptsDatabase!
-    var fakes: FakeServers!
-    var http: HTTPClient!
-
-    override class func setUp() { CurlRuntime.initialize() }
-
-    override func setUpWithError() throws {
-        db = try ReceiptsDatabase()
-        fakes = try FakeServers([.google])
-        http = HTTPClient(configuration: HTTPClientConfiguration(userAgent: "receipts-test", timeout: .seconds(5)))
-    }
-
-    override func tearDown() {
-        fakes?.stop()
-        db?.close()
-    }
+final class ReceiptsGoogleTests: ReceiptsTestCase {
+    override func makeFixture() throws -> JobsFixture { try JobsFixture(prefix: "receipts_test", fakes: .own([.google])) }
 
     /// A fresh RSA service account; the fake is told its public key and checks every assertion's signature.
     func configuration() throws -> ReceiptsConfiguration {
@@ -46,11 +31,11 @@ final class ReceiptsGoogleTests: XCTestCase {
 
     func services(_ c: ReceiptsConfiguration) throws -> ReceiptServices { try ReceiptServices(configuration: c, http: http) }
 
-    /// Jobs go through the worker's `JobRunner` (ledger check, retry and dead rules): see `RunnerDriver`.
-    func driver(_ s: ReceiptServices) -> RunnerDriver {
+    /// Jobs go through the worker's `JobRunner` (ledger check, retry and dead rules): see `JobRunnerDriver`.
+    func driver(_ s: ReceiptServices) -> JobRunnerDriver {
         var registry = JobRegistry()
         ReceiptJobs.register(into: &registry, services: s)
-        return RunnerDriver(registry: registry, database: JobDatabase(pool: db.pool))
+        return fixture.driver(registry)
     }
 
     func googleArgs(user: UUID, token: String, product: String = ReceiptsDatabase.googleProduct) -> String {

@@ -8,16 +8,11 @@ import XCTest
 /// Google receipts inside real `workerctl worker` processes: Redis (database 21), PostgreSQL, the Google fake.
 /// The worker is configured from the environment as in production (`RECEIPTS_*`, `DATABASE_URL`); its stderr is
 /// the log it writes.
-final class ReceiptsGoogleWorkerTests: XCTestCase {
-    var db: ReceiptsDatabase!
-    var redis: TestRedis!
-    var fakes: FakeServers!
+final class ReceiptsGoogleWorkerTests: ReceiptsTestCase {
     var workers: [ChildProcess] = []
 
-    override func setUpWithError() throws {
-        db = try ReceiptsDatabase()
-        redis = try TestRedis(database: 21)
-        fakes = try FakeServers([.google])
+    override func makeFixture() throws -> JobsFixture {
+        try JobsFixture(prefix: "receipts_test", redis: 21, fakes: .own([.google]))
     }
 
     override func tearDown() {
@@ -25,8 +20,7 @@ final class ReceiptsGoogleWorkerTests: XCTestCase {
             worker.signal(SIGTERM)
             worker.wait(timeout: 10)
         }
-        fakes?.stop()
-        db?.close()
+        super.tearDown()
     }
 
     /// A fresh service account whose public key the fake checks every assertion against, and the worker's

@@ -1,6 +1,7 @@
 import Crypto
 import _CryptoExtras
 import Foundation
+import HTTP
 import Jobs
 import Logging
 import Queue
@@ -86,31 +87,27 @@ struct TestAppleSigner {
     static func ms(_ date: Date) -> Int64 { Int64(date.timeIntervalSince1970 * 1000) }
 }
 
-/// A database with the schema, one app, one plan (Apple + Google products) and helpers to add users and read rows.
+/// One app and one plan (Apple + Google products) in a `JobsFixture`'s database, and helpers to add users and
+/// read rows.
 final class ReceiptsDatabase {
     static let appleProduct = "com.example.premium.monthly"
     static let googleProduct = "premium_monthly"
-    let database: PostgresTestDatabase
-    let pool: PostgresPool
+    let fixture: JobsFixture
     let appID = UUID()
     let planID: UUID
 
-    init() throws {
-        database = try PostgresTestDatabase.create(prefix: "receipts_test")
-        pool = PostgresPool(url: database.url, maxConnections: 8)
-        _ = try Migrator.bundled().migrate(pool: pool)
+    var database: PostgresTestDatabase { fixture.database }
+    var pool: PostgresPool { fixture.pool }
+
+    init(_ fixture: JobsFixture) throws {
+        self.fixture = fixture
         let app = appID
-        planID = try pool.withConnection { c in
+        planID = try fixture.pool.withConnection { c in
             try c.queryFirst("""
                 INSERT INTO subscription_plans (app_id, name, plan_type, apple_product_id, google_product_id, price)
                 VALUES ($1, 'Premium', 'monthly', $2, $3, 4.99) RETURNING id
                 """, [app, Self.appleProduct, Self.googleProduct])!.uuid("id")
         }
-    }
-
-    func close() {
-        pool.shutdown()
-        database.drop()
     }
 
     func newUser() throws -> UUID {
@@ -146,122 +143,39 @@ final class ReceiptsDatabase {
     }
 }
 
-/// How the worker's `JobRunner` settled a delivery that did not succeed (thrown by `RunnerDriver`).
-enum RunnerSettlement: Error, CustomStringConvertible {
-    /// Scheduled for a retry: the payload as it went into `retry` (error fields, `retry_count`), due at `at`.
-    case retry(JobPayload, at: Double)
-    /// Sent to `dead`.
-    case dead(JobPayload)
-    /// Dropped (`retry: false`) or put back on the queue: not expected by these tests.
-    case other(Settlement)
-
-    var payload: JobPayload? {
-        switch self {
-        case .retry(let p, _), .dead(let p): return p
-        case .other: return nil
-        }
-    }
-
-    var description: String {
-        switch self {
-        case .retry(let p, _): return "retry: \(p.errorClass ?? "?"): \(p.errorMessage ?? "")"
-        case .dead(let p): return "dead: \(p.errorClass ?? "?"): \(p.errorMessage ?? "")"
-        case .other(let s): return "\(s)"
-        }
-    }
-}
-
-/// Runs jobs through the worker's own `JobRunner` — parse, look-up, decode, validate, the ledger check for a
-/// delivery that may have run before, the run, and Sidekiq's retry/dead rules — against the test database, without
-/// Redis: the fetch and the settlement's Redis write are the only parts left out. A delivery that ends in `retry`
-/// or `dead` throws `RunnerSettlement`; `retry(_:)` hands a retried payload back as the retry poller does when it is
-/// due, `redeliverInterrupted(_:)` as orphan recovery does after a crash.
-///
-/// Thread rules: a value; use it from the test's thread.
-struct RunnerDriver {
-    let runner: JobRunner
-
-    init(registry: JobRegistry, database: JobDatabase) {
-        var logger = Logger(label: "receipts-test")
-        logger.logLevel = .critical
-        runner = JobRunner(registry: registry, configuration: WorkerConfiguration(), database: database, logger: logger)
-    }
-
-    /// First delivery of `className` with `args` as `jid`; returns the payload delivered.
-    @discardableResult
-    func run(_ className: String, _ argsJSON: String, jid: String = Identifiers.jid()) throws -> JobPayload {
-        guard case .array(let args) = try JSONValue.parse(argsJSON) else { throw JobError.badInput("args must be an array") }
-        let payload = try JobClient.payload(for: NewJob(className, args: args), jid: jid, createdAt: Clock.now(), enqueuedAt: Clock.now())
-        try deliver(payload)
-        return payload
-    }
-
-    /// Delivers the payload of a `.retry` settlement again (what the retry poller does once it is due).
-    func retry(_ settlement: RunnerSettlement) throws {
-        guard case .retry(let payload, _) = settlement else { throw settlement }
-        try deliver(payload)
-    }
-
-    /// Delivers `payload` again as recovered from a crashed worker (`interrupted_count` + 1).
-    func redeliverInterrupted(_ payload: JobPayload) throws {
-        var p = payload
-        p.fields["interrupted_count"] = .int(Int64(p.interruptedCount + 1))
-        try deliver(p)
-    }
-
-    /// One delivery through `JobRunner.run`: returns on `.ack` (done, or already applied), throws otherwise.
-    func deliver(_ payload: JobPayload) throws {
-        let raw = Array(payload.serialized().utf8)
-        let job = FetchedJob(queue: "default", raw: raw, workingKey: "working:test")
-        let parsed = JobRunner.parse(job)
-        let execution = Execution(job: job, payload: try? parsed.get(), threadID: "test", startedAt: Clock.now(),
-                                  timeout: runner.timeout(for: try? parsed.get()))
-        switch runner.run(job, payload: parsed, execution: execution).settlement {
-        case .ack: return
-        case .retry(let text, let at): throw RunnerSettlement.retry(try JobPayload(parsing: text), at: at)
-        case .dead(let text): throw RunnerSettlement.dead(try JobPayload(parsing: text))
-        case let other: throw RunnerSettlement.other(other)
-        }
-    }
-}
-
-/// Test assertions on how the runner settled a failed delivery (`RunnerSettlement`): each names the exact failure
-/// it expects, and anything else — a SQL error, a decoding bug, another service's failure — fails the assertion.
-enum Failure {
-    /// Sent to `dead` with an `error_message` containing `text`.
-    static func isPermanent(_ error: any Error, containing text: String, file: StaticString = #filePath, line: UInt = #line) {
-        guard case RunnerSettlement.dead(let payload) = error else {
-            return XCTFail("expected dead with '\(text)', got \(error)", file: file, line: line)
-        }
-        let why = payload.errorMessage ?? ""
-        XCTAssertTrue(why.contains(text), "dead with '\(why)', which lacks '\(text)'", file: file, line: line)
-    }
-
-    /// Retried because the store could not answer now: error class `StoreUnavailable`, message
-    /// "<service> temporarily unavailable: <reason>" with `reason` in it.
-    static func isUnavailable(_ error: any Error, service: String, containing reason: String,
-                              file: StaticString = #filePath, line: UInt = #line) {
-        guard case RunnerSettlement.retry(let payload, _) = error else {
-            return XCTFail("expected a retry, \(service) unavailable (\(reason)), got \(error)", file: file, line: line)
-        }
-        XCTAssertEqual(payload.errorClass, "StoreUnavailable", "\(error)", file: file, line: line)
-        let message = payload.errorMessage ?? ""
-        XCTAssertTrue(message.hasPrefix("\(service) temporarily unavailable: ") && message.contains(reason),
-                      "retry with '\(message)', expected \(service) unavailable with '\(reason)'", file: file, line: line)
-    }
-
-    /// Retried after the store's `Retry-After` (`JobError.retryAfter`, e.g. a 429): due `seconds` from now.
-    static func isRetryAfter(_ error: any Error, seconds: Double, file: StaticString = #filePath, line: UInt = #line) {
-        guard case RunnerSettlement.retry(let payload, let at) = error else {
-            return XCTFail("expected a retry after \(seconds) s, got \(error)", file: file, line: line)
-        }
-        XCTAssertEqual(payload.errorClass, "RetryLater", "\(error)", file: file, line: line)
-        // Measured from the failure's own timestamp (set with the due time), not from the test's clock.
-        let failedAt = payload.fields["retried_at"]?.doubleValue ?? payload.fields["failed_at"]?.doubleValue ?? 0
-        XCTAssertEqual(at - failedAt, seconds, accuracy: 0.5, "the retry is due after the store's Retry-After", file: file, line: line)
-    }
-}
-
 func jsonString(_ object: Any) -> String {
     String(decoding: try! JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]), as: UTF8.self)
+}
+
+/// Base of the receipts test classes: a `JobsFixture` (each class says which, in `makeFixture()`) with
+/// `ReceiptsDatabase`'s app and plan in it (`db`), and an HTTP client that names the receipts tests.
+class ReceiptsTestCase: JobsTestCase {
+    private(set) var db: ReceiptsDatabase!
+
+    override func makeHTTPClient() -> HTTPClient {
+        HTTPClient(configuration: HTTPClientConfiguration(userAgent: "receipts-test", timeout: .seconds(5)))
+    }
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        db = try ReceiptsDatabase(fixture)
+    }
+
+    /// The Apple side against the fake Apple servers: legacy verifyReceipt (switch `appleValidation` for the App Store
+    /// Server API), shared secret "shh", bundle id com.example, app Apple ID 1234 (required with Production signed
+    /// data accepted, the default environments), trust anchors `roots`, a 2 s request timeout.
+    func appleConfiguration(roots: [[UInt8]] = [AppleRootCertificates.appleRootCAG3]) -> ReceiptsConfiguration {
+        var c = ReceiptsConfiguration()
+        c.appleVerifyReceiptProductionURL = fakes.appleVerifyReceiptProductionURL
+        c.appleVerifyReceiptSandboxURL = fakes.appleVerifyReceiptSandboxURL
+        c.appleServerAPIProductionURL = fakes.appleServerAPIBaseURL
+        c.appleServerAPISandboxURL = fakes.appleServerAPISandboxBaseURL
+        c.appleSharedSecret = Secret("shh")
+        c.appleBundleID = "com.example"
+        c.appleAppAppleID = 1234
+        c.appleRootCertificates = roots
+        c.appleValidation = .verifyReceipt
+        c.requestTimeout = .seconds(2)
+        return c
+    }
 }

@@ -9,50 +9,23 @@ import Workers
 import XCTest
 
 /// The receipt jobs inside a real worker process: Redis (database 20), PostgreSQL, the Apple fake.
-final class ReceiptsWorkerTests: XCTestCase {
-    var db: ReceiptsDatabase!
-    var redis: TestRedis!
-    var fakes: FakeServers!
+final class ReceiptsWorkerTests: ReceiptsTestCase {
     var process: WorkerProcess?
 
-    override class func setUp() { CurlRuntime.initialize() }
-
-    override func setUpWithError() throws {
-        db = try ReceiptsDatabase()
-        redis = try TestRedis(database: 20)
-        fakes = try FakeServers([.apple])
+    override func makeFixture() throws -> JobsFixture {
+        try JobsFixture(prefix: "receipts_test", redis: 20, fakes: .own([.apple]))
     }
 
     override func tearDown() {
         process?.shutdown()
-        fakes?.stop()
-        db?.close()
+        super.tearDown()
     }
 
     func start() throws {
-        var c = ReceiptsConfiguration()
-        c.appleVerifyReceiptProductionURL = fakes.appleVerifyReceiptProductionURL
-        c.appleVerifyReceiptSandboxURL = fakes.appleVerifyReceiptSandboxURL
-        c.appleBundleID = "com.example"
-        c.appleAppAppleID = 1234
-        c.appleValidation = .verifyReceipt
-        c.requestTimeout = .seconds(2)
         var registry = JobRegistry()
-        ReceiptJobs.register(into: &registry, configuration: c,
+        ReceiptJobs.register(into: &registry, configuration: appleConfiguration(),
                              http: HTTPClient(configuration: HTTPClientConfiguration(userAgent: "receipts-test")))
-        var configuration = WorkerConfiguration()
-        configuration.redisURL = redis.url
-        configuration.concurrency = 4
-        configuration.heartbeatInterval = 0.2
-        configuration.fetcherHeartbeatTTL = 1
-        configuration.orphanSweepInterval = 0.3
-        configuration.pollInterval = 0.2
-        configuration.shutdownTimeout = 2
-        var logger = Logger(label: "receipts-worker-test")
-        logger.logLevel = .critical
-        let p = try WorkerProcess(configuration: configuration, registry: registry, database: JobDatabase(pool: db.pool), logger: logger)
-        try p.start()
-        process = p
+        process = try TestWorker.start(redis: redis, registry: registry, database: fixture.jobDatabase, concurrency: 4)
     }
 
     func args(user: UUID, receipt: String, transaction: String) throws -> [JSONValue] {
