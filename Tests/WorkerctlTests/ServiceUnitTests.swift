@@ -36,8 +36,8 @@ final class ServiceUnitTests: XCTestCase {
         XCTAssertEqual(unit.value("Service", "ExecReload"), "/bin/kill -HUP $MAINPID", "SIGHUP reloads the schedule")
         XCTAssertEqual(unit.value("Service", "RestartPreventExitStatus"), "2", "exit 2 is a configuration error")
         let stopTimeout = try XCTUnwrap(unit.value("Service", "TimeoutStopSec").flatMap(Double.init))
-        // The worker's stop: up to shutdown_timeout for running jobs, then up to max(shutdown_timeout, 5)
-        // to write their settlements (WorkerProcess.shutdown).
+        // The worker's stop ends by its shutdown deadline, shutdown_timeout + 5 s (WorkerProcess.shutdown);
+        // the unit keeps the older, wider bound shutdown_timeout + max(shutdown_timeout, 5) as its margin.
         let shutdown = try Self.shutdownTimeout(configYAML: try repositoryFile(try XCTUnwrap(unit.configPath)))
         XCTAssertGreaterThan(stopTimeout, shutdown + max(shutdown, 5),
                              "TimeoutStopSec must outlast shutdown_timeout \(shutdown) s plus the settlement drain")

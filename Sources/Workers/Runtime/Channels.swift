@@ -171,6 +171,14 @@ final class SettlementQueue: @unchecked Sendable {
         if !jobs.isEmpty { logger.info("put back \(jobs.count) fetched jobs that had not started") }
     }
 
+    /// Settlements added and not written (queued, or taken by a settler that gave up at the
+    /// shutdown deadline). Their jobs are still in the working list.
+    var unwrittenCount: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return pending
+    }
+
     /// Waits until every added item has been written, or `timeout` passes. Returns true if drained.
     @discardableResult
     func waitUntilDrained(timeout: Double) -> Bool {

@@ -63,6 +63,8 @@ final class Heartbeat: @unchecked Sendable {
     func stopAndWait() { thread.stopAndWait() }
     func requestStop() { thread.requestStop() }
     func wait() { thread.wait() }
+    /// Waits at most `timeout` seconds for the thread to return; true if it did.
+    func wait(timeout: Double) -> Bool { thread.wait(timeout: timeout) }
 
     private func loop(_ initial: RedisLink, onSignal: (String) -> Void) {
         var link = initial

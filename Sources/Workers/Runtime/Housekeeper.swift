@@ -31,6 +31,8 @@ final class Housekeeper: Sendable {
     func start() { thread.start { [self] in loop() } }
     func requestStop() { thread.requestStop() }
     func wait() { thread.wait() }
+    /// Waits at most `timeout` seconds for the thread to return; true if it did.
+    func wait(timeout: Double) -> Bool { thread.wait(timeout: timeout) }
 
     private func loop() {
         var link = RedisLink(endpoint: endpoint)

@@ -26,6 +26,12 @@ final class RuntimeThread: Sendable {
     /// Waits until the thread's body has returned.
     func wait() { done.wait() }
 
+    /// Waits until the thread's body has returned, at most `timeout` seconds; true if it did.
+    func wait(timeout: Double) -> Bool {
+        guard timeout.isFinite else { wait(); return true }
+        return done.wait(timeout: .now() + max(0, timeout)) == .success
+    }
+
     func stopAndWait() {
         requestStop()
         wait()

@@ -12,9 +12,13 @@ import Synchronization
 ///
 /// Invariant: a job leaves this process's in-flight list only through this type (or another
 /// process's orphan sweep once our heartbeat has expired). A batch that cannot be written is
-/// retried with backoff, never dropped, so a crash at any point loses nothing.
+/// retried with backoff, never dropped, so a crash at any point loses nothing. Past the shutdown
+/// deadline (`LifeCycleFlags.isPastShutdownDeadline`) the settler stops retrying and returns,
+/// leaving the unwritten settlements counted in `SettlementQueue.unwrittenCount`: their jobs are
+/// still in the working list, and another process's orphan sweep takes them back.
 final class Settler: Sendable {
     private let settlements: SettlementQueue
+    private let flags: LifeCycleFlags
     private let endpoint: RedisEndpoint
     private let deadLimits: DeadSetLimits
     private let outages: OutageLog
@@ -22,8 +26,10 @@ final class Settler: Sendable {
     private let processedTotal = Atomic<Int>(0)
     private let failedTotal = Atomic<Int>(0)
 
-    init(settlements: SettlementQueue, endpoint: RedisEndpoint, deadLimits: DeadSetLimits, outages: OutageLog) {
+    init(settlements: SettlementQueue, flags: LifeCycleFlags, endpoint: RedisEndpoint, deadLimits: DeadSetLimits,
+         outages: OutageLog) {
         self.settlements = settlements
+        self.flags = flags
         self.endpoint = endpoint
         self.deadLimits = deadLimits
         self.outages = outages
@@ -35,7 +41,8 @@ final class Settler: Sendable {
 
     func start() { thread.start { [self] in loop() } }
 
-    /// Stops once the queue is empty (call after `SettlementQueue.waitUntilDrained`) and waits.
+    /// Stops once the queue is empty (call after `SettlementQueue.waitUntilDrained`), or at once
+    /// if Redis cannot be written past the shutdown deadline, and waits.
     func stopAndWait() { thread.stopAndWait() }
 
     private func loop() {
@@ -61,7 +68,9 @@ final class Settler: Sendable {
                 } catch {
                     link.drop()
                     outages.failed("Redis", error)
-                    backoff.wait()
+                    // Past the shutdown deadline: give up; this batch and the rest stay unwritten.
+                    if flags.isPastShutdownDeadline { return }
+                    backoff.wait { !flags.isPastShutdownDeadline }
                 }
             }
             processedTotal.wrappingAdd(processed, ordering: .relaxed)

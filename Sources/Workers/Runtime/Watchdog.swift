@@ -29,6 +29,8 @@ final class Watchdog: Sendable {
     func start() { thread.start { [self] in loop() } }
     func requestStop() { thread.requestStop() }
     func wait() { thread.wait() }
+    /// Waits at most `timeout` seconds for the thread to return; true if it did.
+    func wait(timeout: Double) -> Bool { thread.wait(timeout: timeout) }
 
     private func loop() {
         while !thread.shouldStop {

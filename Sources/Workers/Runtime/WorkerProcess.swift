@@ -79,7 +79,7 @@ public final class WorkerProcess: @unchecked Sendable {
         fetcher = Fetcher(identity: identity, configuration: configuration, endpoint: endpoint, buffer: buffer,
                           running: running, settlements: settlements, runTime: runTimeEstimate, outages: outages,
                           logger: logger)
-        settler = Settler(settlements: settlements, endpoint: endpoint, deadLimits: configuration.deadLimits,
+        settler = Settler(settlements: settlements, flags: flags, endpoint: endpoint, deadLimits: configuration.deadLimits,
                           outages: outages)
         heartbeat = Heartbeat(identity: identity, configuration: configuration, endpoint: endpoint, running: running,
                               flags: flags, metrics: metrics, startedAt: startedAt, outages: outages, logger: logger)
@@ -144,9 +144,20 @@ public final class WorkerProcess: @unchecked Sendable {
         settlements.giveBack(buffer.close(), logger: logger)
     }
 
+    /// Seconds after `shutdownTimeout` that shutdown gives the settler to write what the pool's
+    /// last runs left, before the shutdown deadline.
+    static let settleGrace = 5.0
+
     /// Graceful stop (SIGTERM): quiet, wait up to `shutdownTimeout` for running jobs, put the
     /// unfinished ones back (with `interrupted_count` + 1), write every settlement, deregister.
     /// Safe to call from any thread, more than once; returns when the process has stopped.
+    ///
+    /// Bounded even while Redis is down: the shutdown deadline (`LifeCycleFlags`) is
+    /// `shutdownTimeout + settleGrace` from the start of the stop. Past it the settler stops
+    /// retrying and the Redis threads are joined with a bounded wait; settlements not written
+    /// leave their jobs in this process's working list, where another process's orphan sweep takes
+    /// them back once our fetcher heartbeat has expired (with AOF, nothing is lost). That is logged
+    /// once, with the count.
     public func shutdown() {
         let first = shutdownOnce.withLock { started in
             defer { started = true }
@@ -154,7 +165,7 @@ public final class WorkerProcess: @unchecked Sendable {
         }
         guard first else { waitUntilStopped(); return }
         logger.notice("shutting down", metadata: ["timeout_s": "\(configuration.shutdownTimeout)"])
-        flags.beginStopping()
+        flags.beginStopping(deadline: Clock.now() + configuration.shutdownTimeout + Self.settleGrace)
         quietDown()
         if !pool.waitForThreads(timeout: configuration.shutdownTimeout) {
             for execution in running.all where execution.abandon() {
@@ -165,17 +176,30 @@ public final class WorkerProcess: @unchecked Sendable {
                     "jid": "\(execution.payload?.jid ?? "-")", "class": "\(execution.payload?.className ?? "-")"])
             }
         }
-        if !settlements.waitUntilDrained(timeout: max(configuration.shutdownTimeout, 5)) {
-            logger.error("could not write every settlement before exit; the jobs stay in flight and will be recovered")
+        settlements.waitUntilDrained(timeout: flags.secondsUntilShutdownDeadline)
+        settler.stopAndWait()  // returns once drained, or at the deadline if Redis cannot be written
+        let unwritten = settlements.unwrittenCount
+        if unwritten > 0 {
+            logger.error("""
+                Redis could not be written before the shutdown deadline: \(unwritten) in-flight job(s) left for \
+                recovery; they stay in this process's working list and another worker's orphan sweep takes them \
+                back once this process's heartbeat expires. A job that finished but whose acknowledgement was not \
+                written runs again; ledger jobs skip their effects on that redelivery.
+                """, metadata: ["unwritten": "\(unwritten)", "working_lists": "working:queue:*:\(identity)"])
         }
-        settler.stopAndWait()
         heartbeat.requestStop()
         housekeeper.requestStop()
         watchdog.requestStop()
-        heartbeat.wait()
-        housekeeper.wait()
-        watchdog.wait()
-        heartbeat.deregister()
+        // Bounded: a thread still inside a Redis call at the deadline is left to the process exit.
+        let joinBound = max(flags.secondsUntilShutdownDeadline, Self.joinGrace)
+        let joinUntil = Clock.now() + joinBound
+        let joined = [("heartbeat", heartbeat.wait(timeout: joinUntil - Clock.now())),
+                      ("housekeeper", housekeeper.wait(timeout: joinUntil - Clock.now())),
+                      ("watchdog", watchdog.wait(timeout: joinUntil - Clock.now()))]
+        for (name, done) in joined where !done {
+            logger.warning("thread still busy at shutdown; not waiting for it", metadata: ["thread": "\(name)"])
+        }
+        heartbeat.deregister()  // one attempt; with Redis down the entry expires by itself
         logger.notice("stopped", metadata: [
             "processed": "\(processedCount)", "failed": "\(failedCount)",
             "pickup_p50_ms": "\(Self.milliseconds(pickupLatency.percentile(0.5)))",
@@ -184,6 +208,10 @@ public final class WorkerProcess: @unchecked Sendable {
         ])
         finished.signal()
     }
+
+    /// Most seconds shutdown waits for the heartbeat, housekeeper and watchdog threads once the
+    /// deadline has passed (each checks its stop flag at least every 0.1 s between Redis calls).
+    static let joinGrace = 2.0
 
     /// The payload of an interrupted job, with `interrupted_count` + 1 (as gitlab's fetcher does).
     static func interrupted(_ job: FetchedJob) -> String {
