@@ -1,5 +1,8 @@
-# A no-op Sidekiq worker for the comparison in bench/throughput.sh, plus a server middleware that records each job's
-# pickup latency (start of perform - enqueued_at) in the Redis list bench:pickup when BENCH_PICKUP=1.
+# A no-op Sidekiq worker for the comparison in bench/throughput.sh, plus two server middlewares: with BENCH_PICKUP=1
+# one records each job's pickup latency (start of perform - enqueued_at) in the Redis list bench:pickup; with
+# BENCH_DONE=1 one counts finished jobs in memory and a thread adds them to bench:done every 5 ms (Sidekiq's own
+# stat:processed is flushed only every 5 s), so the drain clock stops when every job is done at about one write
+# per 5 ms per process instead of one per job.
 require "sidekiq"
 # redis-rb 4.8 warns on every BRPOP Sidekiq 6.4.1 makes; silence it so logging does not slow Sidekiq down.
 Redis.silence_deprecations = true if Redis.respond_to?(:silence_deprecations=)
@@ -16,6 +19,40 @@ end
 if ENV["BENCH_PICKUP"] == "1"
   Sidekiq.configure_server do |config|
     config.server_middleware { |chain| chain.add PickupRecorder }
+  end
+end
+
+class DoneCounter
+  @lock = Mutex.new
+  @count = 0
+  class << self
+    def add
+      @lock.synchronize { @count += 1 }
+    end
+
+    def take
+      @lock.synchronize { n = @count; @count = 0; n }
+    end
+  end
+
+  def call(_worker, _job, _queue)
+    yield
+    DoneCounter.add
+  end
+end
+
+if ENV["BENCH_DONE"] == "1"
+  Sidekiq.configure_server do |config|
+    config.server_middleware { |chain| chain.add DoneCounter }
+    config.on(:startup) do
+      Thread.new do
+        loop do
+          sleep 0.005
+          n = DoneCounter.take
+          Sidekiq.redis { |c| c.incrby("bench:done", n) } if n > 0
+        end
+      end
+    end
   end
 end
 

@@ -28,6 +28,24 @@ public enum Settlement: Sendable, Equatable {
     case drop
 }
 
+/// Which `stat:*` counters a settled run moves. The settle script applies them only when the
+/// job was still in flight, so a run is counted once however often its settlement is sent.
+public struct RunCounts: OptionSet, Sendable, Equatable {
+    public let rawValue: Int
+    public init(rawValue: Int) { self.rawValue = rawValue }
+
+    /// A run that ended (success or failure): `stat:processed`.
+    public static let processed = RunCounts(rawValue: 1)
+    /// A run that failed: `stat:failed`.
+    public static let failed = RunCounts(rawValue: 2)
+
+    public init(processed: Bool, failed: Bool) {
+        self = []
+        if processed { insert(.processed) }
+        if failed { insert(.failed) }
+    }
+}
+
 /// Limits of the dead set (Sidekiq defaults: 10,000 jobs, 180 days).
 public struct DeadSetLimits: Sendable, Equatable {
     public var maxJobs: Int
@@ -72,17 +90,19 @@ public enum ReliableQueue {
         return FetchedJob(queue: queue, raw: raw, workingKey: working)
     }
 
-    /// Settles jobs and adds to the processed/failed counters, in one atomic script call.
+    /// Settles jobs and adds each settled run's `counts` to the processed/failed counters, in one
+    /// atomic script call. A job no longer in flight (taken back by a sweep, or already settled by
+    /// an earlier send of the same batch whose reply was lost) is neither settled nor counted.
     /// Returns how many of the jobs were still in flight (and so were settled).
     @discardableResult
-    public static func settle(_ connection: RedisConnection, _ items: [(job: FetchedJob, settlement: Settlement)],
-                              processed: Int, failed: Int, deadLimits: DeadSetLimits = DeadSetLimits(),
+    public static func settle(_ connection: RedisConnection,
+                              _ items: [(job: FetchedJob, settlement: Settlement, counts: RunCounts)],
+                              deadLimits: DeadSetLimits = DeadSetLimits(),
                               now: Double = Clock.now()) throws(RedisError) -> Int {
-        if items.isEmpty && processed == 0 && failed == 0 { return 0 }
-        var arguments: [any RedisArgument] = [now, Clock.utcDay(now), deadLimits.maxJobs, deadLimits.maxAgeSeconds,
-                                              processed, failed]
-        arguments.reserveCapacity(6 + items.count * 5)
-        for (job, settlement) in items {
+        if items.isEmpty { return 0 }
+        var arguments: [any RedisArgument] = [now, Clock.utcDay(now), deadLimits.maxJobs, deadLimits.maxAgeSeconds]
+        arguments.reserveCapacity(4 + items.count * 6)
+        for (job, settlement, counts) in items {
             switch settlement {
             case .ack: arguments += ["ack", job.workingKey, job.raw, "", ""]
             case .drop: arguments += ["drop", job.workingKey, job.raw, "", ""]
@@ -90,6 +110,7 @@ public enum ReliableQueue {
             case .dead(let payload): arguments += ["dead", job.workingKey, job.raw, payload, ""]
             case .requeue(let payload): arguments += ["requeue", job.workingKey, job.raw, payload, job.queue]
             }
+            arguments.append(counts.rawValue)
         }
         let reply = try connection.evaluate(Scripts.complete, arguments: arguments)
         return Int(reply.integer ?? 0)
@@ -155,15 +176,15 @@ public enum ReliableQueue {
         if listed.isEmpty { return 0 }
         var held: [[UInt8]: Int] = [:]
         for raw in known() { held[raw, default: 0] += 1 }
-        var unknown: [(job: FetchedJob, settlement: Settlement)] = []
+        var unknown: [(job: FetchedJob, settlement: Settlement, counts: RunCounts)] = []
         for job in listed {
             if let count = held[job.raw], count > 0 {
                 held[job.raw] = count - 1
             } else {
-                unknown.append((job, .requeue(payload: String(decoding: job.raw, as: UTF8.self))))
+                unknown.append((job, .requeue(payload: String(decoding: job.raw, as: UTF8.self)), []))
             }
         }
-        return try settle(connection, unknown, processed: 0, failed: 0)
+        return try settle(connection, unknown)
     }
 
     /// What an orphan sweep found and did.

@@ -30,25 +30,31 @@ enum Scripts {
         """)
 
     /// Settles a batch of in-flight jobs and moves the counters, atomically.
-    /// ARGV: now, utc day, dead max jobs, dead timeout seconds, processed, failed, then groups of
-    /// five: op, working key, raw job, new payload, target. An op only takes effect if the raw job
-    /// was still in the in-flight list (so a job that an orphan sweep already took back is not
-    /// also retried). Ops: `ack` (remove), `retry` (ZADD retry target payload), `dead` (ZADD dead
+    /// ARGV: now, utc day, dead max jobs, dead timeout seconds, then groups of six: op, working
+    /// key, raw job, new payload, target, counts. An op only takes effect if the raw job was still
+    /// in the in-flight list (so a job that an orphan sweep already took back is not also
+    /// retried). Ops: `ack` (remove), `retry` (ZADD retry target payload), `dead` (ZADD dead
     /// now payload + trims), `requeue` (RPUSH queue:target payload: the front of the line),
-    /// `drop` (remove without a trace: `retry: false`). Returns the number of jobs settled.
+    /// `drop` (remove without a trace: `retry: false`). `counts` is `RunCounts.rawValue`
+    /// (1 processed, 2 failed, 3 both). Invariant: a run moves `stat:processed` / `stat:failed`
+    /// (and the daily keys) only if this call's LREM removed its job, so a batch sent again after
+    /// a lost reply counts nothing twice. Returns the number of jobs settled.
     static let complete = RedisScript("""
         local now = ARGV[1]
         local day = ARGV[2]
         local deadMax = tonumber(ARGV[3])
         local deadTimeout = tonumber(ARGV[4])
-        local processed = tonumber(ARGV[5])
-        local failed = tonumber(ARGV[6])
+        local processed = 0
+        local failed = 0
         local settled = 0
         local killed = false
-        for i = 7, #ARGV, 5 do
+        for i = 5, #ARGV, 6 do
           local op, working, raw, payload, target = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+          local counts = tonumber(ARGV[i + 5])
           if redis.call('LREM', working, -1, raw) == 1 then
             settled = settled + 1
+            if counts == 1 or counts == 3 then processed = processed + 1 end
+            if counts >= 2 then failed = failed + 1 end
             if op == 'retry' then
               redis.call('ZADD', 'retry', target, payload)
             elseif op == 'dead' then

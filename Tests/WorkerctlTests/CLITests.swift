@@ -154,6 +154,65 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)
     }
 
+    /// Adds dead jobs `jids` with `score(index)` and `queue(index)` (ZADD in chunks of 1000).
+    func addDead(_ jids: [String], score: (Int) -> Int, queue: (Int) -> String) throws {
+        var index = 0
+        while index < jids.count {
+            var arguments: [any RedisArgument] = ["ZADD", Keys.dead]
+            for n in index..<min(index + 1000, jids.count) {
+                arguments += [score(n), JSONValue.object(["retry": true, "queue": .string(queue(n)), "class": "Flaky",
+                                                          "args": [.int(Int64(n))], "jid": .string(jids[n]),
+                                                          "retry_count": 3]).serialized()]
+            }
+            _ = try redis.pool.withConnection { try $0.send(arguments).checked() }
+            index += 1000
+        }
+    }
+
+    func testBulkRetryStreamsTwentyThousandDeadJobsEachMovedOnce() throws {
+        // Pages of 1000 over 20,000 entries; 6,000 share one score, so pages cut through ties.
+        let count = 20_000
+        let jids = (0..<count).map { String(format: "%024x", $0) }
+        try addDead(jids, score: { $0 < 6_000 ? 1_000 : 1_000 + $0 }, queue: { _ in "default" })
+        // Under GNU time when it is installed (its figure goes to a file, so stderr is the command's own).
+        let rssFile = FileManager.default.temporaryDirectory.appendingPathComponent("bulk-retry-rss-\(getpid())").path
+        let command = ["jobs", "retry", "--all", "--state", "dead", "--yes"]
+        let result = FileManager.default.isExecutableFile(atPath: "/usr/bin/time")
+            ? try ChildProcess.run(URL(fileURLWithPath: "/usr/bin/time"), ["-f", "%M", "-o", rssFile, TestServices.workerctl.path] + command,
+                                   environment: ["REDIS_URL": redis.url], timeout: 600)
+            : try ChildProcess.run(TestServices.workerctl, command, environment: ["REDIS_URL": redis.url], timeout: 600)
+        XCTAssertEqual(result.status, 0, result.stderr)
+        // Information only, never asserted: the peak RSS of `workerctl` for this run.
+        let rss = (try? String(contentsOfFile: rssFile, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+        print("info: workerctl jobs retry --all over \(count) dead jobs: peak RSS \(rss ?? "?") kB")
+        try? FileManager.default.removeItem(atPath: rssFile)
+        XCTAssertEqual(result.stdout, "retried 20000 of 20000 dead jobs\n")
+        XCTAssertEqual(result.stderr, "", "no progress line when stderr is not a terminal")
+        XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)
+        let queued = try redis.payloads(list: "queue:default")
+        XCTAssertEqual(queued.count, count)
+        XCTAssertEqual(Set(queued.compactMap(\.jid)), Set(jids), "every job moved exactly once")
+        XCTAssertEqual(Set(queued.map(\.retryCount)), [2], "each retried once (retry_count − 1)")
+        // Oldest first: the tail (next to run) is the lowest score.
+        XCTAssertEqual(queued.last?.jid, jids[0])
+        XCTAssertEqual(queued.first?.jid, jids[count - 1])
+    }
+
+    func testBulkRetryWithAFilterLeavesTheOthersAcrossPages() throws {
+        // 2,500 entries at one score: the kept (non-matching) ones must not make the walk skip or repeat.
+        let count = 2_500
+        let jids = (0..<count).map { String(format: "%024x", $0) }
+        try addDead(jids, score: { _ in 5 }, queue: { $0 % 3 == 0 ? "low" : "default" })
+        let result = try ctl.run(["jobs", "retry", "--all", "--state", "dead", "--queue", "low", "--yes"], timeout: 120)
+        XCTAssertEqual(result.status, 0, result.stderr)
+        let low = (0..<count).filter { $0 % 3 == 0 }.map { jids[$0] }
+        XCTAssertEqual(result.stdout, "retried \(low.count) of \(low.count) dead jobs\n")
+        let queued = try redis.payloads(list: "queue:low").compactMap(\.jid)
+        XCTAssertEqual(queued.count, low.count)
+        XCTAssertEqual(Set(queued), Set(low))
+        XCTAssertEqual(try redis.int("ZCARD", Keys.dead), count - low.count)
+    }
+
     func testBulkActionsAskOnATerminal() throws {
         try XCTSkipUnless(PseudoTerminal.isAvailable, "util-linux script is not installed")
         for n in 1...2 { try redis.command("ZADD", Keys.dead, n, retryEntry(String(format: "%024x", n))) }

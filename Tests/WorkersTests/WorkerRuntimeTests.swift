@@ -295,9 +295,42 @@ final class WorkerRuntimeTests: XCTestCase {
         let connection = try redis.connection()
         let raw = Array(#"{"class":"X","args":[],"jid":"aaaaaaaaaaaaaaaaaaaaaaaa"}"#.utf8)
         let job = FetchedJob.init(queue: "default", raw: raw, workingKey: Keys.working(queue: "default", identity: "h:1:ab"))
-        let settled = try ReliableQueue.settle(connection, [(job, .retry(payload: "{}", at: 1))], processed: 1, failed: 1)
+        let settled = try ReliableQueue.settle(connection, [(job, .retry(payload: "{}", at: 1), [.processed, .failed])])
         XCTAssertEqual(settled, 0)
         XCTAssertEqual(try redis.int("ZCARD", Keys.retry), 0)
-        XCTAssertEqual(try redis.processed(), 1)
+        // The run is counted when the job that went back is run again, not here.
+        XCTAssertEqual(try redis.processed(), 0)
+        XCTAssertEqual(try redis.failed(), 0)
+    }
+
+    func testResentSettleBatchCountsEachRunOnce() throws {
+        // The settler sends a batch again when the reply of the first send was lost: the second
+        // send must neither count the runs again nor write their retry/dead/requeue entries twice.
+        let connection = try redis.connection()
+        let working = Keys.working(queue: "default", identity: "h:1:ab")
+        func job(_ jid: String) throws -> FetchedJob {
+            let raw = Array(#"{"class":"X","args":[],"queue":"default","jid":"\#(jid)"}"#.utf8)
+            try connection.command("LPUSH", working, raw).checked()
+            return FetchedJob(queue: "default", raw: raw, workingKey: working)
+        }
+        let batch: [(job: FetchedJob, settlement: Settlement, counts: RunCounts)] = [
+            (try job("a00000000000000000000001"), .ack, [.processed]),
+            (try job("a00000000000000000000002"), .retry(payload: #"{"jid":"a00000000000000000000002","retry_count":0}"#, at: 100),
+             [.processed, .failed]),
+            (try job("a00000000000000000000003"), .dead(payload: #"{"jid":"a00000000000000000000003"}"#), [.processed, .failed]),
+            (try job("a00000000000000000000004"), .requeue(payload: #"{"jid":"a00000000000000000000004"}"#), []),
+        ]
+        let now = Clock.now()
+        let day = Clock.utcDay(now)
+        XCTAssertEqual(try ReliableQueue.settle(connection, batch, now: now), 4)
+        func state() throws -> [Int] {
+            [try redis.processed(), try redis.failed(),
+             try redis.int("GET", Keys.statProcessed(day: day)), try redis.int("GET", Keys.statFailed(day: day)),
+             try redis.int("ZCARD", Keys.retry), try redis.int("ZCARD", Keys.dead),
+             try redis.int("LLEN", "queue:default"), try redis.int("LLEN", working)]
+        }
+        XCTAssertEqual(try state(), [3, 2, 3, 2, 1, 1, 1, 0])
+        XCTAssertEqual(try ReliableQueue.settle(connection, batch, now: now + 1), 0, "the resent batch settles nothing")
+        XCTAssertEqual(try state(), [3, 2, 3, 2, 1, 1, 1, 0], "the resent batch changed the stats or the sets")
     }
 }

@@ -184,25 +184,37 @@ public struct JobAdmin: Sendable {
 
     // MARK: Bulk
 
-    /// Applies `action` to every job in `state` matching `filter`, as read at the start (jobs
-    /// added meanwhile are not touched). Works in batches of 100, each batch one atomic script.
+    /// Applies `action` to every job in `state` matching `filter`, oldest first (so retried jobs
+    /// go back to their queues in their original order). Sorted sets are streamed in pages of
+    /// `pageSize` (`SortedJobSet.forEachPageAscending`): memory is bounded by a page however many
+    /// jobs match, and jobs added meanwhile with a later score are not touched. Queues (enqueued
+    /// jobs) are read whole first. Each batch of 100 is one atomic script; `progress` is called
+    /// with the running total after each batch.
     public func performAll(_ action: JobAction, state: JobState, filter: JobFilter = JobFilter(),
-                           now: Double = Clock.now()) throws -> BulkResult {
+                           now: Double = Clock.now(), pageSize: Int = 1000,
+                           progress: (BulkResult) -> Void = { _ in }) throws -> BulkResult {
         guard action.allowedStates.contains(state) else {
             throw AdminError.actionNotAllowed(action: action.rawValue, jid: "--all", state: state, allowed: action.allowedStates)
         }
-        // Oldest first, so retried jobs go back to their queues in their original order.
-        let records = Array(try all(state, filter: filter).reversed())
         var total = BulkResult()
-        total.matched = records.count
-        var index = 0
-        while index < records.count {
-            let batch = Array(records[index..<min(index + 100, records.count)])
-            let outcome = try apply(action, to: batch, now: now)
-            total.done += outcome.done
-            total.gone += outcome.gone
-            total.invalid += outcome.invalid
-            index += 100
+        func run(_ records: [JobRecord]) throws {
+            var index = 0
+            while index < records.count {
+                let outcome = try apply(action, to: Array(records[index..<min(index + 100, records.count)]), now: now)
+                total.matched += outcome.matched
+                total.done += outcome.done
+                total.gone += outcome.gone
+                total.invalid += outcome.invalid
+                index += 100
+                progress(total)
+            }
+        }
+        if state.setKey != nil {
+            try SortedJobSet(state).forEachPageAscending(connection, pageSize: pageSize) { page in
+                try run(page.filter(filter.matches))
+            }
+        } else {
+            try run(Array(try all(state, filter: filter).reversed()))
         }
         return total
     }

@@ -62,6 +62,40 @@ public struct SortedJobSet: Sendable {
         }
     }
 
+    /// Walks the set from the lowest score up, in pages of at most `pageSize` entries, so memory
+    /// stays bounded however large the set is. Only entries up to the highest score present when
+    /// the walk starts are visited (jobs added later with a higher score are not).
+    ///
+    /// `body` may remove entries of the page it gets; the next page starts after the page's
+    /// entries. Ties on a score are ordered by member (Redis' order), so the cursor is (the last
+    /// score seen, how many entries the walk left in place at that score), re-read with `ZSCORE`
+    /// after each page. If someone else removes one of those left-in-place entries meanwhile, the
+    /// walk skips one unseen entry of that score; no entry is visited twice unless it is re-added.
+    public func forEachPageAscending(_ connection: RedisConnection, pageSize: Int,
+                                     _ body: ([JobRecord]) throws -> Void) throws {
+        let top = try connection.command("ZREVRANGE", key, 0, 0, "WITHSCORES").array ?? []
+        guard top.count == 2, let maxScore = top[1].string else { return }
+        var minScore = "-inf"
+        var leftAtMin = 0
+        while true {
+            let pairs = try connection.command("ZRANGEBYSCORE", key, minScore, maxScore, "WITHSCORES",
+                                               "LIMIT", leftAtMin, pageSize).array ?? []
+            guard pairs.count >= 2, let lastScore = pairs[pairs.count - 1].string else { return }
+            try body(Self.records(state: state, pairs: pairs))
+            // Members of this page that share its last score, and how many of them are still there.
+            var atLast: [[any RedisArgument]] = []
+            var index = pairs.count - 2
+            while index >= 0, pairs[index + 1].string == lastScore, let raw = pairs[index].bytes {
+                atLast.append(["ZSCORE", key, raw])
+                index -= 2
+            }
+            let stillThere = try connection.pipeline(atLast).filter { $0.string != nil }.count
+            leftAtMin = lastScore == minScore ? leftAtMin + stillThere : stillThere
+            minScore = lastScore
+            if pairs.count / 2 < pageSize { return }
+        }
+    }
+
     /// Every entry whose parsed `jid` is `jid` (normally zero or one): `ZSCAN key 0 MATCH *jid*
     /// COUNT 1000` until the cursor comes back to 0, like Ruby's `find_job`.
     public func find(_ connection: RedisConnection, jid: String) throws(RedisError) -> [JobRecord] {

@@ -59,8 +59,9 @@ final class Settler: Sendable {
             while true {
                 do {
                     _ = try link.withRetryOnStaleLink { conn in
-                        try ReliableQueue.settle(conn, batch.map { ($0.job, $0.settlement) }, processed: processed,
-                                                 failed: failed, deadLimits: deadLimits)
+                        try ReliableQueue.settle(conn, batch.map {
+                            ($0.job, $0.settlement, RunCounts(processed: $0.processed, failed: $0.failed))
+                        }, deadLimits: deadLimits)
                     }
                     outages.succeeded("Redis")
                     backoff.reset()

@@ -155,7 +155,10 @@ struct JobsCommand: ParsableCommand {
                     let scope = target.filter.isEmpty ? "" : " matching the filter"
                     try Confirmation.require("\(action.rawValue) \(matched) \(state.rawValue) jobs\(scope)", yes: target.yes)
                 }
-                let result = matched == 0 ? BulkResult() : try admin.performAll(action, state: state, filter: target.filter)
+                let progress = BulkProgressLine(verb: verb, expected: matched, state: state)
+                let result = matched == 0 ? BulkResult()
+                    : try admin.performAll(action, state: state, filter: target.filter, progress: progress.show)
+                progress.finish()
                 if output.json { return printJSON(AdminJSON.bulk(action: action, state: state, filter: target.filter, result: result)) }
                 var message = "\(verb) \(result.done) of \(result.matched) \(state.rawValue) jobs"
                 if result.gone > 0 { message += "; \(result.gone) were already gone" }
@@ -220,5 +223,31 @@ struct JobsCommand: ParsableCommand {
         @OptionGroup var output: OutputOptions
         @OptionGroup var target: Target
         func run() throws { try JobsCommand.perform(.delete, verb: "deleted", target: target, connection: connection, output: output) }
+    }
+}
+
+/// The progress of a bulk action on one terminal line of stderr, rewritten in place; silent when
+/// stderr is not a terminal (scripts and pipes get only the final summary on stdout).
+struct BulkProgressLine {
+    let verb: String
+    let expected: Int
+    let state: JobState
+    private let enabled = isatty(2) == 1
+
+    init(verb: String, expected: Int, state: JobState) {
+        self.verb = verb
+        self.expected = expected
+        self.state = state
+    }
+
+    func show(_ sofar: BulkResult) {
+        guard enabled else { return }
+        FileHandle.standardError.write(Data("\r\(verb) \(sofar.done) of ~\(expected) \(state.rawValue) jobs…\u{1B}[K".utf8))
+    }
+
+    /// Clears the line before the summary is printed.
+    func finish() {
+        guard enabled else { return }
+        FileHandle.standardError.write(Data("\r\u{1B}[K".utf8))
     }
 }
