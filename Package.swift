@@ -79,9 +79,12 @@ let package = Package(
         .testTarget(name: "QueueTests", dependencies: ["Queue", "TestSupport"]),
         .testTarget(name: "StorageTests", dependencies: ["Storage", "CivilDate", "TestSupport"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP", "TestSupport"]),
-        .testTarget(name: "WorkersTests", dependencies: ["Workers", "BenchJobs", "Queue", "Storage", "TestSupport"]),
+        // Shared by the test targets that run in-process workers: the fast test configuration.
+        .target(name: "WorkersTestSupport", dependencies: ["Workers", "TestSupport"], path: "Tests/WorkersTestSupport"),
+
+        .testTarget(name: "WorkersTests", dependencies: ["WorkersTestSupport", "Workers", "BenchJobs", "Queue", "Storage", "TestSupport"]),
         .testTarget(name: "SchedulerTests", dependencies: ["Scheduler", "Queue", "TestSupport"]),
-        .testTarget(name: "JobsTests", dependencies: ["Jobs", "Workers", "Queue", "Storage", "HTTP", "TestSupport",
+        .testTarget(name: "JobsTests", dependencies: ["WorkersTestSupport", "Jobs", "Workers", "Queue", "Storage", "HTTP", "TestSupport",
                                                       .product(name: "Crypto", package: "swift-crypto"),
                                                       .product(name: "_CryptoExtras", package: "swift-crypto"),
                                                       .product(name: "X509", package: "swift-certificates"),

@@ -4,6 +4,7 @@ import Queue
 import Synchronization
 import TestSupport
 import Workers
+import WorkersTestSupport
 import XCTest
 
 /// The one real-worker harness of JobsTests: a `WorkerProcess` inside the test process — fetcher, threads,
@@ -11,26 +12,13 @@ import XCTest
 /// recovery — against a test Redis database and PostgreSQL, with timings short enough for tests.
 /// For a job driven without Redis use `JobRunnerDriver`; for the `workerctl worker` binary, `ChildProcess`.
 enum TestWorker {
-    /// The worker configuration of every test worker: `concurrency` threads, fast heartbeat, sweep and poll.
-    static func configuration(redis: TestRedis, concurrency: Int) -> WorkerConfiguration {
-        var configuration = WorkerConfiguration()
-        configuration.redisURL = redis.url
-        configuration.concurrency = concurrency
-        configuration.heartbeatInterval = 0.2
-        configuration.fetcherHeartbeatTTL = 1
-        configuration.orphanSweepInterval = 0.3
-        configuration.pollInterval = 0.2
-        configuration.shutdownTimeout = 2
-        return configuration
-    }
-
     /// Starts a worker process running `registry`'s jobs; the caller shuts it down. `logger`: where the process
     /// and its jobs log (default: nothing below critical).
     static func start(redis: TestRedis, registry: JobRegistry, database: JobDatabase, concurrency: Int,
                       logger: Logger? = nil) throws -> WorkerProcess {
         var quiet = Logger(label: "test-worker")
         quiet.logLevel = .critical
-        let process = try WorkerProcess(configuration: configuration(redis: redis, concurrency: concurrency),
+        let process = try WorkerProcess(configuration: .forTests(redis: redis, concurrency: concurrency),
                                         registry: registry, database: database, logger: logger ?? quiet)
         try process.start()
         return process

@@ -4,6 +4,7 @@ import Queue
 import Synchronization
 import TestSupport
 import Workers
+import WorkersTestSupport
 
 /// Records the arguments of `Record` jobs in the order they ran.
 final class Recorder: Sendable {
@@ -40,16 +41,7 @@ struct WorkerHarness {
     }
 
     func configuration(concurrency: Int = 4, queues: [QueueWeight] = [QueueWeight(name: "default")]) -> WorkerConfiguration {
-        var configuration = WorkerConfiguration()
-        configuration.redisURL = redis.url
-        configuration.concurrency = concurrency
-        configuration.queues = queues
-        configuration.heartbeatInterval = 0.2
-        configuration.fetcherHeartbeatTTL = 1
-        configuration.orphanSweepInterval = 0.3
-        configuration.pollInterval = 0.2
-        configuration.shutdownTimeout = 2
-        return configuration
+        .forTests(redis: redis, concurrency: concurrency, queues: queues)
     }
 
     func start(_ configuration: WorkerConfiguration) throws -> WorkerProcess {
