@@ -164,8 +164,8 @@ public struct JobClient: Sendable {
         let queue = payload.queue ?? "default"
         payload.queue = queue
         if payload.fields["retry"] == nil { payload.fields["retry"] = .bool(true) }
-        if payload.fields["created_at"] == nil { payload.fields["created_at"] = .double(Clock.now()) }
-        payload.fields["enqueued_at"] = .double(Clock.now())
+        if payload.fields["created_at"] == nil { payload.setTimestamp("created_at", Clock.now()) }
+        payload.setTimestamp("enqueued_at", Clock.now())
         let replies = try connection.pipeline([["SADD", Keys.queues, queue],
                                                ["LPUSH", Keys.queue(queue), payload.serialized()]])
         for reply in replies { try reply.checked() }

@@ -96,8 +96,17 @@ public struct JobPayload: Sendable, Equatable {
     }
 
     public var retryCount: Int? { fields["retry_count"]?.intValue.map { Int(clamping: $0) } }
-    public var createdAt: Double? { fields["created_at"]?.doubleValue }
-    public var enqueuedAt: Double? { fields["enqueued_at"]?.doubleValue }
+    /// Epoch seconds, whether the payload holds float seconds or Sidekiq 8's integer milliseconds.
+    public var createdAt: Double? { TimestampUnit.seconds(fields["created_at"]) }
+    public var enqueuedAt: Double? { TimestampUnit.seconds(fields["enqueued_at"]) }
+    public var failedAt: Double? { TimestampUnit.seconds(fields["failed_at"]) }
+    public var retriedAt: Double? { TimestampUnit.seconds(fields["retried_at"]) }
+    /// Sidekiq 7.1.3+'s `retry_for`: seconds after the first failure during which failures are retried
+    /// (a finite number; anything else counts as absent).
+    public var retryFor: Double? {
+        guard let seconds = fields["retry_for"]?.doubleValue, seconds.isFinite else { return nil }
+        return seconds
+    }
     public var interruptedCount: Int { fields["interrupted_count"]?.intValue.map { Int(clamping: $0) } ?? 0 }
     public var retryQueue: String? { fields["retry_queue"]?.stringValue }
     /// `dead: false` keeps an exhausted job out of the dead set.

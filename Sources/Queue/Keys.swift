@@ -41,8 +41,11 @@ public enum Keys {
 
     /// HASH of a process (info, busy, beat, quiet, rss, rtt_us).
     public static func process(_ identity: String) -> String { identity }
-    /// HASH of a process's busy threads.
+    /// HASH of a process's busy threads, where Sidekiq 6 reads them.
     public static func workers(_ identity: String) -> String { identity + ":workers" }
+    /// The same HASH where Sidekiq 7 and 8 read it (`WorkSet#each`, sidekiq v7.0.0…v8.1.7 lib/sidekiq/api.rb:
+    /// `hgetall("#{key}:work")`). Our heartbeat writes both; readers take whichever a process wrote.
+    public static func work(_ identity: String) -> String { identity + ":work" }
     /// LIST of signals for a process (`TSTP`, `TERM`, `TTIN`).
     public static func signals(_ identity: String) -> String { identity + "-signals" }
 

@@ -39,12 +39,14 @@ public enum ProcessRegistry {
         let members = try connection.command("SMEMBERS", Keys.processes).strings.sorted()
         if members.isEmpty { return [] }
         let replies = try connection.pipeline(members.map {
-            ["HMGET", Keys.process($0), "info", "busy", "beat", "quiet", "rss", "rtt_us"]
+            ["HMGET", Keys.process($0), "info", "busy", "beat", "quiet", "rss", "rtt_us", "concurrency"]
         })
         var entries: [ProcessEntry] = []
         for (identity, reply) in zip(members, replies) {
-            guard let fields = reply.array, fields.count == 6, let infoText = fields[0].string,
-                  let info = try? JSONValue.parse(infoText).objectValue else { continue }
+            guard let fields = reply.array, fields.count == 7, let infoText = fields[0].string,
+                  var info = try? JSONValue.parse(infoText).objectValue else { continue }
+            // Sidekiq 8 keeps `concurrency` in the hash, not in `info` (v8.1.7 launcher.rb `❤`); 6 and 7 in `info`.
+            if let concurrency = fields[6].integer { info["concurrency"] = .int(concurrency) }
             entries.append(ProcessEntry(identity: identity, info: info, busy: Int(fields[1].integer ?? 0),
                                         beat: fields[2].double ?? 0, quiet: fields[3].string == "true",
                                         rssKilobytes: Int(fields[4].integer ?? 0),

@@ -139,8 +139,8 @@ public enum ReliableQueue {
                 let queue = payload.queue ?? "default"
                 payload.queue = queue
                 if payload.fields["retry"] == nil { payload.fields["retry"] = .bool(true) }
-                if payload.fields["created_at"] == nil { payload.fields["created_at"] = .double(now) }
-                payload.fields["enqueued_at"] = .double(Clock.now())
+                if payload.fields["created_at"] == nil { payload.setTimestamp("created_at", now) }
+                payload.setTimestamp("enqueued_at", Clock.now())
                 arguments += [raw, queue, payload.serialized()]
             }
             if arguments.count > 1 {
@@ -239,7 +239,7 @@ public enum ReliableQueue {
                     payload.fields["error_class"] = "Interrupted"
                     payload.fields["error_message"] = .string(
                         "interrupted \(count) times: the worker process died while running it (last owner \(identity))")
-                    payload.fields["failed_at"] = payload.fields["failed_at"] ?? .double(now)
+                    if payload.fields["failed_at"] == nil { payload.setTimestamp("failed_at", now) }
                     arguments += [raw, "dead", payload.serialized()]
                     killed += 1
                 } else {

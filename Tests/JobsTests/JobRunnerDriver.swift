@@ -43,7 +43,7 @@ enum Delivery: Error, Sendable, CustomStringConvertible {
 
     /// The time the failure was recorded in the payload (`retried_at` of a retry, else `failed_at`).
     static func failedAt(_ payload: JobPayload) -> Double? {
-        payload.fields["retried_at"]?.doubleValue ?? payload.fields["failed_at"]?.doubleValue
+        payload.retriedAt ?? payload.failedAt
     }
 }
 

@@ -282,8 +282,8 @@ public struct JobAdmin: Sendable {
         }
         if payload.queue == nil { payload.queue = "default" }
         if payload.fields["retry"] == nil { payload.fields["retry"] = .bool(true) }
-        if payload.fields["created_at"] == nil { payload.fields["created_at"] = .double(now) }
-        payload.fields["enqueued_at"] = .double(now)
+        if payload.fields["created_at"] == nil { payload.setTimestamp("created_at", now) }
+        payload.setTimestamp("enqueued_at", now)
         return payload
     }
 }

@@ -102,10 +102,13 @@ public struct JobRecord: Sendable {
     public var retryCount: Int64? { item?["retry_count"]?.intValue }
     public var errorClass: String? { item?["error_class"]?.stringValue }
     public var errorMessage: String? { item?["error_message"]?.stringValue }
-    public var enqueuedAt: Double? { item?["enqueued_at"]?.doubleValue }
-    public var createdAt: Double? { item?["created_at"]?.doubleValue }
+    /// Times in epoch seconds, from float seconds or Sidekiq 8's integer milliseconds (`TimestampUnit`).
+    public var enqueuedAt: Double? { TimestampUnit.seconds(item?["enqueued_at"]) }
+    public var createdAt: Double? { TimestampUnit.seconds(item?["created_at"]) }
+    public var failedAt: Double? { TimestampUnit.seconds(item?["failed_at"]) }
+    public var retriedAt: Double? { TimestampUnit.seconds(item?["retried_at"]) }
     /// When it last failed: `retried_at`, else `failed_at`.
-    public var lastFailureAt: Double? { item?["retried_at"]?.doubleValue ?? item?["failed_at"]?.doubleValue }
+    public var lastFailureAt: Double? { retriedAt ?? failedAt }
 
     /// Where it is, for messages: `retry`, `queue default`, `busy on HOST:PID:NONCE`.
     public var location: String {

@@ -143,8 +143,9 @@ public struct JobQueue: Sendable {
         Int(try connection.command("LLEN", key).integer ?? 0)
     }
 
-    /// Seconds since the oldest job was enqueued: `now − enqueued_at` of `LRANGE queue:X -1 -1`;
-    /// 0 if the queue is empty or that job has no `enqueued_at` (Ruby's `Queue#latency`).
+    /// Seconds since the oldest job was enqueued: `now − enqueued_at` (else `created_at`) of
+    /// `LRANGE queue:X -1 -1`, either timestamp unit; 0 if the queue is empty or that job has neither
+    /// (Ruby's `Queue#latency`; the `created_at` fallback is Sidekiq 8's `calculate_latency`).
     public func latency(_ connection: RedisConnection, now: Double = Clock.now()) throws(RedisError) -> Double {
         let reply = try connection.command("LRANGE", key, -1, -1)
         return Self.latency(tail: reply.array?.first?.bytes, now: now)
@@ -152,7 +153,9 @@ public struct JobQueue: Sendable {
 
     static func latency(tail: [UInt8]?, now: Double) -> Double {
         guard let tail, let text = String(validating: tail, as: UTF8.self),
-              let enqueuedAt = (try? JSONValue.parse(text))?.objectValue?["enqueued_at"]?.doubleValue else { return 0 }
+              let job = (try? JSONValue.parse(text))?.objectValue,
+              let enqueuedAt = TimestampUnit.seconds(job["enqueued_at"]) ?? TimestampUnit.seconds(job["created_at"])
+        else { return 0 }
         return max(0, now - enqueuedAt)
     }
 
@@ -208,8 +211,9 @@ public struct JobQueue: Sendable {
     }
 }
 
-/// The jobs live processes are running, from their `IDENTITY:workers` hashes, like Ruby's
-/// `Sidekiq::Workers` (§10.4): members of `processes` whose `IDENTITY` hash is gone are skipped.
+/// The jobs live processes are running, from their `IDENTITY:workers` hashes (Sidekiq 6, and ours), else
+/// their `IDENTITY:work` hashes (Sidekiq 7/8), like Ruby's `Sidekiq::Workers` (§10.4): members of
+/// `processes` whose `IDENTITY` hash is gone are skipped.
 public enum WorkSet {
     /// Busy jobs sorted by start time (oldest first), then identity and thread.
     public static func all(_ connection: RedisConnection) throws(RedisError) -> [JobRecord] {
@@ -218,10 +222,11 @@ public enum WorkSet {
         let exists = try connection.pipeline(members.map { ["EXISTS", Keys.process($0)] })
         let live = zip(members, exists).filter { $0.1.integer == 1 }.map(\.0)
         if live.isEmpty { return [] }
-        let hashes = try connection.pipeline(live.map { ["HGETALL", Keys.workers($0)] })
+        let hashes = try connection.pipeline(live.flatMap { [["HGETALL", Keys.workers($0)], ["HGETALL", Keys.work($0)]] })
         var out: [JobRecord] = []
-        for (identity, reply) in zip(live, hashes) {
-            let fields = reply.array ?? []
+        for (position, identity) in live.enumerated() {
+            let sixFields = hashes[2 * position].array ?? []
+            let fields = sixFields.isEmpty ? hashes[2 * position + 1].array ?? [] : sixFields
             var index = 0
             while index + 1 < fields.count {
                 defer { index += 2 }

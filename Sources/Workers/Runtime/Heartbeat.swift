@@ -98,10 +98,13 @@ final class Heartbeat: @unchecked Sendable {
                                     "run_at": .int(Int64(execution.startedAt))]
             workers += [execution.threadID, JSONValue.object(work).serialized()]
         }
-        var first: [[any RedisArgument]] = [["UNLINK", Keys.workers(identity)]]
+        // The same hash under Sidekiq 6's name (`:workers`) and Sidekiq 7/8's (`:work`).
+        var first: [[any RedisArgument]] = [["UNLINK", Keys.workers(identity), Keys.work(identity)]]
         if workers.count > 2 {
             first.append(workers)
             first.append(["EXPIRE", Keys.workers(identity), 60])
+            first.append(["HSET", Keys.work(identity)] + Array(workers.dropFirst(2)))
+            first.append(["EXPIRE", Keys.work(identity), 60])
         }
         _ = try connection.transaction(first)
         let pingStart = Clock.now()
@@ -109,7 +112,8 @@ final class Heartbeat: @unchecked Sendable {
         let rtt = Int((Clock.now() - pingStart) * 1_000_000)
         let results = try connection.transaction([
             ["SADD", Keys.processes, identity],
-            ["HSET", Keys.process(identity), "info", processInfo(), "busy", executions.count, "beat", now,
+            ["HSET", Keys.process(identity), "info", processInfo(), "concurrency", configuration.concurrency,
+             "busy", executions.count, "beat", now,
              "quiet", flags.isQuiet ? "true" : "false", "rss", ProcessFigures.rssKilobytes(), "rtt_us", rtt],
             ["EXPIRE", Keys.process(identity), 60],
             ["SET", Keys.fetcherHeartbeat(identity: identity), "1", "EX", Int(configuration.fetcherHeartbeatTTL.rounded(.up))],
@@ -122,14 +126,7 @@ final class Heartbeat: @unchecked Sendable {
     }
 
     private func processInfo() -> String {
-        let info: JSONObject = [
-            "hostname": .string(Identifiers.hostname), "started_at": .double(startedAt),
-            "pid": .int(Int64(ProcessInfo.processInfo.processIdentifier)), "tag": .string(configuration.tag),
-            "concurrency": .int(Int64(configuration.concurrency)),
-            "queues": .array(configuration.queues.map { .string($0.name) }),
-            "labels": .array(configuration.labels.map { .string($0) }), "identity": .string(identity),
-        ]
-        return JSONValue.object(info).serialized()
+        SidekiqProcessInfo(configuration: configuration, identity: identity, startedAt: startedAt).json
     }
 
     /// Removes this process from the registry (on the caller's thread, with a connection of its own,
@@ -139,7 +136,7 @@ final class Heartbeat: @unchecked Sendable {
             let connection = try RedisConnection(endpoint: endpoint)
             _ = try connection.pipeline([
                 ["SREM", Keys.processes, identity],
-                ["UNLINK", Keys.workers(identity)],
+                ["UNLINK", Keys.workers(identity), Keys.work(identity)],
                 ["DEL", Keys.fetcherHeartbeat(identity: identity)],
             ])
         } catch {

@@ -133,9 +133,10 @@ struct JobRunner: Sendable {
         case .limit(let n): maxRetries = n
         case .enabled, .unspecified: maxRetries = options.maxRetries
         }
-        let updated = failed(payload, queue: job.queue, errorClass: errorClass, message: message)
+        let now = Clock.now()
+        let updated = failed(payload, queue: job.queue, errorClass: errorClass, message: message, now: now)
         let count = (payload.retryCount.map { $0 + 1 }) ?? 0
-        if count < maxRetries {
+        if RetryWindow.allowsRetry(payload, retryCount: count, maxRetries: maxRetries, now: now) {
             var delay = options.backoff.delay(retryCount: count)
             if case JobError.retryAfter(let seconds, _) = error { delay = max(seconds, 0) }
             logger.info("failed; retry scheduled",
@@ -151,18 +152,18 @@ struct JobRunner: Sendable {
     }
 
     /// The payload with Sidekiq's failure bookkeeping: queue, error fields, failed_at/retried_at,
-    /// retry_count.
-    func failed(_ payload: JobPayload, queue: String, errorClass: String, message: String) -> String {
+    /// retry_count. The times are written in the payload's own unit (`TimestampUnit`).
+    func failed(_ payload: JobPayload, queue: String, errorClass: String, message: String,
+                now: Double = Clock.now()) -> String {
         var payload = payload
         payload.queue = payload.retryQueue ?? queue
         payload.fields["error_message"] = .string(String(message.prefix(10_000)))
         payload.fields["error_class"] = .string(errorClass)
-        let now = Clock.now()
         if let count = payload.retryCount {
-            payload.fields["retried_at"] = .double(now)
+            payload.setTimestamp("retried_at", now)
             payload.fields["retry_count"] = .int(Int64(count + 1))
         } else {
-            payload.fields["failed_at"] = .double(now)
+            payload.setTimestamp("failed_at", now)
             payload.fields["retry_count"] = .int(0)
         }
         return payload.serialized()

@@ -113,8 +113,8 @@ struct JobsCommand: ParsableCommand {
             if let retry = record.item?["retry"] { line("retry", retry.serialized() + (record.retryCount.map { ", retry_count \($0)" } ?? "")) }
             if let errorClass = record.errorClass {
                 line("error", "\(errorClass): \(record.errorMessage ?? "")")
-                line("failed at", Format.time(record.item?["failed_at"]?.doubleValue))
-                if let retried = record.item?["retried_at"]?.doubleValue { line("retried at", Format.time(retried)) }
+                line("failed at", Format.time(record.failedAt))
+                if let retried = record.retriedAt { line("retried at", Format.time(retried)) }
             }
             let backtrace = AdminJSON.decodedBacktrace(record)
             if let lines = backtrace.lines {
