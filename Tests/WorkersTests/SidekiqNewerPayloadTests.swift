@@ -172,7 +172,8 @@ final class SidekiqNewerPayloadTests: XCTestCase {
     }
 
     /// A Sidekiq 8 process in the registry, as its heartbeat writes it, read by our admin (`workerctl workers`,
-    /// `workerctl jobs --state busy`): its concurrency is in the hash, its busy threads in `IDENTITY:work`.
+    /// `workerctl jobs --state busy`): its concurrency is in the hash, its busy threads in `IDENTITY:work`; and a
+    /// Sidekiq 8 retry entry's integer-ms times read as seconds.
     func testAdminReadsASidekiq8ProcessAndItsWork() throws {
         let redis = try TestRedis(database: 86)
         let identity = "app-1:4242:0a1b2c3d4e5f"
@@ -191,5 +192,12 @@ final class SidekiqNewerPayloadTests: XCTestCase {
         let busy = try WorkSet.all(connection)
         XCTAssertEqual(busy.map(\.jid), ["8e5b4a6f7c8d9e0f1a2b3c4d"])
         XCTAssertEqual(try XCTUnwrap(busy.first?.enqueuedAt), 1_795_330_293.473, accuracy: 1e-6)
+
+        // A Sidekiq 8 retry entry (`workerctl jobs --state retry`, the dashboard's recent failures).
+        try redis.command("ZADD", Keys.retry, "1795330317.59", try Self.fixture("sidekiq-8.1.7-retry-first-failure.json"))
+        let failed = try XCTUnwrap(SortedJobSet(.retry).page(connection, page: try PageRequest()).items.first)
+        XCTAssertEqual(try XCTUnwrap(failed.failedAt), 1_795_330_293.590, accuracy: 1e-6)
+        XCTAssertEqual(try XCTUnwrap(failed.lastFailureAt), 1_795_330_293.590, accuracy: 1e-6)
+        XCTAssertEqual(try XCTUnwrap(failed.createdAt), 1_795_330_293.472, accuracy: 1e-6)
     }
 }
