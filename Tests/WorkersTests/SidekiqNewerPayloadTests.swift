@@ -133,7 +133,7 @@ final class SidekiqNewerPayloadTests: XCTestCase {
     /// `concurrency` as a field of the hash (8.x reads it there, not from `info`), `capsules`, `weights`, `version`,
     /// `embedded` in `info`, and the busy threads in `IDENTITY:work` as well as 6.x's `IDENTITY:workers`.
     func testProcessRegistryCarriesTheFieldsSidekiq7And8Read() throws {
-        let redis = try TestRedis(database: 87)
+        let redis = try TestRedis(database: 85)
         let harness = WorkerHarness(redis: redis)
         let queues = [QueueWeight(name: "critical", weight: 2), QueueWeight(name: "default", weight: 1)]
         let process = try harness.start(harness.configuration(concurrency: 3, queues: queues))
