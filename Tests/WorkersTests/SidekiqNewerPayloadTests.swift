@@ -173,7 +173,7 @@ final class SidekiqNewerPayloadTests: XCTestCase {
 
     /// A Sidekiq 8 process in the registry, as its heartbeat writes it, read by our admin (`workerctl workers`,
     /// `workerctl jobs --state busy`): its concurrency is in the hash, its busy threads in `IDENTITY:work`; and a
-    /// Sidekiq 8 retry entry's integer-ms times read as seconds.
+    /// Sidekiq 8 retry entry's integer-ms times read as seconds, and written back in ms by "retry now".
     func testAdminReadsASidekiq8ProcessAndItsWork() throws {
         let redis = try TestRedis(database: 86)
         let identity = "app-1:4242:0a1b2c3d4e5f"
@@ -199,5 +199,24 @@ final class SidekiqNewerPayloadTests: XCTestCase {
         XCTAssertEqual(try XCTUnwrap(failed.failedAt), 1_795_330_293.590, accuracy: 1e-6)
         XCTAssertEqual(try XCTUnwrap(failed.lastFailureAt), 1_795_330_293.590, accuracy: 1e-6)
         XCTAssertEqual(try XCTUnwrap(failed.createdAt), 1_795_330_293.472, accuracy: 1e-6)
+
+        // The operator's "retry now" (`workerctl jobs retry`) puts it back with Sidekiq 8's unit kept.
+        try JobAdmin(connection: connection).perform(.retry, jid: "8b2e1d3c4f5a6b7c8d9e0f1a", now: 1_795_330_400.25)
+        let requeued = try XCTUnwrap(redis.payloads(list: Keys.queue("default")).first)
+        XCTAssertEqual(requeued.fields["enqueued_at"], .int(1_795_330_400_250))
+        XCTAssertEqual(requeued.fields["created_at"], .int(1_795_330_293_472))
+        XCTAssertEqual(requeued.retryCount, -1, "Ruby's SortedEntry#retry decrements retry_count")
+    }
+
+    /// Sidekiq 8 tells the units apart by JSON type; an integer below 10¹¹ (1973 in ms) is whole seconds, as a
+    /// non-Ruby client may write them. Pure: no Redis.
+    func testTimestampUnitsByTypeAndMagnitude() {
+        XCTAssertEqual(TimestampUnit.seconds(.double(1_795_330_293.5)), 1_795_330_293.5)
+        XCTAssertEqual(TimestampUnit.seconds(.int(1_795_330_293_500)), 1_795_330_293.5)
+        XCTAssertEqual(TimestampUnit.seconds(.int(1_795_330_293)), 1_795_330_293, "integer seconds from a non-Ruby client")
+        XCTAssertNil(TimestampUnit.seconds(.string("1795330293")))
+        XCTAssertEqual(TimestampUnit.of(payload: ["created_at": .int(1_795_330_293)]), .seconds)
+        XCTAssertEqual(TimestampUnit.of(payload: ["enqueued_at": .int(1_795_330_293_473)]), .milliseconds)
+        XCTAssertEqual(TimestampUnit.milliseconds.value(1_795_330_293.4729), .int(1_795_330_293_472), "truncated, as Ruby's clock_gettime")
     }
 }
