@@ -29,8 +29,8 @@ public enum TestServices {
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
     }
 
-    /// Test data kept in the repository (`Tests/Fixtures`): Apple's published App Store Server test data.
-    /// Copies of `../shared/fixtures`, so a bare clone (CI) has them.
+    /// Test data kept in the repository (`Tests/Fixtures`): Apple's published App Store Server test data
+    /// (copies of `../shared/fixtures`, so a bare clone (CI) has them), and Sidekiq 7/8 payloads (`sidekiq-7-8/`).
     public static var fixturesDirectory: URL {
         repositoryRoot.appendingPathComponent("Tests/Fixtures")
     }
