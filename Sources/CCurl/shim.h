@@ -25,4 +25,15 @@ static inline CURLSHcode ccurl_share_setopt_long(CURLSH *s, CURLSHoption o, long
 static inline CURLSHcode ccurl_share_setopt_ptr(CURLSH *s, CURLSHoption o, void *v) { return curl_share_setopt(s, o, v); }
 static inline CURLSHcode ccurl_share_setopt_lockcb(CURLSH *s, ccurl_lock_cb cb) { return curl_share_setopt(s, CURLSHOPT_LOCKFUNC, cb); }
 static inline CURLSHcode ccurl_share_setopt_unlockcb(CURLSH *s, ccurl_unlock_cb cb) { return curl_share_setopt(s, CURLSHOPT_UNLOCKFUNC, cb); }
+
+/* Whether libcurl's global init and API are thread-safe (CURL_VERSION_THREADSAFE, libcurl >= 7.84); reads
+   the version information only, initialises nothing. CURLVERSION_NOW is a macro Swift cannot import. */
+static inline int ccurl_is_threadsafe(void) {
+  const curl_version_info_data *info = curl_version_info(CURLVERSION_NOW);
+#ifdef CURL_VERSION_THREADSAFE
+  return info != NULL && (info->features & CURL_VERSION_THREADSAFE) != 0;
+#else
+  return 0;
+#endif
+}
 #endif

@@ -8,5 +8,5 @@
 // - `FormEncoding`       `application/x-www-form-urlencoded` bodies and query strings.
 // - `SMTPSender` / `EmailMessage`   one RFC 5322 plain-text message through `smtp://` or `smtps://`.
 //
-// Process rule: `CurlRuntime.initialize()` once at start-up, before any thread uses libcurl
-// (`HTTPClient.init` and `SMTPSender.init` call it too, as a fallback).
+// Process rule: `CurlRuntime.prepareAtStartup()` in `main` before threads start; it initialises libcurl at once
+// only where libcurl's initialisation is not thread-safe, otherwise the first transfer does (`CurlRuntime`).

@@ -53,7 +53,7 @@ public struct HTTPClientConfiguration: Sendable {
 /// A non-idempotent POST must therefore be safe to repeat (idempotency key, natural idempotency) — which every job
 /// needs anyway for its own retries.
 ///
-/// Invariants: libcurl is initialised (`CurlRuntime`) before the first handle is made; every pooled handle has
+/// Invariants: libcurl is initialised (`CurlRuntime`, on the first checkout) before the first handle is made; every pooled handle has
 /// been `curl_easy_reset` (no pointers into a finished transfer's state remain); the share handle outlives all
 /// easy handles (they are cleaned up first in `deinit`).
 public final class HTTPClient: @unchecked Sendable {
@@ -61,7 +61,6 @@ public final class HTTPClient: @unchecked Sendable {
     private let pool: EasyHandlePool
 
     public init(configuration: HTTPClientConfiguration = HTTPClientConfiguration()) {
-        CurlRuntime.initialize()
         self.configuration = configuration
         self.pool = EasyHandlePool(maxIdle: configuration.maxIdleHandles)
     }
@@ -261,6 +260,7 @@ final class EasyHandlePool: @unchecked Sendable {
     /// An idle handle (its connections still open) or a new one; nil only if libcurl cannot allocate.
     func checkout() -> EasyHandle? {
         if let h = lock.withLock({ idle.popLast() }) { return h }
+        guard CurlRuntime.initialize() else { return nil }
         return curl_easy_init().map(EasyHandle.init)
     }
 

@@ -122,7 +122,6 @@ public struct SMTPSender: Sendable {
     public let configuration: SMTPConfiguration
 
     public init(configuration: SMTPConfiguration) {
-        CurlRuntime.initialize()
         self.configuration = configuration
     }
 
@@ -135,6 +134,7 @@ public struct SMTPSender: Sendable {
             SMTPErrorContext(server: server, message: message, curlCode: code.map { Int($0.rawValue) },
                              replyCode: reply)
         }
+        guard CurlRuntime.initialize() else { throw .internalError(context("curl_global_init failed", nil, nil)) }
         guard let h = curl_easy_init() else { throw .internalError(context("curl_easy_init failed", nil, nil)) }
         defer { curl_easy_cleanup(h) }
         let state = CurlTransferState()

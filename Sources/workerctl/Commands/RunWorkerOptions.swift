@@ -143,7 +143,7 @@ struct WorkerOptions: ParsableArguments {
     /// configured is logged once here and its jobs retry until a configured worker runs them.
     private func registerDomainJobs(into registry: inout JobRegistry, redisURL: String) {
         let logger = Logger(label: "workerctl.worker")
-        guard CurlRuntime.initialize(), let pool = try? RedisPool(url: redisURL, maxConnections: 4) else {
+        guard CurlRuntime.prepareAtStartup(), let pool = try? RedisPool(url: redisURL, maxConnections: 4) else {
             logger.error("domain jobs not registered: libcurl or the Redis URL could not be initialised")
             return
         }
