@@ -22,12 +22,14 @@ final class Fetcher: Sendable {
     private let settlements: SettlementQueue
     private let runTime: RunTimeEstimate
     private let outages: OutageLog
+    /// Drops duplicates of live unique jobs before they reach the buffer (docs/unique-jobs.md).
+    private let unique: UniqueGate
     private let logger: Logger
     private let thread = RuntimeThread(name: "fetcher")
 
     init(identity: String, configuration: WorkerConfiguration, endpoint: RedisEndpoint, buffer: JobBuffer,
          running: RunningJobs, settlements: SettlementQueue, runTime: RunTimeEstimate, outages: OutageLog,
-         logger: Logger) {
+         unique: UniqueGate, logger: Logger) {
         self.identity = identity
         self.configuration = configuration
         self.endpoint = endpoint
@@ -36,6 +38,7 @@ final class Fetcher: Sendable {
         self.settlements = settlements
         self.runTime = runTime
         self.outages = outages
+        self.unique = unique
         self.logger = logger
     }
 
@@ -93,7 +96,13 @@ final class Fetcher: Sendable {
                     settlements.giveBack(jobs, logger: logger)
                     break
                 }
-                buffer.put(jobs)
+                let sorted = try unique.check(conn, jobs)
+                for duplicate in sorted.duplicates {
+                    settlements.add(.init(job: duplicate.job, settlement: .drop, failed: false, processed: false))
+                    unique.reportDropped(jid: duplicate.jid, className: duplicate.className, queue: duplicate.job.queue,
+                                         holder: duplicate.holder, logger: logger)
+                }
+                buffer.put(sorted.run)
             } catch {
                 mustReconcile = true
                 let wasConnected = link.isOpen
