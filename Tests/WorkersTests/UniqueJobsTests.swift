@@ -92,6 +92,44 @@ final class UniqueJobsTests: XCTestCase {
         XCTAssertNotEqual(try redis.client.enqueueUnique(fail, policy: UniquePolicy(for: 5)).jid, failing)
     }
 
+    /// `workerctl jobs kill` and `workerctl queues clear` release the locks of the jobs they remove, and
+    /// only those: killing a duplicate (pushed without the check) leaves the owner's lock alone.
+    func testKillAndClearReleaseOnlyTheirOwnLocks() throws {
+        let redis = try TestRedis(database: 64)
+        let cli = WorkerctlRunner(redisURL: redis.url)
+        let policy = UniquePolicy(for: 120)
+        let owner = try redis.client.enqueueUnique(NewJob("Sleep", args: [10]), policy: policy).jid
+        let copy = try redis.client.enqueue(NewJob("Sleep", args: [10], extra: ["unique_for": 120]))
+        let lock = Self.lock("Sleep", "[10]")
+
+        let killCopy = try cli.run("jobs", "kill", copy)
+        XCTAssertEqual(killCopy.status, 0, killCopy.stderr)
+        XCTAssertEqual(try redis.command("GET", lock).string, owner, "the copy's removal leaves the owner's lock")
+        let killOwner = try cli.run("jobs", "kill", owner)
+        XCTAssertEqual(killOwner.status, 0, killOwner.stderr)
+        XCTAssertTrue(try redis.command("GET", lock).isNull, "a killed job releases its lock")
+        XCTAssertEqual(try redis.int("EXISTS", Keys.uniqueOwner(owner)), 0)
+
+        let queued = try redis.client.enqueueUnique(NewJob("Sleep", args: [20]), policy: policy).jid
+        XCTAssertEqual(try redis.command("GET", Self.lock("Sleep", "[20]")).string, queued)
+        let clear = try cli.run("queues", "clear", "default", "--yes")
+        XCTAssertEqual(clear.status, 0, clear.stderr)
+        XCTAssertEqual(clear.stdout, "cleared default: 1 jobs deleted\n")
+        XCTAssertTrue(try redis.command("GET", Self.lock("Sleep", "[20]")).isNull, "a cleared queue's jobs release their locks")
+        XCTAssertEqual(try redis.command("KEYS", "unique*").strings, [], "no lock, owner record or parking key left")
+        XCTAssertEqual(try redis.int("SISMEMBER", Keys.queues, "default"), 0)
+
+        // `unique release` repairs a lock whose job is gone (here: removed behind our back).
+        let orphan = try redis.client.enqueueUnique(NewJob("Sleep", args: [30]), policy: policy).jid
+        try redis.command("DEL", "queue:default")
+        let shown = try XCTUnwrap(cli.run("unique", "show", orphan, "--json").object)
+        XCTAssertEqual(shown["job"]?.arrayValue?.count, 0, "the owner is nowhere")
+        let released = try cli.run("unique", "release", try XCTUnwrap(shown["lock"]?.stringValue))
+        XCTAssertEqual(released.status, 0, released.stderr)
+        XCTAssertEqual(released.stdout, "released \(Self.lock("Sleep", "[30]")) (held by \(orphan))\n")
+        XCTAssertEqual(try redis.command("KEYS", "unique*").strings, [])
+    }
+
     /// `unique_until: start`: the lock is released when a worker takes the job, so a push while it
     /// runs is a new job.
     func testUntilStartReleasesWhenTheJobIsTaken() throws {

@@ -118,6 +118,38 @@ public enum UniqueLocks {
         return holder
         """)
 
+    /// ARGV: queue name, parking key. Moves `queue:NAME` aside (RENAME to the parking key, which
+    /// expires in an hour in case the caller dies before deleting it) and forgets the queue name;
+    /// returns the number of jobs moved. Lets a purge read the jids of exactly the jobs it removed.
+    static let parkQueue = RedisScript("""
+        local queue = 'queue:' .. ARGV[1]
+        local n = redis.call('LLEN', queue)
+        if n > 0 then
+          redis.call('RENAME', queue, ARGV[2])
+          redis.call('EXPIRE', ARGV[2], 3600)
+        end
+        redis.call('SREM', 'queues', ARGV[1])
+        return n
+        """)
+
+    /// Deletes the queue `name` (and forgets the name), releasing the unique locks its jobs own:
+    /// the list is moved aside atomically first, then read page by page for jids, then unlinked.
+    /// Returns the number of jobs deleted.
+    public static func purgeQueue(_ connection: RedisConnection, name: String) throws(RedisError) -> Int {
+        let parked = "unique-purge:" + Identifiers.jid()
+        let count = Int(try connection.evaluate(parkQueue, arguments: [name, parked]).integer ?? 0)
+        if count == 0 { return 0 }
+        var start = 0
+        while start < count {
+            let page = try connection.command("LRANGE", parked, start, start + 499).array ?? []
+            if page.isEmpty { break }
+            try release(connection, jids: page.compactMap { $0.bytes.flatMap { try? JobPayload(parsing: $0) }?.jid })
+            start += page.count
+        }
+        try connection.command("UNLINK", parked)
+        return count
+    }
+
     /// Milliseconds a lock lives: at least 1 s.
     static func ttlMilliseconds(_ seconds: Double) -> Int { max(1000, Int((seconds * 1000).rounded(.up))) }
 
