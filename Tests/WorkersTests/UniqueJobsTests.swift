@@ -19,8 +19,8 @@ final class UniqueJobsTests: XCTestCase {
         UniqueLockKey(className: className, queue: queue, key: args).redisKey
     }
 
-    func startWorker(_ redis: TestRedis, concurrency: Int = 2) throws -> ChildProcess {
-        try ChildProcess(executable: TestServices.workerctl, arguments: Self.workerArguments(concurrency: concurrency),
+    func startWorker(_ redis: TestRedis, concurrency: Int = 2, extra: [String] = []) throws -> ChildProcess {
+        try ChildProcess(executable: TestServices.workerctl, arguments: Self.workerArguments(concurrency: concurrency) + extra,
                          environment: ["REDIS_URL": redis.url, "LOG_LEVEL": "info"])
     }
 
@@ -54,8 +54,8 @@ final class UniqueJobsTests: XCTestCase {
         let shown = try XCTUnwrap(cli.run("unique", "show", first, "--json").object)
         XCTAssertEqual(shown["job"]?.arrayValue?.first?.objectValue?["state"]?.stringValue, "enqueued")
 
-        // Running: still the same answer.
-        let worker = try startWorker(redis)
+        // Running: still the same answer. (Job timeout 5 s: a lock taken at fetch lives max(unique_for, 5 + 60) s.)
+        let worker = try startWorker(redis, extra: ["--job-timeout", "5"])
         defer { worker.signal(SIGTERM); worker.wait() }
         XCTAssertTrue(try eventually { try redis.int("LLEN", "queue:default") == 0 && redis.workingKeys().count == 1 }, worker.stderr)
         XCTAssertEqual(try redis.client.enqueueUnique(sleep, policy: policy), .duplicate(of: first))
@@ -70,8 +70,9 @@ final class UniqueJobsTests: XCTestCase {
         XCTAssertNotEqual(second, first)
         XCTAssertTrue(try eventually { try redis.processed() == 2 }, worker.stderr)
 
-        // Retrying: a failed job keeps its lock in `retry` (Sidekiq backoff: ≥ 15 s away).
-        let fail = NewJob("Fail", args: ["unique"], retry: .int(3))
+        // Retrying: a failed job keeps its lock in `retry`. Its 5th attempt (retry_count 3 → 4) waits
+        // 4⁴ + 15 ≥ 271 s, longer than the 65 s its lock got at fetch: the retry extends the lock past the wait.
+        let fail = NewJob("Fail", args: ["unique"], retry: .int(10), extra: ["retry_count": 3])
         guard case .enqueued(let failing) = try redis.client.enqueueUnique(fail, policy: UniquePolicy(for: 5)) else {
             return XCTFail("first Fail push")
         }
@@ -82,6 +83,7 @@ final class UniqueJobsTests: XCTestCase {
         let retryAt = try XCTUnwrap(Double(try redis.command("ZSCORE", Keys.retry, try XCTUnwrap(
             redis.command("ZRANGE", Keys.retry, 0, 0).strings.first)).string ?? ""))
         let expiresAt = Double(try redis.int("PEXPIRETIME", failLock)) / 1000
+        XCTAssertGreaterThan(retryAt, Clock.now() + 200, "the retry waits longer than the lock taken at fetch lives")
         XCTAssertGreaterThanOrEqual(expiresAt, retryAt + 5 - 0.01, "the lock outlives the retry wait plus unique_for")
 
         // `workerctl jobs delete` of the retrying job releases its lock (and only its own).
