@@ -61,9 +61,11 @@ enum Scripts {
               local owner = 'unique-jid:' .. unique
               local lock = redis.call('HGET', owner, 'lock')
               if op == 'retry' then
-                local ms = math.floor((tonumber(target) + tonumber(redis.call('HGET', owner, 'for') or 0)) * 1000)
-                if lock then redis.call('PEXPIREAT', lock, ms, 'GT') end
-                redis.call('PEXPIREAT', owner, ms, 'GT')
+                if lock and redis.call('GET', lock) == unique then
+                  local ms = math.floor((tonumber(target) + tonumber(redis.call('HGET', owner, 'for') or 0)) * 1000)
+                  redis.call('PEXPIREAT', lock, ms, 'GT')
+                  redis.call('PEXPIREAT', owner, ms, 'GT')
+                end
               else
                 if lock and redis.call('GET', lock) == unique then redis.call('DEL', lock) end
                 redis.call('DEL', owner)

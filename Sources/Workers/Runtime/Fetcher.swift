@@ -8,7 +8,8 @@ import Queue
 /// Thread rules: owns the `fetcher` thread and its Redis connection (only that thread touches
 /// them). Shares only the hand-offs: puts into `buffer`; reads `buffer`, `running` and
 /// `settlements` to reconcile after a lost reply; gives jobs back through `settlements` when quiet
-/// arrives mid-fetch; reads the pool's `runTime` estimate to size its prefetch.
+/// arrives mid-fetch, and hands duplicates of live unique jobs to it as drops (`UniqueGate`, on this
+/// thread's connection); reads the pool's `runTime` estimate to size its prefetch.
 ///
 /// Invariants: the buffer never holds more than `concurrency + allowedPrefetch()` jobs. A fetch whose
 /// reply was lost (the script may have moved jobs) is followed by a reconciliation before the next
