@@ -26,6 +26,7 @@ public enum EnqueueError: Error, Sendable, CustomStringConvertible, Equatable {
     case invalidQueueName(String)
     case invalidRetry(String)
     case invalidTime(String)
+    case invalidUnique(String)
 
     public var description: String {
         switch self {
@@ -33,6 +34,7 @@ public enum EnqueueError: Error, Sendable, CustomStringConvertible, Equatable {
         case .invalidQueueName(let why): return "invalid queue name: \(why)"
         case .invalidRetry(let why): return "invalid retry: \(why)"
         case .invalidTime(let why): return "invalid time: \(why)"
+        case .invalidUnique(let why): return "invalid uniqueness: \(why)"
         }
     }
 }

@@ -6,11 +6,15 @@ public struct FetchedJob: Sendable {
     public let queue: String
     public let raw: [UInt8]
     public let workingKey: String
+    /// The jid of this job when it owns a unique lock (set by the worker's fetch-time check): its
+    /// settlement then releases or keeps that lock (`Scripts.complete`). Nil for other jobs.
+    public var uniqueJid: String?
 
-    public init(queue: String, raw: [UInt8], workingKey: String) {
+    public init(queue: String, raw: [UInt8], workingKey: String, uniqueJid: String? = nil) {
         self.queue = queue
         self.raw = raw
         self.workingKey = workingKey
+        self.uniqueJid = uniqueJid
     }
 }
 
@@ -101,7 +105,7 @@ public enum ReliableQueue {
                               now: Double = Clock.now()) throws(RedisError) -> Int {
         if items.isEmpty { return 0 }
         var arguments: [any RedisArgument] = [now, Clock.utcDay(now), deadLimits.maxJobs, deadLimits.maxAgeSeconds]
-        arguments.reserveCapacity(4 + items.count * 6)
+        arguments.reserveCapacity(4 + items.count * 7)
         for (job, settlement, counts) in items {
             switch settlement {
             case .ack: arguments += ["ack", job.workingKey, job.raw, "", ""]
@@ -111,6 +115,7 @@ public enum ReliableQueue {
             case .requeue(let payload): arguments += ["requeue", job.workingKey, job.raw, payload, job.queue]
             }
             arguments.append(counts.rawValue)
+            arguments.append(job.uniqueJid ?? "")
         }
         let reply = try connection.evaluate(Scripts.complete, arguments: arguments)
         return Int(reply.integer ?? 0)

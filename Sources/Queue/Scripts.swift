@@ -30,15 +30,18 @@ enum Scripts {
         """)
 
     /// Settles a batch of in-flight jobs and moves the counters, atomically.
-    /// ARGV: now, utc day, dead max jobs, dead timeout seconds, then groups of six: op, working
-    /// key, raw job, new payload, target, counts. An op only takes effect if the raw job was still
+    /// ARGV: now, utc day, dead max jobs, dead timeout seconds, then groups of seven: op, working
+    /// key, raw job, new payload, target, counts, unique jid. An op only takes effect if the raw job was still
     /// in the in-flight list (so a job that an orphan sweep already took back is not also
     /// retried). Ops: `ack` (remove), `retry` (ZADD retry target payload), `dead` (ZADD dead
     /// now payload + trims), `requeue` (RPUSH queue:target payload: the front of the line),
     /// `drop` (remove without a trace: `retry: false`). `counts` is `RunCounts.rawValue`
     /// (1 processed, 2 failed, 3 both). Invariant: a run moves `stat:processed` / `stat:failed`
     /// (and the daily keys) only if this call's LREM removed its job, so a batch sent again after
-    /// a lost reply counts nothing twice. Returns the number of jobs settled.
+    /// a lost reply counts nothing twice. `unique jid` ('' if none) is the jid of a job that owns a
+    /// unique lock (docs/unique-jobs.md): `ack`, `dead` and `drop` release it (only if the lock still
+    /// names that jid), `retry` extends it to the retry time + its `for`, `requeue` keeps it.
+    /// Returns the number of jobs settled.
     static let complete = RedisScript("""
         local now = ARGV[1]
         local day = ARGV[2]
@@ -48,11 +51,26 @@ enum Scripts {
         local failed = 0
         local settled = 0
         local killed = false
-        for i = 5, #ARGV, 6 do
+        for i = 5, #ARGV, 7 do
           local op, working, raw, payload, target = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
           local counts = tonumber(ARGV[i + 5])
+          local unique = ARGV[i + 6]
           if redis.call('LREM', working, -1, raw) == 1 then
             settled = settled + 1
+            if unique ~= '' and op ~= 'requeue' then
+              local owner = 'unique-jid:' .. unique
+              local lock = redis.call('HGET', owner, 'lock')
+              if op == 'retry' then
+                if lock and redis.call('GET', lock) == unique then
+                  local ms = math.floor((tonumber(target) + tonumber(redis.call('HGET', owner, 'for') or 0)) * 1000)
+                  redis.call('PEXPIREAT', lock, ms, 'GT')
+                  redis.call('PEXPIREAT', owner, ms, 'GT')
+                end
+              else
+                if lock and redis.call('GET', lock) == unique then redis.call('DEL', lock) end
+                redis.call('DEL', owner)
+              end
+            end
             if counts == 1 or counts == 3 then processed = processed + 1 end
             if counts >= 2 then failed = failed + 1 end
             if op == 'retry' then
@@ -101,7 +119,8 @@ enum Scripts {
     /// Takes back the in-flight jobs of a dead process. ARGV: working key, that process's
     /// fetcher-heartbeat key, now, dead max, dead timeout, then triples: raw job, op (`requeue` or
     /// `dead`), payload; the queue is ARGV[6]. Does nothing if the heartbeat came back. Returns the
-    /// number of jobs moved.
+    /// number of jobs moved. A requeued job keeps its unique lock (it is still live); a job sent to
+    /// `dead` releases the lock its jid owns, if any (docs/unique-jobs.md).
     static let recover = RedisScript("""
         local working, heartbeat, now = ARGV[1], ARGV[2], ARGV[3]
         local deadMax, deadTimeout, queue = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
@@ -114,6 +133,13 @@ enum Scripts {
             if ARGV[i + 1] == 'dead' then
               redis.call('ZADD', 'dead', now, ARGV[i + 2])
               killed = true
+              local ok, job = pcall(cjson.decode, ARGV[i + 2])
+              if ok and type(job) == 'table' and type(job.jid) == 'string' then
+                local owner = 'unique-jid:' .. job.jid
+                local lock = redis.call('HGET', owner, 'lock')
+                if lock and redis.call('GET', lock) == job.jid then redis.call('DEL', lock) end
+                redis.call('DEL', owner)
+              end
             else
               redis.call('RPUSH', 'queue:' .. queue, ARGV[i + 2])
             end

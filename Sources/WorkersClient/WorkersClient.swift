@@ -84,6 +84,14 @@ public final class WorkersClient: Sendable {
         return try await threads.run { try jobs.enqueue(job, in: delay) }
     }
 
+    /// Enqueues one unique job (docs/unique-jobs.md): `.enqueued(jid)`, or `.duplicate(of: jid)`
+    /// of the live job holding the same lock (then nothing is pushed). See `JobClient.enqueueUnique`.
+    public func enqueueUnique(_ job: NewJob, policy: UniquePolicy, key: String? = nil,
+                              at: Double? = nil) async throws -> UniquePush {
+        let jobs = jobs
+        return try await threads.run { try jobs.enqueueUnique(job, policy: policy, key: key, at: at) }
+    }
+
     // MARK: Admin
 
     /// Runs `body` with a pooled connection on one of the client's threads: the way to call the

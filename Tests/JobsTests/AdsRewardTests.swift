@@ -108,7 +108,11 @@ final class AdsRewardTests: JobsTestCase {
 
     func earnRequests() throws -> [FakeRequest] { try fakes.requests(.subscription, path: "/subscription/v1/credits/earn") }
 
-    func isLive(_ seeded: Seeded) throws -> Bool { try RewardJobMarker(redis: redis.pool, ttl: 60).isLive(seeded.reward.uuidString) }
+    /// The unique lock of the reward's job (docs/unique-jobs.md): its owner jid, or nil when no job is live.
+    func liveJob(_ reward: UUID, queue: String = "default") throws -> String? {
+        let lock = UniqueLockKey(className: PendingRewardJob.className, queue: queue, key: reward.uuidString.lowercased())
+        return try redis.pool.withConnection { try UniqueAdmin(connection: $0).show(lock)?.jid }
+    }
 
     /// Fails unless `delivery` is a retry the job asked for because the credit is not applied yet
     /// (`RewardCreditUnavailable`: transport error, 5xx, …), and returns the payload to deliver next.
@@ -148,7 +152,6 @@ final class AdsRewardTests: JobsTestCase {
         XCTAssertEqual(request.header("Idempotency-Key"), seeded.key)
         // The seed's body (004, UC-ADS-4.1 21c), with sorted keys: the bytes the Ads Service's first call sends.
         XCTAssertEqual(request.body, "{\"amount\":1,\"reference_id\":\"\(seeded.reference)\",\"source\":\"ad_reward\",\"user_id\":\"\(seeded.user.uuidString.lowercased())\"}")
-        XCTAssertFalse(try isLive(seeded))
     }
 
     func testCampaignRewardIsSentAsPromoWithTheCampaignKey() throws {
@@ -225,7 +228,6 @@ final class AdsRewardTests: JobsTestCase {
                                                        seconds: configuration.inFlightRetrySeconds))
         XCTAssertEqual(try reward(seeded.reward).status, "pending")
         XCTAssertEqual(try reward(seeded.reward).attempts, 0, "a 409 is not a failed attempt")
-        XCTAssertTrue(try isLive(seeded), "the retrying job keeps the reward marked live")
 
         try release()
         XCTAssertEqual(first.done.wait(timeout: .now() + 30), .success)
@@ -298,7 +300,6 @@ final class AdsRewardTests: JobsTestCase {
         var payload = try JobRunnerDriver.payload(PendingRewardJob.className, args(seeded.reward))
         for _ in 0..<2 {
             payload = try expectUnavailableRetry(try driver.deliver(payload))
-            XCTAssertTrue(try isLive(seeded), "a job waiting for its retry keeps its reward marked live")
         }
         XCTAssertEqual(try reward(seeded.reward).status, "pending")
         XCTAssertFalse(try claimed(seeded))
@@ -422,27 +423,63 @@ final class AdsRewardTests: JobsTestCase {
         let young = try seedReward(source: "ad", amount: 1, ageSeconds: 0)
         let credited = try seedReward(source: "ad", amount: 1, ageSeconds: 3600)
         try pool.withConnection { _ = try $0.execute("UPDATE pending_rewards SET status = 'credited' WHERE id = $1", [credited.reward]) }
-        let marker = RewardJobMarker(redis: redis.pool, ttl: 600)
-        try marker.refresh(live.reward.uuidString, owner: "some-jid")
+        // A live job for `live` (as another sweep or the Ads Service's unique push leaves it): its lock is held.
+        let liveJID = try redis.client.enqueueUnique(
+            NewJob(PendingRewardJob.className, args: [.object(["pending_reward_id": .string(live.reward.uuidString.uppercased())])]),
+            policy: PendingRewardJob.uniquePolicy(seconds: 600)).jid
+        try redis.command("DEL", "queue:default")  // the job itself is running elsewhere
 
         var small = configuration
         small.sweepBatchSize = 1  // walk the rewards one batch at a time
-        let sweep = PendingRewardSweepJob(client: redis.client, marker: marker, configuration: small)
+        let sweep = PendingRewardSweepJob(client: redis.client, configuration: small)
         XCTAssertEqual(try sweep.sweep(pool: pool), 2)
-        XCTAssertEqual(try sweep.sweep(pool: pool), 0, "the enqueued jobs hold their markers")
+        XCTAssertEqual(try sweep.sweep(pool: pool), 0, "the enqueued jobs hold their locks")
+        XCTAssertEqual(try liveJob(live.reward), liveJID, "the live job's lock (the key is the lower-cased id)")
         let queued = try redis.payloads(list: "queue:default")
         XCTAssertEqual(queued.map(\.className), [PendingRewardJob.className, PendingRewardJob.className])
         let ids = Set(queued.compactMap { $0.args.first?.objectValue?["pending_reward_id"]?.stringValue })
         XCTAssertEqual(ids, [orphanA.reward.uuidString.lowercased(), orphanB.reward.uuidString.lowercased()])
+        XCTAssertEqual(try liveJob(orphanA.reward), queued.first {
+            $0.args.first?.objectValue?["pending_reward_id"]?.stringValue == orphanA.reward.uuidString.lowercased()
+        }?.jid)
         _ = young
 
-        // The enqueued jobs run, settle and release their markers; nothing is left to sweep.
+        // The enqueued jobs run (here without Redis: the locks stay); the rewards are credited, so nothing is
+        // left to sweep. The release of the locks by a real worker: testRewardJobLockThroughARealWorker.
         for payload in queued { XCTAssertAck(try driver.deliver(payload)) }
         XCTAssertEqual(try reward(orphanB.reward).status, "credited")
         try redis.command("DEL", "queue:default")
         XCTAssertEqual(try sweep.sweep(pool: pool), 0)
         // Through the registry, as the scheduler runs it.
         XCTAssertAck(try driver.deliver(PendingRewardSweepJob.className, []))
+    }
+
+    /// The reward's unique lock through a real worker (fetch, settle, retry): the sweep's job holds it while it
+    /// waits in `retry` (the sweep then pushes nothing, a plain push of the same reward is dropped at fetch),
+    /// and the success releases it.
+    func testRewardJobLockThroughARealWorker() throws {
+        let seeded = try seedReward(source: "ad", amount: 1, ageSeconds: 3600)
+        try fakes.script(.subscription, ["status": 503, "times": 1])
+        var registry = JobRegistry()
+        AdsJobs.register(into: &registry, configuration: configuration, http: http, redis: redis.pool)
+        let sweep = PendingRewardSweepJob(client: redis.client, configuration: configuration)
+        XCTAssertEqual(try sweep.sweep(pool: pool), 1)
+        let jid = try XCTUnwrap(try liveJob(seeded.reward), "the sweep's push holds the reward's lock")
+
+        let worker = try TestWorker.start(redis: redis, registry: registry, database: fixture.jobDatabase, concurrency: 2)
+        defer { worker.shutdown() }
+        XCTAssertTrue(try eventually { try redis.int("ZCARD", Keys.retry) == 1 }, "the 503 sends it to retry")
+        XCTAssertEqual(try liveJob(seeded.reward), jid, "a job waiting for its retry keeps the reward live")
+        XCTAssertEqual(try sweep.sweep(pool: pool), 0)
+        // The Ads Service's own (plain) push of the same reward while the job waits: dropped when fetched.
+        try redis.client.enqueue(NewJob(PendingRewardJob.className, args: args(seeded.reward)))
+        XCTAssertTrue(try eventually { try redis.int("GET", Keys.uniqueDropped) == 1 })
+
+        try redis.pool.withConnection { _ = try JobAdmin(connection: $0).perform(.run, jid: jid) }
+        XCTAssertTrue(try eventually { try reward(seeded.reward).status == "credited" })
+        XCTAssertTrue(try eventually { try liveJob(seeded.reward) == nil }, "the success releases the lock")
+        XCTAssertEqual(try fakes.subscriptionCredits().creditedByKey, [seeded.key: 1])
+        XCTAssertEqual(try sweep.sweep(pool: pool), 0)
     }
 
     func testConfigurationFromEnvironment() throws {

@@ -276,6 +276,21 @@ final class PrivacyDeletionTests: PrivacyTestCase {
         XCTAssertEqual(report.removedByKey, [dead: 2])
     }
 
+    /// A purged job releases the unique lock it owns (docs/unique-jobs.md); another user's job keeps its own.
+    func testPurgerReleasesTheUniqueLocksOfTheJobsItRemoves() throws {
+        let user = UUID(), stranger = UUID()
+        let policy = UniquePolicy(for: 600)
+        let mine = try fixture.redis.client.enqueueUnique(NewJob("RewardJob", args: [.string(user.uuidString.lowercased())]),
+                                                          policy: policy, at: Clock.now() + 3600).jid
+        let theirs = try fixture.redis.client.enqueueUnique(NewJob("RewardJob", args: [.string(stranger.uuidString.lowercased())]),
+                                                            policy: policy).jid
+        let report = try RedisJobPurger(pool: fixture.redis.pool).purge(userID: user)
+        XCTAssertEqual(report.removedByKey, [Keys.schedule: 1])
+        let locks = try fixture.redis.pool.withConnection { try UniqueAdmin(connection: $0).list().map(\.jid) }
+        XCTAssertEqual(locks, [theirs], "the purged job's lock (\(mine)) is released, the other one kept")
+        XCTAssertEqual(try fixture.redis.int("EXISTS", Keys.uniqueOwner(mine)), 0)
+    }
+
     /// The purge needs the address after the commit, when `users.email` is already gone: the transaction keeps
     /// it in `deletion_requests.purge_email` until a purge succeeds (a run that dies in between finds it again).
     func testAddressKeptForThePurgeSurvivesACrashAfterTheCommit() throws {

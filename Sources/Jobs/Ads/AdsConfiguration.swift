@@ -15,11 +15,12 @@ public struct AdsConfiguration: Sendable {
     /// Delay before asking again when the service answered 409 (the same idempotency key in
     /// flight) without a Retry-After.
     public var inFlightRetrySeconds: Double
-    /// Lifetime of the per-reward "a job is live" marker in Redis. Must exceed the longest retry
-    /// delay plus the job timeout (backoff cap 3600 s × 1.2 jitter + 120 s).
+    /// `unique_for` of the sweep's `PendingRewardJob`s: the safety-net TTL of the per-reward unique
+    /// lock ("a job is live", docs/unique-jobs.md). The lock is released when the job succeeds or dies
+    /// and extended past each retry by this much, so only a lost job waits for it.
     public var rewardMarkerTTL: Int
     /// The sweep leaves rewards younger than this alone: the job the Ads Service enqueued with
-    /// them has not necessarily run (and set its marker) yet.
+    /// them has not necessarily been fetched (and taken its lock) yet.
     public var sweepGracePeriod: Int
     /// Rewards re-enqueued per sweep batch.
     public var sweepBatchSize: Int

@@ -4,15 +4,14 @@ import Workers
 
 /// Registers the Ads jobs: `PendingRewardJob`, `PendingRewardSweepJob`, `AdRevenueAggregationJob`.
 ///
-/// `redis` holds the per-reward live-job markers and is where the sweep enqueues (through
-/// `JobClient`); jobs get no Redis connection from the runtime.
+/// `redis` is where the sweep enqueues (unique pushes through `JobClient`, whose locks say which
+/// rewards have a live job); jobs get no Redis connection from the runtime.
 public enum AdsJobs {
     public static func register(into registry: inout JobRegistry, configuration: AdsConfiguration, http: HTTPClient,
                                 redis: RedisPool) {
-        let marker = RewardJobMarker(redis: redis, ttl: configuration.rewardMarkerTTL)
         registry.register(PendingRewardJob(client: SubscriptionCreditsClient(http: http, configuration: configuration),
-                                           marker: marker, configuration: configuration))
-        registry.register(PendingRewardSweepJob(client: JobClient(pool: redis), marker: marker, configuration: configuration))
+                                           configuration: configuration))
+        registry.register(PendingRewardSweepJob(client: JobClient(pool: redis), configuration: configuration))
         registry.register(AdRevenueAggregationJob(configuration: configuration))
     }
 

@@ -25,12 +25,27 @@ import Workers
 ///   service rejects as invalid (4xx other than 401/403/408/409/429) fails the reward at once, with
 ///   an alert: repeating it cannot succeed.
 /// - A missing, credited or failed reward is a no-op.
+/// - A unique job per reward (docs/unique-jobs.md): its lock `unique:<digest of the reward id>` says "a
+///   job for this reward is live" (queued, scheduled, running or waiting in `retry`); the sweep pushes
+///   through it and the runtime releases it when the job succeeds or dies.
 public struct PendingRewardJob: Job {
     public static let className = "PendingRewardJob"
     /// Effectively unlimited retries: ad rewards retry until success; campaign rewards stop
-    /// themselves after their attempts. Capped backoff: 10 s × 2ⁿ, at most 1 h.
-    public static let options = JobOptions(maxRetries: 100_000, backoff: .exponential(base: 10, cap: 3600, jitter: 0.2),
-                                           timeout: 120, usesLedger: true)
+    /// themselves after their attempts. Capped backoff: 10 s × 2ⁿ, at most 1 h. Unique per reward.
+    public static let options: JobOptions = {
+        var options = JobOptions(maxRetries: 100_000, backoff: .exponential(base: 10, cap: 3600, jitter: 0.2),
+                                 timeout: 120, usesLedger: true)
+        options.unique = uniquePolicy(seconds: 7200)
+        return options
+    }()
+
+    /// One live job per reward: the key is the lower-cased `pending_reward_id`. `seconds` is only the
+    /// lock's safety-net TTL (the sweep passes `ADS_REWARD_MARKER_TTL_SECONDS`).
+    public static func uniquePolicy(seconds: Double) -> UniquePolicy {
+        UniquePolicy(for: seconds, until: .success) { args in
+            args.first?.objectValue?["pending_reward_id"]?.stringValue?.lowercased() ?? ""
+        }
+    }
 
     public struct Args: Decodable, Sendable, ValidatedArguments {
         public let pending_reward_id: String
@@ -41,12 +56,10 @@ public struct PendingRewardJob: Job {
     }
 
     let client: SubscriptionCreditsClient
-    let marker: RewardJobMarker
     let configuration: AdsConfiguration
 
-    public init(client: SubscriptionCreditsClient, marker: RewardJobMarker, configuration: AdsConfiguration) {
+    public init(client: SubscriptionCreditsClient, configuration: AdsConfiguration) {
         self.client = client
-        self.marker = marker
         self.configuration = configuration
     }
 
@@ -64,19 +77,14 @@ public struct PendingRewardJob: Job {
 
     public func perform(_ arguments: SingleArgument<Args>, context: JobContext) throws {
         let id = GeoAdsIdentifier.uuid(arguments.value.pending_reward_id)!
-        let idText = id.uuidString.lowercased()
         guard let reward = try context.withConnection({ try Self.load(id, $0) }) else {
-            try marker.clear(idText)
             context.logger.info("pending reward no longer exists; nothing to credit")
             return
         }
         guard reward.status == "pending" else {
-            try marker.clear(idText)
             context.logger.info("reward already settled", metadata: ["status": "\(reward.status)"])
             return
         }
-        try marker.refresh(idText, owner: context.jid)
-
         let body = SubscriptionCreditsClient.EarnRequest(
             user_id: reward.userID.uuidString.lowercased(), amount: reward.amount,
             source: reward.source == "campaign" ? .promo : .adReward, reference_id: reward.reference)
@@ -86,11 +94,9 @@ public struct PendingRewardJob: Job {
         switch outcome {
         case .credited(let replayed):
             try settleCredited(reward, context: context)
-            try marker.clear(idText)
             context.logger.info("reward credited", metadata: ["replayed": "\(replayed)", "source": "\(reward.source)"])
         case .rejected(let status, let why):
             try fail(reward, reason: "Subscription Service rejected the credit (HTTP \(status)): \(why)", context: context)
-            try marker.clear(idText)
         case .inFlight(let after):
             try retryLater(reward, reason: "a request with the same idempotency key is in flight (HTTP 409)",
                            retryAfter: after ?? configuration.inFlightRetrySeconds, countsAsAttempt: false, context: context)
@@ -146,12 +152,8 @@ public struct PendingRewardJob: Job {
         let limit = reward.maxAttempts ?? (reward.source == "campaign" ? configuration.campaignMaxAttempts : nil)
         if countsAsAttempt, let limit, attempts >= limit {
             try fail(reward, reason: "gave up after \(attempts) attempts: \(reason)", context: context)
-            try marker.clear(reward.id.uuidString.lowercased())
             return
         }
-        let nextDelay = retryAfter ?? 3600 * 1.2
-        try marker.refresh(reward.id.uuidString.lowercased(), owner: context.jid,
-                           atLeast: nextDelay + Self.options.timeout)
         if let retryAfter { throw JobError.retryAfter(seconds: retryAfter, reason: reason) }
         throw RewardCreditUnavailable(reason: reason, attempts: attempts)
     }

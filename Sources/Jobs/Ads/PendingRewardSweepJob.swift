@@ -5,20 +5,19 @@ import Storage
 import Workers
 
 /// `PendingRewardSweepJob` `[]` (periodic): enqueues a `PendingRewardJob` for every pending reward
-/// older than the grace period that has no live job (no `RewardJobMarker`). The marker is claimed
-/// with SET NX before the enqueue, so overlapping sweeps enqueue one job per reward; a failed
-/// enqueue releases it. Cost: one indexed query per batch and one SET per pending reward.
+/// older than the grace period that has no live job. Each push is a unique push
+/// (`JobClient.enqueueUnique`, key = the reward id, docs/unique-jobs.md): the check and the push are one
+/// script, so overlapping sweeps — and a live job queued, running or retrying — leave one job per
+/// reward. Cost: one indexed query per batch and one script call per pending reward.
 public struct PendingRewardSweepJob: Job {
     public static let className = "PendingRewardSweepJob"
     public static let options = JobOptions(maxRetries: 3, backoff: .sidekiq, timeout: 600, usesLedger: false)
 
     let client: JobClient
-    let marker: RewardJobMarker
     let configuration: AdsConfiguration
 
-    public init(client: JobClient, marker: RewardJobMarker, configuration: AdsConfiguration) {
+    public init(client: JobClient, configuration: AdsConfiguration) {
         self.client = client
-        self.marker = marker
         self.configuration = configuration
     }
 
@@ -43,20 +42,11 @@ public struct PendingRewardSweepJob: Job {
             }
             guard let last = ids.last else { break }
             after = last
-            var claimed: [String] = []
-            for id in ids where try marker.claim(id, owner: "sweep") { claimed.append(id) }
-            if !claimed.isEmpty {
-                let jobs = claimed.map {
-                    NewJob(PendingRewardJob.className, args: [.object(["pending_reward_id": .string($0)])],
-                           queue: configuration.rewardQueue)
-                }
-                do {
-                    _ = try client.enqueueMany(jobs)
-                } catch {
-                    for id in claimed { try? marker.clear(id) }
-                    throw error
-                }
-                enqueued += claimed.count
+            let policy = PendingRewardJob.uniquePolicy(seconds: Double(configuration.rewardMarkerTTL))
+            for id in ids {
+                let job = NewJob(PendingRewardJob.className, args: [.object(["pending_reward_id": .string(id)])],
+                                 queue: configuration.rewardQueue)
+                if case .enqueued = try client.enqueueUnique(job, policy: policy) { enqueued += 1 }
             }
             if ids.count < configuration.sweepBatchSize { break }
         }

@@ -45,6 +45,12 @@ public struct RedisJobPurger: Sendable {
         let matches: ([UInt8]) -> Bool = { Self.arguments(of: $0, containAnyOf: needles) }
         var report = Report()
         func note(_ key: String, _ removed: Int) { if removed > 0 { report.removedByKey[key, default: 0] += removed } }
+        /// Jids of removed jobs: a removed job releases the unique lock it owns (docs/unique-jobs.md).
+        var removedJids: [String] = []
+        func noteRemoved(_ key: String, _ member: [UInt8], _ count: Int) {
+            note(key, count)
+            if count > 0, let jid = (try? JobPayload(parsing: member))?.jid { removedJids.append(jid) }
+        }
         try pool.withConnection { conn in
             // 1. In-flight lists of dead processes.
             for key in try scanKeys(conn, match: Keys.workingPattern) {
@@ -56,7 +62,7 @@ public struct RedisJobPurger: Sendable {
                 for member in found {
                     let removed = try conn.evaluate(Self.removeFromDeadWorkingList, keys: [key, heartbeat],
                                                     arguments: [member]).checked().integer ?? 0
-                    note(key, Int(max(0, removed)))
+                    noteRemoved(key, member, Int(max(0, removed)))
                 }
             }
             // 2. Scheduled, retrying and dead jobs.
@@ -65,7 +71,7 @@ public struct RedisJobPurger: Sendable {
                 for pattern in patterns {
                     var found: [[UInt8]] = []
                     try scanSortedSet(conn, key: key, match: pattern) { if matches($0) { found.append($0) } }
-                    for member in found { note(key, Int(try conn.command("ZREM", key, member).checked().integer ?? 0)) }
+                    for member in found { noteRemoved(key, member, Int(try conn.command("ZREM", key, member).checked().integer ?? 0)) }
                 }
             }
             // 3. Queues.
@@ -73,8 +79,9 @@ public struct RedisJobPurger: Sendable {
                 let key = Keys.queue(queue)
                 var found: [[UInt8]] = []
                 try scanList(conn, key: key) { if matches($0) { found.append($0) } }
-                for member in found { note(key, Int(try conn.command("LREM", key, 0, member).checked().integer ?? 0)) }
+                for member in found { noteRemoved(key, member, Int(try conn.command("LREM", key, 0, member).checked().integer ?? 0)) }
             }
+            try UniqueLocks.release(conn, jids: removedJids)
         }
         return report
     }

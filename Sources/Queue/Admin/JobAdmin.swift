@@ -241,27 +241,39 @@ public struct JobAdmin: Sendable {
             count(reply, into: &result)
         case .kill:
             // Group list members by queue (one script call per source key).
-            var groups: [(key: String, raws: [[UInt8]])] = []
+            var groups: [(key: String, records: [JobRecord])] = []
             for record in records {
                 let key = state.setKey ?? Keys.queue(record.queue)
-                if let index = groups.firstIndex(where: { $0.key == key }) { groups[index].raws.append(record.raw) } else {
-                    groups.append((key, [record.raw]))
+                if let index = groups.firstIndex(where: { $0.key == key }) { groups[index].records.append(record) } else {
+                    groups.append((key, [record]))
                 }
             }
+            var gone: [String] = []
             for group in groups {
                 let arguments: [any RedisArgument] = [state.setKey == nil ? "list" : "zset", now, deadLimits.maxJobs,
-                                                      deadLimits.maxAgeSeconds] + group.raws
+                                                      deadLimits.maxAgeSeconds] + group.records.map(\.raw)
                 let reply = try connection.evaluate(AdminScripts.toDead, keys: [group.key], arguments: arguments)
                 count(reply, into: &result)
+                for (record, flag) in zip(group.records, reply.array ?? []) where flag.integer == 1 {
+                    gone.append(record.jid ?? "")
+                }
             }
+            // A killed job is over: it releases the unique lock it owns (docs/unique-jobs.md).
+            try UniqueLocks.release(connection, jids: gone)
         case .delete:
             let commands: [[any RedisArgument]] = records.map { record in
                 if let key = state.setKey { return ["ZREM", key, record.raw] }
                 return ["LREM", Keys.queue(record.queue), 1, record.raw]
             }
-            for reply in try connection.pipeline(commands) {
-                if try reply.checked().integer == 1 { result.done += 1 } else { result.gone += 1 }
+            var gone: [String] = []
+            for (record, reply) in zip(records, try connection.pipeline(commands)) {
+                if try reply.checked().integer == 1 {
+                    result.done += 1
+                    gone.append(record.jid ?? "")
+                } else { result.gone += 1 }
             }
+            // A deleted job is over: it releases the unique lock it owns (docs/unique-jobs.md).
+            try UniqueLocks.release(connection, jids: gone)
         }
         return result
     }

@@ -64,13 +64,12 @@ public enum QueueAdmin {
         try connection.command("SREM", Keys.paused, name).integer == 1
     }
 
-    /// Ruby's `Queue#clear`: MULTI `UNLINK queue:NAME` + `SREM queues NAME` (with an `LLEN`
-    /// first in the same transaction, to report how many jobs went). The paused flag is kept.
+    /// Ruby's `Queue#clear` (`UNLINK queue:NAME` + `SREM queues NAME`; returns how many jobs
+    /// went), plus the release of the unique locks the deleted jobs own (`UniqueLocks.purgeQueue`:
+    /// the list is renamed aside atomically, read for jids, then unlinked). The paused flag is kept.
     @discardableResult
     public static func clear(_ connection: RedisConnection, name: String) throws(RedisError) -> Int {
-        let results = try connection.transaction([["LLEN", Keys.queue(name)], ["UNLINK", Keys.queue(name)],
-                                                  ["SREM", Keys.queues, name]])
-        return Int(results.first?.integer ?? 0)
+        try UniqueLocks.purgeQueue(connection, name: name)
     }
 }
 

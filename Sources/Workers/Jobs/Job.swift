@@ -94,6 +94,9 @@ public struct JobOptions: Sendable {
     /// commit; if it fails, every job of the group is retried and the ledger keeps them exactly-once.
     /// Leave it off for jobs that call other services or hold row locks other jobs wait for.
     public var groupCommit: Bool
+    /// Unique jobs (docs/unique-jobs.md): at most one live job per lock key; nil = not unique. A
+    /// payload's own `unique_for` wins over this. Set it with `JobOptions(…).unique(…)`.
+    public var unique: UniquePolicy? = nil
 
     public init(maxRetries: Int = 25, backoff: Backoff = .sidekiq, timeout: Double = 1800, usesLedger: Bool = false,
                 groupCommit: Bool = false) {

@@ -8,7 +8,8 @@ import Queue
 /// Thread rules: owns the `fetcher` thread and its Redis connection (only that thread touches
 /// them). Shares only the hand-offs: puts into `buffer`; reads `buffer`, `running` and
 /// `settlements` to reconcile after a lost reply; gives jobs back through `settlements` when quiet
-/// arrives mid-fetch; reads the pool's `runTime` estimate to size its prefetch.
+/// arrives mid-fetch, and hands duplicates of live unique jobs to it as drops (`UniqueGate`, on this
+/// thread's connection); reads the pool's `runTime` estimate to size its prefetch.
 ///
 /// Invariants: the buffer never holds more than `concurrency + allowedPrefetch()` jobs. A fetch whose
 /// reply was lost (the script may have moved jobs) is followed by a reconciliation before the next
@@ -22,12 +23,14 @@ final class Fetcher: Sendable {
     private let settlements: SettlementQueue
     private let runTime: RunTimeEstimate
     private let outages: OutageLog
+    /// Drops duplicates of live unique jobs before they reach the buffer (docs/unique-jobs.md).
+    private let unique: UniqueGate
     private let logger: Logger
     private let thread = RuntimeThread(name: "fetcher")
 
     init(identity: String, configuration: WorkerConfiguration, endpoint: RedisEndpoint, buffer: JobBuffer,
          running: RunningJobs, settlements: SettlementQueue, runTime: RunTimeEstimate, outages: OutageLog,
-         logger: Logger) {
+         unique: UniqueGate, logger: Logger) {
         self.identity = identity
         self.configuration = configuration
         self.endpoint = endpoint
@@ -36,6 +39,7 @@ final class Fetcher: Sendable {
         self.settlements = settlements
         self.runTime = runTime
         self.outages = outages
+        self.unique = unique
         self.logger = logger
     }
 
@@ -93,7 +97,13 @@ final class Fetcher: Sendable {
                     settlements.giveBack(jobs, logger: logger)
                     break
                 }
-                buffer.put(jobs)
+                let sorted = try unique.check(conn, jobs)
+                for duplicate in sorted.duplicates {
+                    settlements.add(.init(job: duplicate.job, settlement: .drop, failed: false, processed: false))
+                    unique.reportDropped(jid: duplicate.jid, className: duplicate.className, queue: duplicate.job.queue,
+                                         holder: duplicate.holder, logger: logger)
+                }
+                buffer.put(sorted.run)
             } catch {
                 mustReconcile = true
                 let wasConnected = link.isOpen

@@ -78,7 +78,7 @@ public final class WorkerProcess: @unchecked Sendable {
                        logger: logger)
         fetcher = Fetcher(identity: identity, configuration: configuration, endpoint: endpoint, buffer: buffer,
                           running: running, settlements: settlements, runTime: runTimeEstimate, outages: outages,
-                          logger: logger)
+                          unique: UniqueGate(registry: registry, configuration: configuration), logger: logger)
         settler = Settler(settlements: settlements, flags: flags, endpoint: endpoint, deadLimits: configuration.deadLimits,
                           outages: outages)
         heartbeat = Heartbeat(identity: identity, configuration: configuration, endpoint: endpoint, running: running,

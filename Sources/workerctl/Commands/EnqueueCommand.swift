@@ -38,6 +38,13 @@ struct EnqueueCommand: ParsableCommand {
     @Option(name: .long, help: "With --count: enqueue at this steady rate (jobs per second) instead of as fast as possible.")
     var rate: Double?
 
+    @Option(name: .customLong("unique-for"),
+            help: "Unique job for this many seconds: if a job with the same class, queue and args is live, print `duplicate of JID` and push nothing.")
+    var uniqueFor: Double?
+
+    @Option(name: .customLong("unique-until"), help: "With --unique-for: release the lock at start or success (default).")
+    var uniqueUntil: String = "success"
+
     mutating func validate() throws {
         if delay != nil && at != nil { throw ValidationError("give --in or --at, not both") }
         if let delay, !(delay.isFinite && delay >= 0) { throw ValidationError("--in must be a non-negative number of seconds") }
@@ -45,6 +52,11 @@ struct EnqueueCommand: ParsableCommand {
         guard (1...10_000_000).contains(count) else { throw ValidationError("--count must be within 1...10000000") }
         guard (1...10_000).contains(batch) else { throw ValidationError("--batch must be within 1...10000") }
         if let rate, !(rate > 0 && rate <= 1_000_000) { throw ValidationError("--rate must be within 0...1000000 jobs/s") }
+        if let uniqueFor {
+            guard uniqueFor.isFinite && uniqueFor > 0 else { throw ValidationError("--unique-for must be a positive number of seconds") }
+            guard count == 1 else { throw ValidationError("--unique-for enqueues one job: drop --count") }
+        }
+        guard UniqueUntil(rawValue: uniqueUntil) != nil else { throw ValidationError("--unique-until must be start or success") }
     }
 
     func run() throws {
@@ -67,6 +79,22 @@ struct EnqueueCommand: ParsableCommand {
         }
         let job = NewJob(className, args: parsedArgs, queue: queue, retry: retryValue)
         let client = JobClient(pool: RedisPool(endpoint: try redis.endpoint(), maxConnections: 1))
+        if let uniqueFor {
+            let policy = UniquePolicy(for: uniqueFor, until: UniqueUntil(rawValue: uniqueUntil) ?? .success)
+            let pushed: UniquePush
+            do {
+                pushed = try client.enqueueUnique(job, policy: policy, at: at ?? delay.map { Clock.now() + $0 })
+            } catch let error as EnqueueError {
+                throw CLIError.usage(error.description)
+            } catch let error as RedisError {
+                throw CLIError.runtime(error.description)
+            }
+            switch pushed {
+            case .enqueued(let jid): print(jid)
+            case .duplicate(let jid): print("duplicate of \(jid)")
+            }
+            return
+        }
         let jobs = Array(repeating: job, count: count)
         let jids: [String]
         do {

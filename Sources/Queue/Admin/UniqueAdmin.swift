@@ -1,0 +1,89 @@
+import Foundation
+
+/// One unique lock as Redis holds it (docs/unique-jobs.md): `unique:<digest>` = owner jid, and the
+/// owner's record `unique-jid:<jid>` (class, queue, until, for). `ownerRecordMatches` is false when
+/// the record is missing or names another lock (the lock then only waits for its TTL).
+public struct UniqueLockInfo: Sendable, Equatable {
+    public var lock: UniqueLockKey
+    public var jid: String
+    /// Seconds the lock still lives (its TTL, the safety net); nil if it has none.
+    public var ttl: Double?
+    public var className: String?
+    public var queue: String?
+    public var until: String?
+    public var uniqueFor: Double?
+    public var ownerRecordMatches: Bool
+}
+
+/// The admin API of unique locks (`workerctl unique ls|show|release`). Reads a consistent-enough
+/// view per lock (GET, PTTL, HGETALL in one pipeline); any thread with its own connection.
+public struct UniqueAdmin {
+    public let connection: RedisConnection
+
+    public init(connection: RedisConnection) { self.connection = connection }
+
+    /// Duplicates dropped at fetch so far, fleet-wide (`stat:unique_dropped`).
+    public func droppedCount() throws(RedisError) -> Int {
+        Int(try connection.command("GET", Keys.uniqueDropped).string.flatMap { Int($0) } ?? 0)
+    }
+
+    /// Every lock, sorted by class then digest (SCAN `unique:*`; `unique-jid:*` records are not locks).
+    public func list() throws(RedisError) -> [UniqueLockInfo] {
+        var digests: Set<String> = []
+        var cursor = "0"
+        repeat {
+            let reply = try connection.command("SCAN", cursor, "MATCH", Keys.uniqueLockPattern, "COUNT", 1000)
+            guard let parts = reply.array, parts.count == 2, let next = parts[0].string else {
+                throw .unexpectedReply("SCAN returned \(reply)")
+            }
+            cursor = next
+            for key in parts[1].strings {
+                let digest = String(key.dropFirst("unique:".count))
+                if Self.isDigest(digest) { digests.insert(digest) }
+            }
+        } while cursor != "0"
+        var locks: [UniqueLockInfo] = []
+        for digest in digests.sorted() {
+            if let info = try show(UniqueLockKey(digest: digest)) { locks.append(info) }
+        }
+        return locks.sorted { ($0.className ?? "", $0.lock.digest) < ($1.className ?? "", $1.lock.digest) }
+    }
+
+    /// One lock, or nil if it is not held.
+    public func show(_ lock: UniqueLockKey) throws(RedisError) -> UniqueLockInfo? {
+        guard let jid = try connection.command("GET", lock.redisKey).string else { return nil }
+        let replies = try connection.pipeline([["PTTL", lock.redisKey], ["HGETALL", Keys.uniqueOwner(jid)]])
+        let pttl = replies[0].integer ?? -1
+        let pairs = replies[1].strings
+        var fields: [String: String] = [:]
+        var index = 0
+        while index + 1 < pairs.count { fields[pairs[index]] = pairs[index + 1]; index += 2 }
+        return UniqueLockInfo(lock: lock, jid: jid, ttl: pttl >= 0 ? Double(pttl) / 1000 : nil,
+                              className: fields["class"], queue: fields["queue"], until: fields["until"],
+                              uniqueFor: fields["for"].flatMap(Double.init), ownerRecordMatches: fields["lock"] == lock.redisKey)
+    }
+
+    /// The lock a jid owns, if any.
+    public func lock(ownedBy jid: String) throws(RedisError) -> UniqueLockInfo? {
+        guard let key = try connection.command("HGET", Keys.uniqueOwner(jid), "lock").string,
+              key.hasPrefix("unique:"), Self.isDigest(String(key.dropFirst("unique:".count))) else { return nil }
+        let info = try show(UniqueLockKey(digest: String(key.dropFirst("unique:".count))))
+        return info?.jid == jid ? info : nil
+    }
+
+    /// Deletes a lock whoever holds it (for a lock whose job is known to be gone). Returns the jid
+    /// that held it, nil if it was not held.
+    public func release(_ lock: UniqueLockKey) throws(RedisError) -> String? {
+        try UniqueLocks.forceRelease(connection, lock: lock)
+    }
+
+    /// `unique:<64 hex>` or the bare digest → the lock; else nil.
+    public static func parseLock(_ text: String) -> UniqueLockKey? {
+        let digest = text.hasPrefix("unique:") ? String(text.dropFirst("unique:".count)) : text
+        return isDigest(digest) ? UniqueLockKey(digest: digest) : nil
+    }
+
+    static func isDigest(_ text: String) -> Bool {
+        text.utf8.count == 64 && text.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
+    }
+}

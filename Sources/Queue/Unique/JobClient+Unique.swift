@@ -1,0 +1,28 @@
+import Foundation
+
+extension JobClient {
+    /// Enqueues `job` unless a job with the same uniqueness lock is live: returns `.enqueued(jid)`
+    /// or `.duplicate(of: jid)` of the job holding the lock. The check and the push are one Lua
+    /// script. The payload carries `unique_for`, `unique_until` (and `unique_key` when `key` is
+    /// given) so the worker that fetches it keeps the lock as the policy says.
+    ///
+    /// `key`: the uniqueness key (default: the policy's derived key, else the `args`).
+    /// `at`: schedule it (epoch seconds); the lock then lives the delay plus `policy.seconds`.
+    public func enqueueUnique(_ job: NewJob, policy: UniquePolicy, key: String? = nil,
+                              at: Double? = nil) throws -> UniquePush {
+        let now = Clock.now()
+        let scheduled = at.flatMap { $0 > now ? $0 : nil }
+        if let at, !(at.isFinite && at >= 0) { throw EnqueueError.invalidTime("\(at) is not an epoch time") }
+        guard policy.seconds > 0, policy.seconds.isFinite else {
+            throw EnqueueError.invalidUnique("unique_for must be a positive number of seconds, got \(policy.seconds)")
+        }
+        var job = job
+        let derived = key ?? policy.key?(job.args)
+        for (field, value) in policy.fields(key: derived) { job.extra[field] = value }
+        let payload = try Self.payload(for: job, createdAt: now, enqueuedAt: scheduled == nil ? now : nil)
+        let lock = UniqueLockKey(payload: payload, policy: policy)
+        return try pool.withConnection { connection in
+            try UniqueLocks.push(connection, payload: payload, lock: lock, policy: policy, at: scheduled, now: now)
+        }
+    }
+}

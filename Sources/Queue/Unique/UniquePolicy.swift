@@ -1,0 +1,82 @@
+import Crypto
+import Foundation
+
+/// When a unique job's lock is released (Sidekiq Enterprise's `unique_until`).
+public enum UniqueUntil: String, Sendable, Equatable, CaseIterable {
+    /// Released when a worker takes the job to run it (fetch): "at most one *waiting* copy".
+    case start
+    /// Released when the job succeeds or dies; kept across retries (the default).
+    case success
+}
+
+/// "At most one job with this key for `seconds`": Sidekiq Enterprise's `unique_for` /
+/// `unique_until` (https://github.com/sidekiq/sidekiq/wiki/Ent-Unique-Jobs).
+///
+/// The key is class + queue + args unless `key` derives one from the job's `args` (e.g. only the
+/// user id). `seconds` is the lock's TTL, only a safety net: the lock is released when the job
+/// succeeds or dies (or starts, with `until: .start`), see docs/unique-jobs.md.
+public struct UniquePolicy: Sendable {
+    public var seconds: Double
+    public var until: UniqueUntil
+    /// Derives the uniqueness key from the job's `args`; nil = the whole `args` array.
+    public var key: (@Sendable ([JSONValue]) -> String)?
+
+    public init(for seconds: Double, until: UniqueUntil = .success, key: (@Sendable ([JSONValue]) -> String)? = nil) {
+        self.seconds = seconds
+        self.until = until
+        self.key = key
+    }
+
+    /// The policy a payload asks for itself (`unique_for` seconds > 0, optional `unique_until`,
+    /// as Sidekiq's Ruby client writes them from `sidekiq_options`), or nil.
+    public static func requested(by payload: JobPayload) -> UniquePolicy? {
+        guard let seconds = payload.fields["unique_for"]?.doubleValue, seconds > 0, seconds.isFinite else { return nil }
+        let until = payload.fields["unique_until"]?.stringValue.flatMap(UniqueUntil.init(rawValue:)) ?? .success
+        return UniquePolicy(for: seconds, until: until)
+    }
+
+    /// The payload fields that carry this policy (so a worker that fetches the job knows it).
+    public func fields(key: String?) -> JSONObject {
+        var fields: JSONObject = ["unique_for": .double(seconds), "unique_until": .string(until.rawValue)]
+        if let key { fields["unique_key"] = .string(key) }
+        return fields
+    }
+}
+
+/// A unique job's lock identity: `unique:<digest>`, digest = hex SHA-256 of the compact JSON array
+/// `[class, queue, key]`, where key is the payload's `unique_key`, else the policy's derived key,
+/// else the compact JSON of `args` (ours: keys in their order, `/` unescaped).
+public struct UniqueLockKey: Sendable, Equatable, CustomStringConvertible {
+    public let digest: String
+
+    public init(digest: String) { self.digest = digest }
+
+    public init(className: String, queue: String, key: String) {
+        let material = JSONValue.array([.string(className), .string(queue), .string(key)]).serialized()
+        digest = SHA256.hash(data: Array(material.utf8)).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// The lock for `payload` under `policy` (its own `unique_key` first).
+    public init(payload: JobPayload, policy: UniquePolicy) {
+        let key = payload.fields["unique_key"]?.stringValue
+            ?? policy.key?(payload.args)
+            ?? JSONValue.array(payload.args).serialized()
+        self.init(className: payload.className, queue: payload.queue ?? "default", key: key)
+    }
+
+    /// `unique:<digest>` — a STRING whose value is the owning jid.
+    public var redisKey: String { Keys.uniqueLock(digest) }
+    public var description: String { redisKey }
+}
+
+extension Keys {
+    /// STRING `unique:<digest>` = owning jid, `PX` TTL (safety net only).
+    public static func uniqueLock(_ digest: String) -> String { "unique:" + digest }
+    /// HASH `unique-jid:<jid>` = {lock, for, until, class, queue}: which lock a jid owns, with the
+    /// same TTL as the lock. Lets every exit path release by jid alone (admin, recovery).
+    public static func uniqueOwner(_ jid: String) -> String { "unique-jid:" + jid }
+    /// Pattern matching every lock (`unique:` + 64 hex digits).
+    public static let uniqueLockPattern = "unique:*"
+    /// STRING counter: duplicates dropped at fetch (pushed by clients that do not check).
+    public static let uniqueDropped = "stat:unique_dropped"
+}

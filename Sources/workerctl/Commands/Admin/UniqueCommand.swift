@@ -1,0 +1,119 @@
+import ArgumentParser
+import Foundation
+import Queue
+
+/// `workerctl unique ls|show|release`: the unique locks (docs/unique-jobs.md). Logic in
+/// `Queue/Admin/UniqueAdmin.swift`; this only parses and prints.
+struct UniqueCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "unique",
+        abstract: "List, show and release unique-job locks.",
+        subcommands: [List.self, Show.self, Release.self]
+    )
+
+    static func json(_ info: UniqueLockInfo) -> JSONValue {
+        .object([
+            "lock": .string(info.lock.redisKey),
+            "digest": .string(info.lock.digest),
+            "jid": .string(info.jid),
+            "ttl": AdminJSON.number(info.ttl),
+            "class": AdminJSON.string(info.className),
+            "queue": AdminJSON.string(info.queue),
+            "until": AdminJSON.string(info.until),
+            "unique_for": AdminJSON.number(info.uniqueFor),
+            "owner_record": .bool(info.ownerRecordMatches),
+        ])
+    }
+
+    /// A lock given as `unique:<digest>`, a bare digest, or a jid that owns one.
+    static func resolve(_ text: String, admin: UniqueAdmin) throws -> UniqueLockKey {
+        if let lock = UniqueAdmin.parseLock(text) { return lock }
+        do { try JobAdmin.validate(jid: text) } catch {
+            throw CLIError.usage("'\(text)' is neither a lock (unique:<64 hex digits>) nor a jid")
+        }
+        guard let info = try admin.lock(ownedBy: text) else { throw CLIError.runtime("jid \(text) owns no unique lock") }
+        return info.lock
+    }
+
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "ls", abstract: "List held unique locks.")
+        @OptionGroup var connection: ConnectionOptions
+        @OptionGroup var output: OutputOptions
+
+        func run() throws {
+            try adminCall {
+                let admin = UniqueAdmin(connection: try connection.connect())
+                let locks = try admin.list()
+                let dropped = try admin.droppedCount()
+                if output.json {
+                    return printJSON(.object(["locks": .array(locks.map(UniqueCommand.json)),
+                                              "duplicates_dropped": .int(Int64(dropped))]))
+                }
+                if locks.isEmpty {
+                    print("no unique locks held (\(dropped) duplicates dropped at fetch so far)")
+                    return
+                }
+                var table = TextTable(["LOCK", "JID", "CLASS", "QUEUE", "UNTIL", "TTL"])
+                for lock in locks {
+                    table.add([String(lock.lock.redisKey.prefix(23)) + "…", lock.jid, lock.className ?? "?",
+                               lock.queue ?? "?", lock.until ?? "?", lock.ttl.map { Format.duration($0) } ?? "none"])
+                }
+                table.print()
+                print("\(locks.count) locks; \(dropped) duplicates dropped at fetch so far")
+            }
+        }
+    }
+
+    struct Show: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "show", abstract: "Show one lock (by unique:<digest>, digest, or owning jid) and where its job is.")
+        @OptionGroup var connection: ConnectionOptions
+        @OptionGroup var output: OutputOptions
+        @Argument(help: "unique:<digest>, the digest, or a jid.") var lock: String
+
+        func run() throws {
+            try adminCall {
+                let redis = try connection.connect()
+                let admin = UniqueAdmin(connection: redis)
+                let key = try UniqueCommand.resolve(lock, admin: admin)
+                guard let info = try admin.show(key) else { throw CLIError.runtime("\(key.redisKey) is not held") }
+                let records = try JobAdmin(connection: redis).find(jid: info.jid)
+                if output.json {
+                    guard case .object(var object) = UniqueCommand.json(info) else { return }
+                    object["job"] = .array(records.map(AdminJSON.summary))
+                    return printJSON(.object(object))
+                }
+                print("lock      \(info.lock.redisKey)")
+                print("owner     \(info.jid)\(info.ownerRecordMatches ? "" : " (no owner record: only the TTL frees it)")")
+                print("class     \(info.className ?? "?")  queue \(info.queue ?? "?")")
+                print("until     \(info.until ?? "?")  unique_for \(info.uniqueFor.map { Format.duration($0) } ?? "?")")
+                print("ttl       \(info.ttl.map { Format.duration($0) } ?? "none")")
+                print("job       \(records.isEmpty ? "not found in any queue or set (gone: the lock can be released)" : records.map(\.location).joined(separator: ", "))")
+            }
+        }
+    }
+
+    struct Release: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "release",
+            abstract: "Delete a lock whoever holds it (repair: for a lock whose job is gone).",
+            discussion: "A live job whose lock is released keeps running; a duplicate may then be pushed and run too.")
+        @OptionGroup var connection: ConnectionOptions
+        @OptionGroup var output: OutputOptions
+        @Argument(help: "unique:<digest>, the digest, or a jid.") var lock: String
+
+        func run() throws {
+            try adminCall {
+                let admin = UniqueAdmin(connection: try connection.connect())
+                let key = try UniqueCommand.resolve(lock, admin: admin)
+                let holder = try admin.release(key)
+                if output.json {
+                    return printJSON(.object(["lock": .string(key.redisKey), "released": .bool(holder != nil),
+                                              "jid": AdminJSON.string(holder)]))
+                }
+                guard let holder else { throw CLIError.runtime("\(key.redisKey) is not held") }
+                print("released \(key.redisKey) (held by \(holder))")
+            }
+        }
+    }
+}
