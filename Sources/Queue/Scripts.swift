@@ -38,8 +38,11 @@ enum Scripts {
     /// `drop` (remove without a trace: `retry: false`). `counts` is `RunCounts.rawValue`
     /// (1 processed, 2 failed, 3 both). Invariant: a run moves `stat:processed` / `stat:failed`
     /// (and the daily keys) only if this call's LREM removed its job, so a batch sent again after
-    /// a lost reply counts nothing twice. Returns the number of jobs settled.
-    static let complete = RedisScript("""
+    /// a lost reply counts nothing twice. The same holds for batch jobs (`BatchScripts`): a settled
+    /// job carrying a `bid` is counted for its batch here, in the same call (ack = success, retry =
+    /// failure, dead / drop = finished without success). Returns the number of jobs settled.
+    static let complete = RedisScript(BatchScripts.functions + """
+
         local now = ARGV[1]
         local day = ARGV[2]
         local deadMax = tonumber(ARGV[3])
@@ -63,6 +66,9 @@ enum Scripts {
             elseif op == 'requeue' then
               redis.call('RPUSH', 'queue:' .. target, payload)
             end
+            if op == 'ack' then batch_outcome(raw, 'success', now)
+            elseif op == 'retry' then batch_outcome(raw, 'retry', now)
+            elseif op == 'dead' or op == 'drop' then batch_outcome(raw, 'dead', now) end
           end
         end
         if killed then
@@ -101,8 +107,9 @@ enum Scripts {
     /// Takes back the in-flight jobs of a dead process. ARGV: working key, that process's
     /// fetcher-heartbeat key, now, dead max, dead timeout, then triples: raw job, op (`requeue` or
     /// `dead`), payload; the queue is ARGV[6]. Does nothing if the heartbeat came back. Returns the
-    /// number of jobs moved.
-    static let recover = RedisScript("""
+    /// number of jobs moved. A job sent to `dead` here is counted for its batch (`BatchScripts`).
+    static let recover = RedisScript(BatchScripts.functions + """
+
         local working, heartbeat, now = ARGV[1], ARGV[2], ARGV[3]
         local deadMax, deadTimeout, queue = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
         if redis.call('EXISTS', heartbeat) == 1 then return -1 end
@@ -114,6 +121,7 @@ enum Scripts {
             if ARGV[i + 1] == 'dead' then
               redis.call('ZADD', 'dead', now, ARGV[i + 2])
               killed = true
+              batch_outcome(ARGV[i], 'dead', now)
             else
               redis.call('RPUSH', 'queue:' .. queue, ARGV[i + 2])
             end
