@@ -71,6 +71,32 @@ final class BatchScriptTests: XCTestCase {
         XCTAssertEqual(pushed.map(\.className), ["Done"])
         XCTAssertEqual(pushed.first?.fields["args"]?.arrayValue?.first?.objectValue?["dead"], 2)
         XCTAssertEqual(try BatchAdmin.list(connection).map(\.bid), [batch.bid])
+
+        // Both dead jobs retried by hand, and this time they succeed: the deaths are undone, `success`
+        // fires once, and `complete` (already fired) is not pushed again.
+        let admin = JobAdmin(connection: connection)
+        XCTAssertEqual(try admin.performAll(.retry, state: .dead).done, 2)
+        jobs = try fetchAll(connection)
+        XCTAssertEqual(jobs.count, 2)
+        try ReliableQueue.settle(connection, jobs.map { ($0, Settlement.ack, RunCounts.processed) })
+        let revived = try XCTUnwrap(try BatchAdmin.summary(connection, bid: batch.bid))
+        XCTAssertEqual([revived.pending, revived.failures, revived.dead], [0, 0, 0])
+        XCTAssertEqual(try redis.payloads(list: "queue:cb").map(\.className), ["Yay", "Done"])
+        XCTAssertEqual(revived.state, "success")
+    }
+
+    /// A batch job an operator kills (`workerctl retry kill`) counts as dead, once.
+    func testJobKilledByAnOperatorCountsAsDead() throws {
+        let redis = try TestRedis(database: 77)
+        let connection = try redis.connection()
+        let batch = try Batches.create(connection, NewBatch(jobs: [NewJob("Fail", args: ["x"])],
+                                                            onComplete: BatchCallback("Done", queue: "cb")))
+        let job = try XCTUnwrap(try fetchAll(connection).first)
+        try ReliableQueue.settle(connection, [(job, .retry(payload: String(decoding: job.raw, as: UTF8.self), at: 1e10), [.processed, .failed])])
+        XCTAssertEqual(try JobAdmin(connection: connection).performAll(.kill, state: .retry).done, 1)
+        let summary = try XCTUnwrap(try BatchAdmin.summary(connection, bid: batch.bid))
+        XCTAssertEqual([summary.total, summary.pending, summary.failures, summary.dead], [1, 1, 1, 1])
+        XCTAssertEqual(try redis.payloads(list: "queue:cb").map(\.className), ["Done"])
     }
 
     /// An empty batch is complete and successful at once; a bid used twice is refused, nothing written.

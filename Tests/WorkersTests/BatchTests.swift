@@ -132,5 +132,21 @@ final class BatchTests: XCTestCase {
             XCTAssertEqual(status["pending"], 0)
             XCTAssertEqual(status["total"], 2)
         }
+
+        // What an operator sees.
+        let cli = WorkerctlRunner(redisURL: redis.url)
+        let list = try cli.run("batches", "ls", "--json")
+        XCTAssertEqual(list.status, 0, list.stderr)
+        let listed = try XCTUnwrap(list.object?["batches"]?.arrayValue?.first?.objectValue, list.stdout)
+        XCTAssertEqual(listed["bid"], .string(batch.bid))
+        XCTAssertEqual(listed["state"], "success")
+        XCTAssertEqual(listed["on_success"], "BatchDone")
+        let shown = try cli.run("batches", "show", batch.bid)
+        XCTAssertEqual(shown.status, 0, shown.stderr)
+        XCTAssertTrue(shown.stdout.contains("total 2  pending 0  failures 0  dead 0"), shown.stdout)
+        let missing = try cli.run("batches", "show", "nosuchbatch")
+        XCTAssertEqual(missing.status, 1)
+        XCTAssertTrue(missing.stderr.contains("no batch nosuchbatch"), missing.stderr)
+        XCTAssertEqual(try cli.run("batches", "show", "bad bid!").status, 2)
     }
 }
