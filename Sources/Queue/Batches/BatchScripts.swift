@@ -50,6 +50,8 @@ enum BatchScripts {
           if redis.call('SISMEMBER', key .. '-jids', jid) == 0 then return end
           local expires = redis.call('HGET', key, 'expires_at')
           if outcome == 'retry' then
+            -- A late copy failing after the job's end was counted changes nothing.
+            if redis.call('SISMEMBER', key .. '-done', jid) == 1 then return end
             redis.call('SADD', key .. '-failed', jid)
             if expires then redis.call('EXPIREAT', key .. '-failed', expires) end
             return
