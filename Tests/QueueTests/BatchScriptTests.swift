@@ -40,6 +40,17 @@ final class BatchScriptTests: XCTestCase {
                                                   "failures": 0, "dead": 0]), .object(["k": "v"])])
         XCTAssertNotNil(pushed[0].fields["enqueued_at"])
         XCTAssertEqual(try redis.command("SISMEMBER", Keys.queues, "cb").integer, 1)
+
+        // A late copy of a counted job that fails (and later dies) changes nothing.
+        try redis.command("LPUSH", "queue:default", jobs[0].raw)
+        let copy = try XCTUnwrap(try fetchAll(connection).first)
+        try ReliableQueue.settle(connection, [(copy, .retry(payload: String(decoding: copy.raw, as: UTF8.self), at: 1e10), [.processed, .failed])])
+        try ReliableQueue.moveDue(connection, from: Keys.retry, now: 2e10)
+        let again = try XCTUnwrap(try fetchAll(connection).first)
+        try ReliableQueue.settle(connection, [(again, .dead(payload: String(decoding: again.raw, as: UTF8.self)), [.processed, .failed])])
+        let after = try XCTUnwrap(try BatchAdmin.summary(connection, bid: batch.bid))
+        XCTAssertEqual([after.total, after.pending, after.failures, after.dead], [2, 0, 0, 0])
+        XCTAssertEqual(try redis.int("LLEN", "queue:cb"), 2)
     }
 
     /// A failure then a death: the failure is counted in `failures`, the death in `dead`, and
