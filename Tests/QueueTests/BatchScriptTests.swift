@@ -15,7 +15,7 @@ final class BatchScriptTests: XCTestCase {
     /// A settle batch sent again after its reply was lost counts nothing twice, and the callbacks are
     /// pushed once.
     func testSettlementSentAgainAfterALostReplyCountsOnce() throws {
-        let redis = try TestRedis(database: 78)
+        let redis = try TestRedis(database: 77)
         let connection = try redis.connection()
         let callback = BatchCallback("Done", options: .object(["k": "v"]), queue: "cb")
         let batch = try Batches.create(connection, NewBatch(description: "two", jobs: [NewJob("Noop"), NewJob("Noop")],
@@ -57,7 +57,7 @@ final class BatchScriptTests: XCTestCase {
     /// `complete` fires while `success` never does. A job that dies in the orphan sweep (interrupted
     /// too often) counts as dead too.
     func testRetryThenDeadAndOrphanSweepDeathCountForComplete() throws {
-        let redis = try TestRedis(database: 79)
+        let redis = try TestRedis(database: 77)
         let connection = try redis.connection()
         let batch = try Batches.create(connection, NewBatch(jobs: [NewJob("Fail", args: ["x"]), NewJob("Fail", args: ["y"])],
                                                             onComplete: BatchCallback("Done", queue: "cb"),
@@ -112,7 +112,7 @@ final class BatchScriptTests: XCTestCase {
 
     /// An empty batch is complete and successful at once; a bid used twice is refused, nothing written.
     func testEmptyBatchFiresAtOnceAndABidIsUsedOnce() throws {
-        let redis = try TestRedis(database: 78)
+        let redis = try TestRedis(database: 77)
         let connection = try redis.connection()
         let batch = try Batches.create(connection, NewBatch(jobs: [], onComplete: BatchCallback("Done", queue: "cb")), bid: "day-2026-11-22")
         XCTAssertEqual(try redis.payloads(list: "queue:cb").map(\.jid), [batch.completeJid])

@@ -120,7 +120,7 @@ final class BatchTests: XCTestCase {
     /// A job whose acknowledgement was lost and that was delivered again (here: two copies of the
     /// same payload, as a sweep or an outbox re-push leaves) runs twice and is counted once.
     func testJobRedeliveredAfterItsAckWasLostIsCountedOnce() throws {
-        let redis = try TestRedis(database: 77)
+        let redis = try TestRedis(database: 76)
         let callback = BatchCallback("BatchDone", queue: Self.callbackQueue)
         let batch = try redis.client.createBatch(NewBatch(jobs: [NewJob("BatchProbe", args: ["ok", 0]),
                                                                  NewJob("BatchProbe", args: ["ok", 300])],
