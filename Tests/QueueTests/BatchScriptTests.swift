@@ -120,6 +120,9 @@ final class BatchScriptTests: XCTestCase {
             XCTAssertEqual(error as? BatchError, .alreadyExists(bid: "day-2026-11-22"))
         }
         XCTAssertEqual(try redis.int("LLEN", "queue:default"), 0)
+        // A batch created a lifetime later drops the old one from the listing.
+        try Batches.create(connection, NewBatch(jobs: []), bid: "later", lifetime: 100, now: Clock.now() + 101)
+        XCTAssertEqual(try redis.command("ZRANGE", Keys.batches, 0, -1).strings, ["later"])
         XCTAssertThrowsError(try Batches.create(connection, NewBatch(jobs: []), bid: "bad bid")) { error in
             XCTAssertEqual(error as? BatchError, .invalidBid("bad bid"))
         }

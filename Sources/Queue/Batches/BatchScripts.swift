@@ -80,7 +80,8 @@ enum BatchScripts {
     /// only if the batch's total counts them. ARGV: bid, now, expires_at (epoch s), description,
     /// then for `complete` and `success`: queue, head, tail ("" queue = no callback), then triples
     /// queue, jid, payload. Returns 0 if the batch already exists (nothing written), else 1. A batch
-    /// of no jobs fires its callbacks at once.
+    /// of no jobs fires its callbacks at once. Also drops from `batches` the entries older than this
+    /// batch's lifetime, so the ZSET does not grow without bound.
     static let create = RedisScript(functions + """
 
         local bid, now, expires, description = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -93,6 +94,8 @@ enum BatchScripts {
         if ARGV[8] ~= '' then redis.call('HSET', key, 'cb_success_queue', ARGV[8], 'cb_success_head', ARGV[9], 'cb_success_tail', ARGV[10]) end
         redis.call('EXPIREAT', key, expires)
         redis.call('ZADD', 'batches', now, bid)
+        -- The listing forgets batches older than this one's lifetime (their keys have expired by then).
+        redis.call('ZREMRANGEBYSCORE', 'batches', '-inf', '(' .. (2 * tonumber(now) - tonumber(expires)))
         for i = 11, #ARGV, 3 do
           redis.call('SADD', key .. '-jids', ARGV[i + 1])
           redis.call('SADD', 'queues', ARGV[i])
