@@ -114,7 +114,7 @@ public struct AdRevenueDayCompleteJob: Job {
 
 /// `AdRevenueDayCheckJob` `[{"date": "YYYY-MM-DD"}]` (scheduled each morning, `pass_tick: date_minus_1`): if the
 /// day has no `ad_revenue_days` row, logs an error with `alert=ad_revenue_day_incomplete` (and the batch's
-/// counts when it still exists) and increments `ad_revenue_days_incomplete_total`. Succeeds either way: the
+/// counts when it still exists) and increments `workers_ad_revenue_days_incomplete_total`. Succeeds either way: the
 /// alert is the result, and a retry would not make the day complete.
 public struct AdRevenueDayCheckJob: Job {
     public static let className = "AdRevenueDayCheckJob"
@@ -143,7 +143,7 @@ public struct AdRevenueDayCheckJob: Job {
         } else {
             metadata["batch"] = "none"
         }
-        Counter(label: "ad_revenue_days_incomplete_total").increment()
+        Counter(label: "workers_ad_revenue_days_incomplete_total").increment()
         context.logger.error("ALERT ad revenue day not complete", metadata: metadata)
     }
 }
