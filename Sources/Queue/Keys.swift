@@ -16,6 +16,11 @@ public enum Keys {
 
     public static let orphanSweepLock = "orphan-sweep-lock"
 
+    /// ZSET of batch ids by creation time; `b-BID` HASH (+ `-jids`, `-done`, `-failed`, `-died` SETs)
+    /// per batch. Written by `BatchScripts` only (docs/batches.md).
+    public static let batches = "batches"
+    public static func batch(_ bid: String) -> String { "b-" + bid }
+
     public static let statProcessed = "stat:processed"
     public static let statFailed = "stat:failed"
 

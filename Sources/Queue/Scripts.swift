@@ -38,11 +38,14 @@ enum Scripts {
     /// `drop` (remove without a trace: `retry: false`). `counts` is `RunCounts.rawValue`
     /// (1 processed, 2 failed, 3 both). Invariant: a run moves `stat:processed` / `stat:failed`
     /// (and the daily keys) only if this call's LREM removed its job, so a batch sent again after
-    /// a lost reply counts nothing twice. `unique jid` ('' if none) is the jid of a job that owns a
-    /// unique lock (docs/unique-jobs.md): `ack`, `dead` and `drop` release it (only if the lock still
-    /// names that jid), `retry` extends it to the retry time + its `for`, `requeue` keeps it.
+    /// a lost reply counts nothing twice. The same holds for batch jobs (`BatchScripts`): a settled
+    /// job carrying a `bid` is counted for its batch here, in the same call (ack = success, retry =
+    /// failure, dead / drop = finished without success). `unique jid` ('' if none) is the jid of a job
+    /// that owns a unique lock (docs/unique-jobs.md): `ack`, `dead` and `drop` release it (only if the
+    /// lock still names that jid), `retry` extends it to the retry time + its `for`, `requeue` keeps it.
     /// Returns the number of jobs settled.
-    static let complete = RedisScript("""
+    static let complete = RedisScript(BatchScripts.functions + """
+
         local now = ARGV[1]
         local day = ARGV[2]
         local deadMax = tonumber(ARGV[3])
@@ -81,6 +84,9 @@ enum Scripts {
             elseif op == 'requeue' then
               redis.call('RPUSH', 'queue:' .. target, payload)
             end
+            if op == 'ack' then batch_outcome(raw, 'success', now)
+            elseif op == 'retry' then batch_outcome(raw, 'retry', now)
+            elseif op == 'dead' or op == 'drop' then batch_outcome(raw, 'dead', now) end
           end
         end
         if killed then
@@ -120,8 +126,10 @@ enum Scripts {
     /// fetcher-heartbeat key, now, dead max, dead timeout, then triples: raw job, op (`requeue` or
     /// `dead`), payload; the queue is ARGV[6]. Does nothing if the heartbeat came back. Returns the
     /// number of jobs moved. A requeued job keeps its unique lock (it is still live); a job sent to
-    /// `dead` releases the lock its jid owns, if any (docs/unique-jobs.md).
-    static let recover = RedisScript("""
+    /// `dead` releases the lock its jid owns, if any (docs/unique-jobs.md), and is counted for its
+    /// batch (`BatchScripts`).
+    static let recover = RedisScript(BatchScripts.functions + """
+
         local working, heartbeat, now = ARGV[1], ARGV[2], ARGV[3]
         local deadMax, deadTimeout, queue = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
         if redis.call('EXISTS', heartbeat) == 1 then return -1 end
@@ -140,6 +148,7 @@ enum Scripts {
                 if lock and redis.call('GET', lock) == job.jid then redis.call('DEL', lock) end
                 redis.call('DEL', owner)
               end
+              batch_outcome(ARGV[i], 'dead', now)
             else
               redis.call('RPUSH', 'queue:' .. queue, ARGV[i + 2])
             end

@@ -218,7 +218,7 @@ final class ScheduleFileTests: XCTestCase {
         let file = try ScheduleFile.load(path: path)
         let byName = Dictionary(uniqueKeysWithValues: file.entries.map { ($0.name, $0) })
         XCTAssertEqual(Set(file.entries.map(\.className)), [
-            "AdRevenueAggregationJob", "SubscriptionExpirySweepJob", "DueDeletionSweepJob", "ExportCleanupJob",
+            "AdRevenueAggregationJob", "AdRevenueNightlyJob", "AdRevenueDayCheckJob", "SubscriptionExpirySweepJob", "DueDeletionSweepJob", "ExportCleanupJob",
             "LocationAnonymizationJob", "PendingRewardSweepJob", "GoogleAcknowledgementSweepJob",
         ])
         let nightly = try XCTUnwrap(byName["ad_revenue_aggregation.nightly"])

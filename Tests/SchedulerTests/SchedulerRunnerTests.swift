@@ -117,7 +117,7 @@ final class SchedulerRunnerTests: XCTestCase {
         }
         XCTAssertEqual(dates, ["2026-05-09", "2026-05-10", "2026-05-11", "2026-05-12", "2026-05-13",
                                "2026-05-17", "2026-05-18", "2026-05-19", "2026-05-20", "2026-05-21", "2026-05-22", "2026-05-23"])
-        XCTAssertTrue(try redis.queued("default").allSatisfy { $0.fields["class"] == "AdRevenueAggregationJob" })
+        XCTAssertTrue(try redis.queued("default").allSatisfy { $0.fields["class"] == "AdRevenueNightlyJob" })
     }
 
     // MARK: Status and definitions from Redis

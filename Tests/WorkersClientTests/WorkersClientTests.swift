@@ -167,3 +167,24 @@ final class WorkersClientTests: XCTestCase {
         XCTAssertEqual(try post("http://127.0.0.1:\(port)/reports/not-a-number/render").code, 400)
     }
 }
+
+/// Batches from async code: created atomically with their jobs, read back.
+final class WorkersClientBatchTests: XCTestCase {
+    func testCreateAndReadABatch() async throws {
+        let client = try WorkersClient(url: TestServices.redisURL(db: 78), maxConnections: 2)
+        defer { client.shutdown() }
+        _ = try await client.withConnection { try $0.command("FLUSHDB") }
+        let created = try await client.createBatch(NewBatch(description: "from a service", jobs: [NewJob("Noop"), NewJob("Noop")],
+                                                            onSuccess: BatchCallback("Done")))
+        let queued = try await client.withConnection { try $0.command("LRANGE", "queue:default", 0, -1).strings }
+        XCTAssertEqual(queued.count, 2)
+        XCTAssertTrue(queued.allSatisfy { $0.contains("\"bid\":\"\(created.bid)\"") }, "\(queued)")
+        let listed = try await client.batches()
+        XCTAssertEqual(listed.map(\.bid), [created.bid])
+        let detail = try await client.batch(bid: created.bid)
+        XCTAssertEqual(detail?.summary.total, 2)
+        XCTAssertEqual(detail?.summary.pending, 2)
+        XCTAssertEqual(detail?.summary.onSuccess, "Done")
+        XCTAssertEqual(detail?.summary.state, "running")
+    }
+}

@@ -27,8 +27,10 @@ enum AdminScripts {
     /// Each member removed from the source (`ZREM`, or `LREM key 1`) is added unchanged to
     /// `dead` at `now`; then the set is trimmed as `DeadSet#kill` does (§6):
     /// `ZREMRANGEBYSCORE dead -inf now-timeout`, `ZREMRANGEBYRANK dead 0 -(max+1)`: the set keeps exactly `max` jobs (Sidekiq keeps max-1).
-    /// Returns an array of 0/1, one per member.
-    static let toDead = RedisScript("""
+    /// A batch job killed here counts as dead for its batch (`BatchScripts`), as Sidekiq's
+    /// `DeadSet#kill` runs the death handlers. Returns an array of 0/1, one per member.
+    static let toDead = RedisScript(BatchScripts.functions + """
+
         local isList = ARGV[1] == 'list'
         local now = ARGV[2]
         local out = {}
@@ -40,6 +42,7 @@ enum AdminScripts {
           if removed == 1 then
             redis.call('ZADD', 'dead', now, ARGV[i])
             killed = true
+            batch_outcome(ARGV[i], 'dead', now)
             out[#out + 1] = 1
           else
             out[#out + 1] = 0

@@ -1,0 +1,80 @@
+import Foundation
+
+/// A batch as `workerctl batches ls|show` shows it (docs/batches.md).
+public struct BatchSummary: Sendable, Equatable {
+    public var bid: String
+    public var description: String
+    public var createdAt: Double
+    public var total: Int
+    /// Jobs not yet succeeded (dead ones stay pending, as in Sidekiq Pro).
+    public var pending: Int
+    /// Jobs that failed at least once and have not succeeded.
+    public var failures: Int
+    /// Jobs finished without success (dead set, or dropped with `retry: false`).
+    public var dead: Int
+    /// When the `complete` / `success` event fired (nil: not yet).
+    public var completeAt: Double?
+    public var successAt: Double?
+    public var onComplete: String?
+    public var onSuccess: String?
+
+    /// `success`, `complete` (all finished, some without success) or `running`.
+    public var state: String { successAt != nil ? "success" : completeAt != nil ? "complete" : "running" }
+}
+
+/// A batch in detail: the summary plus the jids that failed and died.
+public struct BatchDetail: Sendable, Equatable {
+    public var summary: BatchSummary
+    public var failedJids: [String]
+    public var deadJids: [String]
+}
+
+/// Reads batches (the `b-BID*` keys and the `batches` ZSET written by `BatchScripts`). Read-only.
+public enum BatchAdmin {
+    /// The newest `limit` batches, newest first. Batches whose keys expired are left out (and their
+    /// `batches` entries removed).
+    public static func list(_ connection: RedisConnection, limit: Int = 100) throws(RedisError) -> [BatchSummary] {
+        let bids = try connection.command("ZREVRANGE", Keys.batches, 0, max(limit, 1) - 1).strings
+        var out: [BatchSummary] = []
+        var expired: [String] = []
+        for bid in bids {
+            if let summary = try summary(connection, bid: bid) { out.append(summary) } else { expired.append(bid) }
+        }
+        if !expired.isEmpty { try connection.send(["ZREM", Keys.batches] + expired).checked() }
+        return out
+    }
+
+    /// One batch, or nil if it does not exist (never created, or expired).
+    public static func summary(_ connection: RedisConnection, bid: String) throws(RedisError) -> BatchSummary? {
+        let replies = try connection.pipeline([
+            ["HMGET", Keys.batch(bid), "total", "pending", "dead", "created_at", "description", "complete_at", "success_at",
+             "cb_complete_head", "cb_success_head"],
+            ["SCARD", Keys.batch(bid) + "-failed"],
+        ])
+        let fields = try replies[0].checked().array ?? []
+        guard fields.count == 9, let total = fields[0].string.flatMap({ Int($0) }) else { return nil }
+        return BatchSummary(bid: bid, description: fields[4].string ?? "",
+                            createdAt: fields[3].string.flatMap { Double($0) } ?? 0,
+                            total: total, pending: fields[1].string.flatMap { Int($0) } ?? 0,
+                            failures: Int(try replies[1].checked().integer ?? 0),
+                            dead: fields[2].string.flatMap { Int($0) } ?? 0,
+                            completeAt: fields[5].string.flatMap { Double($0) },
+                            successAt: fields[6].string.flatMap { Double($0) },
+                            onComplete: fields[7].string.flatMap(callbackClass),
+                            onSuccess: fields[8].string.flatMap(callbackClass))
+    }
+
+    public static func detail(_ connection: RedisConnection, bid: String) throws(RedisError) -> BatchDetail? {
+        guard let summary = try summary(connection, bid: bid) else { return nil }
+        let replies = try connection.pipeline([["SMEMBERS", Keys.batch(bid) + "-failed"], ["SMEMBERS", Keys.batch(bid) + "-died"]])
+        return BatchDetail(summary: summary, failedJids: try replies[0].checked().strings.sorted(),
+                           deadJids: try replies[1].checked().strings.sorted())
+    }
+
+    /// The class name in a callback payload head (`{"retry":…,"class":"X","args":[`).
+    static func callbackClass(_ head: String) -> String? {
+        guard let range = head.range(of: "\"class\":\"") else { return nil }
+        let rest = head[range.upperBound...]
+        return rest.firstIndex(of: "\"").map { String(rest[..<$0]) }
+    }
+}
