@@ -48,6 +48,10 @@ let package = Package(
 
         .target(name: "WorkersClient", dependencies: ["Queue"]),
 
+        // Transactional enqueue through PostgreSQL (job_outbox), its relay to Redis and the lost-job finder
+        // (docs/outbox.md). Needs both Queue and Storage, so it is not part of the Redis-only WorkersClient.
+        .target(name: "Outbox", dependencies: ["Queue", "Storage", .product(name: "Logging", package: "swift-log")]),
+
         .target(name: "Workers", dependencies: ["Queue", "Storage", "Yams", .product(name: "Logging", package: "swift-log"),
                                                 .product(name: "CoreMetrics", package: "swift-metrics")]),
         .target(name: "Scheduler", dependencies: ["Queue", "CivilDate", "Yams", .product(name: "Logging", package: "swift-log"),
@@ -65,7 +69,7 @@ let package = Package(
         .target(name: "BenchJobs", dependencies: ["Workers", "Storage"]),
 
         .executableTarget(name: "workerctl", dependencies: [
-            "Jobs", "BenchJobs", "Workers", "Scheduler", "Queue", "Storage", "HTTP",
+            "Jobs", "BenchJobs", "Workers", "Scheduler", "Queue", "Storage", "HTTP", "Outbox",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Prometheus", package: "swift-prometheus"),
@@ -91,5 +95,6 @@ let package = Package(
                                                       .product(name: "SwiftASN1", package: "swift-asn1")]),
         .testTarget(name: "WorkerctlTests", dependencies: ["Queue", "Storage", "TestSupport"]),
         .testTarget(name: "WorkersClientTests", dependencies: ["WorkersClient", "TestSupport"]),
+        .testTarget(name: "OutboxTests", dependencies: ["Outbox", "BenchJobs", "Queue", "Storage", "TestSupport"]),
     ]
 )
