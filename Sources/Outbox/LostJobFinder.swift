@@ -129,6 +129,10 @@ struct LostJobFinder {
             return report
         }
         cursor = nextCursor
+        if report.checked > 0 {
+            logger.debug("outbox: lost-job round", metadata: [
+                "checked": "\(report.checked)", "missing": "\(report.missing)", "pushed_again": "\(report.pushedAgain)"])
+        }
         if report.pushedAgain > 0 || report.purged > 0 {
             logger.notice("outbox: jobs Redis lost pushed again", metadata: [
                 "checked": "\(report.checked)", "pushed_again": "\(report.pushedAgain)", "purged": "\(report.purged)"])

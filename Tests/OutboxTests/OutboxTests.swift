@@ -34,7 +34,7 @@ final class OutboxTests: XCTestCase {
 
     func start(_ arguments: [String], redis: TestRedis, environment: [String: String] = [:]) throws -> ChildProcess {
         try ChildProcess(executable: TestServices.workerctl, arguments: arguments,
-                         environment: ["REDIS_URL": redis.url, "DATABASE_URL": database.url, "LOG_LEVEL": "info"]
+                         environment: ["REDIS_URL": redis.url, "DATABASE_URL": database.url, "LOG_LEVEL": "debug"]
                             .merging(environment) { $1 })
     }
 
@@ -42,7 +42,9 @@ final class OutboxTests: XCTestCase {
         ["worker", "--bench-jobs", "--concurrency", "4", "--poll-interval", "0.2", "--heartbeat-interval", "0.3"] + extra
     }
 
+    /// SIGTERM once the process has started (its signal handlers are installed before it logs "started").
     func stop(_ child: ChildProcess) {
+        XCTAssertTrue(eventually { child.stderr.contains("started") || !child.isRunning }, child.stderr)
         child.signal(SIGTERM)
         XCTAssertEqual(child.wait(), 0, child.stderr)
     }
@@ -158,9 +160,23 @@ final class OutboxTests: XCTestCase {
         }
     }
 
+    /// A commit wakes the relay through NOTIFY: with a fallback poll of an hour, a job enqueued after the relay's
+    /// first round still reaches Redis.
+    func testACommitWakesTheRelayThroughNotify() throws {
+        let redis = try TestRedis(database: 74)
+        let first = try connection.queryFirst("SELECT workers_enqueue('Noop') AS jid")!.string("jid")
+        let relay = try start(["relay", "--outbox-poll-interval", "3600"], redis: redis)
+        defer { stop(relay) }
+        // Its first round (after LISTEN) pushed the first job.
+        XCTAssertTrue(try eventually { try count("SELECT count(*) FROM job_outbox WHERE pushed_at IS NOT NULL") == 1 }, relay.stderr)
+        let second = try connection.transaction { conn in try Outbox.enqueue(NewJob("Noop"), on: conn) }
+        XCTAssertTrue(try eventually { try redis.int("LLEN", "queue:default") == 2 }, relay.stderr)
+        XCTAssertEqual(Set(try redis.payloads(list: "queue:default").compactMap(\.jid)), [first, second])
+    }
+
     /// Two relays at once over the same rows never push one row twice (`FOR UPDATE SKIP LOCKED`).
     func testTwoRelaysAtOnceNeverPushARowTwice() throws {
-        let redis = try TestRedis(database: 74)
+        let redis = try TestRedis(database: 72)
         try connection.execute("SELECT workers_enqueue('Noop') FROM generate_series(1, 3000)")
         let relays = try (0..<2).map { _ in try start(["relay", "--outbox-batch", "50"], redis: redis) }
         XCTAssertTrue(try eventually { try count("SELECT count(*) FROM job_outbox WHERE pushed_at IS NULL") == 0 }, relays[0].stderr)
@@ -183,6 +199,10 @@ final class OutboxTests: XCTestCase {
                                                 "--outbox-poll-interval", "0.2", "--lost-job-interval", "0.3"]), redis: redis)
         defer { if worker.isRunning { stop(worker) } }
         XCTAssertTrue(try eventually { try redis.processed() >= 1 && count("SELECT count(*) FROM job_ledger") >= 6 }, worker.stderr)
+        // While Redis holds the pending jobs, a round that checked them pushes nothing again.
+        XCTAssertTrue(eventually { worker.stderr.contains("outbox: lost-job round") }, worker.stderr)
+        XCTAssertEqual(try count("SELECT count(*) FROM job_outbox WHERE recovered_count > 0"), 0,
+                       "a job still in Redis (queue, in flight) is not pushed again")
         let doneBeforeFlush = try connection.query("SELECT jid FROM job_ledger").map { try $0.string("jid") }
         try redis.flush()
 
