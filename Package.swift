@@ -7,6 +7,7 @@ import PackageDescription
 //   4 Jobs                 the domain jobs + registry
 //   4 BenchJobs            bench/test-only jobs and tables (ProbeInsert, probe_rows); registered only on request
 //   3 Workers, Scheduler   runtime (pool, fetch, retry, heartbeat) / cron
+//   3 Outbox               transactional enqueue through PostgreSQL (job_outbox), its relay to Redis
 //   2 Queue, Storage, HTTP wire protocol over hiredis / PostgreSQL over libpq / libcurl
 //   1 CHiredis, CLibPQ, CCurl  system-library shims; CivilDate (calendar arithmetic, no dependencies)
 let package = Package(

@@ -18,3 +18,18 @@ release_workerctl() {
   rm -f "$log"
   BIN="$(swift build -c release --scratch-path .build-release --show-bin-path)/workerctl"
 }
+
+# Figures: one file per name under $FIGURES, one value per run; `bench_report` prints the median (min–max) of each.
+bench_figures_init() { FIGURES="$(mktemp -d)"; trap 'rm -rf "$FIGURES"' EXIT; }
+bench_record() { echo "$2" >>"$FIGURES/$1"; }
+bench_report() {  # bench_report NAME UNIT LABEL
+  [ -s "$FIGURES/$1" ] || { echo "$3: no figure"; return 0; }
+  python3 - "$FIGURES/$1" "$2" "$3" <<'PY'
+import statistics, sys
+values = [float(v) for v in open(sys.argv[1]) if v.strip()]
+unit, label = sys.argv[2], sys.argv[3]
+fmt = (lambda v: "%.0f" % v) if max(values) >= 100 else (lambda v: "%.2f" % v)
+print("%s: median %s %s (min %s – max %s, %d runs)" % (label, fmt(statistics.median(values)), unit,
+      fmt(min(values)), fmt(max(values)), len(values)))
+PY
+}
