@@ -33,8 +33,9 @@ public struct LostJobSettings: Sendable {
 ///
 /// A round, holding `pg_try_advisory_xact_lock` so that one relay in the fleet runs it at a time:
 /// 1. deletes rows pushed before the retention window;
-/// 2. reads up to `batchSize` candidates: rows pushed within the window, of a ledger class, pushed again
-///    fewer than `maxPushesAgain` times, with no `job_ledger` row (not done);
+/// 2. reads up to `batchSize` candidates: rows pushed within the window but at least one `interval` ago (most
+///    fresh jobs are still queued or just done: without them most rounds find no candidate and skip step 3),
+///    of a ledger class, pushed again fewer than `maxPushesAgain` times, with no `job_ledger` row (not done);
 /// 3. asks Redis, in one Lua script (atomic: no job moves between keys while it looks), which of their jids
 ///    appear in no `queue:*`, `working:queue:*`, `schedule`, `retry` or `dead` member;
 /// 4. reads the ledger again for those (a job that finished between steps 2 and 3 committed its ledger row
@@ -66,18 +67,34 @@ struct LostJobFinder {
     }
 
     /// Lua: ARGV = jids; returns those that appear in no job container. Reads every member of every
-    /// container, so its cost grows with what Redis holds (docs/outbox.md).
+    /// container (1,000 at a time), so its cost grows with what Redis holds (docs/outbox.md). Every
+    /// `"jid":"…"` in a member counts (one inside `args` too): a false "found" only leaves a job alone.
     static let missingScript = RedisScript("""
         local wanted = {}
         for i = 1, #ARGV do wanted[ARGV[i]] = true end
         local function look(members)
           for _, member in ipairs(members) do
-            for jid in string.gmatch(member, '"jid":"([0-9a-f]+)"') do wanted[jid] = nil end
+            local from = 1
+            while true do
+              local at = string.find(member, '"jid":"', from, true)
+              if not at then break end
+              wanted[string.sub(member, at + 7, at + 30)] = nil
+              from = at + 7
+            end
           end
         end
-        for _, key in ipairs(redis.call('KEYS', 'queue:*')) do look(redis.call('LRANGE', key, 0, -1)) end
-        for _, key in ipairs(redis.call('KEYS', 'working:queue:*')) do look(redis.call('LRANGE', key, 0, -1)) end
-        for _, key in ipairs({'schedule', 'retry', 'dead'}) do look(redis.call('ZRANGE', key, 0, -1)) end
+        local function list(key)
+          if redis.call('TYPE', key).ok ~= 'list' then return end
+          local length = redis.call('LLEN', key)
+          for first = 0, length - 1, 1000 do look(redis.call('LRANGE', key, first, first + 999)) end
+        end
+        local function zset(key)
+          local length = redis.call('ZCARD', key)
+          for first = 0, length - 1, 1000 do look(redis.call('ZRANGE', key, first, first + 999)) end
+        end
+        for _, key in ipairs(redis.call('KEYS', 'queue:*')) do list(key) end
+        for _, key in ipairs(redis.call('KEYS', 'working:queue:*')) do list(key) end
+        for _, key in ipairs({'schedule', 'retry', 'dead'}) do zset(key) end
         local missing = {}
         for jid in pairs(wanted) do missing[#missing + 1] = jid end
         return missing
@@ -100,10 +117,12 @@ struct LostJobFinder {
                 SELECT \(OutboxRow.columns) FROM job_outbox o
                 WHERE o.id > $1 AND o.pushed_at IS NOT NULL AND o.error IS NULL
                   AND o.pushed_at >= clock_timestamp() - make_interval(secs => $2)
+                  AND o.pushed_at < clock_timestamp() - make_interval(secs => $6)
                   AND o.recovered_count < $3 AND o.class = ANY($4::text[])
                   AND NOT EXISTS (SELECT 1 FROM job_ledger l WHERE l.jid = o.jid)
                 ORDER BY o.id LIMIT $5
-                """, [cursor, settings.retention, settings.maxPushesAgain, settings.ledgerClasses, settings.batchSize])
+                """, [cursor, settings.retention, settings.maxPushesAgain, settings.ledgerClasses, settings.batchSize,
+                   settings.interval])
                 .map { try OutboxRow(row: $0) }
             nextCursor = rows.count == settings.batchSize ? (rows.last?.id ?? 0) : 0
             report.checked = rows.count
