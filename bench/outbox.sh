@@ -6,7 +6,7 @@
 #
 # Latency: pgbench (PostgreSQL's own load generator: a service in another language) calls
 # `SELECT workers_enqueue('ProbeInsert', …)`, one autocommitted transaction per job, at RATE jobs/s (Poisson
-# arrivals, 4 clients), while one `workerctl worker --outbox-relay --bench-jobs` (concurrency 10) relays and runs
+# arrivals, CLIENTS=4 connections), while one `workerctl worker --outbox-relay --bench-jobs` (concurrency 10) relays and runs
 # them. Per job: probe_rows.inserted_at (the job's INSERT, run by the worker) minus job_outbox.created_at (the
 # enqueue's INSERT, just before its COMMIT), both read from PostgreSQL's clock; p50/p99 over every job of the run.
 # Throughput: N rows committed in one transaction with no relay running, then one `workerctl relay`
@@ -21,6 +21,7 @@ RATE="${RATE:-1000}"
 SECONDS_LOAD="${LOAD_SECONDS:-10}"
 N="${N:-20000}"
 RUNS="${RUNS:-3}"
+CLIENTS="${CLIENTS:-4}"
 scripts/services install >/dev/null
 scripts/services start 2>/dev/null
 eval "$(scripts/services env)"
@@ -46,7 +47,7 @@ trap cleanup EXIT
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== redis persistence: appendonly $(R config get appendonly | tail -1), appendfsync $(R config get appendfsync | tail -1)"
 echo "== postgresql persistence: fsync $(Q 'SHOW fsync'), synchronous_commit $(Q 'SHOW synchronous_commit'), wal_sync_method $(Q 'SHOW wal_sync_method')"
-echo "== RATE=$RATE jobs/s for $SECONDS_LOAD s (pgbench, 4 clients), N=$N rows for the relay throughput, RUNS=$RUNS"
+echo "== RATE=$RATE jobs/s for $SECONDS_LOAD s (pgbench, $CLIENTS clients), N=$N rows for the relay throughput, RUNS=$RUNS"
 
 for run in $(seq 1 "$RUNS"); do
   echo "-- run $run of $RUNS"
@@ -55,7 +56,7 @@ for run in $(seq 1 "$RUNS"); do
   "$BIN" worker --bench-jobs --concurrency 10 --outbox-relay --lost-job-interval 0 2>"$WORKER_LOG" &
   WPID=$!
   until grep -q "outbox relay started" "$WORKER_LOG" && grep -q "worker started" "$WORKER_LOG"; do sleep 0.05; done
-  TPS=$(pgbench -n -f "$PGB" -R "$RATE" -T "$SECONDS_LOAD" -c 4 -j 2 "$DATABASE_URL" 2>/dev/null | sed -nE 's/^tps = ([0-9.]+).*/\1/p')
+  TPS=$(pgbench -n -f "$PGB" -R "$RATE" -T "$SECONDS_LOAD" -c "$CLIENTS" -j 2 "$DATABASE_URL" 2>/dev/null | sed -nE 's/^tps = ([0-9.]+).*/\1/p')
   TOTAL=$(Q "SELECT count(*) FROM job_outbox")
   until [ "$(Q 'SELECT count(*) FROM probe_rows')" -ge "$TOTAL" ]; do sleep 0.1; done
   kill -TERM "$WPID"; wait "$WPID" || true; WPID=""
