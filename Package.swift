@@ -7,6 +7,7 @@ import PackageDescription
 //   4 Jobs                 the domain jobs + registry
 //   4 BenchJobs            bench/test-only jobs and tables (ProbeInsert, probe_rows); registered only on request
 //   3 Workers, Scheduler   runtime (pool, fetch, retry, heartbeat) / cron
+//   3 Outbox               transactional enqueue through PostgreSQL (job_outbox), its relay to Redis
 //   2 Queue, Storage, HTTP wire protocol over hiredis / PostgreSQL over libpq / libcurl
 //   1 CHiredis, CLibPQ, CCurl  system-library shims; CivilDate (calendar arithmetic, no dependencies)
 let package = Package(
@@ -48,6 +49,10 @@ let package = Package(
 
         .target(name: "WorkersClient", dependencies: ["Queue"]),
 
+        // Transactional enqueue through PostgreSQL (job_outbox), its relay to Redis and the lost-job finder
+        // (docs/outbox.md). Needs both Queue and Storage, so it is not part of the Redis-only WorkersClient.
+        .target(name: "Outbox", dependencies: ["Queue", "Storage", .product(name: "Logging", package: "swift-log")]),
+
         .target(name: "Workers", dependencies: ["Queue", "Storage", "Yams", .product(name: "Logging", package: "swift-log"),
                                                 .product(name: "CoreMetrics", package: "swift-metrics")]),
         .target(name: "Scheduler", dependencies: ["Queue", "CivilDate", "Yams", .product(name: "Logging", package: "swift-log"),
@@ -65,7 +70,7 @@ let package = Package(
         .target(name: "BenchJobs", dependencies: ["Workers", "Storage"]),
 
         .executableTarget(name: "workerctl", dependencies: [
-            "Jobs", "BenchJobs", "Workers", "Scheduler", "Queue", "Storage", "HTTP",
+            "Jobs", "BenchJobs", "Workers", "Scheduler", "Queue", "Storage", "HTTP", "Outbox",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Prometheus", package: "swift-prometheus"),
@@ -91,5 +96,6 @@ let package = Package(
                                                       .product(name: "SwiftASN1", package: "swift-asn1")]),
         .testTarget(name: "WorkerctlTests", dependencies: ["Queue", "Storage", "TestSupport"]),
         .testTarget(name: "WorkersClientTests", dependencies: ["WorkersClient", "TestSupport"]),
+        .testTarget(name: "OutboxTests", dependencies: ["Outbox", "BenchJobs", "Queue", "Storage", "TestSupport"]),
     ]
 )

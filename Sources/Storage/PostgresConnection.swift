@@ -35,7 +35,8 @@ public struct PostgresConnectionOptions: Sendable {
 ///
 /// The session runs with `TimeZone = 'UTC'`, `DateStyle = ISO` and `client_encoding = UTF8`.
 public final class PostgresConnection: @unchecked Sendable {
-    private var handle: OpaquePointer?
+    /// The libpq session (internal so that PostgresNotifications.swift can wait on its socket).
+    private(set) var handle: OpaquePointer?
     /// Savepoints of nested transactions that succeeded and still await their RELEASE. The RELEASE needs
     /// no answer, so it is sent with the next statement (in one pipeline) instead of costing a round trip;
     /// COMMIT and ROLLBACK make it moot. Invariant: 0 whenever no transaction is open.

@@ -20,7 +20,7 @@ struct RunCommand: ParsableCommand {
     func run() throws {
         let file = try schedule.loadFile()
         signal(SIGHUP, SIG_IGN)  // a SIGHUP before the reload handler exists must not end the process
-        let process = try worker.makeProcess()
+        let (process, relay) = try worker.makeProcessAndRelay()
         let runner = try schedule.makeRunner(file: file, redisURL: process.configuration.redisURL)
         // No signal source of our own: libdispatch installs one sigaction per signal when the first
         // source for it is created, and WorkerProcess's `signal(SIGTERM, SIG_IGN)` before its own
@@ -34,6 +34,6 @@ struct RunCommand: ParsableCommand {
             runner.stop()
             runner.waitUntilStopped()
         }
-        try worker.run(process)
+        try worker.run(process, relay: relay)
     }
 }

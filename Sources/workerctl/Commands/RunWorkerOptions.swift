@@ -4,6 +4,7 @@ import Foundation
 import HTTP
 import Jobs
 import Logging
+import Outbox
 import Queue
 import Storage
 import Workers
@@ -13,6 +14,7 @@ import Workers
 struct WorkerOptions: ParsableArguments {
     @OptionGroup var redis: RedisOptions
     @OptionGroup var database: DatabaseOptions
+    @OptionGroup var outbox: OutboxRelayOptions
 
     @Flag(name: .customLong("no-database"), help: "Run without PostgreSQL (only jobs that do not need it can run).")
     var noDatabase = false
@@ -80,7 +82,10 @@ struct WorkerOptions: ParsableArguments {
 
     /// Builds the worker process from the config file, environment and flags (flags win).
     /// Bad settings ⇒ usage error (exit 2); a schema behind this build ⇒ runtime error (exit 1).
-    func makeProcess() throws -> WorkerProcess {
+    func makeProcess() throws -> WorkerProcess { try makeProcessAndRelay().process }
+
+    /// The worker process, and the outbox relay thread when `--outbox-relay` asks for one (docs/outbox.md).
+    func makeProcessAndRelay() throws -> (process: WorkerProcess, relay: OutboxRelay?) {
         let file = try loadConfigFile()
         var configuration = file.configuration
         configuration.redisURL = redis.resolvedURL(configured: file.redisURL)
@@ -107,9 +112,11 @@ struct WorkerOptions: ParsableArguments {
         registerDomainJobs(into: &registry, redisURL: configuration.redisURL)
         let jobDatabase = noDatabase ? nil : try openDatabase(configured: file.databaseURL,
                                                                poolSize: file.pgPoolSize ?? configuration.concurrency)
+        let relay = try outbox.makeRelay(redisURL: configuration.redisURL, noDatabase: noDatabase,
+                                         databaseURL: database.resolvedURL(configured: file.databaseURL), registry: registry)
         do {
-            return try WorkerProcess(configuration: configuration, registry: registry, database: jobDatabase,
-                                     logger: Logger(label: "workerctl.worker"))
+            return (try WorkerProcess(configuration: configuration, registry: registry, database: jobDatabase,
+                                      logger: Logger(label: "workerctl.worker")), relay)
         } catch let error as RedisError {
             throw CLIError.usage(error.description)
         }
@@ -117,13 +124,15 @@ struct WorkerOptions: ParsableArguments {
 
     /// Runs the process (and the metrics endpoint when asked) until SIGTERM/SIGINT (or Sidekiq's
     /// TERM through Redis) has shut it down.
-    func run(_ process: WorkerProcess) throws {
+    func run(_ process: WorkerProcess, relay: OutboxRelay? = nil) throws {
         let file = try loadConfigFile()
         let server = try metricsAddress(file: file).map { address in
             try MetricsEndpoint.listen(host: address.host, port: address.port, redisURL: process.configuration.redisURL,
                                        databaseURL: noDatabase ? nil : database.resolvedURL(configured: file.databaseURL),
                                        logger: Logger(label: "workerctl.worker"), health: { process.health })
         }
+        relay?.start()
+        defer { relay?.stop() }
         do { try process.run() } catch let error as RedisError { throw CLIError.runtime(error.description) }
         withExtendedLifetime(server) {}
     }

@@ -15,6 +15,7 @@ struct WorkerCommand: ParsableCommand {
     @OptionGroup var worker: WorkerOptions
 
     func run() throws {
-        try worker.run(try worker.makeProcess())
+        let (process, relay) = try worker.makeProcessAndRelay()
+        try worker.run(process, relay: relay)
     }
 }

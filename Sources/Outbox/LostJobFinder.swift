@@ -1,0 +1,161 @@
+import Foundation
+import Logging
+import Queue
+import Storage
+
+/// Settings of the lost-job finder (docs/outbox.md, "Jobs Redis lost").
+public struct LostJobSettings: Sendable {
+    /// Seconds between rounds (each relay runs rounds; one at a time in the fleet).
+    public var interval: Double
+    /// Seconds a pushed row is kept, and so how far back a lost job can be found.
+    public var retention: Double
+    /// Job classes that write a `job_ledger` row when they finish (`JobOptions.usesLedger`). Only these are
+    /// pushed again: for any other class "not in Redis" may just mean "finished", which leaves no trace.
+    public var ledgerClasses: [String]
+    /// Most rows one round checks (one Lua call; the next round goes on from where this one stopped).
+    public var batchSize: Int
+    /// Times one job may be pushed again (a finished job that left no ledger row — dropped, deleted by an
+    /// operator, trimmed from dead — looks lost; this bounds how often it comes back).
+    public var maxPushesAgain: Int
+
+    public init(interval: Double = 60, retention: Double = 7 * 86_400, ledgerClasses: [String],
+                batchSize: Int = 1000, maxPushesAgain: Int = 1) {
+        self.interval = max(0.05, interval)
+        self.retention = max(1, retention)
+        self.ledgerClasses = ledgerClasses
+        self.batchSize = max(1, batchSize)
+        self.maxPushesAgain = max(0, maxPushesAgain)
+    }
+}
+
+/// Finds outbox jobs Redis lost (a restart without AOF, a failover to a replica that lagged, an eviction) and
+/// pushes them again.
+///
+/// A round, holding `pg_try_advisory_xact_lock` so that one relay in the fleet runs it at a time:
+/// 1. deletes rows pushed before the retention window;
+/// 2. reads up to `batchSize` candidates: rows pushed within the window but at least one `interval` ago (most
+///    fresh jobs are still queued or just done: without them most rounds find no candidate and skip step 3),
+///    of a ledger class, pushed again fewer than `maxPushesAgain` times, with no `job_ledger` row (not done);
+/// 3. asks Redis, in one Lua script (atomic: no job moves between keys while it looks), which of their jids
+///    appear in no `queue:*`, `working:queue:*`, `schedule`, `retry` or `dead` member;
+/// 4. reads the ledger again for those (a job that finished between steps 2 and 3 committed its ledger row
+///    before its acknowledgement removed it from Redis, so it shows up here);
+/// 5. pushes the rest again exactly as the relay does (same jid, `created_at`), and counts it in
+///    `recovered_count` — all in the same transaction.
+///
+/// What it cannot see is in docs/outbox.md. Value type; the relay thread owns it and passes its connections.
+struct LostJobFinder {
+    let settings: LostJobSettings
+    let logger: Logger
+    /// Where the next round starts (row id); back to 0 after a round that reached the end.
+    private var cursor = 0
+
+    /// Advisory lock key of the finder ("SWKROUTB").
+    static let lockKey: Int64 = 0x5357_4B52_4F55_5442
+
+    init(settings: LostJobSettings, logger: Logger) {
+        self.settings = settings
+        self.logger = logger
+    }
+
+    struct Report: Sendable, Equatable {
+        var ran = false
+        var checked = 0
+        var missing = 0
+        var pushedAgain = 0
+        var purged = 0
+    }
+
+    /// Lua: ARGV = jids; returns those that appear in no job container. Reads every member of every
+    /// container (1,000 at a time), so its cost grows with what Redis holds (docs/outbox.md). Every
+    /// `"jid":"…"` in a member counts (one inside `args` too): a false "found" only leaves a job alone.
+    static let missingScript = RedisScript("""
+        local wanted = {}
+        for i = 1, #ARGV do wanted[ARGV[i]] = true end
+        local function look(members)
+          for _, member in ipairs(members) do
+            local from = 1
+            while true do
+              local at = string.find(member, '"jid":"', from, true)
+              if not at then break end
+              wanted[string.sub(member, at + 7, at + 30)] = nil
+              from = at + 7
+            end
+          end
+        end
+        local function list(key)
+          if redis.call('TYPE', key).ok ~= 'list' then return end
+          local length = redis.call('LLEN', key)
+          for first = 0, length - 1, 1000 do look(redis.call('LRANGE', key, first, first + 999)) end
+        end
+        local function zset(key)
+          local length = redis.call('ZCARD', key)
+          for first = 0, length - 1, 1000 do look(redis.call('ZRANGE', key, first, first + 999)) end
+        end
+        for _, key in ipairs(redis.call('KEYS', 'queue:*')) do list(key) end
+        for _, key in ipairs(redis.call('KEYS', 'working:queue:*')) do list(key) end
+        for _, key in ipairs({'schedule', 'retry', 'dead'}) do zset(key) end
+        local missing = {}
+        for jid in pairs(wanted) do missing[#missing + 1] = jid end
+        return missing
+        """)
+
+    mutating func round(database: PostgresConnection, redis: RedisConnection) throws -> Report {
+        let settings = self.settings
+        var nextCursor = cursor
+        let report: Report = try database.transaction { connection in
+            var report = Report()
+            guard try connection.queryFirst("SELECT pg_try_advisory_xact_lock($1) AS locked", [Self.lockKey])?
+                .bool("locked") == true else { return report }
+            report.ran = true
+            report.purged = try connection.execute("""
+                DELETE FROM job_outbox WHERE id IN (SELECT id FROM job_outbox
+                  WHERE pushed_at < clock_timestamp() - make_interval(secs => $1) LIMIT 10000)
+                """, [settings.retention])
+            guard !settings.ledgerClasses.isEmpty else { return report }
+            let rows = try connection.query("""
+                SELECT \(OutboxRow.columns) FROM job_outbox o
+                WHERE o.id > $1 AND o.pushed_at IS NOT NULL AND o.error IS NULL
+                  AND o.pushed_at >= clock_timestamp() - make_interval(secs => $2)
+                  AND o.pushed_at < clock_timestamp() - make_interval(secs => $6)
+                  AND o.recovered_count < $3 AND o.class = ANY($4::text[])
+                  AND NOT EXISTS (SELECT 1 FROM job_ledger l WHERE l.jid = o.jid)
+                ORDER BY o.id LIMIT $5
+                """, [cursor, settings.retention, settings.maxPushesAgain, settings.ledgerClasses, settings.batchSize,
+                   settings.interval])
+                .map { try OutboxRow(row: $0) }
+            nextCursor = rows.count == settings.batchSize ? (rows.last?.id ?? 0) : 0
+            report.checked = rows.count
+            if rows.isEmpty { return report }
+            let missingInRedis = Set(try redis.evaluate(Self.missingScript, arguments: rows.map(\.jid)).strings)
+            if missingInRedis.isEmpty { return report }
+            let doneSince = Set(try connection.query("SELECT jid FROM job_ledger WHERE jid = ANY($1::text[])",
+                                                     [Array(missingInRedis)]).map { try $0.string("jid") })
+            let lost = rows.filter { missingInRedis.contains($0.jid) && !doneSince.contains($0.jid) }
+            report.missing = lost.count
+            if lost.isEmpty { return report }
+            let (commands, failed) = OutboxRow.pushCommands(lost, now: Clock.now())
+            if !commands.isEmpty {
+                for reply in try redis.pipeline(commands) { try reply.checked() }
+            }
+            let failedIDs = Set(failed.map { $0.0.id })
+            let pushed = lost.filter { !failedIDs.contains($0.id) }
+            try connection.execute("""
+                UPDATE job_outbox SET recovered_count = recovered_count + 1, recovered_at = clock_timestamp()
+                WHERE id = ANY($1::bigint[])
+                """, [pushed.map(\.id)])
+            report.pushedAgain = pushed.count
+            return report
+        }
+        cursor = nextCursor
+        if report.checked > 0 {
+            logger.debug("outbox: lost-job round", metadata: [
+                "checked": "\(report.checked)", "missing": "\(report.missing)", "pushed_again": "\(report.pushedAgain)"])
+        }
+        if report.pushedAgain > 0 || report.purged > 0 {
+            logger.notice("outbox: jobs Redis lost pushed again", metadata: [
+                "checked": "\(report.checked)", "pushed_again": "\(report.pushedAgain)", "purged": "\(report.purged)"])
+        }
+        return report
+    }
+}

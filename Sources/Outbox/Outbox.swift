@@ -1,0 +1,137 @@
+import Foundation
+import Queue
+import Storage
+
+/// Transactional enqueue (docs/outbox.md): a job enqueued through PostgreSQL, in the caller's own
+/// transaction, reaches Redis only if that transaction commits.
+///
+/// `enqueue` inserts a `job_outbox` row through the SQL function `workers_enqueue` (migration 0014) — the
+/// same way in that services written in other languages use — and returns the jid chosen now, which the
+/// job keeps in Redis. The relay (`OutboxRelay`) pushes committed rows in Sidekiq's format.
+///
+/// Stateless: every call uses only the connection it is given, which belongs to the calling thread.
+public enum Outbox {
+    /// The NOTIFY channel `workers_enqueue` signals on at commit.
+    public static let channel = "workers_outbox"
+
+    /// Enqueues `job` on `connection`. Inside an open transaction (`connection.transaction { … }`) the job
+    /// exists only if that transaction commits; outside one it commits at once. `at` (epoch seconds) in the
+    /// future puts it in `schedule`; nil or past runs it now. Returns the jid.
+    ///
+    /// Throws `EnqueueError` for input Sidekiq would refuse (nothing is written), else the `PostgresError`
+    /// of the insert (which, as any failed statement, aborts the caller's transaction).
+    @discardableResult
+    public static func enqueue(_ job: NewJob, at: Double? = nil, on connection: PostgresConnection) throws -> String {
+        try enqueueMany([job], at: at.map { [$0] }, on: connection)[0]
+    }
+
+    /// Enqueues several jobs in one round trip (one pipeline of `workers_enqueue` calls); jids in order.
+    @discardableResult
+    public static func enqueueMany(_ jobs: [NewJob], at times: [Double]? = nil,
+                                   on connection: PostgresConnection) throws -> [String] {
+        if jobs.isEmpty { return [] }
+        if let times, times.count != jobs.count {
+            throw EnqueueError.invalidTime("\(jobs.count) jobs but \(times.count) times")
+        }
+        var statements: [PostgresConnection.Statement] = []
+        for (index, job) in jobs.enumerated() {
+            _ = try JobClient.payload(for: job, jid: "000000000000000000000000", createdAt: 0, enqueuedAt: nil)  // validates
+            let at = times?[index]
+            if let at, !at.isFinite || at < 0 { throw EnqueueError.invalidTime("\(at) is not an epoch time") }
+            statements.append(.init("""
+                SELECT workers_enqueue($1, $2::jsonb, $3, to_timestamp($4::float8), $5::jsonb, $6::jsonb) AS jid
+                """, [job.className, JSONValue.array(job.args).serialized(), job.queue, at,
+                      job.retry.serialized(), JSONValue.object(job.extra).serialized()]))
+        }
+        return try connection.pipeline(statements).map { rows in
+            guard let row = rows.first else {
+                throw PostgresError(category: .decoding, message: "workers_enqueue returned no row")
+            }
+            return try row.string("jid")
+        }
+    }
+}
+
+/// One `job_outbox` row as the relay and the lost-job finder read it.
+struct OutboxRow: Sendable {
+    let id: Int
+    let jid: String
+    let className: String
+    let args: String
+    let queue: String
+    let retry: String
+    let extra: String
+    /// Epoch seconds; nil = now.
+    let runAt: Double?
+    let createdAt: Double
+
+    /// The columns to select for `init(row:)`.
+    static let columns = """
+        id, jid, class, args::text AS args, queue, retry::text AS retry, extra::text AS extra,
+        extract(epoch FROM run_at)::float8 AS run_at, extract(epoch FROM created_at)::float8 AS created_at
+        """
+
+    init(row: PostgresRow) throws {
+        id = try row.int("id")
+        jid = try row.string("jid")
+        className = try row.string("class")
+        args = try row.string("args")
+        queue = try row.string("queue")
+        retry = try row.string("retry")
+        extra = try row.string("extra")
+        runAt = try row.decode("run_at", as: Double?.self)
+        createdAt = try row.double("created_at")
+    }
+
+    /// The Sidekiq payload Ruby's client would write for this job (`JobClient.payload`), with the row's jid
+    /// and created_at; `enqueued_at` for a job pushed onto its queue, none for one put in `schedule`.
+    func payload(now: Double) throws -> (json: String, scheduledAt: Double?) {
+        let argsValue = try JSONValue.parse(args)
+        guard case .array(let argsArray) = argsValue else { throw OutboxRowError.notArray(jid) }
+        let extraFields = try JSONValue.parse(extra).objectValue ?? [:]
+        let job = NewJob(className, args: argsArray, queue: queue, retry: try JSONValue.parse(retry), extra: extraFields)
+        let scheduled = runAt.flatMap { $0 > now ? $0 : nil }
+        let payload = try JobClient.payload(for: job, jid: jid, createdAt: createdAt,
+                                            enqueuedAt: scheduled == nil ? now : nil)
+        return (payload.serialized(), scheduled)
+    }
+
+    /// Redis commands that push `rows` (in order: within a queue they run in row order). A row whose
+    /// payload cannot be built is returned in `failed` with the reason, and not pushed.
+    static func pushCommands(_ rows: [OutboxRow], now: Double) -> (commands: [[any RedisArgument]], failed: [(OutboxRow, String)]) {
+        var byQueue: [(queue: String, payloads: [String])] = []
+        var zadd: [any RedisArgument] = ["ZADD", Keys.schedule]
+        var failed: [(OutboxRow, String)] = []
+        for row in rows {
+            do {
+                let (json, scheduledAt) = try row.payload(now: now)
+                if let scheduledAt {
+                    zadd.append(scheduledAt)
+                    zadd.append(json)
+                } else if let index = byQueue.firstIndex(where: { $0.queue == row.queue }) {
+                    byQueue[index].payloads.append(json)
+                } else {
+                    byQueue.append((row.queue, [json]))
+                }
+            } catch {
+                failed.append((row, "\(error)"))
+            }
+        }
+        var commands: [[any RedisArgument]] = []
+        for (queue, payloads) in byQueue {
+            commands.append(["SADD", Keys.queues, queue])
+            commands.append(["LPUSH", Keys.queue(queue)] + payloads)
+        }
+        if zadd.count > 2 { commands.append(zadd) }
+        return (commands, failed)
+    }
+}
+
+enum OutboxRowError: Error, CustomStringConvertible {
+    case notArray(String)
+    var description: String {
+        switch self {
+        case .notArray(let jid): return "job_outbox row \(jid): args is not a JSON array"
+        }
+    }
+}

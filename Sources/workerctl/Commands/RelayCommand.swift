@@ -1,0 +1,90 @@
+import ArgumentParser
+import BenchJobs
+import Foundation
+import Logging
+import Outbox
+import Workers
+
+/// The outbox flags shared by `worker`, `run` (`--outbox-relay`) and `relay` (docs/outbox.md).
+struct OutboxRelayOptions: ParsableArguments {
+    @Flag(name: .customLong("outbox-relay"), help: "Also run the outbox relay (job_outbox -> Redis) and the lost-job finder in this process.")
+    var enabled = false
+
+    @Option(name: .customLong("outbox-batch"), help: "Most outbox rows one relay transaction moves (default 500).")
+    var batch: Int = 500
+
+    @Option(name: .customLong("outbox-poll-interval"), help: "Seconds between polls of job_outbox when no NOTIFY came (default 1).")
+    var pollInterval: Double = 1
+
+    @Option(name: .customLong("lost-job-interval"), help: "Seconds between rounds of the lost-job finder (default 60; 0 turns it off).")
+    var lostJobInterval: Double = 60
+
+    @Option(name: .customLong("outbox-retention"), help: "Seconds pushed outbox rows are kept, and so how far back a lost job is found (default 604800 = 7 days).")
+    var retention: Double = 7 * 86_400
+
+    func validate() throws {
+        if !(1...10_000).contains(batch) { throw ValidationError("--outbox-batch must be within 1...10000") }
+        for value in [pollInterval, lostJobInterval, retention] where !(value.isFinite && value >= 0) {
+            throw ValidationError("outbox durations must be non-negative numbers")
+        }
+        if pollInterval < 0.01 { throw ValidationError("--outbox-poll-interval must be at least 0.01") }
+    }
+
+    /// The relay settings; the lost-job finder re-pushes only classes of `registry` that use the ledger.
+    func settings(redisURL: String, databaseURL: String, registry: JobRegistry) -> OutboxRelaySettings {
+        let ledgerClasses = registry.classNames.filter { registry.options(for: $0)?.usesLedger == true }
+        let lostJobs = lostJobInterval > 0
+            ? LostJobSettings(interval: lostJobInterval, retention: retention, ledgerClasses: ledgerClasses) : nil
+        return OutboxRelaySettings(databaseURL: databaseURL, redisURL: redisURL, batchSize: batch,
+                                   pollInterval: pollInterval, lostJobs: lostJobs)
+    }
+
+    /// The relay a worker runs when `--outbox-relay` is given (nil otherwise).
+    func makeRelay(redisURL: String, noDatabase: Bool, databaseURL: String, registry: JobRegistry) throws -> OutboxRelay? {
+        guard enabled else { return nil }
+        if noDatabase { throw CLIError.usage("--outbox-relay needs PostgreSQL; it cannot run with --no-database") }
+        return OutboxRelay(settings: settings(redisURL: redisURL, databaseURL: databaseURL, registry: registry),
+                           logger: Logger(label: "workerctl.outbox"))
+    }
+}
+
+struct RelayCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "relay",
+        abstract: "Move committed job_outbox rows to Redis (transactional enqueue; docs/outbox.md).",
+        discussion: """
+            Woken by NOTIFY workers_outbox at each commit, with a fallback poll. Any number of relays may run: \
+            rows are taken with FOR UPDATE SKIP LOCKED. The lost-job finder runs with it only when given the \
+            ledger job classes (--bench-jobs adds ProbeInsert; workers started with --outbox-relay know every \
+            class they run). SIGTERM/SIGINT: finish the current batch and exit 0.
+            """
+    )
+
+    @OptionGroup var redis: RedisOptions
+    @OptionGroup var database: DatabaseOptions
+    @OptionGroup var outbox: OutboxRelayOptions
+
+    @Flag(name: .customLong("bench-jobs"), help: ArgumentHelp("Let the lost-job finder push again the bench job ProbeInsert.", visibility: .hidden))
+    var benchJobs = false
+
+    func run() throws {
+        var registry = JobRegistry()
+        if benchJobs { registry = BenchJobs.registry() }
+        let relay = OutboxRelay(settings: outbox.settings(redisURL: redis.resolvedURL(), databaseURL: database.resolvedURL(),
+                                                          registry: registry),
+                                logger: Logger(label: "workerctl.relay"))
+        let stopped = DispatchSemaphore(value: 0)
+        var sources: [DispatchSourceSignal] = []
+        for number in [SIGTERM, SIGINT] {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { stopped.signal() }
+            source.resume()
+            sources.append(source)
+        }
+        relay.start()
+        stopped.wait()
+        relay.stop()
+        withExtendedLifetime(sources) {}
+    }
+}
