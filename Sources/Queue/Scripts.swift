@@ -35,7 +35,8 @@ enum Scripts {
     /// in the in-flight list (so a job that an orphan sweep already took back is not also
     /// retried). Ops: `ack` (remove), `retry` (ZADD retry target payload), `dead` (ZADD dead
     /// now payload + trims), `requeue` (RPUSH queue:target payload: the front of the line),
-    /// `drop` (remove without a trace: `retry: false`). `counts` is `RunCounts.rawValue`
+    /// `drop` (remove without a trace: `retry: false`), `schedule` (ZADD schedule target payload: over a
+    /// limit, docs/limiters.md). `counts` is `RunCounts.rawValue`
     /// (1 processed, 2 failed, 3 both). Invariant: a run moves `stat:processed` / `stat:failed`
     /// (and the daily keys) only if this call's LREM removed its job, so a batch sent again after
     /// a lost reply counts nothing twice. Returns the number of jobs settled.
@@ -62,6 +63,8 @@ enum Scripts {
               killed = true
             elseif op == 'requeue' then
               redis.call('RPUSH', 'queue:' .. target, payload)
+            elseif op == 'schedule' then
+              redis.call('ZADD', 'schedule', target, payload)
             end
           end
         end

@@ -94,6 +94,9 @@ public struct JobOptions: Sendable {
     /// commit; if it fails, every job of the group is retried and the ledger keeps them exactly-once.
     /// Leave it off for jobs that call other services or hold row locks other jobs wait for.
     public var groupCommit: Bool
+    /// Fleet-wide limits a job must pass before it runs, and what happens when it is over one
+    /// (docs/limiters.md, Workers/Limits/).
+    public var limits: JobLimits = []
 
     public init(maxRetries: Int = 25, backoff: Backoff = .sidekiq, timeout: Double = 1800, usesLedger: Bool = false,
                 groupCommit: Bool = false) {
