@@ -114,6 +114,17 @@ final class LimiterTests: XCTestCase {
         XCTAssertTrue(try eventually { try redis.int("GET", "probe:limits:running:probe-mutex-c") == 1 }, workers[0].stderr)
         let waiting = try redis.client.enqueue(NewJob("LimitProbeMutex", args: [0, "c"]))
         let capped = try redis.client.enqueue(NewJob("LimitProbeMutex", args: [0, "c"], extra: ["overrated": 5]))
+
+        // The operator's view while the holder runs: `workerctl limits ls --json` (Queue/Admin/LimitAdmin.swift).
+        let listed = try WorkerctlRunner(redisURL: redis.url).run(["limits", "ls", "--json"])
+        XCTAssertEqual(listed.status, 0, listed.stderr)
+        let rows = listed.object?["limits"]?.arrayValue?.compactMap(\.objectValue) ?? []
+        let row = try XCTUnwrap(rows.first { $0["name"]?.stringValue == "probe-mutex" && $0["key"]?.stringValue == "c" },
+                                listed.stdout)
+        XCTAssertEqual(row["kind"]?.stringValue, "concurrent")
+        XCTAssertEqual(row["max"]?.intValue, 1)
+        XCTAssertEqual(row["used"]?.doubleValue, 1, listed.stdout)
+        XCTAssertEqual(row["period_s"]?.doubleValue, 2)
         XCTAssertTrue(try eventually { try redis.payloads(zset: Keys.schedule).contains { $0.jid == waiting } }, workers[0].stderr)
         let scheduled = try XCTUnwrap(try redis.payloads(zset: Keys.schedule).first { $0.jid == waiting })
         XCTAssertEqual(scheduled.fields["overrated"]?.intValue, 1)
