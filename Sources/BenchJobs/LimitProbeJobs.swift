@@ -8,7 +8,8 @@ import Workers
 ///
 /// Keys written (test databases only): `probe:limits:running:<name>` (jobs of that limit inside
 /// `perform` now), `probe:limits:max:<name>` (highest value seen), `probe:limits:done:<name>` (runs
-/// finished), `probe:limits:windows` (HASH: window index of Redis time → admissions).
+/// finished), `probe:limits:windows` (HASH: window index of Redis time → admissions), `probe:limits:bucket`
+/// (LIST of admission times, ms of Redis time).
 public enum LimitProbes {
     /// Registers the three probe jobs, recording through `redisURL`.
     public static func register(into registry: inout JobRegistry, redisURL: String) {
@@ -16,6 +17,7 @@ public enum LimitProbes {
         registry.register(LimitProbeConcurrentJob(redis: pool))
         registry.register(LimitProbeMutexJob(redis: pool))
         registry.register(LimitProbeWindowJob(redis: pool))
+        registry.register(LimitProbeBucketJob(redis: pool))
     }
 
     /// INCR running; raise max if exceeded.
@@ -98,5 +100,21 @@ public struct LimitProbeWindowJob: Job {
         guard let admitted = context.limitsAdmittedAt else { throw JobError.permanent("run without a limiter admission") }
         let window = Int((admitted * 1000).rounded()) / 1000
         _ = try redis.withConnection { try $0.command("HINCRBY", "probe:limits:windows", window, 1) }
+    }
+}
+
+/// `args: []`: a token bucket of 1 token per 200 ms; records its admission time (ms of Redis time).
+public struct LimitProbeBucketJob: Job {
+    public static let className = "LimitProbeBucket"
+    public static var options: JobOptions {
+        var options = JobOptions(maxRetries: 0)
+        options.limits = JobLimits([.bucket("probe-bucket", capacity: 1, per: 0.2)],
+                                   overLimit: OverLimitPolicy(reschedule: 1_000_000, backoff: OverLimitPolicy.limiterWait(jitter: 0.1)))
+        return options
+    }
+    let redis: RedisPool
+    public func perform(_ arguments: NoArguments, context: JobContext) throws {
+        guard let admitted = context.limitsAdmittedAt else { throw JobError.permanent("run without a limiter admission") }
+        _ = try redis.withConnection { try $0.command("RPUSH", "probe:limits:bucket", Int((admitted * 1000).rounded())) }
     }
 }

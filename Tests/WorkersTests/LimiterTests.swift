@@ -142,4 +142,18 @@ final class LimiterTests: XCTestCase {
         XCTAssertEqual(try redis.processed(), 3, "two runs and the capped failure; reschedules are not runs")
         XCTAssertEqual(try redis.failed(), 1, "only the capped job failed")
     }
+
+    /// bucket(1 token per 200 ms) on 10 threads: every admission is at least 200 ms of Redis time after the previous.
+    func testTokenBucketOfOnePerTwoHundredMillisecondsSpacesAdmissions() throws {
+        let redis = try TestRedis(database: 68)
+        try redis.client.enqueueMany((0..<15).map { _ in NewJob("LimitProbeBucket") })
+        let workers = try startWorkers(1, redis: redis, concurrency: 10)
+        defer { stop(workers) }
+        XCTAssertTrue(try eventually(timeout: 60) { try redis.int("LLEN", "probe:limits:bucket") == 15 }, workers[0].stderr)
+        let times = try redis.command("LRANGE", "probe:limits:bucket", 0, -1).strings.compactMap(Int.init).sorted()
+        let gaps = zip(times.dropFirst(), times).map { $0 - $1 }
+        print("bucket figures: gaps between admissions (ms) \(gaps)")
+        XCTAssertGreaterThanOrEqual(gaps.min() ?? 0, 200, "\(gaps)")
+        XCTAssertEqual(try redis.failed(), 0)
+    }
 }

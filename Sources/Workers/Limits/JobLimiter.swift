@@ -11,7 +11,7 @@ import Synchronization
 /// is the only one that renews. The set of held leases is behind a mutex.
 ///
 /// Invariant: a lease is in `held` from its admission until `release`; while there, it is renewed every
-/// `lease / 3` (at most every second), so it expires only when this process stops renewing (killed,
+/// `lease / 3` (and at least once a second), so it expires only when this process stops renewing (killed,
 /// frozen) — then another process's admission reclaims the slot (`LimitScripts.admit` drops expired leases).
 final class JobLimiter: Sendable {
     private let redis: RedisPool

@@ -57,13 +57,14 @@ public struct LimitDeclaration: Sendable {
 /// Once `overrated` has reached `reschedule`, the next refusal is raised as an `OverLimit` error and takes
 /// the normal retry path (counts as a failure, `retry_count` grows), as Sidekiq Enterprise does.
 public struct OverLimitPolicy: Sendable {
-    /// Times a job may be rescheduled for being over its limit (Sidekiq Enterprise's `reschedule`, 20).
+    /// Times a job may be rescheduled for being over its limit (Sidekiq Enterprise's `reschedule`; 25 by default,
+    /// per https://juanitofatas.com/series/sidekiq/ent-rate-limiting, a summary of the Ent-Rate-Limiting wiki).
     public var reschedule: Int
     /// Seconds until the next try, from `overrated` (0 for the first refusal) and the limiter's own
     /// estimate of when it admits again.
     public var backoff: @Sendable (_ overrated: Int, _ limiterWait: Double) -> Double
 
-    public init(reschedule: Int = 20,
+    public init(reschedule: Int = 25,
                 backoff: @escaping @Sendable (_ overrated: Int, _ limiterWait: Double) -> Double = OverLimitPolicy.sidekiqEnterprise) {
         self.reschedule = reschedule
         self.backoff = backoff
