@@ -30,6 +30,8 @@ public enum Settlement: Sendable, Equatable {
     case requeue(payload: String)
     /// Failed with `retry: false`: removed without a trace (Sidekiq's behaviour).
     case drop
+    /// Not run (over a limit, docs/limiters.md): `payload` goes to `schedule` at `at`; not a failure.
+    case schedule(payload: String, at: Double)
 }
 
 /// Which `stat:*` counters a settled run moves. The settle script applies them only when the
@@ -113,6 +115,7 @@ public enum ReliableQueue {
             case .retry(let payload, let at): arguments += ["retry", job.workingKey, job.raw, payload, at]
             case .dead(let payload): arguments += ["dead", job.workingKey, job.raw, payload, ""]
             case .requeue(let payload): arguments += ["requeue", job.workingKey, job.raw, payload, job.queue]
+            case .schedule(let payload, let at): arguments += ["schedule", job.workingKey, job.raw, payload, at]
             }
             arguments.append(counts.rawValue)
             arguments.append(job.uniqueJid ?? "")

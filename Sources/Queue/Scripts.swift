@@ -35,14 +35,16 @@ enum Scripts {
     /// in the in-flight list (so a job that an orphan sweep already took back is not also
     /// retried). Ops: `ack` (remove), `retry` (ZADD retry target payload), `dead` (ZADD dead
     /// now payload + trims), `requeue` (RPUSH queue:target payload: the front of the line),
-    /// `drop` (remove without a trace: `retry: false`). `counts` is `RunCounts.rawValue`
+    /// `drop` (remove without a trace: `retry: false`), `schedule` (ZADD schedule target payload: over a
+    /// limit, docs/limiters.md). `counts` is `RunCounts.rawValue`
     /// (1 processed, 2 failed, 3 both). Invariant: a run moves `stat:processed` / `stat:failed`
     /// (and the daily keys) only if this call's LREM removed its job, so a batch sent again after
     /// a lost reply counts nothing twice. The same holds for batch jobs (`BatchScripts`): a settled
     /// job carrying a `bid` is counted for its batch here, in the same call (ack = success, retry =
     /// failure, dead / drop = finished without success). `unique jid` ('' if none) is the jid of a job
     /// that owns a unique lock (docs/unique-jobs.md): `ack`, `dead` and `drop` release it (only if the
-    /// lock still names that jid), `retry` extends it to the retry time + its `for`, `requeue` keeps it.
+    /// lock still names that jid), `retry` and `schedule` (over a limit) extend it to the job's next time +
+    /// its `for`, `requeue` keeps it.
     /// Returns the number of jobs settled.
     static let complete = RedisScript(BatchScripts.functions + """
 
@@ -63,7 +65,7 @@ enum Scripts {
             if unique ~= '' and op ~= 'requeue' then
               local owner = 'unique-jid:' .. unique
               local lock = redis.call('HGET', owner, 'lock')
-              if op == 'retry' then
+              if op == 'retry' or op == 'schedule' then
                 if lock and redis.call('GET', lock) == unique then
                   local ms = math.floor((tonumber(target) + tonumber(redis.call('HGET', owner, 'for') or 0)) * 1000)
                   redis.call('PEXPIREAT', lock, ms, 'GT')
@@ -83,6 +85,8 @@ enum Scripts {
               killed = true
             elseif op == 'requeue' then
               redis.call('RPUSH', 'queue:' .. target, payload)
+            elseif op == 'schedule' then
+              redis.call('ZADD', 'schedule', target, payload)
             end
             if op == 'ack' then batch_outcome(raw, 'success', now)
             elseif op == 'retry' then batch_outcome(raw, 'retry', now)

@@ -81,6 +81,7 @@ struct JobRunnerDriver {
             return .retry(next: next, delay: at - (Delivery.failedAt(next) ?? started))
         case .dead(let text): return .dead(payload: try JobPayload(parsing: text))
         case .requeue(let text): throw DriverError("the runner requeued the job: \(text)")
+        case .schedule(let text, _): throw DriverError("the runner rescheduled the job (over a limit): \(text)")
         }
     }
 

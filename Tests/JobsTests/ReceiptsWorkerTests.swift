@@ -64,4 +64,36 @@ final class ReceiptsWorkerTests: ReceiptsTestCase {
         let retried = try XCTUnwrap(redis.payloads(zset: Keys.retry).first)
         XCTAssertTrue(retried.errorMessage?.contains("temporarily unavailable") == true, "\(retried.errorMessage ?? "")")
     }
+
+    /// The store-call cap (`StoreCallLimits`, docs/limiters.md) through the real runner: with all 20 Apple slots held
+    /// (leases of other processes), a validation is rescheduled — `overrated`, no failure fields, no effect — and once
+    /// the slots come free it runs and applies.
+    func testValidationOverTheStoreCallCapWaitsWithoutFailingAndRunsOnceASlotIsFree() throws {
+        let user = try db.newUser()
+        let expires = String(Int64(Date().addingTimeInterval(20 * 86400).timeIntervalSince1970 * 1000))
+        try fakes.admin(.apple, "POST", "apple/receipts", json: [
+            "receipt-data": "r-cap", "status": 0,
+            "latest_receipt_info": [["product_id": ReceiptsDatabase.appleProduct, "transaction_id": "7000101",
+                                     "original_transaction_id": "7000101", "expires_date_ms": expires]]])
+        let farFuture = (Clock.now() + 3600) * 1000
+        for holder in 0..<StoreCallLimits.maxConcurrent {
+            try redis.command("ZADD", "limit:store-calls:apple", farFuture, "other-process-\(holder)")
+        }
+        let jid = try redis.client.enqueue(NewJob("ValidateReceiptJob", args: try args(user: user, receipt: "r-cap", transaction: "7000101")))
+        try start()
+
+        XCTAssertTrue(try eventually { try redis.payloads(zset: Keys.schedule).contains { $0.jid == jid } })
+        let waiting = try XCTUnwrap(try redis.payloads(zset: Keys.schedule).first { $0.jid == jid })
+        XCTAssertEqual(waiting.fields["overrated"]?.intValue, 1)
+        XCTAssertNil(waiting.fields["retry_count"])
+        XCTAssertNil(waiting.fields["error_message"])
+        XCTAssertEqual(try db.userStatus(user), "free", "no effect while over the cap")
+        XCTAssertEqual(try redis.failed(), 0)
+
+        try redis.command("DEL", "limit:store-calls:apple")
+        XCTAssertTrue(try eventually(timeout: 60) { try db.userStatus(user) == "premium" })
+        XCTAssertEqual(try db.events(key: "7000101"), ["subscription_started"])
+        XCTAssertEqual(try redis.failed(), 0)
+        XCTAssertEqual(try redis.int("ZCARD", Keys.retry) + redis.int("ZCARD", Keys.dead), 0)
+    }
 }

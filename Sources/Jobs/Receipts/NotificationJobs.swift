@@ -50,7 +50,8 @@ public struct AppStoreNotificationArguments: Decodable, Sendable, ValidatedArgum
 /// verify goes to `dead` with the reason.
 public struct AppStoreNotificationJob: Job {
     public static let className = "AppStoreNotificationJob"
-    public static let options = JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 60, usesLedger: true)
+    public static let options = StoreCallLimits.options(
+        JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 60, usesLedger: true), store: "apple")
     let services: ReceiptServices
 
     public init(services: ReceiptServices) { self.services = services }
@@ -203,7 +204,8 @@ public struct DeveloperNotification: Decodable, Sendable {
 /// `GoogleAcknowledgementSweepJob`). Unknown purchase tokens are recorded `unmatched`.
 public struct PlayNotificationJob: Job {
     public static let className = "PlayNotificationJob"
-    public static let options = JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 60, usesLedger: true)
+    public static let options = StoreCallLimits.options(
+        JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 60, usesLedger: true), store: "google")
     let services: ReceiptServices
 
     public init(services: ReceiptServices) { self.services = services }

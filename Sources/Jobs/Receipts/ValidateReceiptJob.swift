@@ -103,7 +103,8 @@ public struct ValidateReceiptArguments: Decodable, Sendable, ValidatedArguments 
 /// (`JobError.permanent`) without retry; temporary store failures are retried with Sidekiq backoff.
 public struct ValidateReceiptJob: Job {
     public static let className = "ValidateReceiptJob"
-    public static let options = JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 120, usesLedger: true)
+    public static let options = StoreCallLimits.options(
+        JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 120, usesLedger: true))
     let services: ReceiptServices
 
     public init(services: ReceiptServices) { self.services = services }

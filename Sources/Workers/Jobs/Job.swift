@@ -97,6 +97,9 @@ public struct JobOptions: Sendable {
     /// Unique jobs (docs/unique-jobs.md): at most one live job per lock key; nil = not unique. A
     /// payload's own `unique_for` wins over this. Set it with `JobOptions(…).unique(…)`.
     public var unique: UniquePolicy? = nil
+    /// Fleet-wide limits a job must pass before it runs, and what happens when it is over one
+    /// (docs/limiters.md, Workers/Limits/).
+    public var limits: JobLimits = []
 
     public init(maxRetries: Int = 25, backoff: Backoff = .sidekiq, timeout: Double = 1800, usesLedger: Bool = false,
                 groupCommit: Bool = false) {

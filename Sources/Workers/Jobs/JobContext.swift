@@ -33,6 +33,9 @@ public struct JobContext: Sendable {
     /// transaction, shared with the jobs it ran just before. `transaction` and `withConnection` use it
     /// (the job's work nests in a savepoint); only this run's thread touches it, and only during the run.
     var sharedTransaction: PostgresConnection?
+    /// When this run was admitted through its class's limits (Unix seconds, Redis server time); nil for a
+    /// class without limits (docs/limiters.md).
+    public internal(set) var limitsAdmittedAt: Double?
 
     public init(jid: String, className: String, queue: String, attempt: Int, payload: JobPayload, deadline: Date,
                 cancellation: CancellationFlag, logger: Logger, database: JobDatabase?) {

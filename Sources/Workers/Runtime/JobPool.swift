@@ -79,8 +79,9 @@ final class JobPool: Sendable {
             guard let ran = runOne(taken, slot: slot, threadID: threadID, metricHandles: &metricHandles) else {
                 return
             }
-            ran.metrics.record(failed: ran.outcome.failed)
-            settlements.add(.init(job: taken.job, settlement: ran.outcome.settlement, failed: ran.outcome.failed, processed: true))
+            if ran.outcome.counted { ran.metrics.record(failed: ran.outcome.failed) }
+            settlements.add(.init(job: taken.job, settlement: ran.outcome.settlement, failed: ran.outcome.failed,
+                                  processed: ran.outcome.counted))
         }
     }
 
@@ -174,9 +175,9 @@ final class JobPool: Sendable {
                         awaiting.append((taken, ran.metrics))
                         slot.awaitCommit(taken.job)
                     } else {
-                        ran.metrics.record(failed: ran.outcome.failed)
+                        if ran.outcome.counted { ran.metrics.record(failed: ran.outcome.failed) }
                         settlements.add(.init(job: taken.job, settlement: ran.outcome.settlement, failed: ran.outcome.failed,
-                                              processed: true))
+                                              processed: ran.outcome.counted))
                     }
                     guard connection.isOpen, connection.isInTransaction, !connection.isTransactionFailed else {
                         throw GroupCommitBroken()

@@ -11,11 +11,15 @@ struct JobRunner: Sendable {
     let configuration: WorkerConfiguration
     let database: JobDatabase?
     let logger: Logger
+    /// Admits jobs through their class's limits (docs/limiters.md); nil: limits are not enforced.
+    var limiter: JobLimiter? = nil
 
     /// What a run produced.
     struct Outcome {
         let settlement: Settlement
         let failed: Bool
+        /// False when the job did not run at all (over a limit): no `stat:*` counter, no run metrics.
+        var counted: Bool = true
     }
 
     /// The timeout for a payload (its class's, else the process default, else 30 min).
@@ -83,10 +87,22 @@ struct JobRunner: Sendable {
             }
         }
 
+        // Limits (docs/limiters.md): admitted through all of them or rescheduled without running.
+        var leases: [LimitLease] = []
+        var admittedAt: Double?
+        if let limiter, !prepared.options.limits.isEmpty {
+            switch admit(payload, job: job, limits: prepared.options.limits, limiter: limiter, logger: jobLogger) {
+            case .run(let held, let at): (leases, admittedAt) = (held, at)
+            case .settle(let outcome): return outcome
+            }
+        }
+        defer { limiter?.release(leases) }
+
         var context = JobContext(jid: jid, className: payload.className, queue: job.queue, attempt: attempt,
                                  payload: payload, deadline: Date(timeIntervalSince1970: execution.deadline),
                                  cancellation: execution.cancellation, logger: jobLogger, database: database)
         context.sharedTransaction = sharedTransaction
+        context.limitsAdmittedAt = admittedAt
         let started = Clock.now()
         do {
             try prepared.run(context)

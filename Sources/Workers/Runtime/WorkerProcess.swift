@@ -72,7 +72,8 @@ public final class WorkerProcess: @unchecked Sendable {
         self.buffer = buffer
         let outages = OutageLog(logger: logger)
         let runTimeEstimate = RunTimeEstimate()
-        pool = JobPool(runner: JobRunner(registry: registry, configuration: configuration, database: database, logger: logger),
+        pool = JobPool(runner: JobRunner(registry: registry, configuration: configuration, database: database, logger: logger,
+                                         limiter: JobLimiter(endpoint: endpoint, logger: logger)),
                        configuration: configuration, buffer: buffer, running: running, settlements: settlements,
                        runTime: runTimeEstimate, metrics: metrics, pickupLatency: pickupLatency, runTimes: runTime,
                        logger: logger)

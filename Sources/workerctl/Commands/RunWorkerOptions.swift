@@ -108,7 +108,10 @@ struct WorkerOptions: ParsableArguments {
         // Metric handles bind to the factory when created: bootstrap before the process exists.
         if metricsAddress(file: file) != nil { MetricsEndpoint.bootstrap() }
         var registry = JobRegistry.builtins()
-        if benchJobs { BenchJobs.register(into: &registry) }
+        if benchJobs {
+            BenchJobs.register(into: &registry)
+            LimitProbes.register(into: &registry, redisURL: configuration.redisURL)
+        }
         registerDomainJobs(into: &registry, redisURL: configuration.redisURL)
         let jobDatabase = noDatabase ? nil : try openDatabase(configured: file.databaseURL,
                                                                poolSize: file.pgPoolSize ?? configuration.concurrency)

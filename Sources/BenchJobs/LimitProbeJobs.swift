@@ -1,0 +1,120 @@
+import Foundation
+import Queue
+import Workers
+
+/// Test-only jobs that declare limits and measure, in Redis, what the limiters let through
+/// (LimiterTests; `workerctl worker --bench-jobs`). Each records with one Lua script on its own
+/// pooled connection, so the figures come from Redis, not from any process's clock.
+///
+/// Keys written (test databases only): `probe:limits:running:<name>` (jobs of that limit inside
+/// `perform` now), `probe:limits:max:<name>` (highest value seen), `probe:limits:done:<name>` (runs
+/// finished), `probe:limits:windows` (HASH: window index of Redis time → admissions), `probe:limits:bucket`
+/// (LIST of admission times, ms of Redis time).
+public enum LimitProbes {
+    /// Registers the three probe jobs, recording through `redisURL`.
+    public static func register(into registry: inout JobRegistry, redisURL: String) {
+        guard let pool = try? RedisPool(url: redisURL, maxConnections: 4) else { return }
+        registry.register(LimitProbeConcurrentJob(redis: pool))
+        registry.register(LimitProbeMutexJob(redis: pool))
+        registry.register(LimitProbeWindowJob(redis: pool))
+        registry.register(LimitProbeBucketJob(redis: pool))
+    }
+
+    /// INCR running; raise max if exceeded.
+    static let enter = RedisScript("""
+        local n = redis.call('INCR', KEYS[1])
+        local m = tonumber(redis.call('GET', KEYS[2]) or '0')
+        if n > m then redis.call('SET', KEYS[2], n) end
+        return n
+        """)
+
+    static func measured(_ name: String, redis: RedisPool, milliseconds: Int, context: JobContext) throws {
+        let running = "probe:limits:running:\(name)"
+        _ = try redis.withConnection {
+            try $0.evaluate(enter, keys: [running, "probe:limits:max:\(name)"])
+        }
+        let end = Date().addingTimeInterval(Double(milliseconds) / 1000)
+        while end.timeIntervalSinceNow > 0, !context.isCancelled {
+            Thread.sleep(forTimeInterval: min(0.05, max(0, end.timeIntervalSinceNow)))
+        }
+        _ = try redis.withConnection {
+            try $0.pipeline([["DECR", running], ["INCR", "probe:limits:done:\(name)"]])
+        }
+    }
+
+    /// A short random delay: over-limit probes come back quickly.
+    static let quickBackoff = OverLimitPolicy(reschedule: 1_000_000) { _, _ in Double.random(in: 0.05...0.3) }
+}
+
+/// `args: [milliseconds]`: at most 3 running fleet-wide (lease 2 s).
+public struct LimitProbeConcurrentJob: Job {
+    public static let className = "LimitProbeConcurrent"
+    public static var options: JobOptions {
+        var options = JobOptions(maxRetries: 0)
+        options.limits = JobLimits([.concurrent("probe-concurrent", max: 3, lease: 2)], overLimit: LimitProbes.quickBackoff)
+        return options
+    }
+    let redis: RedisPool
+    public func perform(_ arguments: SingleArgument<Int>, context: JobContext) throws {
+        try LimitProbes.measured("probe-concurrent", redis: redis, milliseconds: arguments.value, context: context)
+    }
+}
+
+/// `args: [milliseconds, key]`: one at a time per key (lease 2 s); rescheduled 1.5 s later when over, at most
+/// 5 times (then the normal retry path, next try in an hour).
+public struct LimitProbeMutexJob: Job {
+    public static let className = "LimitProbeMutex"
+    public static var options: JobOptions {
+        var options = JobOptions(maxRetries: 5, backoff: .schedule([3600]))
+        options.limits = JobLimits([.concurrent("probe-mutex", max: 1, lease: 2, key: { $0.last?.stringValue })],
+                                   overLimit: OverLimitPolicy(reschedule: 5) { _, _ in 1.5 })
+        return options
+    }
+    let redis: RedisPool
+    public struct Arguments: Decodable, Sendable {
+        let milliseconds: Int
+        let key: String
+        public init(from decoder: any Decoder) throws {
+            var container = try decoder.unkeyedContainer()
+            milliseconds = try container.decode(Int.self)
+            key = try container.decode(String.self)
+        }
+    }
+    public func perform(_ arguments: Arguments, context: JobContext) throws {
+        try LimitProbes.measured("probe-mutex-\(arguments.key)", redis: redis, milliseconds: arguments.milliseconds,
+                                 context: context)
+    }
+}
+
+/// `args: []`: at most 20 per 1-second window of Redis time; records its admission's window.
+public struct LimitProbeWindowJob: Job {
+    public static let className = "LimitProbeWindow"
+    public static var options: JobOptions {
+        var options = JobOptions(maxRetries: 0)
+        options.limits = JobLimits([.window("probe-window", max: 20, per: 1)],
+                                   overLimit: OverLimitPolicy(reschedule: 1_000_000, backoff: OverLimitPolicy.limiterWait(jitter: 0.2)))
+        return options
+    }
+    let redis: RedisPool
+    public func perform(_ arguments: NoArguments, context: JobContext) throws {
+        guard let admitted = context.limitsAdmittedAt else { throw JobError.permanent("run without a limiter admission") }
+        let window = Int((admitted * 1000).rounded()) / 1000
+        _ = try redis.withConnection { try $0.command("HINCRBY", "probe:limits:windows", window, 1) }
+    }
+}
+
+/// `args: []`: a token bucket of 1 token per 200 ms; records its admission time (ms of Redis time).
+public struct LimitProbeBucketJob: Job {
+    public static let className = "LimitProbeBucket"
+    public static var options: JobOptions {
+        var options = JobOptions(maxRetries: 0)
+        options.limits = JobLimits([.bucket("probe-bucket", capacity: 1, per: 0.2)],
+                                   overLimit: OverLimitPolicy(reschedule: 1_000_000, backoff: OverLimitPolicy.limiterWait(jitter: 0.1)))
+        return options
+    }
+    let redis: RedisPool
+    public func perform(_ arguments: NoArguments, context: JobContext) throws {
+        guard let admitted = context.limitsAdmittedAt else { throw JobError.permanent("run without a limiter admission") }
+        _ = try redis.withConnection { try $0.command("RPUSH", "probe:limits:bucket", Int((admitted * 1000).rounded())) }
+    }
+}

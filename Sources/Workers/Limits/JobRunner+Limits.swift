@@ -1,0 +1,50 @@
+import Foundation
+import Logging
+import Queue
+
+extension JobRunner {
+    /// What the limits decided for one delivery.
+    enum LimitDecision {
+        /// Run, holding these concurrency leases until the run ends; admitted at `admittedAt` (Redis time, s).
+        case run([LimitLease], admittedAt: Double)
+        /// Do not run: settle with this outcome (rescheduled, or failed past the reschedule cap).
+        case settle(Outcome)
+    }
+
+    /// Admits `payload` through `limits`, or decides its over-limit outcome (Sidekiq Enterprise's OverLimit:
+    /// `OverLimitPolicy`). A Redis error is a normal failure of the run (retried with backoff).
+    func admit(_ payload: JobPayload, job: FetchedJob, limits: JobLimits, limiter: JobLimiter, logger: Logger) -> LimitDecision {
+        let options = registry.options(for: payload.className) ?? JobOptions()
+        let admission: LimitAdmission
+        do {
+            admission = try limiter.admit(limits, payload: payload)
+        } catch {
+            return .settle(failure(error, payload: payload, job: job, options: options, logger: logger))
+        }
+        switch admission {
+        case .admitted(let leases, let atMilliseconds):
+            if let since = payload.fields["overrated_at"]?.doubleValue {
+                for declaration in limits.declarations { LimiterMetrics.waited(declaration.spec.name, seconds: Clock.now() - since) }
+            }
+            for declaration in limits.declarations { LimiterMetrics.admitted(declaration.spec.name) }
+            return .run(leases, admittedAt: Double(atMilliseconds) / 1000)
+        case .overLimit(let spec, let waitMilliseconds):
+            let overrated = Int(payload.fields["overrated"]?.intValue ?? 0)
+            if overrated >= limits.overLimit.reschedule {
+                logger.warning("over limit past its reschedule cap; failing", metadata: ["limit": "\(spec.name)"])
+                return .settle(failure(OverLimit(limit: spec.name, overrated: overrated), payload: payload, job: job,
+                                       options: options, logger: logger))
+            }
+            let delay = max(0, limits.overLimit.backoff(overrated, Double(waitMilliseconds) / 1000))
+            var next = payload
+            let now = Clock.now()
+            next.fields["overrated"] = .int(Int64(overrated + 1))
+            if next.fields["overrated_at"] == nil { next.fields["overrated_at"] = .double(now) }
+            LimiterMetrics.overLimit(spec.name, rescheduledIn: delay)
+            logger.debug("over limit; rescheduled", metadata: ["limit": "\(spec.name)", "overrated": "\(overrated + 1)",
+                                                              "delay_s": "\(delay)"])
+            return .settle(Outcome(settlement: .schedule(payload: next.serialized(), at: now + delay), failed: false,
+                                   counted: false))
+        }
+    }
+}
