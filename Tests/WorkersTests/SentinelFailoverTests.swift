@@ -55,6 +55,57 @@ final class SentinelFailoverTests: XCTestCase {
         print("SentinelFailoverTests: master SIGKILL lost \(outcome.lost) of \(Self.jobCount) jobs")
     }
 
+    /// A write answered `-READONLY` (the server we were talking to became a replica while our link
+    /// stayed up) closes the link, so the next command asks the Sentinels again and checks `ROLE`:
+    /// here the Sentinels still name the demoted server, so that reconnect must refuse it.
+    func testReadOnlyReplyMakesTheNextCommandAskTheSentinelsAgain() throws {
+        let connection = try RedisConnection(url: topology.url())
+        try connection.command("SET", "probe", "1")
+        // Swap the roles by hand, without the client kill Sentinel's own reconfiguration sends.
+        let replica = try RedisConnection(url: "redis://127.0.0.1:\(topology.replicaPort)/0")
+        try replica.command("REPLICAOF", "NO", "ONE")
+        let master = try RedisConnection(url: "redis://127.0.0.1:\(topology.masterPort)/0")
+        try master.command("REPLICAOF", "127.0.0.1", topology.replicaPort)
+
+        XCTAssertThrowsError(try connection.command("SET", "probe", "2")) { error in
+            XCTAssertEqual((error as? RedisError).map { "\($0)".contains("READONLY") }, true, "\(error)")
+        }
+        XCTAssertFalse(connection.isConnected, "a READONLY reply must drop the link")
+        XCTAssertThrowsError(try connection.command("SET", "probe", "3")) { error in
+            guard case .connectionFailed(_, let reason)? = error as? RedisError else { return XCTFail("\(error)") }
+            XCTAssertTrue(reason.contains("is a slave, not the master"), reason)
+        }
+    }
+
+    /// `REDIS_WAIT_REPLICAS`: an enqueue the replica confirmed passes; with the replica gone it
+    /// throws `unconfirmed` (the job is on the master), and a worker acknowledging with the option on
+    /// logs the unconfirmed acknowledgements once and keeps working.
+    func testReplicaWaitConfirmsEnqueueAndAcknowledgement() throws {
+        let url = topology.url()
+        let wait = ReplicaWait(replicas: 1, timeoutMilliseconds: 200)
+        let client = JobClient(pool: try RedisPool(url: url, maxConnections: 1), replicaWait: wait)
+        try client.enqueueMany((0..<50).map { NewJob("ProbeInsert", args: [.string("confirmed-\($0)")]) })
+
+        topology.killReplica()
+        XCTAssertThrowsError(try client.enqueue(NewJob("ProbeInsert", args: ["unconfirmed"]))) { error in
+            guard case .unconfirmed(let confirmed, let wanted, 200, _)? = error as? ReplicaWaitError else { return XCTFail("\(error)") }
+            XCTAssertEqual([confirmed, wanted], [0, 1])
+        }
+        let master = try RedisConnection(url: "redis://127.0.0.1:\(topology.masterPort)/0")
+        XCTAssertEqual(try master.command("LLEN", "queue:default").integer, 51, "the unconfirmed job is on the master")
+
+        let worker = try ChildProcess(executable: TestServices.workerctl, arguments: [
+            "worker", "--bench-jobs", "--concurrency", "2", "--poll-interval", "0.5"],
+            environment: ["REDIS_URL": url, "DATABASE_URL": database.url, "LOG_LEVEL": "info",
+                          "REDIS_WAIT_REPLICAS": "1", "REDIS_WAIT_TIMEOUT_MS": "50"])
+        defer { worker.signal(SIGTERM); worker.wait() }
+        XCTAssertTrue(try eventually(timeout: 60) { try effects().count == 51 && master.command("LLEN", "queue:default").integer == 0 },
+                      worker.stderr)
+        XCTAssertTrue(eventually { worker.stderr.contains("Redis replica unreachable") }, worker.stderr)
+        XCTAssertEqual(worker.stderr.components(separatedBy: "Redis replica unreachable").count - 1, 1, worker.stderr)
+        XCTAssertTrue(worker.isRunning, worker.stderr)
+    }
+
     /// Enqueues the jobs through the Sentinel URL, starts a worker, calls `failover` once a fifth of
     /// the effects are in, waits for the run to drain on the new master and checks the effects.
     private func runThroughFailover(_ failover: () throws -> Void) throws -> (lost: Int, runs: Int) {
@@ -99,6 +150,9 @@ final class SentinelFailoverTests: XCTestCase {
         let log = worker.stderr
         XCTAssertLessThanOrEqual(log.components(separatedBy: "Redis unreachable").count - 1, 1, log)
         let runs = Int(try newMaster.command("GET", Keys.statProcessed).integer ?? 0)
+        for line in log.split(separator: "\n") where line.contains("Redis") || line.contains("put back") {
+            print("SentinelFailoverTests worker: \(line.prefix(300))")
+        }
         print("SentinelFailoverTests: \(counted.count) effects, \(lost.count) lost, processed counter \(runs) on the new master")
         return (lost.count, runs)
     }

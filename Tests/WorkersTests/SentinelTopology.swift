@@ -89,6 +89,12 @@ final class SentinelTopology {
         XCTAssertTrue(ready, "the Sentinel deployment did not settle")
     }
 
+    /// SIGKILLs the replica (it does not come back).
+    func killReplica() {
+        others.first?.signal(SIGKILL)
+        others.first?.wait()
+    }
+
     /// SIGKILLs the master (no persistence: it does not come back).
     func killMaster() {
         master?.signal(SIGKILL)
