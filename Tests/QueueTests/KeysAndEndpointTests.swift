@@ -70,6 +70,16 @@ final class KeysAndEndpointTests: XCTestCase {
         }
     }
 
+    func testReplicaWaitSettings() throws {
+        XCTAssertNil(try ReplicaWait.from(environment: [:]))
+        XCTAssertNil(try ReplicaWait.from(environment: ["REDIS_WAIT_REPLICAS": "0"]))
+        XCTAssertEqual(try ReplicaWait.from(environment: ["REDIS_WAIT_REPLICAS": "1"]), ReplicaWait(replicas: 1, timeoutMilliseconds: 500))
+        XCTAssertEqual(try ReplicaWait.from(environment: ["REDIS_WAIT_REPLICAS": "2", "REDIS_WAIT_TIMEOUT_MS": "40"]),
+                       ReplicaWait(replicas: 2, timeoutMilliseconds: 40))
+        XCTAssertThrowsError(try ReplicaWait.from(environment: ["REDIS_WAIT_REPLICAS": "-1"]))
+        XCTAssertThrowsError(try ReplicaWait.from(environment: ["REDIS_WAIT_REPLICAS": "1", "REDIS_WAIT_TIMEOUT_MS": "0"]))
+    }
+
     func testNoSentinelAnsweringNamesEachSentinel() {
         XCTAssertThrowsError(try RedisConnection(url: "redis+sentinel://127.0.0.1:1,127.0.0.1:2/mymaster/0")) { error in
             XCTAssertTrue("\(error)".contains("127.0.0.1:1") && "\(error)".contains("127.0.0.1:2"), "\(error)")
