@@ -23,7 +23,7 @@ release_workerctl
 
 DIR="$(mktemp -d)"
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
+cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
 trap cleanup EXIT
 for port in "$MASTER_PORT" "$REPLICA_PORT"; do
   extra=()
