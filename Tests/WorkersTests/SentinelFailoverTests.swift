@@ -55,6 +55,31 @@ final class SentinelFailoverTests: XCTestCase {
         print("SentinelFailoverTests: master SIGKILL lost \(outcome.lost) of \(Self.jobCount) jobs")
     }
 
+    /// `workerctl enqueue` and `workerctl scheduler` given the Sentinel URL write to the master the
+    /// Sentinels name (the same connect path serves the worker, `RedisPool` and `WorkersClient`).
+    func testEnqueueAndSchedulerFindTheMasterThroughTheSentinels() throws {
+        let environment = ["REDIS_URL": topology.url(), "LOG_LEVEL": "info"]
+        let enqueue = try ChildProcess.run(TestServices.workerctl, ["enqueue", "Noop", "--count", "3"], environment: environment)
+        XCTAssertEqual(enqueue.status, 0, enqueue.stderr)
+        let master = try RedisConnection(url: "redis://127.0.0.1:\(topology.masterPort)/0")
+        XCTAssertEqual(try master.command("LLEN", "queue:default").integer, 3)
+
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("sentinel-schedule-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let schedule = directory.appendingPathComponent("schedule.yaml")
+        try """
+            - name: every_second
+              cron: "* * * * * *"
+              class: Noop
+              catch_up: skip
+            """.write(to: schedule, atomically: true, encoding: .utf8)
+        let scheduler = try ChildProcess(executable: TestServices.workerctl, arguments: ["scheduler", "--schedule", schedule.path],
+                                         environment: environment)
+        defer { scheduler.signal(SIGTERM); scheduler.wait() }
+        XCTAssertTrue(try eventually { try master.command("LLEN", "queue:default").integer ?? 0 > 3 }, scheduler.stderr)
+    }
+
     /// A write answered `-READONLY` (the server we were talking to became a replica while our link
     /// stayed up) closes the link, so the next command asks the Sentinels again and checks `ROLE`:
     /// here the Sentinels still name the demoted server, so that reconnect must refuse it.
