@@ -44,10 +44,27 @@ public enum EnqueueError: Error, Sendable, CustomStringConvertible, Equatable {
 /// Immediate jobs: one pipeline `SADD queues Q` + `LPUSH queue:Q json…` with `enqueued_at`.
 /// Scheduled jobs: `ZADD schedule at json…` without `enqueued_at`. Thread-safe: it borrows
 /// connections from a `RedisPool`.
+///
+/// With `replicaWait`, each enqueue ends with `WAIT` in the same round trip and throws
+/// `ReplicaWaitError.unconfirmed` when too few replicas confirmed (the jobs are on the master; a
+/// caller that pushes again may enqueue them twice — docs/redis-ha.md).
 public struct JobClient: Sendable {
     public let pool: RedisPool
+    public let replicaWait: ReplicaWait?
 
-    public init(pool: RedisPool) { self.pool = pool }
+    public init(pool: RedisPool, replicaWait: ReplicaWait? = nil) {
+        self.pool = pool
+        self.replicaWait = replicaWait
+    }
+
+    /// Sends `commands` in one round trip (plus `WAIT` when configured) and checks every reply.
+    private func write(_ commands: [[any RedisArgument]]) throws {
+        try pool.withConnection { connection in
+            let replies = try connection.pipeline(commands + (replicaWait.map { [$0.command] } ?? []))
+            for reply in replies.prefix(commands.count) { try reply.checked() }
+            if let replicaWait, let last = replies.last { try replicaWait.check(last, on: connection) }
+        }
+    }
 
     /// Builds the payload Ruby's client would build, in its key order.
     public static func payload(for job: NewJob, jid: String = Identifiers.jid(), createdAt: Double,
@@ -112,8 +129,7 @@ public struct JobClient: Sendable {
             commands.append(["SADD", Keys.queues, queue])
             commands.append(["LPUSH", Keys.queue(queue)] + payloads)
         }
-        let replies = try pool.withConnection { try $0.pipeline(commands) }
-        for reply in replies { try reply.checked() }
+        try write(commands)
         return jids
     }
 
@@ -150,7 +166,7 @@ public struct JobClient: Sendable {
             jids[index] = jid
         }
         if zadd.count > 2 {
-            _ = try pool.withConnection { try $0.send(zadd).checked() }
+            try write([zadd])
         }
         if !immediate.isEmpty {
             let pushed = try enqueueMany(immediate.map(\.1))

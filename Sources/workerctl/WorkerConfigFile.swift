@@ -1,4 +1,5 @@
 import Foundation
+import Queue
 import Workers
 import Yams
 
@@ -9,7 +10,7 @@ struct WorkerConfigFile {
         "redis_url", "database_url", "concurrency", "queues", "prefetch", "shutdown_timeout", "heartbeat_interval",
         "fetcher_heartbeat_ttl", "orphan_sweep_interval", "interrupt_limit", "poll_interval", "job_timeout",
         "dead_max_jobs", "dead_max_age_days", "tag", "labels", "pg_pool_size", "commit_batch", "commit_window",
-        "metrics_host", "metrics_port",
+        "metrics_host", "metrics_port", "redis_wait_replicas", "redis_wait_timeout_ms",
     ]
 
     var configuration = WorkerConfiguration()
@@ -56,6 +57,10 @@ struct WorkerConfigFile {
             guard (0...65535).contains(port) else { throw CLIError.usage("config file \(path): metrics_port must be within 0...65535") }
             file.metricsPort = port
         }
+        do {
+            file.configuration.replicaWait = try ReplicaWait.parse(replicas: try integer("redis_wait_replicas").map(String.init),
+                                                                   timeoutMilliseconds: try integer("redis_wait_timeout_ms").map(String.init))
+        } catch let error as ReplicaWaitError { throw CLIError.usage("config file \(path): \(error)") }
         if let value = try integer("concurrency") { file.configuration.concurrency = value }
         if let value = try integer("prefetch") { file.configuration.prefetch = value }
         if let value = try number("shutdown_timeout") { file.configuration.shutdownTimeout = value }

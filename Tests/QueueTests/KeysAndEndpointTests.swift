@@ -49,6 +49,44 @@ final class KeysAndEndpointTests: XCTestCase {
         XCTAssertThrowsError(try RedisEndpoint(url: "redis://localhost/abc"))
     }
 
+    func testSentinelURLs() throws {
+        let endpoint = try RedisEndpoint(url: "redis+sentinel://:s%40cret@h1:26380,h2,[::1]:26400/mymaster/3")
+        XCTAssertEqual(endpoint.sentinel, SentinelTarget(sentinels: [
+            .init(host: "h1", port: 26380), .init(host: "h2", port: 26379), .init(host: "::1", port: 26400)],
+            masterName: "mymaster"))
+        XCTAssertEqual(endpoint.database, 3)
+        XCTAssertNil(endpoint.username)
+        XCTAssertEqual(endpoint.password, "s@cret")
+        XCTAssertEqual(endpoint.description, "sentinel:mymaster/3")
+        XCTAssertEqual(try RedisEndpoint(url: "redis+sentinel://u:p@h1:1/m").username, "u")
+        XCTAssertEqual(try RedisEndpoint(url: "redis+sentinel://h1/m").database, 0)
+        XCTAssertEqual(try RedisEndpoint(url: "redis+sentinel://h1/m/").database, 0)
+        XCTAssertThrowsError(try RedisEndpoint(url: "redis+sentinel://h1:26379"))        // no master name
+        XCTAssertThrowsError(try RedisEndpoint(url: "redis+sentinel://h1:26379/m/x"))    // database not a number
+        XCTAssertThrowsError(try RedisEndpoint(url: "redis+sentinel://h1:0/m"))          // port out of range
+        XCTAssertThrowsError(try RedisEndpoint(url: "redis+sentinel://h1,,h2/m"))        // empty Sentinel
+        XCTAssertThrowsError(try RedisEndpoint(url: "redis+sentinel://:secret@h1:x/m")) { error in
+            XCTAssertFalse("\(error)".contains("secret"), "\(error)")
+        }
+    }
+
+    func testReplicaWaitSettings() throws {
+        XCTAssertNil(try ReplicaWait.from(environment: [:]))
+        XCTAssertNil(try ReplicaWait.from(environment: ["REDIS_WAIT_REPLICAS": "0"]))
+        XCTAssertEqual(try ReplicaWait.from(environment: ["REDIS_WAIT_REPLICAS": "1"]), ReplicaWait(replicas: 1, timeoutMilliseconds: 500))
+        XCTAssertEqual(try ReplicaWait.from(environment: ["REDIS_WAIT_REPLICAS": "2", "REDIS_WAIT_TIMEOUT_MS": "40"]),
+                       ReplicaWait(replicas: 2, timeoutMilliseconds: 40))
+        XCTAssertThrowsError(try ReplicaWait.from(environment: ["REDIS_WAIT_REPLICAS": "-1"]))
+        XCTAssertThrowsError(try ReplicaWait.from(environment: ["REDIS_WAIT_REPLICAS": "1", "REDIS_WAIT_TIMEOUT_MS": "0"]))
+    }
+
+    func testNoSentinelAnsweringNamesEachSentinel() {
+        XCTAssertThrowsError(try RedisConnection(url: "redis+sentinel://127.0.0.1:1,127.0.0.1:2/mymaster/0")) { error in
+            XCTAssertTrue("\(error)".contains("127.0.0.1:1") && "\(error)".contains("127.0.0.1:2"), "\(error)")
+            XCTAssertTrue((error as? RedisError)?.isConnectionFailure ?? false)
+        }
+    }
+
     func testUnreachableServerNamesTheAddress() {
         XCTAssertThrowsError(try RedisConnection(url: "redis://127.0.0.1:1/0")) { error in
             XCTAssertTrue("\(error)".contains("127.0.0.1:1"), "\(error)")

@@ -10,8 +10,15 @@ import Foundation
 /// A broken link (I/O error, timeout) closes the context; the next command reconnects once,
 /// selects the database and authenticates again. Commands are never retried silently: the
 /// failing command throws `RedisError.io` and the caller decides.
+///
+/// With a Sentinel endpoint (`redis+sentinel://`), every connect asks the Sentinels for the
+/// current master and checks its `ROLE` (`SentinelTarget`); a `READONLY` (or `NOREPLICAS`) reply (we were
+/// talking to a demoted master) closes the link, so the next command reconnects to the new master. The
+/// failover logic lives here only: callers see the same errors as when a plain server restarts.
 public final class RedisConnection: @unchecked Sendable {
     public let endpoint: RedisEndpoint
+    /// The server this connection talks to, `host:port/db` (with Sentinels: which master, as last resolved).
+    public private(set) var serverAddress: String
     /// Socket read/write timeout for ordinary commands, in seconds.
     public let commandTimeout: Double
     private var context: UnsafeMutablePointer<redisContext>?
@@ -20,6 +27,7 @@ public final class RedisConnection: @unchecked Sendable {
     public init(endpoint: RedisEndpoint, commandTimeout: Double = 10) throws(RedisError) {
         self.endpoint = endpoint
         self.commandTimeout = commandTimeout
+        self.serverAddress = endpoint.description
         try connect()
     }
 
@@ -59,19 +67,25 @@ public final class RedisConnection: @unchecked Sendable {
 
     private func connect() throws(RedisError) {
         close()
+        var server = endpoint
+        if let sentinel = endpoint.sentinel {
+            let master = try sentinel.masterAddress()
+            server = endpoint.master(host: master.host, port: master.port)
+            serverAddress = "\(endpoint.description) (master \(server.description))"
+        }
         let tv = Self.timeval(seconds: min(commandTimeout, 5))
-        guard let ctx = redisConnectWithTimeout(endpoint.host, Int32(endpoint.port), tv) else {
-            throw .connectionFailed(address: endpoint.description, reason: "out of memory")
+        guard let ctx = redisConnectWithTimeout(server.host, Int32(server.port), tv) else {
+            throw .connectionFailed(address: serverAddress, reason: "out of memory")
         }
         if ctx.pointee.err != 0 {
             let reason = Self.errorString(ctx)
             redisFree(ctx)
-            throw .connectionFailed(address: endpoint.description, reason: reason)
+            throw .connectionFailed(address: serverAddress, reason: reason)
         }
         redisSetTimeout(ctx, Self.timeval(seconds: commandTimeout))
         redisEnableKeepAlive(ctx)
         context = ctx
-        do {
+        do throws(RedisError) {
             if let password = endpoint.password {
                 if let user = endpoint.username {
                     try send(["AUTH", user, password]).checked()
@@ -80,9 +94,16 @@ public final class RedisConnection: @unchecked Sendable {
                 }
             }
             if endpoint.database != 0 { try send(["SELECT", endpoint.database]).checked() }
+            if endpoint.sentinel != nil {
+                // The Sentinel client spec's step 3: a Sentinel may still name a demoted master.
+                let role = try send(["ROLE"]).checked().array?.first?.string
+                guard role == "master" else {
+                    throw RedisError.unexpectedReply("the server a Sentinel named is a \(role ?? "?"), not the master")
+                }
+            }
         } catch {
             close()
-            throw .connectionFailed(address: endpoint.description, reason: error.description)
+            throw .connectionFailed(address: serverAddress, reason: error.description)
         }
     }
 
@@ -116,7 +137,7 @@ public final class RedisConnection: @unchecked Sendable {
     public func pipeline(_ commands: [[any RedisArgument]]) throws(RedisError) -> [RedisReply] {
         if commands.isEmpty { return [] }
         if context == nil { try connect() }
-        guard let ctx = context else { throw .io(address: endpoint.description, reason: "not connected") }
+        guard let ctx = context else { throw .io(address: serverAddress, reason: "not connected") }
         for arguments in commands {
             let status = Self.withArgv(arguments) { argc, argv, lengths in
                 redisAppendCommandArgv(ctx, argc, argv, lengths)
@@ -132,6 +153,10 @@ public final class RedisConnection: @unchecked Sendable {
             replies.append(Self.convert(reply))
             freeReplyObject(raw)
         }
+        // A `READONLY` / `NOREPLICAS` reply: this server is a replica now (a failover demoted it) or a
+        // master cut off from its replicas. Drop the link so the next command reconnects — with
+        // Sentinels, to whichever server is the master now.
+        if replies.contains(where: \.isWriteRefusal) { close() }
         return replies
     }
 
@@ -167,7 +192,7 @@ public final class RedisConnection: @unchecked Sendable {
     private func failIO(_ ctx: UnsafeMutablePointer<redisContext>) -> RedisError {
         let reason = ctx.pointee.err != 0 ? Self.errorString(ctx) : "no reply"
         close()
-        return .io(address: endpoint.description, reason: reason)
+        return .io(address: serverAddress, reason: reason)
     }
 
     /// Lays the arguments out in one buffer and calls `body` with hiredis' argv/argvlen arrays.

@@ -1,20 +1,28 @@
 import Foundation
 
-/// Where a Redis server is and how to log in: parsed from `redis://[user:password@]host[:port][/db]`.
+/// Where a Redis server is and how to log in: parsed from `redis://[user:password@]host[:port][/db]`,
+/// or, for a master watched by Redis Sentinel,
+/// `redis+sentinel://[user:password@]host1[:port1],host2[:port2]/master-name[/db]` (see `SentinelTarget`).
+///
+/// With Sentinels, `host`/`port` are the first Sentinel's (only a fallback label): every
+/// `RedisConnection` asks the Sentinels for the master each time it (re)connects (docs/redis-ha.md).
 public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     public var host: String
     public var port: Int
     public var database: Int
     public var username: String?
     public var password: String?
+    /// The Sentinels and master name when the URL was `redis+sentinel://`; nil for a plain server.
+    public var sentinel: SentinelTarget?
 
     public init(host: String = "127.0.0.1", port: Int = 6379, database: Int = 0,
-                username: String? = nil, password: String? = nil) {
+                username: String? = nil, password: String? = nil, sentinel: SentinelTarget? = nil) {
         self.host = host
         self.port = port
         self.database = database
         self.username = username
         self.password = password
+        self.sentinel = sentinel
     }
 
     /// The default when neither a flag nor `REDIS_URL` says otherwise: the private instance
@@ -22,6 +30,10 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     public static let defaultURL = "redis://127.0.0.1:6390/0"
 
     public init(url: String) throws(RedisError) {
+        if url.hasPrefix(SentinelTarget.scheme) {
+            self = try SentinelTarget.endpoint(url: url)
+            return
+        }
         guard url.hasPrefix("redis://") else { throw .invalidURL("'\(url)' does not start with redis://") }
         guard let components = URLComponents(string: url) else { throw .invalidURL("cannot parse '\(url)'") }
         guard let host = components.host, !host.isEmpty else { throw .invalidURL("no host in '\(url)'") }
@@ -43,6 +55,14 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
         self.password = password
     }
 
-    /// `host:port/db`, never the password.
-    public var description: String { "\(host):\(port)/\(database)" }
+    /// `host:port/db` (`sentinel:master-name/db` with Sentinels), never the password.
+    public var description: String {
+        if let sentinel { return "sentinel:\(sentinel.masterName)/\(database)" }
+        return "\(host):\(port)/\(database)"
+    }
+
+    /// The same login and database on another server: the master a Sentinel named.
+    func master(host: String, port: Int) -> RedisEndpoint {
+        RedisEndpoint(host: host, port: port, database: database, username: username, password: password)
+    }
 }

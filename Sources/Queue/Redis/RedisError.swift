@@ -28,6 +28,7 @@ public enum RedisError: Error, Sendable, CustomStringConvertible, Equatable {
         switch self {
         case .connectionFailed, .io: return true
         case .server(let message): return message.hasPrefix("LOADING") || message.hasPrefix("READONLY")
+            || message.hasPrefix("NOREPLICAS")
             || message.hasPrefix("MASTERDOWN") || message.hasPrefix("BUSY")
         default: return false
         }

@@ -48,6 +48,17 @@ public enum RedisReply: Sendable, Equatable {
         return self
     }
 
+    /// The server refused a write because it is not a writable master: `-READONLY` (a replica now)
+    /// or `-NOREPLICAS` (a master without the replicas `min-replicas-to-write` asks for), also
+    /// inside an `EXEC` result.
+    public var isWriteRefusal: Bool {
+        switch self {
+        case .error(let message): return message.hasPrefix("READONLY") || message.hasPrefix("NOREPLICAS")
+        case .array(let elements): return elements.contains(where: \.isWriteRefusal)
+        default: return false
+        }
+    }
+
     /// An array of bulk strings as text (nil elements and non-UTF-8 elements are skipped).
     public var strings: [String] { (array ?? []).compactMap(\.string) }
 }

@@ -21,17 +21,21 @@ final class Settler: Sendable {
     private let flags: LifeCycleFlags
     private let endpoint: RedisEndpoint
     private let deadLimits: DeadSetLimits
+    /// Optional `WAIT` after each batch; an unconfirmed batch stays written (it is on the master)
+    /// and is reported once per episode as the dependency "Redis replica".
+    private let replicaWait: ReplicaWait?
     private let outages: OutageLog
     private let thread = RuntimeThread(name: "settler")
     private let processedTotal = Atomic<Int>(0)
     private let failedTotal = Atomic<Int>(0)
 
     init(settlements: SettlementQueue, flags: LifeCycleFlags, endpoint: RedisEndpoint, deadLimits: DeadSetLimits,
-         outages: OutageLog) {
+         replicaWait: ReplicaWait? = nil, outages: OutageLog) {
         self.settlements = settlements
         self.flags = flags
         self.endpoint = endpoint
         self.deadLimits = deadLimits
+        self.replicaWait = replicaWait
         self.outages = outages
     }
 
@@ -65,6 +69,7 @@ final class Settler: Sendable {
                     }
                     outages.succeeded("Redis")
                     backoff.reset()
+                    if let replicaWait { confirm(replicaWait, on: &link) }
                     break
                 } catch {
                     link.drop()
@@ -77,6 +82,19 @@ final class Settler: Sendable {
             processedTotal.wrappingAdd(processed, ordering: .relaxed)
             failedTotal.wrappingAdd(failed, ordering: .relaxed)
             settlements.markWritten(batch.count)
+        }
+    }
+
+    /// `WAIT` after a written batch. Not retried: the batch is on the master either way; a failure
+    /// (too few replicas, or the link broke) is logged once per episode and the link re-opened.
+    private func confirm(_ replicaWait: ReplicaWait, on link: inout RedisLink) {
+        do {
+            let connection = try link.connected()
+            try replicaWait.check(try connection.send(replicaWait.command), on: connection)
+            outages.succeeded("Redis replica")
+        } catch {
+            link.drop()
+            outages.failed("Redis replica", error)
         }
     }
 }

@@ -76,6 +76,8 @@ public struct WorkerConfiguration: Sendable {
     /// Default job timeout for classes that do not set one.
     public var defaultTimeout: Double? = nil
     public var deadLimits = DeadSetLimits()
+    /// When set, each settlement batch is followed by `WAIT` for that many replicas (docs/redis-ha.md).
+    public var replicaWait: ReplicaWait? = nil
     /// Label shown by Sidekiq's UI (`tag`).
     public var tag: String = ""
     public var labels: [String] = []

@@ -81,7 +81,7 @@ public final class WorkerProcess: @unchecked Sendable {
                           running: running, settlements: settlements, runTime: runTimeEstimate, outages: outages,
                           unique: UniqueGate(registry: registry, configuration: configuration), logger: logger)
         settler = Settler(settlements: settlements, flags: flags, endpoint: endpoint, deadLimits: configuration.deadLimits,
-                          outages: outages)
+                          replicaWait: configuration.replicaWait, outages: outages)
         heartbeat = Heartbeat(identity: identity, configuration: configuration, endpoint: endpoint, running: running,
                               flags: flags, metrics: metrics, startedAt: startedAt, outages: outages, logger: logger)
         housekeeper = Housekeeper(identity: identity, configuration: configuration, endpoint: endpoint,

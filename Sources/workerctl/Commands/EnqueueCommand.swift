@@ -78,7 +78,11 @@ struct EnqueueCommand: ParsableCommand {
             retryValue = .int(n)
         }
         let job = NewJob(className, args: parsedArgs, queue: queue, retry: retryValue)
-        let client = JobClient(pool: RedisPool(endpoint: try redis.endpoint(), maxConnections: 1))
+        let replicaWait: ReplicaWait?
+        do { replicaWait = try ReplicaWait.from(environment: ProcessInfo.processInfo.environment) } catch {
+            throw CLIError.usage("\(error)")
+        }
+        let client = JobClient(pool: RedisPool(endpoint: try redis.endpoint(), maxConnections: 1), replicaWait: replicaWait)
         if let uniqueFor {
             let policy = UniquePolicy(for: uniqueFor, until: UniqueUntil(rawValue: uniqueUntil) ?? .success)
             let pushed: UniquePush

@@ -89,6 +89,9 @@ struct WorkerOptions: ParsableArguments {
         let file = try loadConfigFile()
         var configuration = file.configuration
         configuration.redisURL = redis.resolvedURL(configured: file.redisURL)
+        do {  // REDIS_WAIT_REPLICAS / REDIS_WAIT_TIMEOUT_MS win over the file (docs/redis-ha.md)
+            if let wait = try ReplicaWait.from(environment: ProcessInfo.processInfo.environment) { configuration.replicaWait = wait }
+        } catch { throw CLIError.usage("\(error)") }
         if let concurrency { configuration.concurrency = concurrency }
         if !queue.isEmpty {
             configuration.queues = try queue.map { text in
