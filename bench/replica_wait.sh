@@ -38,28 +38,6 @@ until [ "$(redis-cli -p "$REPLICA_PORT" info replication 2>/dev/null | grep -c '
 
 FIGURES="$(mktemp -d)"
 trap 'cleanup; rm -rf "$FIGURES"' EXIT
-record() { echo "$2" >>"$FIGURES/$1"; }
-report() {  # report NAME UNIT LABEL
-  [ -s "$FIGURES/$1" ] || { echo "$3: no figure"; return 0; }
-  python3 - "$FIGURES/$1" "$2" "$3" <<'PY'
-import statistics, sys
-values = [float(v) for v in open(sys.argv[1]) if v.strip()]
-unit, label = sys.argv[2], sys.argv[3]
-fmt = (lambda v: "%.0f" % v) if max(values) >= 100 else (lambda v: "%.2f" % v)
-print("%s: median %s %s (min %s – max %s, %d runs)" % (label, fmt(statistics.median(values)), unit,
-      fmt(min(values)), fmt(max(values)), len(values)))
-PY
-}
-acknowledged() { [ "$(R llen queue:default)" -eq 0 ] && [ -z "$(R --scan --pattern 'working:*' | head -1)" ]; }
-drain_seconds() {  # seconds from the first job taken until every job is acknowledged
-  local start now
-  while [ "$(R llen queue:default)" -ge "$N" ]; do sleep 0.005; done
-  start=$(date +%s.%N)
-  while ! acknowledged; do sleep 0.01; done
-  now=$(date +%s.%N)
-  echo "$now - $start" | bc -l
-}
-
 echo "== machine: $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg); master :$MASTER_PORT, replica :$REPLICA_PORT, no persistence"
 echo "== N=$N, ENQUEUE1=$ENQUEUE1, RUNS=$RUNS, concurrency $CONCURRENCY, REDIS_WAIT_TIMEOUT_MS=500"
 for run in $(seq 1 "$RUNS"); do
@@ -72,7 +50,7 @@ for run in $(seq 1 "$RUNS"); do
     "$BIN" enqueue Noop --count "$N" --batch 1000 >/dev/null
     "$BIN" worker --no-database --concurrency "$CONCURRENCY" 2>"$DIR/worker.log" &
     WPID=$!
-    ELAPSED=$(drain_seconds)
+    ELAPSED=$(clock_drain "$N" ours_acknowledged)
     kill -TERM $WPID; wait $WPID || true
     if grep -q "Redis replica unreachable" "$DIR/worker.log"; then echo "   (some acknowledgements were not confirmed in time)"; fi
     record "drain_$mode" "$(echo "$N / $ELAPSED" | bc -l)"
