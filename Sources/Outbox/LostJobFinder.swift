@@ -12,7 +12,7 @@ public struct LostJobSettings: Sendable {
     /// Job classes that write a `job_ledger` row when they finish (`JobOptions.usesLedger`). Only these are
     /// pushed again: for any other class "not in Redis" may just mean "finished", which leaves no trace.
     public var ledgerClasses: [String]
-    /// Most rows one round checks (one Lua call; the next round goes on from where this one stopped).
+    /// Most rows one round checks (the next round goes on from where this one stopped).
     public var batchSize: Int
     /// Times one job may be pushed again (a finished job that left no ledger row — dropped, deleted by an
     /// operator, trimmed from dead — looks lost; this bounds how often it comes back).
@@ -36,8 +36,9 @@ public struct LostJobSettings: Sendable {
 /// 2. reads up to `batchSize` candidates: rows pushed within the window but at least one `interval` ago (most
 ///    fresh jobs are still queued or just done: without them most rounds find no candidate and skip step 3),
 ///    of a ledger class, pushed again fewer than `maxPushesAgain` times, with no `job_ledger` row (not done);
-/// 3. asks Redis, in one Lua script (atomic: no job moves between keys while it looks), which of their jids
-///    appear in no `queue:*`, `working:queue:*`, `schedule`, `retry` or `dead` member;
+/// 3. asks Redis which of their jids appear in no `queue:*`, `working:queue:*`, `schedule`, `retry` or `dead`
+///    member (`JidSearch`: short paged Lua calls, never one long one; not atomic, so a second pass confirms
+///    what the first did not find);
 /// 4. reads the ledger again for those (a job that finished between steps 2 and 3 committed its ledger row
 ///    before its acknowledgement removed it from Redis, so it shows up here);
 /// 5. pushes the rest again exactly as the relay does (same jid, `created_at`), and counts it in
@@ -66,40 +67,6 @@ struct LostJobFinder {
         var purged = 0
     }
 
-    /// Lua: ARGV = jids; returns those that appear in no job container. Reads every member of every
-    /// container (1,000 at a time), so its cost grows with what Redis holds (docs/outbox.md). Every
-    /// `"jid":"…"` in a member counts (one inside `args` too): a false "found" only leaves a job alone.
-    static let missingScript = RedisScript("""
-        local wanted = {}
-        for i = 1, #ARGV do wanted[ARGV[i]] = true end
-        local function look(members)
-          for _, member in ipairs(members) do
-            local from = 1
-            while true do
-              local at = string.find(member, '"jid":"', from, true)
-              if not at then break end
-              wanted[string.sub(member, at + 7, at + 30)] = nil
-              from = at + 7
-            end
-          end
-        end
-        local function list(key)
-          if redis.call('TYPE', key).ok ~= 'list' then return end
-          local length = redis.call('LLEN', key)
-          for first = 0, length - 1, 1000 do look(redis.call('LRANGE', key, first, first + 999)) end
-        end
-        local function zset(key)
-          local length = redis.call('ZCARD', key)
-          for first = 0, length - 1, 1000 do look(redis.call('ZRANGE', key, first, first + 999)) end
-        end
-        for _, key in ipairs(redis.call('KEYS', 'queue:*')) do list(key) end
-        for _, key in ipairs(redis.call('KEYS', 'working:queue:*')) do list(key) end
-        for _, key in ipairs({'schedule', 'retry', 'dead'}) do zset(key) end
-        local missing = {}
-        for jid in pairs(wanted) do missing[#missing + 1] = jid end
-        return missing
-        """)
-
     mutating func round(database: PostgresConnection, redis: RedisConnection) throws -> Report {
         let settings = self.settings
         var nextCursor = cursor
@@ -127,7 +94,7 @@ struct LostJobFinder {
             nextCursor = rows.count == settings.batchSize ? (rows.last?.id ?? 0) : 0
             report.checked = rows.count
             if rows.isEmpty { return report }
-            let missingInRedis = Set(try redis.evaluate(Self.missingScript, arguments: rows.map(\.jid)).strings)
+            let missingInRedis = try JidSearch.missing(Set(rows.map(\.jid)), in: redis)
             if missingInRedis.isEmpty { return report }
             let doneSince = Set(try connection.query("SELECT jid FROM job_ledger WHERE jid = ANY($1::text[])",
                                                      [Array(missingInRedis)]).map { try $0.string("jid") })

@@ -218,4 +218,90 @@ final class OutboxTests: XCTestCase {
         XCTAssertGreaterThan(try count("SELECT count(*) FROM job_outbox WHERE recovered_count = 1"), 0, worker.stderr)
         XCTAssertTrue(worker.stderr.contains("jobs Redis lost pushed again"), worker.stderr)
     }
+
+    // MARK: looking for jids in Redis (JidSearch)
+
+    /// A Sidekiq-format member for `jid` (24 hex digits, as `JobClient` makes them).
+    func member(_ jid: String, queue: String) -> String {
+        #"{"class":"ProbeInsert","args":["x",1],"queue":""# + queue + #"","jid":""# + jid + #"","retry":true}"#
+    }
+
+    func jid(_ n: Int) -> String { String(format: "%024x", n) }
+
+    /// Fills `key` (a list, or a zset when `zset`) with the jids `range`, 1,000 members per command.
+    func fill(_ redis: TestRedis, _ key: String, zset: Bool = false, _ range: Range<Int>) throws {
+        let connection = try redis.connection()
+        defer { connection.close() }
+        var commands: [[any RedisArgument]] = []
+        for chunk in stride(from: range.lowerBound, to: range.upperBound, by: 1000) {
+            var command: [any RedisArgument] = [zset ? "ZADD" : "RPUSH", key]
+            for n in chunk..<min(chunk + 1000, range.upperBound) {
+                if zset { command.append(Double(n)) }
+                command.append(member(jid(n), queue: "a"))
+            }
+            commands.append(command)
+        }
+        for reply in try connection.pipeline(commands) { try reply.checked() }
+    }
+
+    func testJidsSpreadOverEveryContainerOnLaterPagesAreAllFoundAndOneMissingIsMissing() throws {
+        let redis = try TestRedis(database: 74)
+        try redis.flush()
+        let page = JidSearch.pageSize
+        // Every container holds more than one page; the wanted jids sit on the first and the last page of each.
+        let containers: [(key: String, zset: Bool, range: Range<Int>)] = [
+            ("queue:a", false, 0..<(2 * page + 5)),
+            ("queue:b", false, 10_000..<(10_000 + page + 1)),
+            ("working:queue:a:host:1:abc", false, 20_000..<(20_000 + page + 1)),
+            ("schedule", true, 30_000..<(30_000 + page + 1)),
+            ("retry", true, 40_000..<(40_000 + page + 1)),
+            ("dead", true, 50_000..<(50_000 + page + 1)),
+        ]
+        var wanted: Set<String> = []
+        for container in containers {
+            try fill(redis, container.key, zset: container.zset, container.range)
+            wanted.insert(jid(container.range.lowerBound))
+            wanted.insert(jid(container.range.upperBound - 1))
+        }
+        try redis.command("SET", "queue:not-a-list", "x").checked()
+        let missing = jid(99_999)
+        let connection = try redis.connection()
+        defer { connection.close() }
+        XCTAssertEqual(try JidSearch.missing(wanted, in: connection), [],
+                       "every jid held in a queue, an in-flight list, schedule, retry or dead is found")
+        XCTAssertEqual(try JidSearch.missing(wanted.union([missing]), in: connection), [missing],
+                       "a jid in no container is missing, and only it")
+        try redis.flush()
+    }
+
+    /// Figures of docs/outbox.md ("Cost of looking for a jid in Redis"), only with OUTBOX_MEASURE=1: 100,000 jobs
+    /// held (97,000 in one queue, 1,000 each in schedule, retry, dead), 1,000 candidates of which 999 sit in the
+    /// last containers read and one is missing — the worst case: two whole passes. Prints the total time and the
+    /// longest single Redis call (SLOWLOG, server side). Asserts only what was found.
+    func testMeasureJidSearchCost() throws {
+        guard ProcessInfo.processInfo.environment["OUTBOX_MEASURE"] == "1" else { throw XCTSkip("OUTBOX_MEASURE=1 to measure") }
+        let redis = try TestRedis(database: 75)
+        try redis.flush()
+        try fill(redis, "queue:a", 0..<97_000)
+        try fill(redis, "schedule", zset: true, 97_000..<98_000)
+        try fill(redis, "retry", zset: true, 98_000..<99_000)
+        try fill(redis, "dead", zset: true, 99_000..<100_000)
+        let wanted = Set((99_001..<100_000).map(jid) + [jid(200_000)])
+        let connection = try redis.connection()
+        defer { connection.close() }
+        _ = try connection.command("CONFIG", "SET", "slowlog-log-slower-than", 0)
+        _ = try connection.command("CONFIG", "SET", "slowlog-max-len", 100_000)
+        _ = try connection.command("SLOWLOG", "RESET")
+        let started = Date()
+        let missing = try JidSearch.missing(wanted, in: connection)
+        let seconds = Date().timeIntervalSince(started)
+        let log = try connection.command("SLOWLOG", "GET", 100_000).array ?? []
+        _ = try connection.command("CONFIG", "SET", "slowlog-log-slower-than", 10_000)
+        _ = try connection.command("CONFIG", "SET", "slowlog-max-len", 128)
+        let calls = log.compactMap { $0.array }.filter { ($0.count > 3) && ($0[3].array?.first?.string?.uppercased() == "EVALSHA") }
+        let longest = calls.compactMap { $0[2].integer }.max() ?? -1
+        print("JidSearch cost: total \(String(format: "%.3f", seconds)) s, \(calls.count) Lua calls, longest \(longest) µs")
+        XCTAssertEqual(missing, [jid(200_000)])
+        try redis.flush()
+    }
 }
