@@ -59,8 +59,8 @@ public enum JidSearch {
     /// One pass over every container: the jids of `wanted` it did not find.
     static func pass(_ wanted: Set<String>, in redis: RedisConnection) throws(RedisError) -> Set<String> {
         var missing = wanted
-        var containers = try scan(redis, pattern: "queue:*").map { ($0, "list") }
-        containers += try scan(redis, pattern: Keys.workingPattern).map { ($0, "list") }
+        var containers = try redis.scanKeys(matching: "queue:*").map { ($0, "list") }
+        containers += try redis.scanKeys(matching: Keys.workingPattern).map { ($0, "list") }
         containers += ["schedule", "retry", "dead"].map { ($0, "zset") }
         for (key, kind) in containers {
             var first = 0
@@ -77,19 +77,5 @@ public enum JidSearch {
             if missing.isEmpty { break }
         }
         return missing
-    }
-
-    private static func scan(_ redis: RedisConnection, pattern: String) throws(RedisError) -> [String] {
-        var cursor = "0"
-        var keys: [String] = []
-        repeat {
-            let reply = try redis.command("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-            guard let parts = reply.array, parts.count == 2, let next = parts[0].string else {
-                throw .unexpectedReply("SCAN returned \(reply)")
-            }
-            cursor = next
-            keys += parts[1].strings
-        } while cursor != "0"
-        return keys
     }
 }

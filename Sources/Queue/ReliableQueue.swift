@@ -209,16 +209,7 @@ public enum ReliableQueue {
                                       interruptLimit: Int = 3, deadLimits: DeadSetLimits = DeadSetLimits(),
                                       now: Double = Clock.now()) throws(RedisError) -> RecoveryReport {
         var report = RecoveryReport()
-        var cursor = "0"
-        var keys: [String] = []
-        repeat {
-            let reply = try connection.command("SCAN", cursor, "MATCH", Keys.workingPattern, "COUNT", 1000)
-            guard let parts = reply.array, parts.count == 2, let next = parts[0].string else {
-                throw .unexpectedReply("SCAN returned \(reply)")
-            }
-            cursor = next
-            keys += parts[1].strings
-        } while cursor != "0"
+        let keys = try connection.scanKeys(matching: Keys.workingPattern)
 
         var aliveCache: [String: Bool] = [:]
         for key in Set(keys).sorted() {

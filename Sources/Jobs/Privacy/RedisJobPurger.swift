@@ -53,7 +53,7 @@ public struct RedisJobPurger: Sendable {
         }
         try pool.withConnection { conn in
             // 1. In-flight lists of dead processes.
-            for key in try scanKeys(conn, match: Keys.workingPattern) {
+            for key in Set(try conn.scanKeys(matching: Keys.workingPattern)).sorted() {
                 guard let (_, identity) = Keys.parseWorking(key) else { continue }
                 let heartbeat = Keys.fetcherHeartbeat(identity: identity)
                 if try conn.command("EXISTS", heartbeat).checked().integer == 1 { continue }
@@ -112,33 +112,13 @@ public struct RedisJobPurger: Sendable {
                 try scanSortedSet(conn, key: key, match: pattern, note)
             }
             var lists = try conn.command("SMEMBERS", Keys.queues).checked().strings.map(Keys.queue)
-            var cursor = "0"
-            repeat {
-                let reply = try conn.command("SCAN", cursor, "MATCH", Keys.workingPattern, "COUNT", 500).checked()
-                guard let parts = reply.array, parts.count == 2, let next = parts[0].string else { break }
-                lists += parts[1].strings
-                cursor = next
-            } while cursor != "0"
+            lists += try conn.scanKeys(matching: Keys.workingPattern)
             for key in Set(lists) { try scanList(conn, key: key, note) }
         }
         return ids
     }
 
     // MARK: - Scanning
-
-    private func scanKeys(_ conn: RedisConnection, match: String) throws -> [String] {
-        var keys: Set<String> = []
-        var cursor = "0"
-        repeat {
-            let reply = try conn.command("SCAN", cursor, "MATCH", match, "COUNT", 500).checked()
-            guard let parts = reply.array, parts.count == 2, let next = parts[0].string else {
-                throw PurgeError(reason: "unexpected SCAN reply")
-            }
-            keys.formUnion(parts[1].strings)
-            cursor = next
-        } while cursor != "0"
-        return keys.sorted()
-    }
 
     private func scanSortedSet(_ conn: RedisConnection, key: String, match: String,
                                _ body: ([UInt8]) throws -> Void) throws {

@@ -35,8 +35,8 @@ public enum LimitAdmin {
         var out: [LimitSummary] = []
         for name in specs.keys.sorted() {
             let spec = specs[name]!
-            let keys = try scan(connection, pattern: LimitKeys.instance(name: name, key: nil))
-                + scan(connection, pattern: LimitKeys.instance(name: name, key: "*"))
+            let keys = try connection.scanKeys(matching: LimitKeys.instance(name: name, key: nil))
+                + connection.scanKeys(matching: LimitKeys.instance(name: name, key: "*"))
             var rows: [LimitSummary] = []
             for key in Set(keys).sorted() {
                 let suffix = key == LimitKeys.instance(name: name, key: nil)
@@ -50,20 +50,6 @@ public enum LimitAdmin {
             out += rows
         }
         return out
-    }
-
-    private static func scan(_ connection: RedisConnection, pattern: String) throws(RedisError) -> [String] {
-        var cursor = "0"
-        var keys: [String] = []
-        repeat {
-            let reply = try connection.command("SCAN", cursor, "MATCH", pattern, "COUNT", 500)
-            guard let parts = reply.array, parts.count == 2, let next = parts[0].string else {
-                throw .unexpectedReply("SCAN returned \(reply)")
-            }
-            cursor = next
-            keys += parts[1].strings
-        } while cursor != "0"
-        return keys
     }
 
     private static func summary(_ connection: RedisConnection, spec: LimitSpec, key: String, suffix: String,

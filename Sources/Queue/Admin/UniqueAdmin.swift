@@ -30,18 +30,10 @@ public struct UniqueAdmin {
     /// Every lock, sorted by class then digest (SCAN `unique:*`; `unique-jid:*` records are not locks).
     public func list() throws(RedisError) -> [UniqueLockInfo] {
         var digests: Set<String> = []
-        var cursor = "0"
-        repeat {
-            let reply = try connection.command("SCAN", cursor, "MATCH", Keys.uniqueLockPattern, "COUNT", 1000)
-            guard let parts = reply.array, parts.count == 2, let next = parts[0].string else {
-                throw .unexpectedReply("SCAN returned \(reply)")
-            }
-            cursor = next
-            for key in parts[1].strings {
-                let digest = String(key.dropFirst("unique:".count))
-                if Self.isDigest(digest) { digests.insert(digest) }
-            }
-        } while cursor != "0"
+        for key in try connection.scanKeys(matching: Keys.uniqueLockPattern) {
+            let digest = String(key.dropFirst("unique:".count))
+            if Self.isDigest(digest) { digests.insert(digest) }
+        }
         var locks: [UniqueLockInfo] = []
         for digest in digests.sorted() {
             if let info = try show(UniqueLockKey(digest: digest)) { locks.append(info) }

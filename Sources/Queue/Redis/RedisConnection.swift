@@ -133,6 +133,23 @@ public final class RedisConnection: @unchecked Sendable {
         try send(arguments).checked()
     }
 
+    /// Every key matching `pattern`, by `SCAN` in steps of `count` (never `KEYS`: each step is short, so Redis
+    /// keeps serving others). A key may appear twice (SCAN's guarantee); keys created or deleted meanwhile may or
+    /// may not be listed.
+    public func scanKeys(matching pattern: String, count: Int = 1000) throws(RedisError) -> [String] {
+        var cursor = "0"
+        var keys: [String] = []
+        repeat {
+            let reply = try command("SCAN", cursor, "MATCH", pattern, "COUNT", count)
+            guard let parts = reply.array, parts.count == 2, let next = parts[0].string else {
+                throw .unexpectedReply("SCAN returned \(reply)")
+            }
+            cursor = next
+            keys += parts[1].strings
+        } while cursor != "0"
+        return keys
+    }
+
     /// Sends all commands in one round trip and returns their replies in order.
     public func pipeline(_ commands: [[any RedisArgument]]) throws(RedisError) -> [RedisReply] {
         if commands.isEmpty { return [] }
