@@ -396,7 +396,7 @@ final class GeoTests: JobsTestCase {
         XCTAssertTrue(gaps.allSatisfy { $0 >= Double(limiter.intervalMilliseconds) }, "gaps \(gaps)")
         // A backlog beyond maxWait is refused without taking a slot.
         let impatient = ProviderRateLimiter(redis: redis.pool, provider: "limiter-test", minimumInterval: 10, maxWait: 1)
-        try impatient.acquire(isCancelled: { false })
+        _ = try impatient.acquire(isCancelled: { false })
         XCTAssertThrowsError(try impatient.acquire(isCancelled: { false })) { error in
             guard case ProviderRateLimiter.WaitError.backlog = error else { return XCTFail("\(error)") }
         }

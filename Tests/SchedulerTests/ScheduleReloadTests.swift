@@ -88,7 +88,7 @@ final class ScheduleReloadTests: XCTestCase {
               class: BrokenJob
             """)
         child.signal(SIGHUP)
-        XCTAssertTrue(try eventually { child.stderr.contains("schedule file not reloaded") }, child.stderr)
+        XCTAssertTrue(eventually { child.stderr.contains("schedule file not reloaded") }, child.stderr)
         XCTAssertTrue(child.stderr.contains("entry 'broken': cron:"), child.stderr)
         // Still running on the previous schedule: both entries keep firing, none is added or removed.
         let fired = try redis.int("LLEN", "queue:reload_c")
