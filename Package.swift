@@ -9,7 +9,8 @@ import PackageDescription
 //   3 Workers, Scheduler   runtime (pool, fetch, retry, heartbeat) / cron
 //   3 Outbox               transactional enqueue through PostgreSQL (job_outbox), its relay to Redis
 //   2 Queue, Storage, HTTP wire protocol over hiredis / PostgreSQL over libpq / libcurl
-//   1 CHiredis, CLibPQ, CCurl  system-library shims; CivilDate (calendar arithmetic, no dependencies)
+//   1 CHiredis, CLibPQ, CCurl  system-library shims; CivilDate (calendar arithmetic, no dependencies);
+//     Telemetry             the tracing switch, W3C context, OTLP tracer and batcher (docs/tracing.md)
 let package = Package(
     name: "SwiftWorkers",
     platforms: [.macOS(.v14)],
@@ -28,6 +29,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.1.0"),
         .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1", from: "1.3.0"),
+        .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
     ],
     targets: [
         .systemLibrary(name: "CHiredis", path: "Sources/CHiredis", pkgConfig: "hiredis",
@@ -40,20 +42,23 @@ let package = Package(
         // Proleptic Gregorian day arithmetic shared by Storage (timestamps) and Scheduler (cron).
         .target(name: "CivilDate"),
 
-        .target(name: "Queue", dependencies: ["CHiredis", .product(name: "Logging", package: "swift-log"),
+        // Tracing (docs/tracing.md): off unless bootstrapped; the OTLP/HTTP transport lives in HTTP.
+        .target(name: "Telemetry", dependencies: [.product(name: "Tracing", package: "swift-distributed-tracing")]),
+
+        .target(name: "Queue", dependencies: ["CHiredis", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
                                               .product(name: "Crypto", package: "swift-crypto")]),
-        .target(name: "Storage", dependencies: ["CLibPQ", "CivilDate", .product(name: "Logging", package: "swift-log"),
+        .target(name: "Storage", dependencies: ["CLibPQ", "CivilDate", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
                                                 .product(name: "Crypto", package: "swift-crypto")],
                 resources: [.copy("Migrations")]),
-        .target(name: "HTTP", dependencies: ["CCurl", .product(name: "Logging", package: "swift-log")]),
+        .target(name: "HTTP", dependencies: ["CCurl", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log")]),
 
-        .target(name: "WorkersClient", dependencies: ["Queue"]),
+        .target(name: "WorkersClient", dependencies: ["Queue", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), ]),
 
         // Transactional enqueue through PostgreSQL (job_outbox), its relay to Redis and the lost-job finder
         // (docs/outbox.md). Needs both Queue and Storage, so it is not part of the Redis-only WorkersClient.
         .target(name: "Outbox", dependencies: ["Queue", "Storage", .product(name: "Logging", package: "swift-log")]),
 
-        .target(name: "Workers", dependencies: ["Queue", "Storage", "Yams", .product(name: "Logging", package: "swift-log"),
+        .target(name: "Workers", dependencies: ["Queue", "Storage", "Yams", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
                                                 .product(name: "CoreMetrics", package: "swift-metrics")]),
         .target(name: "Scheduler", dependencies: ["Queue", "CivilDate", "Yams", .product(name: "Logging", package: "swift-log"),
                                                   .product(name: "CoreMetrics", package: "swift-metrics")]),
@@ -67,10 +72,10 @@ let package = Package(
 
         // Bench and test fixtures (ProbeInsert, probe_rows), out of the production registry and schema:
         // `workerctl worker --bench-jobs` / `workerctl migrate --bench-tables` and the tests ask for them.
-        .target(name: "BenchJobs", dependencies: ["Workers", "Storage"]),
+        .target(name: "BenchJobs", dependencies: ["Workers", "Storage", "HTTP", "Queue"]),
 
         .executableTarget(name: "workerctl", dependencies: [
-            "Jobs", "BenchJobs", "Workers", "Scheduler", "Queue", "Storage", "HTTP", "Outbox",
+            "Jobs", "BenchJobs", "Workers", "Scheduler", "Queue", "Storage", "HTTP", "Outbox", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), 
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Prometheus", package: "swift-prometheus"),

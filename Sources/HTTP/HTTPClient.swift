@@ -1,6 +1,8 @@
 import CCurl
 import Foundation
 import Logging
+import Telemetry
+import Tracing
 
 /// Settings shared by every request an `HTTPClient` sends.
 public struct HTTPClientConfiguration: Sendable {
@@ -69,7 +71,33 @@ public final class HTTPClient: @unchecked Sendable {
     ///
     /// Throws `HTTPError` only when no complete response arrived (timeout, connection, TLS, cancellation,
     /// invalid URL/request, oversize body). Errors carry the redacted URL and libcurl's message.
+    ///
+    /// Inside a traced enqueue or job run (docs/tracing.md) the call is a client span that records the
+    /// method, the host and port and the status, never the path or query (they may hold personal data).
     public func send(_ request: HTTPRequest) throws(HTTPError) -> HTTPResponse {
+        guard let span = JobTracing.startChildSpan("HTTP \(request.method.rawValue)", ofKind: .client) else {
+            return try sendUntraced(request)
+        }
+        defer { span.end() }
+        span.attributes["http.request.method"] = request.method.rawValue
+        if let components = URLComponents(string: request.url) {
+            if let host = components.host { span.attributes["server.address"] = host }
+            if let port = components.port { span.attributes["server.port"] = Int64(port) }
+        }
+        do {
+            let response = try sendUntraced(request)
+            span.attributes["http.response.status_code"] = Int64(response.status)
+            if response.status >= 400 { span.setStatus(SpanStatus(code: .error)) }
+            return response
+        } catch {
+            // The kind only (`timeout`, `tls`…): the error's context holds the URL.
+            span.attributes["error.type"] = error.kind
+            span.setStatus(SpanStatus(code: .error))
+            throw error
+        }
+    }
+
+    private func sendUntraced(_ request: HTTPRequest) throws(HTTPError) -> HTTPResponse {
         let redacted = request.redactedURL
         let method = request.method.rawValue
         func context(_ message: String, _ code: CURLcode? = nil) -> HTTPErrorContext {

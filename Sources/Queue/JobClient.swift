@@ -1,4 +1,6 @@
 import Foundation
+import Telemetry
+import Tracing
 
 /// A job to enqueue. `retry` is always written (`true`, `false` or an integer), as the issue and
 /// Sidekiq's client do.
@@ -114,9 +116,15 @@ public struct JobClient: Sendable {
         let now = Clock.now()
         var jids: [String] = []
         var byQueue: [(queue: String, payloads: [String])] = []
+        var spans: [any Span] = []  // one producer span per job, only while tracing is on (docs/tracing.md)
         for job in jobs {
             let jid = Identifiers.jid()
-            let payload = try Self.payload(for: job, jid: jid, createdAt: now, enqueuedAt: now)
+            var payload = try Self.payload(for: job, jid: jid, createdAt: now, enqueuedAt: now)
+            if JobTracing.isEnabled {
+                let span = JobTraceContext.startEnqueueSpan(className: job.className, queue: job.queue, jid: jid)
+                JobTraceContext.inject(span, into: &payload)
+                spans.append(span)
+            }
             jids.append(jid)
             if let index = byQueue.firstIndex(where: { $0.queue == job.queue }) {
                 byQueue[index].payloads.append(payload.serialized())
@@ -129,7 +137,13 @@ public struct JobClient: Sendable {
             commands.append(["SADD", Keys.queues, queue])
             commands.append(["LPUSH", Keys.queue(queue)] + payloads)
         }
-        try write(commands)
+        do {
+            try write(commands)
+        } catch {
+            JobTraceContext.end(spans, error: error)
+            throw error
+        }
+        JobTraceContext.end(spans, error: nil)
         return jids
     }
 
@@ -154,19 +168,31 @@ public struct JobClient: Sendable {
         var jids = [String](repeating: "", count: jobs.count)
         var immediate: [(Int, NewJob)] = []
         var zadd: [any RedisArgument] = ["ZADD", Keys.schedule]
+        var spans: [any Span] = []  // as in `enqueueMany(_:)`
         for (index, job) in jobs.enumerated() {
             if times[index] <= now {
                 immediate.append((index, job))
                 continue
             }
             let jid = Identifiers.jid()
-            let payload = try Self.payload(for: job, jid: jid, createdAt: now, enqueuedAt: nil)
+            var payload = try Self.payload(for: job, jid: jid, createdAt: now, enqueuedAt: nil)
+            if JobTracing.isEnabled {
+                let span = JobTraceContext.startEnqueueSpan(className: job.className, queue: job.queue, jid: jid)
+                JobTraceContext.inject(span, into: &payload)
+                spans.append(span)
+            }
             zadd.append(times[index])
             zadd.append(payload.serialized())
             jids[index] = jid
         }
         if zadd.count > 2 {
-            try write([zadd])
+            do {
+                try write([zadd])
+            } catch {
+                JobTraceContext.end(spans, error: error)
+                throw error
+            }
+            JobTraceContext.end(spans, error: nil)
         }
         if !immediate.isEmpty {
             let pushed = try enqueueMany(immediate.map(\.1))

@@ -1,5 +1,7 @@
 import CLibPQ
 import Foundation
+import Telemetry
+import Tracing
 
 /// How a `PostgresConnection` connects and sets up its session.
 public struct PostgresConnectionOptions: Sendable {
@@ -293,8 +295,43 @@ public final class PostgresConnection: @unchecked Sendable {
     ///
     /// If `body` swallowed a statement error, the transaction is aborted on the server: this rolls it back
     /// and throws SQLSTATE 25P02 rather than pretending to commit.
+    ///
+    /// Inside a traced job run (docs/tracing.md) it is a client span `SQL TRANSACTION` (`SQL SAVEPOINT` when
+    /// nested): the kind of statement only, never SQL text or parameters.
     @discardableResult
     public func transaction<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
+        guard let span = Self.transactionSpan(nested: isInTransaction, firstStatement: nil) else {
+            return try transactionUntraced(body)
+        }
+        defer { span.end() }
+        do {
+            return try transactionUntraced(body)
+        } catch {
+            Self.fail(span, error)
+            throw error
+        }
+    }
+
+    /// A span for one transaction, or nil when tracing is off or no span is bound on this thread.
+    /// `firstStatement`: its leading keyword (`INSERT`, `SELECT`…) becomes `db.first_statement`.
+    private static func transactionSpan(nested: Bool, firstStatement: String?) -> (any Span)? {
+        guard let span = JobTracing.startChildSpan(nested ? "SQL SAVEPOINT" : "SQL TRANSACTION", ofKind: .client)
+        else { return nil }
+        span.attributes["db.system.name"] = "postgresql"
+        span.attributes["db.operation.name"] = nested ? "SAVEPOINT" : "TRANSACTION"
+        if let keyword = firstStatement?.split(whereSeparator: { $0.isWhitespace }).first {
+            span.attributes["db.first_statement"] = keyword.uppercased()
+        }
+        return span
+    }
+
+    /// Marks a transaction span failed with the SQLSTATE only (a server message may quote parameter values).
+    private static func fail(_ span: any Span, _ error: any Error) {
+        span.attributes["error.type"] = (error as? PostgresError)?.sqlState ?? String(describing: type(of: error))
+        span.setStatus(SpanStatus(code: .error))
+    }
+
+    private func transactionUntraced<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
         let nested = isInTransaction
         try execute(nested ? "SAVEPOINT storage_nested" : "BEGIN")
         return try finishTransaction(nested: nested) { try body(self) }
@@ -305,6 +342,20 @@ public final class PostgresConnection: @unchecked Sendable {
     @discardableResult
     public func transaction<T>(startingWith first: Statement,
                                _ body: (PostgresConnection, PostgresRows) throws -> T) throws -> T {
+        guard let span = Self.transactionSpan(nested: isInTransaction, firstStatement: first.sql) else {
+            return try transactionUntraced(startingWith: first, body)
+        }
+        defer { span.end() }
+        do {
+            return try transactionUntraced(startingWith: first, body)
+        } catch {
+            Self.fail(span, error)
+            throw error
+        }
+    }
+
+    private func transactionUntraced<T>(startingWith first: Statement,
+                                        _ body: (PostgresConnection, PostgresRows) throws -> T) throws -> T {
         let nested = isInTransaction
         if nested && isTransactionFailed {
             // SAVEPOINT fails on an aborted transaction: let it say so, without touching outer savepoints.

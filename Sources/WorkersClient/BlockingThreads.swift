@@ -1,4 +1,6 @@
 import Foundation
+import Telemetry
+import Tracing
 
 /// A fixed set of dedicated threads that run blocking calls (hiredis' blocking API, the pool's
 /// waits) for async callers, so that no Swift concurrency cooperative-pool thread ever blocks on
@@ -35,8 +37,15 @@ final class BlockingThreads: @unchecked Sendable {
     /// (a Redis command cannot be taken back half-way).
     func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try Task.checkCancellation()
+        // The caller's span (a task-local) is bound again on the thread, so an enqueue span descends from it.
+        let context = JobTracing.isEnabled ? ServiceContext.current : nil
         return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-            let accepted = submit { continuation.resume(with: Result { try body() }) }
+            let accepted = submit {
+                continuation.resume(with: Result {
+                    guard let context else { return try body() }
+                    return try ServiceContext.withValue(context) { try body() }
+                })
+            }
             if !accepted { continuation.resume(throwing: WorkersClientError.shutDown) }
         }
     }

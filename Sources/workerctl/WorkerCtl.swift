@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import HTTP
 import Logging
 import Queue
 import Workers
@@ -20,7 +21,11 @@ struct WorkerCtl: ParsableCommand {
     /// stack trace.
     static func mainWithExitCodes() {
         StructuredLogHandler.bootstrap()
+        // Tracing from the OTEL_* variables (docs/tracing.md); off, and free, when they do not ask for it.
+        let tracing = OTLPExport.bootstrapFromEnvironment(logger: Logger(label: "workerctl.tracing"))
         do {
+            // The last spans are sent before any exit below (Foundation.exit skips defers).
+            defer { tracing?.shutdown() }
             var command = try parseAsRoot()
             try command.run()
         } catch let error as CLIError {

@@ -2,6 +2,8 @@ import Foundation
 import Logging
 import Queue
 import Storage
+import Telemetry
+import Tracing
 
 /// Turns one fetched job into a settlement: parse, look up, decode, run, and on failure apply
 /// Sidekiq's retry rules (§6 of the wire doc). Stateless apart from its configuration; any pool
@@ -43,8 +45,45 @@ struct JobRunner: Sendable {
 
     /// Runs one job. `sharedTransaction` is the pool thread's open group-commit transaction (for jobs
     /// that `sharesCommits`): the job's ledger check and transaction use it instead of a pooled connection.
+    ///
+    /// While tracing is on (docs/tracing.md) the run is a consumer span, child of the payload's `traceparent`,
+    /// bound as the thread's `ServiceContext` around the whole run, so the job's HTTP calls, SQL transactions
+    /// and enqueues are its children. While off: one atomic load, no span, nothing bound.
     func run(_ job: FetchedJob, payload parsed: Result<JobPayload, PayloadError>, execution: Execution,
              sharedTransaction: PostgresConnection? = nil) -> Outcome {
+        guard JobTracing.isEnabled, case .success(let payload) = parsed else {
+            return execute(job, payload: parsed, execution: execution, sharedTransaction: sharedTransaction)
+        }
+        let span = JobTracing.tracer.startAnySpan("perform \(payload.className)",
+                                                  context: JobTraceContext.extract(from: payload), ofKind: .consumer)
+        span.attributes["job.class"] = payload.className
+        span.attributes["job.queue"] = job.queue
+        span.attributes["job.jid"] = payload.jid ?? "-"
+        span.attributes["job.attempt"] = Int64((payload.retryCount ?? -1) + 2)
+        span.attributes["messaging.system"] = "sidekiq"
+        let outcome = ServiceContext.withValue(span.context) {
+            execute(job, payload: parsed, execution: execution, sharedTransaction: sharedTransaction)
+        }
+        span.attributes["job.outcome"] = Self.outcomeName(outcome)
+        if outcome.failed { span.setStatus(SpanStatus(code: .error)) }
+        span.end()
+        return outcome
+    }
+
+    /// The `job.outcome` span attribute: how the run was settled.
+    static func outcomeName(_ outcome: Outcome) -> String {
+        switch outcome.settlement {
+        case .ack: return outcome.failed ? "failed" : "success"
+        case .retry: return "retry"
+        case .dead: return "dead"
+        case .drop: return "dropped"
+        case .requeue: return "requeued"
+        case .schedule: return "rescheduled"
+        }
+    }
+
+    private func execute(_ job: FetchedJob, payload parsed: Result<JobPayload, PayloadError>, execution: Execution,
+                         sharedTransaction: PostgresConnection?) -> Outcome {
         let payload: JobPayload
         switch parsed {
         case .failure(let error):

@@ -1,6 +1,8 @@
 import ArgumentParser
 import Foundation
 import Queue
+import Telemetry
+import Tracing
 
 struct EnqueueCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -59,7 +61,19 @@ struct EnqueueCommand: ParsableCommand {
         guard UniqueUntil(rawValue: uniqueUntil) != nil else { throw ValidationError("--unique-until must be start or success") }
     }
 
+    /// With tracing on, a `TRACEPARENT` (and `TRACESTATE`) in the environment is the parent of the enqueue
+    /// spans (https://opentelemetry.io/docs/specs/otel/context/env-carriers/), so a script's trace goes on
+    /// into the job.
     func run() throws {
+        guard JobTracing.isEnabled, let header = ProcessInfo.processInfo.environment["TRACEPARENT"],
+              let parent = TraceParent(header: header, traceState: ProcessInfo.processInfo.environment["TRACESTATE"])
+        else { return try enqueue() }
+        var context = ServiceContext.topLevel
+        context.traceParent = parent
+        try ServiceContext.withValue(context) { try enqueue() }
+    }
+
+    private func enqueue() throws {
         let parsedArgs: [JSONValue]
         do {
             guard case .array(let array) = try JSONValue.parse(args) else {

@@ -114,6 +114,7 @@ struct WorkerOptions: ParsableArguments {
         if benchJobs {
             BenchJobs.register(into: &registry)
             LimitProbes.register(into: &registry, redisURL: configuration.redisURL)
+            TraceProbes.register(into: &registry, redisURL: configuration.redisURL)
         }
         registerDomainJobs(into: &registry, redisURL: configuration.redisURL)
         let jobDatabase = noDatabase ? nil : try openDatabase(configured: file.databaseURL,
