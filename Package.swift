@@ -88,7 +88,7 @@ let package = Package(
 
         .testTarget(name: "QueueTests", dependencies: ["Queue", "TestSupport"]),
         .testTarget(name: "StorageTests", dependencies: ["Storage", "CivilDate", "TestSupport"]),
-        .testTarget(name: "HTTPTests", dependencies: ["HTTP", "TestSupport"]),
+        .testTarget(name: "HTTPTests", dependencies: ["HTTP", "Telemetry", "TestSupport"]),
         // Shared by the test targets that run in-process workers: the fast test configuration.
         .target(name: "WorkersTestSupport", dependencies: ["Workers", "TestSupport"], path: "Tests/WorkersTestSupport"),
 

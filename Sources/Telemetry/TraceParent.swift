@@ -23,7 +23,7 @@ public struct TraceParent: Sendable, Hashable {
     public init?(header: String, traceState: String? = nil) {
         let parts = header.split(separator: "-", omittingEmptySubsequences: false)
         guard parts.count >= 4, parts[0].count == 2, parts[1].count == 32, parts[2].count == 16, parts[3].count == 2,
-              parts.allSatisfy({ $0.allSatisfy(Self.isLowerHex) }), parts[0] != "ff",
+              parts.prefix(4).allSatisfy({ $0.allSatisfy(Self.isLowerHex) }), parts[0] != "ff",
               parts[0] != "00" || parts.count == 4,
               parts[1].contains(where: { $0 != "0" }), parts[2].contains(where: { $0 != "0" }),
               let flags = UInt8(parts[3], radix: 16) else { return nil }

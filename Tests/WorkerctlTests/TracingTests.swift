@@ -168,4 +168,32 @@ final class TracingTests: XCTestCase {
         XCTAssertEqual(try admin(port, "/__admin/requests").count, 2, "both jobs ran their HTTP call")
         XCTAssertEqual(try admin(port, "/__admin/exports").count, 0, "nothing was exported")
     }
+    func testUniqueEnqueueIsTracedAndTheTraceFieldsDoNotMakeAJobUnique() throws {
+        let port = 4366
+        let receiver = try startReceiver(port: port)
+        defer { receiver.signal(SIGTERM); receiver.wait() }
+        let redis = try TestRedis(database: 98)
+        let environment = ["REDIS_URL": redis.url, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:\(port)/v1/traces",
+                           "OTEL_SERVICE_NAME": "tracing-unique"]
+        // Two enqueues of the same job under two different parents: the second is a duplicate all the same.
+        var outputs: [String] = []
+        for parentSpan in [upstreamSpan, "b7ad6b7169203331"] {
+            let enqueue = try ChildProcess.run(TestServices.workerctl, ["enqueue", "Noop", "--unique-for", "60"],
+                                               environment: environment.merging(["TRACEPARENT": "00-\(upstreamTrace)-\(parentSpan)-01"]) { $1 })
+            XCTAssertEqual(enqueue.status, 0, enqueue.stderr)
+            outputs.append(enqueue.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+        XCTAssertEqual(outputs[1], "duplicate of \(outputs[0])")
+        let queued = try redis.payloads(list: "queue:default")
+        XCTAssertEqual(queued.count, 1)
+        let traceparent = try XCTUnwrap(queued.first?.fields["traceparent"]?.stringValue)
+
+        let spans = try admin(port, "/__admin/spans").filter { $0["name"] as? String == "enqueue Noop" }
+        XCTAssertEqual(spans.count, 2, "\(spans)")
+        let pushed = try XCTUnwrap(spans.first { $0["parentSpanId"] as? String == upstreamSpan })
+        XCTAssertEqual(traceparent, "00-\(upstreamTrace)-\(pushed["spanId"] as? String ?? "?")-01")
+        XCTAssertNil(attributes(pushed)["job.unique"])
+        let duplicate = try XCTUnwrap(spans.first { $0["parentSpanId"] as? String == "b7ad6b7169203331" })
+        XCTAssertEqual(attributes(duplicate)["job.unique"] as? String, "duplicate")
+    }
 }

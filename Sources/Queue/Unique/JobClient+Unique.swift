@@ -1,4 +1,6 @@
 import Foundation
+import Telemetry
+import Tracing
 
 extension JobClient {
     /// Enqueues `job` unless a job with the same uniqueness lock is live: returns `.enqueued(jid)`
@@ -19,10 +21,27 @@ extension JobClient {
         var job = job
         let derived = key ?? policy.key?(job.args)
         for (field, value) in policy.fields(key: derived) { job.extra[field] = value }
-        let payload = try Self.payload(for: job, createdAt: now, enqueuedAt: scheduled == nil ? now : nil)
-        let lock = UniqueLockKey(payload: payload, policy: policy)
-        return try pool.withConnection { connection in
-            try UniqueLocks.push(connection, payload: payload, lock: lock, policy: policy, at: scheduled, now: now)
+        var payload = try Self.payload(for: job, createdAt: now, enqueuedAt: scheduled == nil ? now : nil)
+        let lock = UniqueLockKey(payload: payload, policy: policy)  // before the trace fields: they never make a job unique
+        guard JobTracing.isEnabled else {
+            return try pool.withConnection { connection in
+                try UniqueLocks.push(connection, payload: payload, lock: lock, policy: policy, at: scheduled, now: now)
+            }
         }
+        // A producer span as in `enqueueMany` (docs/tracing.md); a duplicate is marked `job.unique`=`duplicate`.
+        let span = JobTraceContext.startEnqueueSpan(className: job.className, queue: job.queue, jid: payload.jid ?? "-")
+        JobTraceContext.inject(span, into: &payload)
+        let pushed: UniquePush
+        do {
+            pushed = try pool.withConnection { [payload] connection in
+                try UniqueLocks.push(connection, payload: payload, lock: lock, policy: policy, at: scheduled, now: now)
+            }
+        } catch {
+            JobTraceContext.end([span], error: error)
+            throw error
+        }
+        if case .duplicate = pushed { span.attributes["job.unique"] = "duplicate" }
+        JobTraceContext.end([span], error: nil)
+        return pushed
     }
 }
