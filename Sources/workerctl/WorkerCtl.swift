@@ -22,10 +22,16 @@ struct WorkerCtl: ParsableCommand {
     static func mainWithExitCodes() {
         StructuredLogHandler.bootstrap()
         // Tracing from the OTEL_* variables (docs/tracing.md); off, and free, when they do not ask for it.
-        let tracing = OTLPExport.bootstrapFromEnvironment(logger: Logger(label: "workerctl.tracing"))
+        let tracingLogger = Logger(label: "workerctl.tracing")
+        let tracing = OTLPExport.bootstrapFromEnvironment(logger: tracingLogger)
         do {
             // The last spans are sent before any exit below (Foundation.exit skips defers).
-            defer { tracing?.shutdown() }
+            defer {
+                tracing?.shutdown()
+                if let dropped = tracing?.dropped, dropped > 0 {
+                    tracingLogger.warning("spans dropped: the export queue was full", metadata: ["spans": "\(dropped)"])
+                }
+            }
             var command = try parseAsRoot()
             try command.run()
         } catch let error as CLIError {
