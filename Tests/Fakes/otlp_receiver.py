@@ -18,7 +18,7 @@ Test-only endpoints (not OTLP):
   `serviceName` (the resource's `service.name`) and `attributes` as a {key: value} object.
 - GET /__admin/exports: how many export requests arrived (decoded or not).
 - Any other GET (e.g. /users/alice@example.com/profile): 200 "ok", recorded in /__admin/requests —
-  the target of the probe job's HTTP call.
+  the target of the probe job's HTTP call; GET /status/NNN answers with status NNN.
 
 Usage: otlp_receiver.py PORT. Prints "ready PORT" on stdout once listening; runs until SIGTERM.
 """
@@ -105,6 +105,8 @@ class Handler(BaseHTTPRequestHandler):
             if self.path == "/__admin/requests":
                 return self.answer(200, json.dumps(REQUESTS))
             REQUESTS.append({"method": "GET", "path": self.path})
+        if self.path.startswith("/status/"):
+            return self.answer(int(self.path.split("/")[2]), "status", "text/plain")
         self.answer(200, "ok", "text/plain")
 
 

@@ -37,14 +37,15 @@ final class TracingTests: XCTestCase {
     }
 
     /// Runs a worker until `processed` jobs are done, then stops it with SIGTERM (its exit sends the last spans).
-    func runWorker(_ environment: [String: String], redis: TestRedis, until processed: Int) throws {
-        let worker = try ChildProcess(executable: TestServices.workerctl, arguments: ["worker", "--bench-jobs", "--concurrency", "1"],
+    func runWorker(_ environment: [String: String], redis: TestRedis, until processed: Int, failed: Int = 0) throws {
+        let worker = try ChildProcess(executable: TestServices.workerctl,
+                                      arguments: ["worker", "--bench-jobs", "--concurrency", "1", "--poll-interval", "0.1"],
                                       environment: environment)
         let done = try eventually(timeout: 60) { try redis.processed() >= processed }
         worker.signal(SIGTERM)
         XCTAssertEqual(worker.wait(), 0, worker.stderr)
         XCTAssertTrue(done, "the worker did not run \(processed) jobs: \(worker.stderr)")
-        XCTAssertEqual(try redis.failed(), 0, worker.stderr)
+        XCTAssertEqual(try redis.failed(), failed, worker.stderr)
     }
 
     func span(_ spans: [[String: Any]], named name: String, file: StaticString = #filePath, line: UInt = #line) throws
@@ -195,5 +196,38 @@ final class TracingTests: XCTestCase {
         XCTAssertNil(attributes(pushed)["job.unique"])
         let duplicate = try XCTUnwrap(spans.first { $0["parentSpanId"] as? String == "b7ad6b7169203331" })
         XCTAssertEqual(attributes(duplicate)["job.unique"] as? String, "duplicate")
+    }
+    func testEveryAttemptIsARunOfTheOneEnqueueWithItsOutcome() throws {
+        let port = 4367
+        let receiver = try startReceiver(port: port)
+        defer { receiver.signal(SIGTERM); receiver.wait() }
+        let redis = try TestRedis(database: 96)
+        let database = try PostgresTestDatabase.create(prefix: "tracing_retry")
+        defer { database.drop() }
+        let environment = ["REDIS_URL": redis.url, "DATABASE_URL": database.url,
+                           "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(port)", "OTEL_SERVICE_NAME": "tracing-retry"]
+        try migrated(environment)
+        // TraceProbe allows one retry: a 503 twice is a retry, then dead.
+        let enqueue = try ChildProcess.run(TestServices.workerctl,
+                                           ["enqueue", "TraceProbe", "--args", #"["http://127.0.0.1:\#(port)/status/503"]"#],
+                                           environment: environment)
+        XCTAssertEqual(enqueue.status, 0, enqueue.stderr)
+        try runWorker(environment, redis: redis, until: 2, failed: 2)
+        XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 1)
+
+        let spans = try admin(port, "/__admin/spans")
+        let enqueueSpan = try span(spans, named: "enqueue TraceProbe")
+        let runs = spans.filter { $0["name"] as? String == "perform TraceProbe" }
+            .sorted { (attributes($0)["job.attempt"] as? Int ?? 0) < (attributes($1)["job.attempt"] as? Int ?? 0) }
+        XCTAssertEqual(runs.map { attributes($0)["job.attempt"] as? Int }, [1, 2])
+        XCTAssertEqual(runs.map { attributes($0)["job.outcome"] as? String }, ["retry", "dead"])
+        for run in runs {
+            XCTAssertEqual(run["parentSpanId"] as? String, enqueueSpan["spanId"] as? String, "each attempt descends from the one enqueue")
+            XCTAssertEqual((run["status"] as? [String: Any])?["code"] as? Int, 2)  // STATUS_CODE_ERROR
+        }
+        let calls = spans.filter { $0["name"] as? String == "HTTP GET" }
+        XCTAssertEqual(calls.map { attributes($0)["http.response.status_code"] as? Int }, [503, 503])
+        XCTAssertEqual(Set(calls.compactMap { $0["parentSpanId"] as? String }), Set(runs.compactMap { $0["spanId"] as? String }))
+        XCTAssertTrue(spans.filter { $0["name"] as? String == "SQL TRANSACTION" }.isEmpty, "the failed runs opened no transaction")
     }
 }
