@@ -1,3 +1,5 @@
+import Foundation
+
 /// A W3C Trace Context `traceparent` (and its `tracestate`): https://www.w3.org/TR/trace-context/ §3.2, §3.3.
 ///
 /// Only version `00` is written; a higher version is read by its first four fields, as §3.2.4 asks. An
@@ -58,5 +60,3 @@ public struct TraceParent: Sendable, Hashable {
         }
     }
 }
-
-import Foundation

@@ -1,3 +1,5 @@
+import Foundation
+
 /// What the standard `OTEL_*` variables ask for
 /// (https://opentelemetry.io/docs/specs/otel/configuration/sdk-environment-variables/ and
 /// https://opentelemetry.io/docs/specs/otel/protocol/exporter/). Tracing is on only when an OTLP endpoint is
@@ -53,5 +55,3 @@ public struct TracingConfiguration: Sendable, Equatable {
         return nil
     }
 }
-
-import Foundation
