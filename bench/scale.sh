@@ -80,6 +80,7 @@ for run in $(seq 1 "$RUNS"); do
 
   if [[ " $PARTS " == *" queue "* ]]; then
     R flushdb >/dev/null
+    rewrites0=$(info persistence aof_rewrites)
     before=$(info memory used_memory)
     rate=$("$BIN" enqueue Noop --count "$N" --batch 1000 | grep -oE '[0-9]+ jobs/s' | grep -oE '[0-9]+')
     [ "$(R llen queue:default)" -eq "$N" ] || { echo "enqueue: queue:default has $(R llen queue:default), not $N" >&2; exit 1; }
@@ -98,6 +99,8 @@ for run in $(seq 1 "$RUNS"); do
     record drain_last "$(grep '^slice' "$FIGURES/slices.$run" | tail -1 | grep -oE '[0-9]+/s$' | tr -d /s)"
     record drain_all "$(echo "$N / ($(field total <"$FIGURES/slices.$run") - $(field first_wait <"$FIGURES/slices.$run"))" | bc -l)"
     echo "   drain by slices of $SLICE ($slices):" $(grep -oE '[0-9]+/s$' "$FIGURES/slices.$run")
+    # With AOF on, a 1M-job queue makes Redis rewrite its AOF (a fork and a full write) during the run: say so.
+    echo "   AOF rewrites during enqueue + drain: $(( $(info persistence aof_rewrites) - rewrites0 ))"
   fi
 
   if [[ " $PARTS " == *" poller "* ]]; then
