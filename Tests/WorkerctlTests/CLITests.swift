@@ -224,6 +224,8 @@ final class CLITests: XCTestCase {
         let accepted = try PseudoTerminal.run(command, environment: ["REDIS_URL": redis.url], waitFor: "[y/N]", input: "y\n")
         XCTAssertEqual(accepted.status, 0, accepted.output)
         XCTAssertTrue(accepted.output.contains("deleted 2 of 2 dead jobs"), accepted.output)
+        // On a terminal the progress line is written (stderr), then cleared before the summary.
+        XCTAssertTrue(accepted.output.contains("\rdeleted 2 of ~2 dead jobs…"), accepted.output)
         XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)
     }
 
