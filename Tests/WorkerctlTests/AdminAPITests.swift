@@ -170,6 +170,57 @@ final class AdminAPITests: XCTestCase {
         XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)
     }
 
+    /// The bulk actions' walk (`SortedJobSet.forEachPageAscending`, pages of 1000 over 20,000 dead jobs) while its
+    /// own moves and another operator change the set between pages: every entry there from the start to the end is
+    /// visited exactly once; entries removed before the walk reaches them, added behind its cursor, or added above the
+    /// highest score at the start are not visited.
+    func testPagedWalkVisitsEachEntryOnceWhileTheSetChanges() throws {
+        let count = 20_000
+        // The members start with the jid, so in Redis' order (score, then bytes) the entries the walker moves
+        // ("Flaky") and those it leaves in place ("Other") interleave; 6,000 share one score, so pages cut through ties.
+        func member(_ n: Int, className: String? = nil) -> String {
+            JSONValue.object(["jid": .string(jid(n)), "class": .string(className ?? (n % 3 == 0 ? "Other" : "Flaky")),
+                              "queue": "default", "args": [.int(Int64(n))]]).serialized()
+        }
+        func score(_ n: Int) -> Int { n < 6_000 ? 1_000 : 1_000 + n }
+        for start in stride(from: 0, to: count, by: 1000) {
+            var arguments: [any RedisArgument] = ["ZADD", Keys.dead]
+            for n in start..<min(start + 1000, count) { arguments += [score(n), member(n)] }
+            _ = try connection.send(arguments).checked()
+        }
+        let other = try redis.connection()  // another operator, on its own connection
+        var visits: [String: Int] = [:]
+        var removedAhead: Set<String> = []
+        var added: Set<String> = []
+        var pages = 0
+        try SortedJobSet(.dead).forEachPageAscending(connection, pageSize: 1000) { page in
+            pages += 1
+            for record in page { visits[record.jid ?? "?", default: 0] += 1 }
+            // The walker's own moves: the Flaky entries leave the set, the Other ones stay.
+            let moves: [[any RedisArgument]] = page.filter { $0.className == "Flaky" }.map { ["ZREM", Keys.dead, $0.raw] }
+            if !moves.isEmpty { _ = try connection.pipeline(moves) }
+            // Every other page, the other operator deletes the page's last 3 entries (the walk's cursor among them).
+            if pages % 2 == 1 {
+                for record in page.suffix(3) { _ = try other.command("ZREM", Keys.dead, record.raw).checked() }
+            }
+            // It deletes 5 entries the walk has not reached, and adds one behind the cursor and one above the top.
+            for k in 0..<5 {
+                let n = count - 1 - ((pages - 1) * 5 + k)
+                guard visits[jid(n)] == nil else { continue }  // the last page has reached the top
+                removedAhead.insert(jid(n))
+                _ = try other.command("ZREM", Keys.dead, member(n)).checked()
+            }
+            _ = try other.command("ZADD", Keys.dead, 0, member(100_000 + pages, className: "Flaky")).checked()
+            _ = try other.command("ZADD", Keys.dead, 9_000_000_000, member(200_000 + pages, className: "Flaky")).checked()
+            added.formUnion([jid(100_000 + pages), jid(200_000 + pages)])
+        }
+        let notOnce = (0..<count).map(jid).filter { !removedAhead.contains($0) && visits[$0] != 1 }
+        XCTAssertEqual(notOnce.count, 0, "visited \(notOnce.prefix(5).map { "\($0): \(visits[$0] ?? 0)×" }) …")
+        XCTAssertEqual(removedAhead.filter { visits[$0] != nil }, [], "removed before the walk reached them")
+        XCTAssertEqual(added.filter { visits[$0] != nil }, [], "added behind the cursor or above the top")
+        XCTAssertEqual(visits.count, count - removedAhead.count)
+    }
+
     /// Two operators retry the same jobs at the same time: every job ends up in its queue once.
     func testConcurrentMovesNeverDuplicateOrLoseAJob() throws {
         for n in 1...300 { try put(Keys.retry, score: Double(n), failed(jid(n))) }

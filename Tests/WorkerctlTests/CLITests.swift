@@ -211,6 +211,15 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(queued.count, low.count)
         XCTAssertEqual(Set(queued), Set(low))
         XCTAssertEqual(try redis.int("ZCARD", Keys.dead), count - low.count)
+
+        // --class and --grep filter the same walk: no class matches, then one job's own jid.
+        let none = try ctl.run(["jobs", "delete", "--all", "--state", "dead", "--class", "Steady", "--yes"], timeout: 120)
+        XCTAssertEqual(none.stdout, "deleted 0 of 0 dead jobs\n", none.stderr)
+        let one = try ctl.run(["jobs", "delete", "--all", "--state", "dead", "--class", "Flaky", "--grep", jids[2_201], "--yes"],
+                              timeout: 120)
+        XCTAssertEqual(one.stdout, "deleted 1 of 1 dead jobs\n", one.stderr)
+        XCTAssertEqual(try redis.int("ZCARD", Keys.dead), count - low.count - 1)
+        XCTAssertEqual(try JobAdmin(connection: redis.connection()).find(jid: jids[2_201], in: [.dead]).count, 0)
     }
 
     func testBulkActionsAskOnATerminal() throws {
@@ -224,6 +233,8 @@ final class CLITests: XCTestCase {
         let accepted = try PseudoTerminal.run(command, environment: ["REDIS_URL": redis.url], waitFor: "[y/N]", input: "y\n")
         XCTAssertEqual(accepted.status, 0, accepted.output)
         XCTAssertTrue(accepted.output.contains("deleted 2 of 2 dead jobs"), accepted.output)
+        // On a terminal the progress line is written (stderr), then cleared before the summary.
+        XCTAssertTrue(accepted.output.contains("\rdeleted 2 of ~2 dead jobs…"), accepted.output)
         XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)
     }
 

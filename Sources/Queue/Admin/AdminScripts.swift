@@ -22,6 +22,53 @@ enum AdminScripts {
         return out
         """)
 
+    /// One page of a sorted set walked from the lowest score up (`SortedJobSet.forEachPageAscending`).
+    /// KEYS[1] = the set. ARGV[1] = the highest score to visit, ARGV[2] = page size; for every page
+    /// but the first, ARGV[3] = the score and ARGV[4] = the member of the previous page's last entry
+    /// (the cursor). Returns `member, score` pairs: the entries that follow the cursor in Redis'
+    /// order (score, then member bytes as `memcmp`, a shorter prefix first), at most a page, none
+    /// above ARGV[1].
+    ///
+    /// The position is found inside the script, so whatever changed since the previous page it is
+    /// exact: `ZRANK` + 1 when the cursor's member is still there at its score; else (moved or
+    /// removed meanwhile) a binary search, by member, among the entries that share the cursor's score.
+    /// Entries removed meanwhile are never a reason to skip or repeat one.
+    static let pageAfter = RedisScript("""
+        local key, limit = KEYS[1], tonumber(ARGV[2])
+        local highest = tonumber(ARGV[1]) or math.huge
+        local function follows(a, b)
+          local n = math.min(#a, #b)
+          local i = 1
+          while i <= n and string.byte(a, i) == string.byte(b, i) do i = i + 1 end
+          if i <= n then return string.byte(a, i) > string.byte(b, i) end
+          return #a > #b
+        end
+        local start = 0
+        if ARGV[3] then
+          local score, member = ARGV[3], ARGV[4]
+          local rank = redis.call('ZRANK', key, member)
+          if rank and tonumber(redis.call('ZSCORE', key, member)) == tonumber(score) then
+            start = rank + 1
+          else
+            local low = redis.call('ZCOUNT', key, '-inf', '(' .. score)
+            local high = low + redis.call('ZCOUNT', key, score, score)
+            while low < high do
+              local middle = math.floor((low + high) / 2)
+              if follows(redis.call('ZRANGE', key, middle, middle)[1], member) then high = middle else low = middle + 1 end
+            end
+            start = low
+          end
+        end
+        local entries = redis.call('ZRANGE', key, start, start + limit - 1, 'WITHSCORES')
+        local out = {}
+        for i = 1, #entries, 2 do
+          if tonumber(entries[i + 1]) > highest then break end
+          out[#out + 1] = entries[i]
+          out[#out + 1] = entries[i + 1]
+        end
+        return out
+        """)
+
     /// KEYS[1] = source (ZSET or LIST). ARGV[1] = `zset` or `list`, ARGV[2] = now,
     /// ARGV[3] = dead max jobs, ARGV[4] = dead timeout in seconds, ARGV[5…] = raw members.
     /// Each member removed from the source (`ZREM`, or `LREM key 1`) is added unchanged to

@@ -66,33 +66,26 @@ public struct SortedJobSet: Sendable {
     /// stays bounded however large the set is. Only entries up to the highest score present when
     /// the walk starts are visited (jobs added later with a higher score are not).
     ///
-    /// `body` may remove entries of the page it gets; the next page starts after the page's
-    /// entries. Ties on a score are ordered by member (Redis' order), so the cursor is (the last
-    /// score seen, how many entries the walk left in place at that score), re-read with `ZSCORE`
-    /// after each page. If someone else removes one of those left-in-place entries meanwhile, the
-    /// walk skips one unseen entry of that score; no entry is visited twice unless it is re-added.
+    /// The cursor is the last entry of the previous page (score and member); each page is one
+    /// script (`AdminScripts.pageAfter`) that finds the cursor's position in Redis' order at that
+    /// moment and reads what follows it. So `body` may remove entries of its page, and anyone may add
+    /// or remove entries meanwhile: an entry present from the start of the walk to its end is visited
+    /// exactly once, an entry added behind the cursor is not visited, one removed before the cursor
+    /// reaches it is not visited.
     public func forEachPageAscending(_ connection: RedisConnection, pageSize: Int,
                                      _ body: ([JobRecord]) throws -> Void) throws {
+        precondition(pageSize > 0, "pageSize must be positive")
         let top = try connection.command("ZREVRANGE", key, 0, 0, "WITHSCORES").array ?? []
-        guard top.count == 2, let maxScore = top[1].string else { return }
-        var minScore = "-inf"
-        var leftAtMin = 0
+        guard top.count == 2, let highest = top[1].string else { return }
+        var cursor: [any RedisArgument] = []
         while true {
-            let pairs = try connection.command("ZRANGEBYSCORE", key, minScore, maxScore, "WITHSCORES",
-                                               "LIMIT", leftAtMin, pageSize).array ?? []
-            guard pairs.count >= 2, let lastScore = pairs[pairs.count - 1].string else { return }
+            let pairs = try connection.evaluate(AdminScripts.pageAfter, keys: [key],
+                                                arguments: [highest, pageSize] + cursor).array ?? []
+            guard pairs.count >= 2, let lastScore = pairs[pairs.count - 1].string,
+                  let lastMember = pairs[pairs.count - 2].bytes else { return }
             try body(Self.records(state: state, pairs: pairs))
-            // Members of this page that share its last score, and how many of them are still there.
-            var atLast: [[any RedisArgument]] = []
-            var index = pairs.count - 2
-            while index >= 0, pairs[index + 1].string == lastScore, let raw = pairs[index].bytes {
-                atLast.append(["ZSCORE", key, raw])
-                index -= 2
-            }
-            let stillThere = try connection.pipeline(atLast).filter { $0.string != nil }.count
-            leftAtMin = lastScore == minScore ? leftAtMin + stillThere : stillThere
-            minScore = lastScore
             if pairs.count / 2 < pageSize { return }
+            cursor = [lastScore, lastMember]
         }
     }
 
