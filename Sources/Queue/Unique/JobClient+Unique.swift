@@ -21,7 +21,8 @@ extension JobClient {
         for (field, value) in policy.fields(key: derived) { job.extra[field] = value }
         let payload = try Self.payload(for: job, createdAt: now, enqueuedAt: scheduled == nil ? now : nil)
         let lock = UniqueLockKey(payload: payload, policy: policy)
-        return try pool.withConnection { connection in
+        // The lock lives on the queue's shard, next to the job it guards (docs/sharding.md).
+        return try pool(forQueue: job.queue).withConnection { connection in
             try UniqueLocks.push(connection, payload: payload, lock: lock, policy: policy, at: scheduled, now: now)
         }
     }
