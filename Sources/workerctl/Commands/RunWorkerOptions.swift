@@ -89,6 +89,7 @@ struct WorkerOptions: ParsableArguments {
         let file = try loadConfigFile()
         var configuration = file.configuration
         configuration.redisURL = redis.resolvedURL(configured: file.redisURL)
+        configuration.shardMap = try file.shardMap(defaultURL: configuration.redisURL)
         do {  // REDIS_WAIT_REPLICAS / REDIS_WAIT_TIMEOUT_MS win over the file (docs/redis-ha.md)
             if let wait = try ReplicaWait.from(environment: ProcessInfo.processInfo.environment) { configuration.replicaWait = wait }
         } catch { throw CLIError.usage("\(error)") }
