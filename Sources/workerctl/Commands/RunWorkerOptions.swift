@@ -120,7 +120,8 @@ struct WorkerOptions: ParsableArguments {
         let jobDatabase = noDatabase ? nil : try openDatabase(configured: file.databaseURL,
                                                                poolSize: file.pgPoolSize ?? configuration.concurrency)
         let relay = try outbox.makeRelay(redisURL: configuration.redisURL, noDatabase: noDatabase,
-                                         databaseURL: database.resolvedURL(configured: file.databaseURL), registry: registry)
+                                         databaseURL: database.resolvedURL(configured: file.databaseURL), registry: registry,
+                                         shardMap: configuration.shardMap)
         do {
             return (try WorkerProcess(configuration: configuration, registry: registry, database: jobDatabase,
                                       logger: Logger(label: "workerctl.worker")), relay)
