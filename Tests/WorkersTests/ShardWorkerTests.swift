@@ -65,6 +65,24 @@ final class ShardWorkerTests: XCTestCase {
 
         // The process is registered on each shard it fetches from (Sidekiq's API on each sees it).
         XCTAssertTrue(try eventually { try servers.int(0, "SCARD", Keys.processes) == 1 && servers.int(1, "SCARD", Keys.processes) == 1 })
+        // ... and keeps beating on each (its `beat` moves), not just at registration.
+        for shard in 0..<2 {
+            let identity = try XCTUnwrap(servers.connection(shard).command("SMEMBERS", Keys.processes).strings.first)
+            let first = try servers.connection(shard).command("HGET", identity, "beat").string
+            XCTAssertTrue(try eventually { try servers.connection(shard).command("HGET", identity, "beat").string != first },
+                          "no heartbeat after registration on shard \(shard)")
+        }
+        // Sidekiq's own Ruby API (6.4.1), pointed at one shard, sees that shard's queue, the process and its count.
+        if RubySidekiq.isAvailable {
+            for (index, queue) in [(0, "alpha"), (1, "beta")] {
+                let seen = try RubySidekiq.run("""
+                    puts Sidekiq::Queue.all.map(&:name).sort.join(","); puts Sidekiq::ProcessSet.new(false).size
+                    puts Sidekiq::Stats.new.processed
+                    """, redisURL: servers.url(index))
+                XCTAssertEqual(seen.status, 0, seen.stderr)
+                XCTAssertEqual(seen.stdout, "\(queue)\n1\n\(perQueue)\n", "Sidekiq's API on shard \(index)")
+            }
+        }
         // Each shard holds only its queues' keys.
         for (index, foreign) in [(0, "beta"), (1, "alpha")] {
             let keys = try servers.keys(index)
