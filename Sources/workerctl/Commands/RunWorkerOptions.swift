@@ -116,7 +116,7 @@ struct WorkerOptions: ParsableArguments {
             BenchJobs.register(into: &registry)
             LimitProbes.register(into: &registry, redisURL: configuration.redisURL)
         }
-        registerDomainJobs(into: &registry, redisURL: configuration.redisURL)
+        registerDomainJobs(into: &registry, redisURL: configuration.redisURL, shardMap: configuration.shardMap)
         let jobDatabase = noDatabase ? nil : try openDatabase(configured: file.databaseURL,
                                                                poolSize: file.pgPoolSize ?? configuration.concurrency)
         let relay = try outbox.makeRelay(redisURL: configuration.redisURL, noDatabase: noDatabase,
@@ -158,7 +158,7 @@ struct WorkerOptions: ParsableArguments {
 
     /// The domain jobs, configured from the environment (`docs/jobs-*.md`). An area that is not
     /// configured is logged once here and its jobs retry until a configured worker runs them.
-    private func registerDomainJobs(into registry: inout JobRegistry, redisURL: String) {
+    private func registerDomainJobs(into registry: inout JobRegistry, redisURL: String, shardMap: ShardMap?) {
         let logger = Logger(label: "workerctl.worker")
         guard CurlRuntime.prepareAtStartup(), let pool = try? RedisPool(url: redisURL, maxConnections: 4) else {
             logger.error("domain jobs not registered: libcurl or the Redis URL could not be initialised")
@@ -166,7 +166,8 @@ struct WorkerOptions: ParsableArguments {
         }
         let http = HTTPClient(configuration: HTTPClientConfiguration())
         for status in DomainJobs.register(into: &registry, environment: ProcessInfo.processInfo.environment,
-                                          redis: pool, http: http) {
+                                          redis: pool, http: http,
+                                          shards: shardMap.map { ShardPools(map: $0, maxConnections: 4) }) {
             if let problem = status.problem {
                 logger.warning("jobs not configured on this worker; they will retry until a configured worker runs them",
                                metadata: ["area": "\(status.area)", "problem": "\(problem)"])
