@@ -29,6 +29,8 @@ final class Heartbeat: @unchecked Sendable {
     /// With several shards, the shard this heartbeat writes to: its workers hash and busy count show
     /// only the jobs fetched from that shard. Nil with one Redis (every running job).
     private let shard: Int?
+    /// Whether this heartbeat records the process-wide busy-threads gauge (exactly one per process does).
+    private let recordsBusyGauge: Bool
     private let thread: RuntimeThread
     private var initial: RedisConnection?
     /// Time of the last heartbeat Redis accepted (0 before the first).
@@ -36,8 +38,9 @@ final class Heartbeat: @unchecked Sendable {
 
     init(identity: String, configuration: WorkerConfiguration, endpoint: RedisEndpoint, running: RunningJobs,
          flags: LifeCycleFlags, metrics: RuntimeMetrics, startedAt: Double, outages: OutageLog, logger: Logger,
-         shard: Int? = nil) {
+         shard: Int? = nil, recordsBusyGauge: Bool = true) {
         self.shard = shard
+        self.recordsBusyGauge = recordsBusyGauge
         thread = RuntimeThread(name: shard.map { "heartbeat-\($0)" } ?? "heartbeat")
         self.identity = identity
         self.configuration = configuration
@@ -97,7 +100,7 @@ final class Heartbeat: @unchecked Sendable {
     private func beat(_ connection: RedisConnection) throws -> String? {
         let now = Clock.now()
         let all = running.all
-        if shard == nil || shard == 0 { metrics.busyThreads.record(all.count) }
+        if recordsBusyGauge { metrics.busyThreads.record(all.count) }
         let executions = shard.map { shard in all.filter { $0.job.shard == shard } } ?? all
         var workers: [any RedisArgument] = ["HSET", Keys.workers(identity)]
         for execution in executions {

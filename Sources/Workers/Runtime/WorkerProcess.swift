@@ -105,7 +105,8 @@ public final class WorkerProcess: @unchecked Sendable {
                                     runTime: runTimeEstimate, outages: outages, unique: unique, logger: logger))
             heartbeats.append(Heartbeat(identity: identity, configuration: configuration, endpoint: shardEndpoint,
                                         running: running, flags: flags, metrics: metrics, startedAt: startedAt,
-                                        outages: outages, logger: logger, shard: sharded ? group.shard : nil))
+                                        outages: outages, logger: logger, shard: sharded ? group.shard : nil,
+                                        recordsBusyGauge: heartbeats.isEmpty))
             housekeepers.append(Housekeeper(identity: identity, configuration: configuration, endpoint: shardEndpoint,
                                             metrics: metrics, outages: outages, logger: logger, shard: group.shard))
         }
