@@ -108,6 +108,14 @@ final class ShardWorkerTests: XCTestCase {
         XCTAssertEqual(try workerctl(["queues", "pause", "beta"]), "paused beta\n")
         XCTAssertEqual(try servers.connection(1).command("SMEMBERS", Keys.paused).strings, ["beta"])
         XCTAssertEqual(try servers.connection(0).command("SMEMBERS", Keys.paused).strings, [])
+        // The same map from the config file (redis_shards / queue_shards), the environment's left empty.
+        let config = FileManager.default.temporaryDirectory.appendingPathComponent("shard-config-\(UUID().uuidString).yaml")
+        try "redis_url: \(servers.url(0))\nredis_shards:\n  b: \(servers.url(1))\nqueue_shards:\n  beta: b\n"
+            .write(to: config, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(at: config) }
+        let fromFile = try workerctl(["queues", "ls", "--config", config.path],
+                                     environment: ["REDIS_URL": "", "REDIS_SHARDS": "", "QUEUE_SHARDS": ""])
+        XCTAssertTrue(fromFile.contains(line: ["b", "beta", "0"]) && fromFile.contains(line: ["default", "alpha", "0"]), fromFile)
         // One shard configured: the output is what it always was (no SHARD column).
         let single = try workerctl(["queues", "ls"], environment: ["REDIS_URL": servers.url(1), "REDIS_SHARDS": "", "QUEUE_SHARDS": ""])
         XCTAssertTrue(single.hasPrefix("QUEUE"), single)

@@ -95,15 +95,15 @@ public struct ShardMap: Sendable, Equatable {
     // MARK: Environment form
 
     /// `REDIS_SHARDS` (`name=url,name=url`) and `QUEUE_SHARDS` (`queue=name,queue=name`) over the
-    /// default shard `defaultURL`. Either unset or empty: nothing of that kind. Config-file entries
-    /// (`fileShards`, `fileQueues`) are used for a kind the environment leaves unset.
+    /// default shard `defaultURL`. Config-file entries (`fileShards`, `fileQueues`) are used for a kind the
+    /// environment leaves unset or empty (as an empty `REDIS_URL` counts as unset).
     public static func from(environment: [String: String], defaultURL: String,
                             fileShards: [(name: String, url: String)] = [],
                             fileQueues: [(queue: String, shard: String)] = []) throws(ShardMapError) -> ShardMap {
-        let shards = try environment["REDIS_SHARDS"].map { text throws(ShardMapError) in
+        let shards = try environment["REDIS_SHARDS"].flatMap({ $0.isEmpty ? nil : $0 }).map { text throws(ShardMapError) in
             try parsePairs(text, what: "REDIS_SHARDS")
         }?.map { (name: $0.0, url: $0.1) } ?? fileShards
-        let queues = try environment["QUEUE_SHARDS"].map { text throws(ShardMapError) in
+        let queues = try environment["QUEUE_SHARDS"].flatMap({ $0.isEmpty ? nil : $0 }).map { text throws(ShardMapError) in
             try parsePairs(text, what: "QUEUE_SHARDS")
         }?.map { (queue: $0.0, shard: $0.1) } ?? fileQueues
         return try ShardMap(defaultURL: defaultURL, shards: shards, queues: queues)
