@@ -116,6 +116,9 @@ final class ShardWorkerTests: XCTestCase {
         let fromFile = try workerctl(["queues", "ls", "--config", config.path],
                                      environment: ["REDIS_URL": "", "REDIS_SHARDS": "", "QUEUE_SHARDS": ""])
         XCTAssertTrue(fromFile.contains(line: ["b", "beta", "0"]) && fromFile.contains(line: ["default", "alpha", "0"]), fromFile)
+        // ... and routes by it: beta (paused above, on shard b) is resumed there.
+        XCTAssertEqual(try workerctl(["queues", "resume", "beta", "--config", config.path],
+                                     environment: ["REDIS_URL": "", "REDIS_SHARDS": "", "QUEUE_SHARDS": ""]), "resumed beta\n")
         // One shard configured: the output is what it always was (no SHARD column).
         let single = try workerctl(["queues", "ls"], environment: ["REDIS_URL": servers.url(1), "REDIS_SHARDS": "", "QUEUE_SHARDS": ""])
         XCTAssertTrue(single.hasPrefix("QUEUE"), single)
