@@ -34,14 +34,16 @@ field() { grep -oE "\"?$1\"?[=:] ?\"?[0-9.]+" | tail -1 | grep -oE '[0-9.]+$'; }
 
 # Seconds from the first job taken until every job is acknowledged ($2 is a command that succeeds once it is).
 # Start-up (Ruby's takes seconds) is not counted; jobs fetched but not yet acknowledged are.
+# $3 (optional): a command printing how many jobs are still queued (default: `R llen queue:default`).
 clock_drain() {
-  local start now total=$1 done_check=$2
-  while [ "$(R llen queue:default)" -ge "$total" ]; do sleep 0.005; done
+  local start now total=$1 done_check=$2 queued=${3:-default_queued}
+  while [ "$($queued)" -ge "$total" ]; do sleep 0.005; done
   start=$(date +%s.%N)
   while ! $done_check; do sleep 0.01; done
   now=$(date +%s.%N)
   echo "$now - $start" | bc -l
 }
+default_queued() { R llen queue:default; }
 # Ours: the queue is empty and no in-flight list is left (Redis deletes an empty list, so no `working:*` key).
 ours_acknowledged() { [ "$(R llen queue:default)" -eq 0 ] && [ -z "$(R --scan --pattern 'working:*' | head -1)" ]; }
 # Sidekiq (BasicFetch has no in-flight list: a job is acknowledged when its perform returns): the queue is empty and

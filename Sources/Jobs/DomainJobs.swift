@@ -19,7 +19,7 @@ public enum DomainJobs {
     }
 
     public static func register(into registry: inout JobRegistry, environment: [String: String],
-                                redis: RedisPool, http: HTTPClient) -> [AreaStatus] {
+                                redis: RedisPool, http: HTTPClient, shards: ShardPools? = nil) -> [AreaStatus] {
         var statuses: [AreaStatus] = []
         func area(_ name: String, _ classNames: [String], _ body: (inout JobRegistry) throws -> Void) {
             do {
@@ -43,11 +43,11 @@ public enum DomainJobs {
         }
         area("ads", AdsJobs.classNames) { registry in
             AdsJobs.register(into: &registry, configuration: try AdsConfiguration.fromEnvironment(environment),
-                             http: http, redis: redis)
+                             http: http, redis: redis, shards: shards)
         }
         area("privacy", PrivacyJobs.classNames) { registry in
             PrivacyJobs.register(into: &registry, configuration: try PrivacyConfiguration.fromEnvironment(environment),
-                                 redis: redis)
+                                 redis: redis, shards: shards)
         }
         return statuses
     }

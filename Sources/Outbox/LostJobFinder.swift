@@ -67,7 +67,7 @@ struct LostJobFinder {
         var purged = 0
     }
 
-    mutating func round(database: PostgresConnection, redis: RedisConnection) throws -> Report {
+    mutating func round(database: PostgresConnection, redis: OutboxShards) throws -> Report {
         let settings = self.settings
         var nextCursor = cursor
         let report: Report = try database.transaction { connection in
@@ -94,17 +94,14 @@ struct LostJobFinder {
             nextCursor = rows.count == settings.batchSize ? (rows.last?.id ?? 0) : 0
             report.checked = rows.count
             if rows.isEmpty { return report }
-            let missingInRedis = try JidSearch.missing(Set(rows.map(\.jid)), in: redis)
+            let missingInRedis = try redis.missing(rows)  // each row looked for on its queue's shard
             if missingInRedis.isEmpty { return report }
             let doneSince = Set(try connection.query("SELECT jid FROM job_ledger WHERE jid = ANY($1::text[])",
                                                      [Array(missingInRedis)]).map { try $0.string("jid") })
             let lost = rows.filter { missingInRedis.contains($0.jid) && !doneSince.contains($0.jid) }
             report.missing = lost.count
             if lost.isEmpty { return report }
-            let (commands, failed) = OutboxRow.pushCommands(lost, now: Clock.now())
-            if !commands.isEmpty {
-                for reply in try redis.pipeline(commands) { try reply.checked() }
-            }
+            let failed = try redis.push(lost, now: Clock.now())
             let failedIDs = Set(failed.map { $0.0.id })
             let pushed = lost.filter { !failedIDs.contains($0.id) }
             try connection.execute("""

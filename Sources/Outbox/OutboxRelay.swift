@@ -8,6 +8,8 @@ import Synchronization
 public struct OutboxRelaySettings: Sendable {
     public var databaseURL: String
     public var redisURL: String
+    /// Several Redis shards (docs/sharding.md): each row goes to its queue's shard. Nil: `redisURL` alone.
+    public var shardMap: ShardMap?
     /// Most rows one transaction moves (one `SELECT … FOR UPDATE SKIP LOCKED`, one Redis pipeline, one UPDATE).
     public var batchSize: Int
     /// Seconds between polls of the table when no NOTIFY came (a lost notification, a relay that
@@ -17,9 +19,10 @@ public struct OutboxRelaySettings: Sendable {
     public var lostJobs: LostJobSettings?
 
     public init(databaseURL: String, redisURL: String, batchSize: Int = 500, pollInterval: Double = 1,
-                lostJobs: LostJobSettings? = nil) {
+                lostJobs: LostJobSettings? = nil, shardMap: ShardMap? = nil) {
         self.databaseURL = databaseURL
         self.redisURL = redisURL
+        self.shardMap = shardMap
         self.batchSize = max(1, batchSize)
         self.pollInterval = max(0.01, pollInterval)
         self.lostJobs = lostJobs
@@ -87,7 +90,7 @@ public final class OutboxRelay: Sendable {
 
     private func loop() {
         var database: PostgresConnection?
-        var redis: RedisConnection?
+        var redis: OutboxShards?
         var finder = settings.lostJobs.map { LostJobFinder(settings: $0, logger: logger) }
         var pollDue = Date()
         var finderDue = Date(timeIntervalSinceNow: (settings.lostJobs?.interval ?? 0) * Double.random(in: 0.1...1))
@@ -103,7 +106,9 @@ public final class OutboxRelay: Sendable {
                     database = connection
                     wake = true  // rows committed while we were away sent their NOTIFY to nobody
                 }
-                if redis == nil { redis = try RedisConnection(url: settings.redisURL) }
+                if redis == nil {
+                    redis = try OutboxShards(map: settings.shardMap ?? ShardMap(single: RedisEndpoint(url: settings.redisURL)))
+                }
                 guard let pg = database, let rc = redis else { continue }
                 if wake || Date() >= pollDue {
                     _ = try pg.takeNotifications()  // the batch below sees every row whose NOTIFY we drop here
@@ -141,11 +146,11 @@ public final class OutboxRelay: Sendable {
     }
 
     /// Moves one batch: returns the number of rows taken (pushed, or marked with their error).
-    func relayBatch(database: PostgresConnection, redis: RedisConnection) throws -> Int {
+    func relayBatch(database: PostgresConnection, redis: OutboxShards) throws -> Int {
         try Self.relayBatch(database: database, redis: redis, limit: settings.batchSize, pause: testPause)
     }
 
-    static func relayBatch(database: PostgresConnection, redis: RedisConnection, limit: Int,
+    static func relayBatch(database: PostgresConnection, redis: OutboxShards, limit: Int,
                            pause: TestPause? = nil) throws -> Int {
         try database.transaction { connection in
             let rows = try connection.query("""
@@ -154,10 +159,7 @@ public final class OutboxRelay: Sendable {
                 """, [limit]).map { try OutboxRow(row: $0) }
             if rows.isEmpty { return 0 }
             if pause == .beforePush { park(.beforePush) }
-            let (commands, failed) = OutboxRow.pushCommands(rows, now: Clock.now())
-            if !commands.isEmpty {
-                for reply in try redis.pipeline(commands) { try reply.checked() }
-            }
+            let failed = try redis.push(rows, now: Clock.now())
             if pause == .afterPush { park(.afterPush) }
             let failedIDs = Set(failed.map { $0.0.id })
             let pushedIDs = rows.map(\.id).filter { !failedIDs.contains($0) }

@@ -50,18 +50,38 @@ public enum EnqueueError: Error, Sendable, CustomStringConvertible, Equatable {
 /// With `replicaWait`, each enqueue ends with `WAIT` in the same round trip and throws
 /// `ReplicaWaitError.unconfirmed` when too few replicas confirmed (the jobs are on the master; a
 /// caller that pushes again may enqueue them twice — docs/redis-ha.md).
+///
+/// With several shards (`init(shards:)`, docs/sharding.md) every job goes to the Redis holding its
+/// queue: one round trip per shard a call touches. Jobs of one call on different shards are not
+/// written atomically together (a failure may leave some shards written).
 public struct JobClient: Sendable {
+    /// The default shard's pool (the only Redis without sharding).
     public let pool: RedisPool
     public let replicaWait: ReplicaWait?
+    /// Nil with one Redis: every call takes today's single-pool path.
+    public let shards: ShardPools?
 
     public init(pool: RedisPool, replicaWait: ReplicaWait? = nil) {
         self.pool = pool
         self.replicaWait = replicaWait
+        self.shards = nil
+    }
+
+    /// Routes each job to its queue's shard. With a one-shard map this is `init(pool:)`.
+    public init(shards: ShardPools, replicaWait: ReplicaWait? = nil) {
+        self.pool = shards.pools[0]
+        self.replicaWait = replicaWait
+        self.shards = shards.map.isSingle ? nil : shards
+    }
+
+    /// The pool of the Redis holding `queue`.
+    public func pool(forQueue queue: String) -> RedisPool {
+        shards?.pool(forQueue: queue) ?? pool
     }
 
     /// Sends `commands` in one round trip (plus `WAIT` when configured) and checks every reply.
-    private func write(_ commands: [[any RedisArgument]]) throws {
-        try pool.withConnection { connection in
+    private func write(_ commands: [[any RedisArgument]], on pool: RedisPool? = nil) throws {
+        try (pool ?? self.pool).withConnection { connection in
             let replies = try connection.pipeline(commands + (replicaWait.map { [$0.command] } ?? []))
             for reply in replies.prefix(commands.count) { try reply.checked() }
             if let replicaWait, let last = replies.last { try replicaWait.check(last, on: connection) }
@@ -132,13 +152,25 @@ public struct JobClient: Sendable {
                 byQueue.append((job.queue, [payload.serialized()]))
             }
         }
-        var commands: [[any RedisArgument]] = []
-        for (queue, payloads) in byQueue {
-            commands.append(["SADD", Keys.queues, queue])
-            commands.append(["LPUSH", Keys.queue(queue)] + payloads)
-        }
         do {
-            try write(commands)
+            if let shards {
+                // One round trip per shard, each with the commands of its queues.
+                for group in shards.map.group(queues: byQueue.map(\.queue)) {
+                    var commands: [[any RedisArgument]] = []
+                    for (queue, payloads) in byQueue where group.queues.contains(queue) {
+                        commands.append(["SADD", Keys.queues, queue])
+                        commands.append(["LPUSH", Keys.queue(queue)] + payloads)
+                    }
+                    try write(commands, on: shards.pools[group.shard])
+                }
+            } else {
+                var commands: [[any RedisArgument]] = []
+                for (queue, payloads) in byQueue {
+                    commands.append(["SADD", Keys.queues, queue])
+                    commands.append(["LPUSH", Keys.queue(queue)] + payloads)
+                }
+                try write(commands)
+            }
         } catch {
             JobTraceContext.end(spans, error: error)
             throw error
@@ -167,8 +199,11 @@ public struct JobClient: Sendable {
         let now = Clock.now()
         var jids = [String](repeating: "", count: jobs.count)
         var immediate: [(Int, NewJob)] = []
-        var zadd: [any RedisArgument] = ["ZADD", Keys.schedule]
         var spans: [any Span] = []  // as in `enqueueMany(_:)`
+        // One `ZADD schedule` per shard (index 0 alone without sharding): a scheduled job waits in the
+        // `schedule` of its queue's shard, whose pollers move it.
+        var zadds: [[any RedisArgument]] = [["ZADD", Keys.schedule]]
+        if let shards { zadds = Array(repeating: ["ZADD", Keys.schedule], count: shards.pools.count) }
         for (index, job) in jobs.enumerated() {
             if times[index] <= now {
                 immediate.append((index, job))
@@ -181,19 +216,20 @@ public struct JobClient: Sendable {
                 JobTraceContext.inject(span, into: &payload)
                 spans.append(span)
             }
-            zadd.append(times[index])
-            zadd.append(payload.serialized())
+            let shard = shards?.map.shardIndex(forQueue: job.queue) ?? 0
+            zadds[shard].append(times[index])
+            zadds[shard].append(payload.serialized())
             jids[index] = jid
         }
-        if zadd.count > 2 {
-            do {
-                try write([zadd])
-            } catch {
-                JobTraceContext.end(spans, error: error)
-                throw error
+        do {
+            for (shard, zadd) in zadds.enumerated() where zadd.count > 2 {
+                try write([zadd], on: shards?.pools[shard])
             }
-            JobTraceContext.end(spans, error: nil)
+        } catch {
+            JobTraceContext.end(spans, error: error)
+            throw error
         }
+        JobTraceContext.end(spans, error: nil)
         if !immediate.isEmpty {
             let pushed = try enqueueMany(immediate.map(\.1))
             for (offset, item) in immediate.enumerated() { jids[item.0] = pushed[offset] }

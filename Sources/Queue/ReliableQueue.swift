@@ -9,12 +9,16 @@ public struct FetchedJob: Sendable {
     /// The jid of this job when it owns a unique lock (set by the worker's fetch-time check): its
     /// settlement then releases or keeps that lock (`Scripts.complete`). Nil for other jobs.
     public var uniqueJid: String?
+    /// Index in the worker's `ShardMap` of the Redis this job was fetched from (0 with one Redis):
+    /// its settlement goes to that shard, whose in-flight list holds it.
+    public var shard: Int
 
-    public init(queue: String, raw: [UInt8], workingKey: String, uniqueJid: String? = nil) {
+    public init(queue: String, raw: [UInt8], workingKey: String, uniqueJid: String? = nil, shard: Int = 0) {
         self.queue = queue
         self.raw = raw
         self.workingKey = workingKey
         self.uniqueJid = uniqueJid
+        self.shard = shard
     }
 }
 

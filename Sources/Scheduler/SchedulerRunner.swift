@@ -66,11 +66,17 @@ public final class SchedulerRunner: @unchecked Sendable {
     /// Raised by `requestReload` (any thread), lowered by the loop when it reloads.
     private let reloadRequested = Atomic<Bool>(false)
     private var lastFailures: [String: String] = [:]
+    /// Which entries of the schedule file this runner owns (with several Redis shards: the entries
+    /// whose queue lives on its store's shard, docs/sharding.md). Nil: every entry.
+    public let owns: (@Sendable (ScheduleEntry) -> Bool)?
 
     public init(entries: [ScheduleEntry], store: CronStore, clock: any WallClock = SystemClock(),
                 planner: CatchUpPlanner = CatchUpPlanner(), maxSleep: TimeInterval = 1,
-                schedulePath: String? = nil, logger: Logger = Logger(label: "scheduler")) {
+                schedulePath: String? = nil, logger: Logger = Logger(label: "scheduler"),
+                owns: (@Sendable (ScheduleEntry) -> Bool)? = nil) {
         precondition(maxSleep > 0)
+        self.owns = owns
+        let entries = owns.map { entries.filter($0) } ?? entries
         self.entries = entries
         self.schedulePath = schedulePath
         entryCount.store(entries.count, ordering: .relaxed)
@@ -243,10 +249,11 @@ public final class SchedulerRunner: @unchecked Sendable {
                          metadata: ["reason": "\(error)", "entries": "\(entries.count)"])
             return .failed(reason: error.description)
         }
+        let fileEntries = owns.map { file.entries.filter($0) } ?? file.entries
         let old = Dictionary(uniqueKeysWithValues: entries.map { ($0.name, $0) })
-        let new = Dictionary(uniqueKeysWithValues: file.entries.map { ($0.name, $0) })
+        let new = Dictionary(uniqueKeysWithValues: fileEntries.map { ($0.name, $0) })
         do {
-            try store.sync(file.entries)
+            try store.sync(fileEntries)
         } catch {
             logger.error("schedule file not reloaded: cannot write it to Redis; the previous schedule stays in force",
                          metadata: ["error": "\(error)"])
@@ -255,7 +262,7 @@ public final class SchedulerRunner: @unchecked Sendable {
         let change = ScheduleChange(added: new.keys.filter { old[$0] == nil }.sorted(),
                                     changed: new.keys.filter { name in old[name].map { $0 != new[name] } ?? false }.sorted(),
                                     removed: old.keys.filter { new[$0] == nil }.sorted())
-        entries = file.entries
+        entries = fileEntries
         entryCount.store(entries.count, ordering: .relaxed)
         for name in change.removed { warnedMissing.remove(name) }
         logger.notice("schedule reloaded", metadata: [

@@ -43,6 +43,16 @@ public final class WorkersClient: Sendable {
         threads = BlockingThreads(count: pool.maxConnections, name: "WClient")
     }
 
+    /// Several Redis shards (docs/sharding.md): each enqueue goes to its queue's shard, with at most
+    /// `maxConnections` connections per shard (and as many threads per shard). The admin calls
+    /// (`withConnection`, `stats`, `queues`, `findJob`) read the default shard only.
+    public init(shards map: ShardMap, maxConnections: Int = 8, commandTimeout: Double = 10) {
+        let pools = ShardPools(map: map, maxConnections: maxConnections, commandTimeout: commandTimeout)
+        pool = pools.pools[0]
+        jobs = JobClient(shards: pools)
+        threads = BlockingThreads(count: pool.maxConnections * map.shards.count, name: "WClient")
+    }
+
     /// `redis://[user:password@]host[:port][/db]`.
     public convenience init(url: String, maxConnections: Int = 8, commandTimeout: Double = 10) throws(RedisError) {
         self.init(endpoint: try RedisEndpoint(url: url), maxConnections: maxConnections, commandTimeout: commandTimeout)

@@ -11,6 +11,7 @@ struct WorkerConfigFile {
         "fetcher_heartbeat_ttl", "orphan_sweep_interval", "interrupt_limit", "poll_interval", "job_timeout",
         "dead_max_jobs", "dead_max_age_days", "tag", "labels", "pg_pool_size", "commit_batch", "commit_window",
         "metrics_host", "metrics_port", "redis_wait_replicas", "redis_wait_timeout_ms",
+        "redis_shards", "queue_shards",
     ]
 
     var configuration = WorkerConfiguration()
@@ -20,6 +21,10 @@ struct WorkerConfigFile {
     /// `metrics_host` / `metrics_port`: where `/metrics`, `/healthz`, `/readyz` listen (the flags win).
     var metricsHost: String?
     var metricsPort: Int?
+    /// `redis_shards` (shard name → URL) and `queue_shards` (queue → shard name), docs/sharding.md;
+    /// `REDIS_SHARDS` / `QUEUE_SHARDS` win. Sorted by name.
+    var redisShards: [(name: String, url: String)] = []
+    var queueShards: [(queue: String, shard: String)] = []
 
     static func load(path: String) throws -> WorkerConfigFile {
         let text: String
@@ -76,6 +81,16 @@ struct WorkerConfigFile {
         if let value = try number("dead_max_age_days") { file.configuration.deadLimits.maxAgeSeconds = value * 86_400 }
         if let value = map["tag"] as? String { file.configuration.tag = value }
         if let value = map["labels"] as? [String] { file.configuration.labels = value }
+        func stringMap(_ key: String) throws -> [(String, String)] {
+            guard let value = map[key] else { return [] }
+            guard let entries = value as? [String: Any] else { throw CLIError.usage("config file \(path): \(key) must be a mapping") }
+            return try entries.keys.sorted().map { name in
+                guard let text = entries[name] as? String else { throw CLIError.usage("config file \(path): \(key).\(name) must be a string") }
+                return (name, text)
+            }
+        }
+        file.redisShards = try stringMap("redis_shards").map { (name: $0.0, url: $0.1) }
+        file.queueShards = try stringMap("queue_shards").map { (queue: $0.0, shard: $0.1) }
         if let queues = map["queues"] {
             guard let list = queues as? [Any] else { throw CLIError.usage("config file \(path): queues must be a list") }
             file.configuration.queues = try list.map { item in
@@ -85,5 +100,16 @@ struct WorkerConfigFile {
             }
         }
         return file
+    }
+
+    /// The shard map: default shard `defaultURL`, then `REDIS_SHARDS` / `QUEUE_SHARDS` from the
+    /// environment, else this file's entries. Nil when no other shard is configured (one Redis).
+    func shardMap(defaultURL: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> ShardMap? {
+        let map: ShardMap
+        do {
+            map = try ShardMap.from(environment: environment, defaultURL: defaultURL, fileShards: redisShards,
+                                    fileQueues: queueShards)
+        } catch { throw CLIError.usage(error.description) }
+        return map.isSingle ? nil : map
     }
 }

@@ -9,12 +9,14 @@ import Workers
 /// rewards have a live job); jobs get no Redis connection from the runtime.
 public enum AdsJobs {
     public static func register(into registry: inout JobRegistry, configuration: AdsConfiguration, http: HTTPClient,
-                                redis: RedisPool) {
+                                redis: RedisPool, shards: ShardPools? = nil) {
+        // With several shards each enqueue goes to its queue's shard (docs/sharding.md).
+        let client = shards.map { JobClient(shards: $0) } ?? JobClient(pool: redis)
         registry.register(PendingRewardJob(client: SubscriptionCreditsClient(http: http, configuration: configuration),
                                            configuration: configuration))
-        registry.register(PendingRewardSweepJob(client: JobClient(pool: redis), configuration: configuration))
+        registry.register(PendingRewardSweepJob(client: client, configuration: configuration))
         registry.register(AdRevenueAggregationJob(configuration: configuration))
-        registry.register(AdRevenueNightlyJob(client: JobClient(pool: redis)))
+        registry.register(AdRevenueNightlyJob(client: client))
         registry.register(AdRevenueDayCompleteJob())
         registry.register(AdRevenueDayCheckJob(redis: redis))
     }

@@ -35,9 +35,10 @@ public struct AccountDeletionJob: Job {
     let store: ExportFileStore
     let purger: RedisJobPurger
 
-    public init(configuration: PrivacyConfiguration, redis: RedisPool) {
+    /// `shards`: with several Redis shards, the purge covers every one (docs/sharding.md).
+    public init(configuration: PrivacyConfiguration, redis: RedisPool, shards: ShardPools? = nil) {
         self.store = ExportFileStore(directory: configuration.storageDirectory)
-        self.purger = RedisJobPurger(pool: redis)
+        self.purger = shards.map { RedisJobPurger(shards: $0) } ?? RedisJobPurger(pool: redis)
     }
 
     public func perform(_ arguments: SingleArgument<Args>, context: JobContext) throws {

@@ -15,12 +15,19 @@ import Queue
 /// 3. every queue (`queue:*` lists), page by page.
 /// Each candidate is parsed with `JobPayload(parsing:)` and checked before it is removed by its exact bytes
 /// (`ZREM`, `LREM`; in a dead process's list only while its heartbeat is still absent).
-/// Thread-safe: borrows connections from the pool per call. Not atomic across keys.
+/// With several Redis shards (docs/sharding.md) every step runs on every shard, one after the other: a user's
+/// jobs may sit in any queue, so on any shard.
+/// Thread-safe: borrows connections from the pools per call. Not atomic across keys (nor across shards).
 public struct RedisJobPurger: Sendable {
-    public let pool: RedisPool
+    /// One pool per shard (index 0 the default shard); one element without sharding.
+    public let pools: [RedisPool]
+    public var pool: RedisPool { pools[0] }
     public var pageSize = 500
 
-    public init(pool: RedisPool) { self.pool = pool }
+    public init(pool: RedisPool) { self.pools = [pool] }
+
+    /// Purges on every shard of `shards`.
+    public init(shards: ShardPools) { self.pools = shards.pools }
 
     /// What `purge` removed, per key.
     public struct Report: Sendable, Equatable {
@@ -51,7 +58,9 @@ public struct RedisJobPurger: Sendable {
             note(key, count)
             if count > 0, let jid = (try? JobPayload(parsing: member))?.jid { removedJids.append(jid) }
         }
-        try pool.withConnection { conn in
+        for pool in pools {
+          removedJids = []  // a unique lock lives on its job's shard: released there
+          try pool.withConnection { conn in
             // 1. In-flight lists of dead processes.
             for key in Set(try conn.scanKeys(matching: Keys.workingPattern)).sorted() {
                 guard let (_, identity) = Keys.parseWorking(key) else { continue }
@@ -82,6 +91,7 @@ public struct RedisJobPurger: Sendable {
                 for member in found { noteRemoved(key, member, Int(try conn.command("LREM", key, 0, member).checked().integer ?? 0)) }
             }
             try UniqueLocks.release(conn, jids: removedJids)
+          }
         }
         return report
     }
@@ -106,7 +116,8 @@ public struct RedisJobPurger: Sendable {
                   let request = payload.args.first?.objectValue?["request_id"]?.stringValue else { return }
             ids.insert(request.lowercased())
         }
-        try pool.withConnection { conn in
+        for pool in pools {
+          try pool.withConnection { conn in
             let pattern = "*" + AccountDeletionJob.className + "*"
             for key in [Keys.schedule, Keys.retry] {
                 try scanSortedSet(conn, key: key, match: pattern, note)
@@ -114,6 +125,7 @@ public struct RedisJobPurger: Sendable {
             var lists = try conn.command("SMEMBERS", Keys.queues).checked().strings.map(Keys.queue)
             lists += try conn.scanKeys(matching: Keys.workingPattern)
             for key in Set(lists) { try scanList(conn, key: key, note) }
+          }
         }
         return ids
     }

@@ -19,9 +19,11 @@ public struct DueDeletionSweepJob: Job {
     /// At most this many requests per run (the next day's run takes the rest).
     public var batchLimit = 10_000
 
-    public init(configuration: PrivacyConfiguration, redis: RedisPool) {
-        self.purger = RedisJobPurger(pool: redis)
-        self.client = JobClient(pool: redis)
+    /// `shards`: with several Redis shards, pending requests are looked for on every shard and each job is
+    /// enqueued on its queue's shard (docs/sharding.md).
+    public init(configuration: PrivacyConfiguration, redis: RedisPool, shards: ShardPools? = nil) {
+        self.purger = shards.map { RedisJobPurger(shards: $0) } ?? RedisJobPurger(pool: redis)
+        self.client = shards.map { JobClient(shards: $0) } ?? JobClient(pool: redis)
         self.queue = configuration.queue
     }
 

@@ -49,9 +49,13 @@ public enum BatchError: Error, Sendable, Equatable, CustomStringConvertible {
     case alreadyExists(bid: String)
     case invalidJob(index: Int, EnqueueError)
     case invalidCallback(event: String, EnqueueError)
+    /// The jobs and callbacks live on more than one shard (docs/sharding.md): a batch is one script
+    /// on one Redis, so all its queues must map to the same shard.
+    case spansShards([String])
 
     public var description: String {
         switch self {
+        case .spansShards(let shards): return "a batch's queues must all live on one shard; these span \(shards.joined(separator: ", "))"
         case .invalidBid(let bid): return "invalid batch id '\(bid)': expected 1...64 characters of [A-Za-z0-9_-]"
         case .alreadyExists(let bid): return "batch \(bid) already exists"
         case .invalidJob(let index, let error): return "job \(index) of the batch: \(error)"
@@ -129,6 +133,11 @@ extension JobClient {
     /// Creates a batch with its jobs (`Batches.create`) on a pooled connection.
     @discardableResult
     public func createBatch(_ batch: NewBatch, bid: String = Batches.newBid()) throws -> CreatedBatch {
-        try pool.withConnection { try Batches.create($0, batch, bid: bid) }
+        var queues = batch.jobs.map(\.queue)
+        queues += [batch.onComplete?.queue, batch.onSuccess?.queue].compactMap { $0 }
+        guard let shards else { return try pool.withConnection { try Batches.create($0, batch, bid: bid) } }
+        let groups = shards.map.group(queues: queues)
+        guard groups.count <= 1 else { throw BatchError.spansShards(groups.map { shards.map.shards[$0.shard].name }) }
+        return try shards.pools[groups.first?.shard ?? 0].withConnection { try Batches.create($0, batch, bid: bid) }
     }
 }

@@ -23,8 +23,10 @@ extension JobClient {
         for (field, value) in policy.fields(key: derived) { job.extra[field] = value }
         var payload = try Self.payload(for: job, createdAt: now, enqueuedAt: scheduled == nil ? now : nil)
         let lock = UniqueLockKey(payload: payload, policy: policy)  // before the trace fields: they never make a job unique
+        // The lock lives on the queue's shard, next to the job it guards (docs/sharding.md).
+        let shardPool = pool(forQueue: job.queue)
         guard JobTracing.isEnabled else {
-            return try pool.withConnection { connection in
+            return try shardPool.withConnection { connection in
                 try UniqueLocks.push(connection, payload: payload, lock: lock, policy: policy, at: scheduled, now: now)
             }
         }
@@ -33,7 +35,7 @@ extension JobClient {
         JobTraceContext.inject(span, into: &payload)
         let pushed: UniquePush
         do {
-            pushed = try pool.withConnection { [payload] connection in
+            pushed = try shardPool.withConnection { [payload] connection in
                 try UniqueLocks.push(connection, payload: payload, lock: lock, policy: policy, at: scheduled, now: now)
             }
         } catch {

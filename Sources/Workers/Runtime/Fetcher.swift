@@ -26,9 +26,14 @@ final class Fetcher: Sendable {
     /// Drops duplicates of live unique jobs before they reach the buffer (docs/unique-jobs.md).
     private let unique: UniqueGate
     private let logger: Logger
-    private let thread = RuntimeThread(name: "fetcher")
+    /// The shard this fetcher reads (index in the process's `ShardMap`; 0 with one Redis) and the
+    /// process's queues that live there, in configured order. Every job it fetches carries `shard`.
+    private let shard: Int
+    private let queues: [QueueWeight]
+    private let thread: RuntimeThread
 
-    init(identity: String, configuration: WorkerConfiguration, endpoint: RedisEndpoint, buffer: JobBuffer,
+    init(identity: String, configuration: WorkerConfiguration, shard: Int = 0, queues: [QueueWeight]? = nil,
+         endpoint: RedisEndpoint, buffer: JobBuffer,
          running: RunningJobs, settlements: SettlementQueue, runTime: RunTimeEstimate, outages: OutageLog,
          unique: UniqueGate, logger: Logger) {
         self.identity = identity
@@ -41,6 +46,9 @@ final class Fetcher: Sendable {
         self.outages = outages
         self.unique = unique
         self.logger = logger
+        self.shard = shard
+        self.queues = queues ?? configuration.queues
+        thread = RuntimeThread(name: shard == 0 ? "fetcher" : "fetcher-\(shard)")
     }
 
     func start() { thread.start { [self] in loop() } }
@@ -55,7 +63,7 @@ final class Fetcher: Sendable {
         var idleWait = 0.001
         /// Set when a fetch failed: its reply may have been lost after Redis moved jobs.
         var mustReconcile = false
-        let names = configuration.queues.map(\.name)
+        let names = queues.map(\.name)
         let single = names.count == 1 ? names[0] : nil
         while !thread.shouldStop {
             let limit = configuration.concurrency + allowedPrefetch()
@@ -84,6 +92,7 @@ final class Fetcher: Sendable {
                 }
                 outages.succeeded("Redis")
                 backoff.reset()
+                if shard != 0 { for index in jobs.indices { jobs[index].shard = shard } }
                 if jobs.isEmpty {
                     if single == nil {
                         Thread.sleep(forTimeInterval: idleWait)
@@ -134,8 +143,8 @@ final class Fetcher: Sendable {
 
     /// Strict: the configured order. Weighted: a weighted random order, drawn per fetch.
     private func queueOrder() -> [String] {
-        if configuration.strictOrder { return configuration.queues.map(\.name) }
-        var pool = configuration.queues
+        if configuration.strictOrder { return queues.map(\.name) }
+        var pool = queues
         var order: [String] = []
         while !pool.isEmpty {
             let total = pool.reduce(0) { $0 + $1.weight }

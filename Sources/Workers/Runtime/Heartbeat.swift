@@ -26,13 +26,22 @@ final class Heartbeat: @unchecked Sendable {
     private let startedAt: Double
     private let outages: OutageLog
     private let logger: Logger
-    private let thread = RuntimeThread(name: "heartbeat")
+    /// With several shards, the shard this heartbeat writes to: its workers hash and busy count show
+    /// only the jobs fetched from that shard. Nil with one Redis (every running job).
+    private let shard: Int?
+    /// Whether this heartbeat records the process-wide busy-threads gauge (exactly one per process does).
+    private let recordsBusyGauge: Bool
+    private let thread: RuntimeThread
     private var initial: RedisConnection?
     /// Time of the last heartbeat Redis accepted (0 before the first).
     private let lastBeat = Atomic<Double>(0)
 
     init(identity: String, configuration: WorkerConfiguration, endpoint: RedisEndpoint, running: RunningJobs,
-         flags: LifeCycleFlags, metrics: RuntimeMetrics, startedAt: Double, outages: OutageLog, logger: Logger) {
+         flags: LifeCycleFlags, metrics: RuntimeMetrics, startedAt: Double, outages: OutageLog, logger: Logger,
+         shard: Int? = nil, recordsBusyGauge: Bool = true) {
+        self.shard = shard
+        self.recordsBusyGauge = recordsBusyGauge
+        thread = RuntimeThread(name: shard.map { "heartbeat-\($0)" } ?? "heartbeat")
         self.identity = identity
         self.configuration = configuration
         self.endpoint = endpoint
@@ -90,8 +99,9 @@ final class Heartbeat: @unchecked Sendable {
     /// list. Returns the signal it popped, if any.
     private func beat(_ connection: RedisConnection) throws -> String? {
         let now = Clock.now()
-        let executions = running.all
-        metrics.busyThreads.record(executions.count)
+        let all = running.all
+        if recordsBusyGauge { metrics.busyThreads.record(all.count) }
+        let executions = shard.map { shard in all.filter { $0.job.shard == shard } } ?? all
         var workers: [any RedisArgument] = ["HSET", Keys.workers(identity)]
         for execution in executions {
             let work: JSONObject = ["queue": .string(execution.job.queue), "payload": .string(execution.payloadText),

@@ -16,10 +16,14 @@ final class Housekeeper: Sendable {
     private let metrics: RuntimeMetrics
     private let outages: OutageLog
     private let logger: Logger
-    private let thread = RuntimeThread(name: "housekeeper")
+    private let thread: RuntimeThread
 
+    /// `shard`: index of the shard `endpoint` is (0 with one Redis); only names the thread. Each
+    /// shard has its own housekeeper: its `schedule`/`retry` hold only its queues' jobs, and its
+    /// in-flight lists and fetcher heartbeats are there too.
     init(identity: String, configuration: WorkerConfiguration, endpoint: RedisEndpoint, metrics: RuntimeMetrics,
-         outages: OutageLog, logger: Logger) {
+         outages: OutageLog, logger: Logger, shard: Int = 0) {
+        thread = RuntimeThread(name: shard == 0 ? "housekeeper" : "housekeeper-\(shard)")
         self.identity = identity
         self.configuration = configuration
         self.endpoint = endpoint

@@ -19,7 +19,8 @@ import Synchronization
 final class Settler: Sendable {
     private let settlements: SettlementQueue
     private let flags: LifeCycleFlags
-    private let endpoint: RedisEndpoint
+    /// One Redis per shard (index = `FetchedJob.shard`); one element with one Redis.
+    private let endpoints: [RedisEndpoint]
     private let deadLimits: DeadSetLimits
     /// Optional `WAIT` after each batch; an unconfirmed batch stays written (it is on the master)
     /// and is reported once per episode as the dependency "Redis replica".
@@ -29,11 +30,12 @@ final class Settler: Sendable {
     private let processedTotal = Atomic<Int>(0)
     private let failedTotal = Atomic<Int>(0)
 
-    init(settlements: SettlementQueue, flags: LifeCycleFlags, endpoint: RedisEndpoint, deadLimits: DeadSetLimits,
+    init(settlements: SettlementQueue, flags: LifeCycleFlags, endpoints: [RedisEndpoint], deadLimits: DeadSetLimits,
          replicaWait: ReplicaWait? = nil, outages: OutageLog) {
+        precondition(!endpoints.isEmpty, "a settler needs at least one Redis")
         self.settlements = settlements
         self.flags = flags
-        self.endpoint = endpoint
+        self.endpoints = endpoints
         self.deadLimits = deadLimits
         self.replicaWait = replicaWait
         self.outages = outages
@@ -50,7 +52,7 @@ final class Settler: Sendable {
     func stopAndWait() { thread.stopAndWait() }
 
     private func loop() {
-        var link = RedisLink(endpoint: endpoint)
+        var links = endpoints.map { RedisLink(endpoint: $0) }
         var backoff = ReconnectBackoff()
         while true {
             let batch = settlements.takeBatch(limit: 1000, timeout: 0.05)
@@ -60,28 +62,45 @@ final class Settler: Sendable {
             }
             let processed = batch.reduce(0) { $0 + ($1.processed ? 1 : 0) }
             let failed = batch.reduce(0) { $0 + ($1.failed ? 1 : 0) }
-            while true {
-                do {
-                    _ = try link.withRetryOnStaleLink { conn in
-                        try ReliableQueue.settle(conn, batch.map {
-                            ($0.job, $0.settlement, RunCounts(processed: $0.processed, failed: $0.failed))
-                        }, deadLimits: deadLimits)
-                    }
-                    outages.succeeded("Redis")
-                    backoff.reset()
-                    if let replicaWait { confirm(replicaWait, on: &link) }
-                    break
-                } catch {
-                    link.drop()
-                    outages.failed("Redis", error)
-                    // Past the shutdown deadline: give up; this batch and the rest stay unwritten.
-                    if flags.isPastShutdownDeadline { return }
-                    backoff.wait { !flags.isPastShutdownDeadline }
+            if links.count == 1 {
+                // One Redis: the whole batch in one script call (no grouping on the hot path).
+                guard write(batch, on: &links[0], backoff: &backoff) else { return }
+            } else {
+                // Each job settles on the shard it was fetched from (its in-flight list is there).
+                // The batch counts as written only once every shard has its part.
+                var byShard = [[SettlementQueue.Item]](repeating: [], count: links.count)
+                for item in batch { byShard[item.job.shard].append(item) }
+                for shard in byShard.indices where !byShard[shard].isEmpty {
+                    guard write(byShard[shard], on: &links[shard], backoff: &backoff) else { return }
                 }
             }
             processedTotal.wrappingAdd(processed, ordering: .relaxed)
             failedTotal.wrappingAdd(failed, ordering: .relaxed)
             settlements.markWritten(batch.count)
+        }
+    }
+
+    /// Writes `items` on `link` in one script call, retrying with backoff until it succeeds. False
+    /// when it gave up past the shutdown deadline (the items stay unwritten).
+    private func write(_ items: [SettlementQueue.Item], on link: inout RedisLink, backoff: inout ReconnectBackoff) -> Bool {
+        while true {
+            do {
+                _ = try link.withRetryOnStaleLink { conn in
+                    try ReliableQueue.settle(conn, items.map {
+                        ($0.job, $0.settlement, RunCounts(processed: $0.processed, failed: $0.failed))
+                    }, deadLimits: deadLimits)
+                }
+                outages.succeeded("Redis")
+                backoff.reset()
+                if let replicaWait { confirm(replicaWait, on: &link) }
+                return true
+            } catch {
+                link.drop()
+                outages.failed("Redis", error)
+                // Past the shutdown deadline: give up; this batch and the rest stay unwritten.
+                if flags.isPastShutdownDeadline { return false }
+                backoff.wait { !flags.isPastShutdownDeadline }
+            }
         }
     }
 

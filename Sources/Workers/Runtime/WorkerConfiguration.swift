@@ -41,6 +41,9 @@ public enum ConfigurationError: Error, Sendable, CustomStringConvertible, Equata
 /// Everything a worker process needs to know. All durations in seconds.
 public struct WorkerConfiguration: Sendable {
     public var redisURL: String = RedisEndpoint.defaultURL
+    /// Several Redis instances (docs/sharding.md): which shard holds which queue. Nil: one Redis,
+    /// `redisURL`. When set, its default shard is the Redis of the process (it should be `redisURL`).
+    public var shardMap: ShardMap? = nil
     /// Pool threads running jobs.
     public var concurrency: Int = 10
     public var queues: [QueueWeight] = [QueueWeight(name: "default")]

@@ -22,6 +22,12 @@ import Synchronization
 /// shutdown → settler) — plus `LifeCycleFlags` (written here only) and the pool's `RunTimeEstimate`
 /// (read by the fetcher).
 ///
+/// With several shards (`WorkerConfiguration.shardMap`, docs/sharding.md) the fetcher, heartbeat
+/// and housekeeper exist once per shard holding some of this process's queues, each with its own
+/// thread and connection to that shard; the pool, buffer and settler are shared, and the settler
+/// writes each settlement to the shard its job came from (`FetchedJob.shard`). With one Redis there
+/// is one of each, as before.
+///
 /// Invariant: a job leaves this process's in-flight list only through the settler (or another
 /// process's orphan sweep once our heartbeat has expired), so a crash at any point loses nothing.
 ///
@@ -33,7 +39,11 @@ public final class WorkerProcess: @unchecked Sendable {
     public let identity: String
     public let configuration: WorkerConfiguration
     let logger: Logger
+    /// The default shard (the only Redis without sharding): limiter keys live there.
     let endpoint: RedisEndpoint
+    /// Every shard (index 0 = default); `servedShards` are the indices holding this process's queues.
+    let shardMap: ShardMap
+    let servedShards: [Int]
     let buffer: JobBuffer
     let settlements = SettlementQueue()
     let running = RunningJobs()
@@ -47,10 +57,11 @@ public final class WorkerProcess: @unchecked Sendable {
     public let metrics = RuntimeMetrics()
 
     let pool: JobPool
-    let fetcher: Fetcher
+    /// One per served shard, in `servedShards` order (so are `heartbeats` and `housekeepers`).
+    let fetchers: [Fetcher]
     let settler: Settler
-    let heartbeat: Heartbeat
-    let housekeeper: Housekeeper
+    let heartbeats: [Heartbeat]
+    let housekeepers: [Housekeeper]
     let watchdog: Watchdog
 
     private let finished = DispatchSemaphore(value: 0)
@@ -61,8 +72,12 @@ public final class WorkerProcess: @unchecked Sendable {
                 logger: Logger = Logger(label: "workers")) throws {
         try configuration.validate()
         self.configuration = configuration
-        let endpoint = try RedisEndpoint(url: configuration.redisURL)
+        let shardMap = try configuration.shardMap ?? ShardMap(single: RedisEndpoint(url: configuration.redisURL))
+        self.shardMap = shardMap
+        let endpoint = shardMap.shards[0].endpoint
         self.endpoint = endpoint
+        let groups = shardMap.group(queues: configuration.queues.map(\.name))
+        servedShards = groups.map(\.shard)
         let identity = Identifiers.processIdentity()
         self.identity = identity
         var logger = logger
@@ -77,15 +92,29 @@ public final class WorkerProcess: @unchecked Sendable {
                        configuration: configuration, buffer: buffer, running: running, settlements: settlements,
                        runTime: runTimeEstimate, metrics: metrics, pickupLatency: pickupLatency, runTimes: runTime,
                        logger: logger)
-        fetcher = Fetcher(identity: identity, configuration: configuration, endpoint: endpoint, buffer: buffer,
-                          running: running, settlements: settlements, runTime: runTimeEstimate, outages: outages,
-                          unique: UniqueGate(registry: registry, configuration: configuration), logger: logger)
-        settler = Settler(settlements: settlements, flags: flags, endpoint: endpoint, deadLimits: configuration.deadLimits,
-                          replicaWait: configuration.replicaWait, outages: outages)
-        heartbeat = Heartbeat(identity: identity, configuration: configuration, endpoint: endpoint, running: running,
-                              flags: flags, metrics: metrics, startedAt: startedAt, outages: outages, logger: logger)
-        housekeeper = Housekeeper(identity: identity, configuration: configuration, endpoint: endpoint,
-                                  metrics: metrics, outages: outages, logger: logger)
+        let unique = UniqueGate(registry: registry, configuration: configuration)
+        let sharded = !shardMap.isSingle
+        var fetchers: [Fetcher] = []
+        var heartbeats: [Heartbeat] = []
+        var housekeepers: [Housekeeper] = []
+        for group in groups {
+            let shardEndpoint = shardMap.shards[group.shard].endpoint
+            let queues = configuration.queues.filter { group.queues.contains($0.name) }
+            fetchers.append(Fetcher(identity: identity, configuration: configuration, shard: group.shard, queues: queues,
+                                    endpoint: shardEndpoint, buffer: buffer, running: running, settlements: settlements,
+                                    runTime: runTimeEstimate, outages: outages, unique: unique, logger: logger))
+            heartbeats.append(Heartbeat(identity: identity, configuration: configuration, endpoint: shardEndpoint,
+                                        running: running, flags: flags, metrics: metrics, startedAt: startedAt,
+                                        outages: outages, logger: logger, shard: sharded ? group.shard : nil,
+                                        recordsBusyGauge: heartbeats.isEmpty))
+            housekeepers.append(Housekeeper(identity: identity, configuration: configuration, endpoint: shardEndpoint,
+                                            metrics: metrics, outages: outages, logger: logger, shard: group.shard))
+        }
+        self.fetchers = fetchers
+        self.heartbeats = heartbeats
+        self.housekeepers = housekeepers
+        settler = Settler(settlements: settlements, flags: flags, endpoints: shardMap.shards.map(\.endpoint),
+                          deadLimits: configuration.deadLimits, replicaWait: configuration.replicaWait, outages: outages)
         watchdog = Watchdog(running: running, settlements: settlements, pool: pool, flags: flags, metrics: metrics)
     }
 
@@ -98,7 +127,7 @@ public final class WorkerProcess: @unchecked Sendable {
     /// Healthy while heartbeats reach Redis (the last one within three intervals) and the process
     /// is not shutting down. For `/healthz`.
     public var health: (ok: Bool, detail: String) {
-        let age = Clock.now() - heartbeat.lastBeatAt
+        let age = Clock.now() - (heartbeats.map(\.lastBeatAt).min() ?? 0)
         if flags.isStopping { return (false, "shutting down") }
         if age > 3 * configuration.heartbeatInterval { return (false, "no heartbeat reached Redis for \(Int(age)) s") }
         return (true, "ok: \(busyCount) busy of \(configuration.concurrency), \(processedCount) processed\(isQuiet ? ", quiet" : "")")
@@ -109,18 +138,20 @@ public final class WorkerProcess: @unchecked Sendable {
     /// Registers the process (first heartbeat) and starts every thread. Throws if Redis cannot be
     /// reached at all.
     public func start() throws {
-        try heartbeat.register { [self] signal in handle(redisSignal: signal) }  // before the first fetch
+        for heartbeat in heartbeats {  // before the first fetch, on every shard
+            try heartbeat.register { [self] signal in handle(redisSignal: signal) }
+        }
         logger.info("worker started", metadata: [
             "concurrency": "\(configuration.concurrency)",
             "queues": "\(configuration.queues.map { "\($0.name):\($0.weight)" }.joined(separator: ","))",
-            "redis": "\(endpoint)",
+            "redis": "\(shardMap.isSingle ? endpoint.description : servedShards.map { "\(shardMap.shards[$0].name)=\(shardMap.shards[$0].endpoint)" }.joined(separator: ","))",
         ])
-        heartbeat.start { [weak self] signal in self?.handle(redisSignal: signal) }
-        housekeeper.start()
+        for heartbeat in heartbeats { heartbeat.start { [weak self] signal in self?.handle(redisSignal: signal) } }
+        for housekeeper in housekeepers { housekeeper.start() }
         watchdog.start()
         settler.start()
         for _ in 0..<configuration.concurrency { pool.spawnThread() }
-        fetcher.start()
+        for fetcher in fetchers { fetcher.start() }
     }
 
     /// Starts, handles SIGTERM/SIGINT (shut down), SIGTSTP (quiet) and SIGTTIN (dump), and returns
@@ -141,7 +172,7 @@ public final class WorkerProcess: @unchecked Sendable {
     public func quietDown() {
         guard flags.becomeQuiet() else { return }
         logger.notice("quiet: no longer fetching")
-        fetcher.stopAndWait()
+        for fetcher in fetchers { fetcher.stopAndWait() }
         settlements.giveBack(buffer.close(), logger: logger)
     }
 
@@ -188,19 +219,19 @@ public final class WorkerProcess: @unchecked Sendable {
                 written runs again; ledger jobs skip their effects on that redelivery.
                 """, metadata: ["unwritten": "\(unwritten)", "working_lists": "working:queue:*:\(identity)"])
         }
-        heartbeat.requestStop()
-        housekeeper.requestStop()
+        for heartbeat in heartbeats { heartbeat.requestStop() }
+        for housekeeper in housekeepers { housekeeper.requestStop() }
         watchdog.requestStop()
         // Bounded: a thread still inside a Redis call at the deadline is left to the process exit.
         let joinBound = max(flags.secondsUntilShutdownDeadline, Self.joinGrace)
         let joinUntil = Clock.now() + joinBound
-        let joined = [("heartbeat", heartbeat.wait(timeout: joinUntil - Clock.now())),
-                      ("housekeeper", housekeeper.wait(timeout: joinUntil - Clock.now())),
-                      ("watchdog", watchdog.wait(timeout: joinUntil - Clock.now()))]
+        let joined = heartbeats.map { ("heartbeat", $0.wait(timeout: joinUntil - Clock.now())) }
+            + housekeepers.map { ("housekeeper", $0.wait(timeout: joinUntil - Clock.now())) }
+            + [("watchdog", watchdog.wait(timeout: joinUntil - Clock.now()))]
         for (name, done) in joined where !done {
             logger.warning("thread still busy at shutdown; not waiting for it", metadata: ["thread": "\(name)"])
         }
-        heartbeat.deregister()  // one attempt; with Redis down the entry expires by itself
+        for heartbeat in heartbeats { heartbeat.deregister() }  // one attempt each; with Redis down the entry expires by itself
         logger.notice("stopped", metadata: [
             "processed": "\(processedCount)", "failed": "\(failedCount)",
             "pickup_p50_ms": "\(Self.milliseconds(pickupLatency.percentile(0.5)))",

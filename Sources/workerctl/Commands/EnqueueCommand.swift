@@ -96,7 +96,13 @@ struct EnqueueCommand: ParsableCommand {
         do { replicaWait = try ReplicaWait.from(environment: ProcessInfo.processInfo.environment) } catch {
             throw CLIError.usage("\(error)")
         }
-        let client = JobClient(pool: RedisPool(endpoint: try redis.endpoint(), maxConnections: 1), replicaWait: replicaWait)
+        // Each job goes to its queue's shard (REDIS_SHARDS / QUEUE_SHARDS, docs/sharding.md).
+        let client: JobClient
+        if let map = try WorkerConfigFile().shardMap(defaultURL: redis.resolvedURL()) {
+            client = JobClient(shards: ShardPools(map: map, maxConnections: 1), replicaWait: replicaWait)
+        } else {
+            client = JobClient(pool: RedisPool(endpoint: try redis.endpoint(), maxConnections: 1), replicaWait: replicaWait)
+        }
         if let uniqueFor {
             let policy = UniquePolicy(for: uniqueFor, until: UniqueUntil(rawValue: uniqueUntil) ?? .success)
             let pushed: UniquePush

@@ -3,6 +3,7 @@ import BenchJobs
 import Foundation
 import Logging
 import Outbox
+import Queue
 import Workers
 
 /// The outbox flags shared by `worker`, `run` (`--outbox-relay`) and `relay` (docs/outbox.md).
@@ -31,19 +32,20 @@ struct OutboxRelayOptions: ParsableArguments {
     }
 
     /// The relay settings; the lost-job finder re-pushes only classes of `registry` that use the ledger.
-    func settings(redisURL: String, databaseURL: String, registry: JobRegistry) -> OutboxRelaySettings {
+    func settings(redisURL: String, databaseURL: String, registry: JobRegistry, shardMap: ShardMap? = nil) -> OutboxRelaySettings {
         let ledgerClasses = registry.classNames.filter { registry.options(for: $0)?.usesLedger == true }
         let lostJobs = lostJobInterval > 0
             ? LostJobSettings(interval: lostJobInterval, retention: retention, ledgerClasses: ledgerClasses) : nil
         return OutboxRelaySettings(databaseURL: databaseURL, redisURL: redisURL, batchSize: batch,
-                                   pollInterval: pollInterval, lostJobs: lostJobs)
+                                   pollInterval: pollInterval, lostJobs: lostJobs, shardMap: shardMap)
     }
 
     /// The relay a worker runs when `--outbox-relay` is given (nil otherwise).
-    func makeRelay(redisURL: String, noDatabase: Bool, databaseURL: String, registry: JobRegistry) throws -> OutboxRelay? {
+    func makeRelay(redisURL: String, noDatabase: Bool, databaseURL: String, registry: JobRegistry,
+                   shardMap: ShardMap? = nil) throws -> OutboxRelay? {
         guard enabled else { return nil }
         if noDatabase { throw CLIError.usage("--outbox-relay needs PostgreSQL; it cannot run with --no-database") }
-        return OutboxRelay(settings: settings(redisURL: redisURL, databaseURL: databaseURL, registry: registry),
+        return OutboxRelay(settings: settings(redisURL: redisURL, databaseURL: databaseURL, registry: registry, shardMap: shardMap),
                            logger: Logger(label: "workerctl.outbox"))
     }
 }
@@ -71,7 +73,8 @@ struct RelayCommand: ParsableCommand {
         var registry = JobRegistry()
         if benchJobs { registry = BenchJobs.registry() }
         let relay = OutboxRelay(settings: outbox.settings(redisURL: redis.resolvedURL(), databaseURL: database.resolvedURL(),
-                                                          registry: registry),
+                                                          registry: registry,
+                                                          shardMap: try WorkerConfigFile().shardMap(defaultURL: redis.resolvedURL())),
                                 logger: Logger(label: "workerctl.relay"))
         let stopped = DispatchSemaphore(value: 0)
         var sources: [DispatchSourceSignal] = []

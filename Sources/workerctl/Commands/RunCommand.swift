@@ -21,18 +21,19 @@ struct RunCommand: ParsableCommand {
         let file = try schedule.loadFile()
         signal(SIGHUP, SIG_IGN)  // a SIGHUP before the reload handler exists must not end the process
         let (process, relay) = try worker.makeProcessAndRelay()
-        let runner = try schedule.makeRunner(file: file, redisURL: process.configuration.redisURL)
+        let runners = try schedule.makeRunners(file: file, redisURL: process.configuration.redisURL,
+                                               shardMap: process.configuration.shardMap)
         // No signal source of our own: libdispatch installs one sigaction per signal when the first
         // source for it is created, and WorkerProcess's `signal(SIGTERM, SIG_IGN)` before its own
         // source would then silence both. The worker handles SIGTERM/SIGINT (and Sidekiq's TERM
         // through Redis); when it has shut down, `run()` returns and the scheduler is stopped.
         // SIGHUP (reload) is the scheduler's alone.
-        let signals = SchedulerSignals(runner: runner)
+        let signals = SchedulerSignals(runners: runners)
         defer { withExtendedLifetime(signals) {} }
-        runner.start()
+        for runner in runners { runner.start() }
         defer {
-            runner.stop()
-            runner.waitUntilStopped()
+            for runner in runners { runner.stop() }
+            for runner in runners { runner.waitUntilStopped() }
         }
         try worker.run(process, relay: relay)
     }

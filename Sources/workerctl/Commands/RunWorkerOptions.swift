@@ -89,6 +89,7 @@ struct WorkerOptions: ParsableArguments {
         let file = try loadConfigFile()
         var configuration = file.configuration
         configuration.redisURL = redis.resolvedURL(configured: file.redisURL)
+        configuration.shardMap = try file.shardMap(defaultURL: configuration.redisURL)
         do {  // REDIS_WAIT_REPLICAS / REDIS_WAIT_TIMEOUT_MS win over the file (docs/redis-ha.md)
             if let wait = try ReplicaWait.from(environment: ProcessInfo.processInfo.environment) { configuration.replicaWait = wait }
         } catch { throw CLIError.usage("\(error)") }
@@ -116,11 +117,12 @@ struct WorkerOptions: ParsableArguments {
             LimitProbes.register(into: &registry, redisURL: configuration.redisURL)
             TraceProbes.register(into: &registry, redisURL: configuration.redisURL)
         }
-        registerDomainJobs(into: &registry, redisURL: configuration.redisURL)
+        registerDomainJobs(into: &registry, redisURL: configuration.redisURL, shardMap: configuration.shardMap)
         let jobDatabase = noDatabase ? nil : try openDatabase(configured: file.databaseURL,
                                                                poolSize: file.pgPoolSize ?? configuration.concurrency)
         let relay = try outbox.makeRelay(redisURL: configuration.redisURL, noDatabase: noDatabase,
-                                         databaseURL: database.resolvedURL(configured: file.databaseURL), registry: registry)
+                                         databaseURL: database.resolvedURL(configured: file.databaseURL), registry: registry,
+                                         shardMap: configuration.shardMap)
         do {
             return (try WorkerProcess(configuration: configuration, registry: registry, database: jobDatabase,
                                       logger: Logger(label: "workerctl.worker")), relay)
@@ -157,7 +159,7 @@ struct WorkerOptions: ParsableArguments {
 
     /// The domain jobs, configured from the environment (`docs/jobs-*.md`). An area that is not
     /// configured is logged once here and its jobs retry until a configured worker runs them.
-    private func registerDomainJobs(into registry: inout JobRegistry, redisURL: String) {
+    private func registerDomainJobs(into registry: inout JobRegistry, redisURL: String, shardMap: ShardMap?) {
         let logger = Logger(label: "workerctl.worker")
         guard CurlRuntime.prepareAtStartup(), let pool = try? RedisPool(url: redisURL, maxConnections: 4) else {
             logger.error("domain jobs not registered: libcurl or the Redis URL could not be initialised")
@@ -165,7 +167,8 @@ struct WorkerOptions: ParsableArguments {
         }
         let http = HTTPClient(configuration: HTTPClientConfiguration())
         for status in DomainJobs.register(into: &registry, environment: ProcessInfo.processInfo.environment,
-                                          redis: pool, http: http) {
+                                          redis: pool, http: http,
+                                          shards: shardMap.map { ShardPools(map: $0, maxConnections: 4) }) {
             if let problem = status.problem {
                 logger.warning("jobs not configured on this worker; they will retry until a configured worker runs them",
                                metadata: ["area": "\(status.area)", "problem": "\(problem)"])

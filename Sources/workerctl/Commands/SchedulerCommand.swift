@@ -32,15 +32,41 @@ struct ScheduleOptions: ParsableArguments {
     func makeRunner(file: ScheduleFile, redisURL: String) throws -> SchedulerRunner {
         let endpoint: RedisEndpoint
         do { endpoint = try RedisEndpoint(url: redisURL) } catch { throw CLIError.usage(error.description) }
+        return try makeRunner(file: file, endpoint: endpoint, owns: nil, shardName: nil)
+    }
+
+    /// One runner per shard (docs/sharding.md), each owning the entries whose queue lives on its
+    /// shard: the cron claim and the push are one script, so an entry's `cron_job:*` keys live next
+    /// to its queue. With no shard map: `[makeRunner(file:redisURL:)]`.
+    func makeRunners(file: ScheduleFile, redisURL: String, shardMap: ShardMap?) throws -> [SchedulerRunner] {
+        guard let shardMap, !shardMap.isSingle else { return [try makeRunner(file: file, redisURL: redisURL)] }
+        return try shardMap.shards.enumerated().map { index, shard in
+            try makeRunner(file: file, endpoint: shard.endpoint,
+                           owns: { shardMap.shardIndex(forQueue: $0.queue) == index }, shardName: shard.name)
+        }
+    }
+
+    private func makeRunner(file: ScheduleFile, endpoint: RedisEndpoint, owns: (@Sendable (ScheduleEntry) -> Bool)?,
+                            shardName: String?) throws -> SchedulerRunner {
         let connection: RedisConnection
-        do { connection = try RedisConnection(endpoint: endpoint) } catch { throw CLIError.runtime(error.description) }
+        do { connection = try RedisConnection(endpoint: endpoint) } catch {
+            throw CLIError.runtime((shardName.map { "shard \($0): " } ?? "") + error.description)
+        }
         var logger = Logger(label: "workerctl.scheduler")
         logger[metadataKey: "schedule"] = "\(schedule)"
+        if let shardName { logger[metadataKey: "shard"] = "\(shardName)" }
         let runner = SchedulerRunner(entries: file.entries, store: CronStore(connection: connection, historySize: historySize),
-                                     maxSleep: maxSleep, schedulePath: schedule, logger: logger)
+                                     maxSleep: maxSleep, schedulePath: schedule, logger: logger, owns: owns)
         _ = try redisCall { try runner.sync() }
         return runner
     }
+}
+
+/// Health of several runners (one per shard): ok when all are.
+func combinedHealth(_ runners: [SchedulerRunner]) -> (ok: Bool, detail: String) {
+    let all = runners.map(\.health)
+    if all.count == 1 { return all[0] }
+    return (all.allSatisfy(\.ok), all.map(\.detail).joined(separator: "; "))
 }
 
 /// The scheduler's signals: SIGHUP asks the runner to reload its schedule file
@@ -56,9 +82,14 @@ struct ScheduleOptions: ParsableArguments {
 final class SchedulerSignals {
     private var sources: [DispatchSourceSignal] = []
 
-    init(runner: SchedulerRunner, onStop: (@Sendable () -> Void)? = nil) {
+    convenience init(runner: SchedulerRunner, onStop: (@Sendable () -> Void)? = nil) {
+        self.init(runners: [runner], onStop: onStop)
+    }
+
+    /// One source per signal whatever the number of runners (one per shard): SIGHUP reloads each.
+    init(runners: [SchedulerRunner], onStop: (@Sendable () -> Void)? = nil) {
         let queue = DispatchQueue(label: "scheduler-signals")
-        var handlers: [(Int32, @Sendable () -> Void)] = [(SIGHUP, { runner.requestReload() })]
+        var handlers: [(Int32, @Sendable () -> Void)] = [(SIGHUP, { for runner in runners { runner.requestReload() } })]
         if let onStop { handlers += [(SIGTERM, onStop), (SIGINT, onStop)] }
         for (number, handler) in handlers {
             signal(number, SIG_IGN)
@@ -116,13 +147,17 @@ struct SchedulerCommand: ParsableCommand {
         // Metric handles bind to the factory when created: bootstrap before the runner exists.
         if metricsPort != nil { MetricsEndpoint.bootstrap() }
         let redisURL = redis.resolvedURL()
-        let runner = try options.makeRunner(file: file, redisURL: redisURL)
+        let shardMap = try WorkerConfigFile().shardMap(defaultURL: redisURL)
+        let runners = try options.makeRunners(file: file, redisURL: redisURL, shardMap: shardMap)
         let server = try metricsPort.map { port in
             try MetricsEndpoint.listen(host: metricsHost, port: port, redisURL: redisURL, logger: Logger(label: "workerctl.scheduler"),
-                                       health: { runner.health })
+                                       health: { combinedHealth(runners) })
         }
-        let signals = SchedulerSignals(runner: runner, onStop: { runner.stop() })
-        runner.run()
+        let signals = SchedulerSignals(runners: runners, onStop: { for runner in runners { runner.stop() } })
+        // The first runner on this thread; with several shards the others on their own threads.
+        for runner in runners.dropFirst() { runner.start() }
+        runners[0].run()
+        for runner in runners.dropFirst() { runner.waitUntilStopped() }
         withExtendedLifetime((signals, server)) {}
     }
 }

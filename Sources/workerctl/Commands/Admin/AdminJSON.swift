@@ -69,6 +69,13 @@ enum AdminJSON {
                  "paused": .bool(queue.paused)])
     }
 
+    /// `queue(_:)` plus `"shard"` (only printed when several shards are configured).
+    static func queue(_ queue: QueueSummary, shard: String) -> JSONValue {
+        guard case .object(var fields) = Self.queue(queue) else { return Self.queue(queue) }
+        fields["shard"] = .string(shard)
+        return .object(fields)
+    }
+
     static func stats(_ stats: Stats) -> JSONValue {
         .object([
             "processed": .int(Int64(stats.processed)),

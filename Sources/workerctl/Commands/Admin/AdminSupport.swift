@@ -25,6 +25,44 @@ struct ConnectionOptions: ParsableArguments {
         let environment = ProcessInfo.processInfo.environment["REDIS_URL"].flatMap { $0.isEmpty ? nil : $0 }
         return redis.redisURL ?? environment ?? configured ?? RedisEndpoint.defaultURL
     }
+
+    /// Every shard (docs/sharding.md): the default one is `resolvedURL()`, the others from
+    /// `REDIS_SHARDS` / `QUEUE_SHARDS` or the config file's `redis_shards` / `queue_shards`.
+    func shardMap() throws -> ShardMap {
+        let url = try resolvedURL()
+        let file = try config.map { try WorkerConfigFile.load(path: $0) } ?? WorkerConfigFile()
+        if let map = try file.shardMap(defaultURL: url) { return map }
+        do { return ShardMap(single: try RedisEndpoint(url: url)) } catch { throw CLIError.usage(error.description) }
+    }
+
+    /// A connection to one shard of `map`.
+    func connect(shard: ShardMap.Shard) throws -> RedisConnection {
+        do { return try RedisConnection(endpoint: shard.endpoint) } catch { throw CLIError.runtime("shard \(shard.name): \(error)") }
+    }
+
+    /// A connection to the shard holding `queue` (the only Redis without sharding).
+    func connect(queue: String) throws -> RedisConnection {
+        let map = try shardMap()
+        if map.isSingle { return try connect() }
+        return try connect(shard: map.shard(forQueue: queue))
+    }
+
+    /// Runs `body` on each shard in turn and returns the first answer that is not "no such job /
+    /// process": a jid or identity lives on one shard. With one Redis, `body` on it.
+    func onShardHolding<T>(_ body: (RedisConnection) throws -> T) throws -> T {
+        let map = try shardMap()
+        if map.isSingle { return try body(try connect()) }
+        var lastMiss: AdminError?
+        for shard in map.shards {
+            do { return try body(try connect(shard: shard)) } catch let error as AdminError {
+                switch error {
+                case .jobNotFound, .processNotFound: lastMiss = error
+                default: throw error
+                }
+            }
+        }
+        throw lastMiss ?? AdminError.invalidArgument("no shard configured")
+    }
 }
 
 /// `--json`: print the documented JSON shape (docs/workerctl.md) instead of a table.

@@ -64,12 +64,47 @@ struct JobsCommand: ParsableCommand {
                 let state = try parseState(state)!
                 let request = try pageRequest(page: page, size: size)
                 let filter = JobFilter(queue: queue, className: className, grep: grep)
+                let map = try connection.shardMap()
+                if !map.isSingle { return try runSharded(map, state: state, filter: filter, request: request) }
                 let jobs = try JobAdmin(connection: try connection.connect()).list(state, filter: filter, page: request)
                 if output.json {
                     return printJSON(AdminJSON.page(jobs, extra: ["state": .string(state.rawValue), "filter": AdminJSON.filter(filter)]))
                 }
                 JobsCommand.printTable(jobs, now: Clock.now())
             }
+        }
+
+        /// Several shards: the same page taken from each shard (with `--queue`, only its shard),
+        /// shown together with a SHARD column; the total is the sum. JSON: `{"shards": [page + "shard"]}`.
+        private func runSharded(_ map: ShardMap, state: JobState, filter: JobFilter, request: PageRequest) throws {
+            let shards = queue.map { [map.shard(forQueue: $0)] } ?? map.shards
+            var pages: [(shard: String, page: Page<JobRecord>)] = []
+            for shard in shards {
+                pages.append((shard.name, try JobAdmin(connection: try connection.connect(shard: shard)).list(state, filter: filter, page: request)))
+            }
+            if output.json {
+                return printJSON(.object(["state": .string(state.rawValue), "filter": AdminJSON.filter(filter),
+                                          "shards": .array(pages.map { entry in
+                                              AdminJSON.page(entry.page, extra: ["shard": .string(entry.shard)])
+                                          })]))
+            }
+            let total = pages.reduce(0) { $0 + $1.page.total }
+            if pages.allSatisfy({ $0.page.items.isEmpty }) {
+                return print(total == 0 ? "no jobs" : "no jobs on page \(request.number) (\(total) in all)")
+            }
+            let now = Clock.now()
+            var table = TextTable(["SHARD", "JID", "STATE", "QUEUE", "CLASS", "ARGS", "WHEN", "INFO"])
+            table.maxCellWidth = 48
+            for (shard, page) in pages {
+                for record in page.items {
+                    table.add([shard, record.jid ?? "-", record.state.rawValue, record.queue, record.displayClass ?? "?",
+                               record.args.map { JSONValue.array($0).serialized() } ?? "(invalid)",
+                               JobsCommand.when(record, now: now), JobsCommand.info(record)])
+                }
+            }
+            table.print()
+            let pageCount = pages.map(\.page.pageCount).max() ?? 1
+            print("page \(request.number)/\(max(pageCount, 1)) of each shard, \(total) jobs")
         }
     }
 
@@ -86,7 +121,7 @@ struct JobsCommand: ParsableCommand {
         func run() throws {
             try adminCall {
                 let states = try parseState(state, required: false).map { [$0] } ?? JobAdmin.searchOrder
-                let record = try JobAdmin(connection: try connection.connect()).findOne(jid: jid, in: states)
+                let record = try connection.onShardHolding { try JobAdmin(connection: $0).findOne(jid: jid, in: states) }
                 if output.json { return printJSON(AdminJSON.detail(record)) }
                 Show.printDetail(record, now: Clock.now())
             }
@@ -149,15 +184,29 @@ struct JobsCommand: ParsableCommand {
             if target.all {
                 if target.jid != nil { throw CLIError.usage("give a JID or --all, not both") }
                 let state = try parseState(target.state, allowed: action.allowedStates)!
-                let admin = JobAdmin(connection: try connection.connect())
-                let matched = try admin.list(state, filter: target.filter, page: PageRequest(number: 1, size: 1)).total
+                // Several shards: every shard (with --queue, its shard), one after the other; a job
+                // moved to a queue stays on its shard (its queue's).
+                let map = try connection.shardMap()
+                let admins = map.isSingle ? [JobAdmin(connection: try connection.connect())]
+                    : try (target.queue.map { [map.shard(forQueue: $0)] } ?? map.shards).map {
+                        JobAdmin(connection: try connection.connect(shard: $0))
+                    }
+                var counts: [Int] = []
+                for admin in admins { counts.append(try admin.list(state, filter: target.filter, page: PageRequest(number: 1, size: 1)).total) }
+                let matched = counts.reduce(0, +)
                 if matched > 0 {
                     let scope = target.filter.isEmpty ? "" : " matching the filter"
                     try Confirmation.require("\(action.rawValue) \(matched) \(state.rawValue) jobs\(scope)", yes: target.yes)
                 }
                 let progress = BulkProgressLine(verb: verb, expected: matched, state: state)
-                let result = matched == 0 ? BulkResult()
-                    : try admin.performAll(action, state: state, filter: target.filter, progress: progress.show)
+                var result = BulkResult()
+                for (admin, count) in zip(admins, counts) where count > 0 {
+                    let part = try admin.performAll(action, state: state, filter: target.filter, progress: progress.show)
+                    result.matched += part.matched
+                    result.done += part.done
+                    result.gone += part.gone
+                    result.invalid += part.invalid
+                }
                 progress.finish()
                 if output.json { return printJSON(AdminJSON.bulk(action: action, state: state, filter: target.filter, result: result)) }
                 var message = "\(verb) \(result.done) of \(result.matched) \(state.rawValue) jobs"
@@ -168,7 +217,7 @@ struct JobsCommand: ParsableCommand {
                 guard let jid = target.jid else { throw CLIError.usage("give the job's JID, or --all --state STATE") }
                 if !target.filter.isEmpty { throw CLIError.usage("--queue, --class and --grep only apply with --all") }
                 let states = try parseState(target.state, required: false).map { [$0] }
-                let record = try JobAdmin(connection: try connection.connect()).perform(action, jid: jid, in: states)
+                let record = try connection.onShardHolding { try JobAdmin(connection: $0).perform(action, jid: jid, in: states) }
                 let destination: String
                 switch action {
                 case .retry, .run: destination = "queue \(record.payload?.queue ?? "default")"

@@ -17,6 +17,24 @@ struct QueuesCommand: ParsableCommand {
         return table
     }
 
+    /// With several shards: the same table with a SHARD column first (docs/sharding.md).
+    static func table(sharded: [(shard: String, queue: QueueSummary)]) -> TextTable {
+        var table = TextTable(["SHARD", "QUEUE", "SIZE", "LATENCY", "PAUSED"])
+        for (shard, queue) in sharded {
+            table.add([shard, queue.name, "\(queue.size)", Format.duration(queue.latency), queue.paused ? "paused" : ""])
+        }
+        return table
+    }
+
+    /// Every shard's queues, shard by shard (in the map's order), each shard's sorted as `QueueAdmin.list` sorts.
+    static func listSharded(_ map: ShardMap, connection: ConnectionOptions) throws -> [(shard: String, queue: QueueSummary)] {
+        var all: [(shard: String, queue: QueueSummary)] = []
+        for shard in map.shards {
+            all += try QueueAdmin.list(try connection.connect(shard: shard)).map { (shard.name, $0) }
+        }
+        return all
+    }
+
     static func validName(_ name: String) throws -> String {
         do { try JobClient.validateQueue(name) } catch { throw CLIError.usage(error.description) }
         return name
@@ -29,6 +47,15 @@ struct QueuesCommand: ParsableCommand {
 
         func run() throws {
             try adminCall {
+                let map = try connection.shardMap()
+                if !map.isSingle {
+                    let queues = try QueuesCommand.listSharded(map, connection: connection)
+                    if output.json {
+                        return printJSON(.object(["queues": .array(queues.map { AdminJSON.queue($0.queue, shard: $0.shard) })]))
+                    }
+                    if queues.isEmpty { return print("no queues") }
+                    return QueuesCommand.table(sharded: queues).print()
+                }
                 let queues = try QueueAdmin.list(try connection.connect())
                 if output.json { return printJSON(.object(["queues": .array(queues.map(AdminJSON.queue))])) }
                 if queues.isEmpty { return print("no queues") }
@@ -50,7 +77,7 @@ struct QueuesCommand: ParsableCommand {
             try adminCall {
                 let name = try QueuesCommand.validName(queue)
                 let request = try pageRequest(page: page, size: size)
-                let redis = try connection.connect()
+                let redis = try connection.connect(queue: name)
                 let summary = try QueueAdmin.summary(redis, name: name)
                 let jobs = try JobQueue(name).page(redis, page: request)
                 if output.json { return printJSON(AdminJSON.page(jobs, extra: ["queue": AdminJSON.queue(summary)])) }
@@ -73,7 +100,7 @@ struct QueuesCommand: ParsableCommand {
         func run() throws {
             try adminCall {
                 let name = try QueuesCommand.validName(queue)
-                let redis = try connection.connect()
+                let redis = try connection.connect(queue: name)
                 let known = try QueueAdmin.exists(redis, name: name)
                 let changed = try QueueAdmin.pause(redis, name: name)
                 print(changed ? "paused \(name)" : "\(name) was already paused")
@@ -90,7 +117,7 @@ struct QueuesCommand: ParsableCommand {
         func run() throws {
             try adminCall {
                 let name = try QueuesCommand.validName(queue)
-                let changed = try QueueAdmin.resume(try connection.connect(), name: name)
+                let changed = try QueueAdmin.resume(try connection.connect(queue: name), name: name)
                 print(changed ? "resumed \(name)" : "\(name) was not paused")
             }
         }
@@ -107,7 +134,7 @@ struct QueuesCommand: ParsableCommand {
         func run() throws {
             try adminCall {
                 let name = try QueuesCommand.validName(queue)
-                let redis = try connection.connect()
+                let redis = try connection.connect(queue: name)
                 let size = try JobQueue(name).size(redis)
                 try Confirmation.require("clear queue \(name) (\(size) jobs)", yes: yes)
                 let removed = try QueueAdmin.clear(redis, name: name)

@@ -19,6 +19,8 @@ struct StatsCommand: ParsableCommand {
 
     func run() throws {
         try adminCall {
+            let map = try connection.shardMap()
+            if !map.isSingle { return try runSharded(map) }
             let stats = try Stats.load(try connection.connect())
             if output.json { return printJSON(AdminJSON.stats(stats)) }
             print("Processed  \(stats.processed)  (today \(stats.processedToday), \(stats.day) UTC)")
@@ -29,5 +31,29 @@ struct StatsCommand: ParsableCommand {
             print("")
             QueuesCommand.table(stats.queues).print()
         }
+    }
+
+    /// Several shards: one row per shard, then every queue with its shard; JSON: `{"shards": [stats + "shard"]}`.
+    private func runSharded(_ map: ShardMap) throws {
+        var all: [(shard: String, stats: Stats)] = []
+        for shard in map.shards { all.append((shard.name, try Stats.load(try connection.connect(shard: shard)))) }
+        if output.json {
+            return printJSON(.object(["shards": .array(all.map { entry in
+                guard case .object(var fields) = AdminJSON.stats(entry.stats) else { return AdminJSON.stats(entry.stats) }
+                fields["shard"] = .string(entry.shard)
+                return .object(fields)
+            })]))
+        }
+        var table = TextTable(["SHARD", "PROCESSED", "FAILED", "ENQUEUED", "SCHEDULED", "RETRY", "DEAD", "PROCESSES", "BUSY", "MEMORY"])
+        for (shard, stats) in all {
+            table.add([shard, "\(stats.processed)", "\(stats.failed)", "\(stats.enqueued)", "\(stats.scheduled)",
+                       "\(stats.retries)", "\(stats.dead)", "\(stats.processes)", "\(stats.busy)", stats.redis.usedMemoryHuman])
+        }
+        table.add(["(all)", "\(all.reduce(0) { $0 + $1.stats.processed })", "\(all.reduce(0) { $0 + $1.stats.failed })",
+                   "\(all.reduce(0) { $0 + $1.stats.enqueued })", "\(all.reduce(0) { $0 + $1.stats.scheduled })",
+                   "\(all.reduce(0) { $0 + $1.stats.retries })", "\(all.reduce(0) { $0 + $1.stats.dead })", "", "", ""])
+        table.print()
+        print("")
+        QueuesCommand.table(sharded: all.flatMap { entry in entry.stats.queues.map { (entry.shard, $0) } }).print()
     }
 }

@@ -28,20 +28,40 @@ struct TopCommand: ParsableCommand {
 
     func run() throws {
         try adminCall {
-            let redis = try connection.connect()
-            if output.json { return printJSON(AdminJSON.dashboard(try DashboardSnapshot.load(redis), throughput: nil)) }
+            let map = try connection.shardMap()
+            // Several shards (docs/sharding.md): one section per shard, each headed by its name.
+            let shards: [(name: String?, redis: RedisConnection)] = map.isSingle ? [(nil, try connection.connect())]
+                : try map.shards.map { ($0.name, try connection.connect(shard: $0)) }
+            if output.json {
+                if shards.count == 1 { return printJSON(AdminJSON.dashboard(try DashboardSnapshot.load(shards[0].redis), throughput: nil)) }
+                return printJSON(.object(["shards": .array(try shards.map { shard in
+                    guard case .object(var fields) = AdminJSON.dashboard(try DashboardSnapshot.load(shard.redis), throughput: nil) else {
+                        return .null
+                    }
+                    fields["shard"] = .string(shard.name ?? ShardMap.defaultName)
+                    return .object(fields)
+                })]))
+            }
             if once || isatty(1) != 1 {
-                let lines = DashboardView.lines(try DashboardSnapshot.load(redis), throughput: nil,
-                                                address: redis.endpoint.description, width: 160, error: nil)
+                var lines: [String] = []
+                for shard in shards {
+                    lines += DashboardView.lines(try DashboardSnapshot.load(shard.redis), throughput: nil,
+                                                 address: DashboardView.address(shard.name, shard.redis), width: 160, error: nil)
+                }
                 return print(lines.joined(separator: "\n"))
             }
-            LiveDashboard(connection: redis, interval: interval).run()
+            LiveDashboard(shards: shards, interval: interval).run()
         }
     }
 }
 
 /// Renders a snapshot as text lines (no escape sequences), at most `width` characters each.
 enum DashboardView {
+    /// `host:port/db`, or `shard NAME host:port/db` with several shards.
+    static func address(_ shard: String?, _ redis: RedisConnection) -> String {
+        shard.map { "shard \($0) \(redis.endpoint.description)" } ?? redis.endpoint.description
+    }
+
     static func lines(_ snapshot: DashboardSnapshot?, throughput: Double?, address: String, width: Int,
                       error: String?) -> [String] {
         var out: [String] = []
@@ -86,7 +106,8 @@ enum DashboardView {
 /// The full-screen loop. Invariant: once `run` has switched the terminal to the alternate screen
 /// and non-canonical mode, every way out (q, SIGINT, SIGTERM, end of run) restores it.
 struct LiveDashboard {
-    let connection: RedisConnection
+    /// One per shard (name nil without sharding), drawn one below the other.
+    let shards: [(name: String?, redis: RedisConnection)]
     let interval: Double
 
     func run() {
@@ -95,24 +116,27 @@ struct LiveDashboard {
         terminal.enter()
         defer { terminal.leave() }
 
-        var previous: (time: Double, processed: Int)?
-        var last: DashboardSnapshot?
+        var previous = [(time: Double, processed: Int)?](repeating: nil, count: shards.count)
+        var last = [DashboardSnapshot?](repeating: nil, count: shards.count)
         while true {
-            var errorText: String?
-            var throughput: Double?
-            do {
-                let snapshot = try DashboardSnapshot.load(connection)
-                if let previous, snapshot.time > previous.time {
-                    throughput = max(0, Double(snapshot.stats.processed - previous.processed) / (snapshot.time - previous.time))
-                }
-                previous = (snapshot.time, snapshot.stats.processed)
-                last = snapshot
-            } catch {
-                errorText = "\(error)"
-            }
             let size = TerminalMode.size()
-            let lines = DashboardView.lines(last, throughput: throughput, address: connection.endpoint.description,
-                                            width: size.columns, error: errorText)
+            var lines: [String] = []
+            for (index, shard) in shards.enumerated() {
+                var errorText: String?
+                var throughput: Double?
+                do {
+                    let snapshot = try DashboardSnapshot.load(shard.redis)
+                    if let before = previous[index], snapshot.time > before.time {
+                        throughput = max(0, Double(snapshot.stats.processed - before.processed) / (snapshot.time - before.time))
+                    }
+                    previous[index] = (snapshot.time, snapshot.stats.processed)
+                    last[index] = snapshot
+                } catch {
+                    errorText = "\(error)"
+                }
+                lines += DashboardView.lines(last[index], throughput: throughput, address: DashboardView.address(shard.name, shard.redis),
+                                             width: size.columns, error: errorText)
+            }
             terminal.draw(Array(lines.prefix(size.rows)))
             if waitForQuit(seconds: interval, quitPipe: quitPipe) { return }
         }

@@ -17,6 +17,8 @@ struct WorkersCommand: ParsableCommand {
 
         func run() throws {
             try adminCall {
+                let map = try connection.shardMap()
+                if !map.isSingle { return try runSharded(map) }
                 let processes = try ProcessRegistry.list(try connection.connect())
                 if output.json { return printJSON(.object(["processes": .array(processes.map(AdminJSON.process))])) }
                 if processes.isEmpty { return print("no processes") }
@@ -30,6 +32,31 @@ struct WorkersCommand: ParsableCommand {
                 table.print()
             }
         }
+
+        /// Several shards: a process is listed once per shard it serves (its registry entry lives on
+        /// each), with a SHARD column; JSON entries gain `"shard"`.
+        private func runSharded(_ map: ShardMap) throws {
+            var all: [(shard: String, process: ProcessEntry)] = []
+            for shard in map.shards {
+                all += try ProcessRegistry.list(try connection.connect(shard: shard)).map { (shard.name, $0) }
+            }
+            if output.json {
+                return printJSON(.object(["processes": .array(all.map { entry in
+                    guard case .object(var fields) = AdminJSON.process(entry.process) else { return AdminJSON.process(entry.process) }
+                    fields["shard"] = .string(entry.shard)
+                    return .object(fields)
+                })]))
+            }
+            if all.isEmpty { return print("no processes") }
+            let now = Clock.now()
+            var table = TextTable(["SHARD", "IDENTITY", "HOST", "PID", "CONCURRENCY", "BUSY", "STARTED", "LAST BEAT", "QUIET", "QUEUES"])
+            for (shard, p) in all {
+                table.add([shard, p.identity, p.hostname, "\(p.pid)", "\(p.concurrency)", "\(p.busy)",
+                           Format.relative(p.startedAt, now: now), Format.relative(p.beat, now: now),
+                           p.quiet ? "quiet" : "", p.queues.joined(separator: ",")])
+            }
+            table.print()
+        }
     }
 
     /// Identity (or unique prefix) or `--all`.
@@ -41,6 +68,25 @@ struct WorkersCommand: ParsableCommand {
 
     static func send(_ signal: ProcessAdmin.Signal, verb: String, target: Target, connection: ConnectionOptions) throws {
         try adminCall {
+            let map = try connection.shardMap()
+            if !map.isSingle, target.all {
+                // A process serving several shards reads its signal list on each; one signal per shard
+                // is harmless (quiet and stop are idempotent).
+                if target.identity != nil { throw CLIError.usage("give an identity or --all, not both") }
+                var count = 0
+                for shard in map.shards { count += try ProcessRegistry.list(try connection.connect(shard: shard)).count }
+                if count > 0 { try Confirmation.require("\(verb) \(count) process entries on \(map.shards.count) shards", yes: target.yes) }
+                var asked = 0
+                for shard in map.shards { asked += try ProcessAdmin.sendAll(signal, try connection.connect(shard: shard)).count }
+                print("asked \(asked) process entries to \(verb)")
+                return
+            }
+            if !map.isSingle {
+                guard let identity = target.identity else { throw CLIError.usage("give a process identity, or --all") }
+                let resolved = try connection.onShardHolding { try ProcessAdmin.send(signal, to: identity, $0) }
+                print("asked \(resolved) to \(verb) (\(signal.rawValue); it acts at its next heartbeat)")
+                return
+            }
             let redis = try connection.connect()
             if target.all {
                 if target.identity != nil { throw CLIError.usage("give an identity or --all, not both") }
@@ -82,7 +128,11 @@ struct WorkersCommand: ParsableCommand {
 
         func run() throws {
             try adminCall {
-                let removed = try ProcessRegistry.prune(try connection.connect())
+                let map = try connection.shardMap()
+                var removed = 0
+                for shard in map.shards {
+                    removed += try ProcessRegistry.prune(map.isSingle ? try connection.connect() : try connection.connect(shard: shard))
+                }
                 if output.json { return printJSON(.object(["pruned": .int(Int64(removed))])) }
                 print("pruned \(removed) dead processes")
             }
