@@ -246,9 +246,13 @@ final class GeoTests: JobsTestCase {
         // 429 with Retry-After: retried after that delay, and the whole fleet pauses.
         try fakes.script(.nominatim, ["status": 429, "retry_after": 2, "body": "slow down"])
         Failure.isRetryAfter(try driver.deliver(ReverseGeocodeJob.className, args(id)), seconds: 2)
-        let pausedUntil = try XCTUnwrap(try redis.command("GET", "ratelimit:nominatim:next").integer)
-        let redisNow = try redis.command("TIME").strings.first.flatMap { Int64($0) }.map { $0 * 1000 } ?? 0
-        XCTAssertGreaterThan(pausedUntil, redisNow, "the limiter must hold the fleet back after a 429")
+        // The `limit:nominatim` bucket admits nobody for the Retry-After (2 s): asked now, it refuses.
+        let rate = ReverseGeocoder.rateLimit(configuration())
+        let admission = try redis.pool.withConnection { try LimitStore.admit($0, [(rate.spec, "limit:nominatim")]) }
+        guard case .overLimit(_, let waitMilliseconds) = admission else {
+            return XCTFail("the limiter must hold the fleet back after a 429, got \(admission)")
+        }
+        XCTAssertGreaterThan(waitMilliseconds, 1500, "held back for about the Retry-After of 2 s")
         try redis.flush()
         // The last attempt (retry_count 5 of 6 retries) fails too: the raw coordinates stay, no dead job.
         try fakes.script(.nominatim, ["status": 502])
@@ -315,8 +319,8 @@ final class GeoTests: JobsTestCase {
             try GeoAdsSeed.location(pool, user: user, latitude: $0.0, longitude: $0.1)
         }
         // A block whose pause has just run out, as a 403 leaves it.
-        let limiter = ProviderRateLimiter(redis: redis.pool, provider: "nominatim", minimumInterval: 1.1, maxWait: 120)
-        XCTAssertTrue(try limiter.block(seconds: 0.001, probeToken: nil), "a new block")
+        let block = ProviderBlock(redis: redis.pool, provider: "nominatim", patience: 120)
+        XCTAssertTrue(try block.block(seconds: 0.001, probeToken: nil), "a new block")
         try fakes.script(.nominatim, ["delay": 2, "json": [
             "place_id": 100000, "lat": "48.8566000", "lon": "2.3522000", "addresstype": "city", "name": "Paris",
             "address": ["city": "Paris", "country": "France", "country_code": "fr"],
@@ -338,8 +342,8 @@ final class GeoTests: JobsTestCase {
     /// The probe meets another 403: the block is re-armed (no second alert) and the job ends in the valid state.
     func testFailedProbeReArmsTheBlockWithoutASecondAlert() throws {
         let id = try GeoAdsSeed.location(pool, user: try GeoAdsSeed.user(pool), latitude: 48.8566, longitude: 2.3522)
-        let limiter = ProviderRateLimiter(redis: redis.pool, provider: "nominatim", minimumInterval: 1.1, maxWait: 120)
-        XCTAssertTrue(try limiter.block(seconds: 0.001, probeToken: nil))
+        let block = ProviderBlock(redis: redis.pool, provider: "nominatim", patience: 120)
+        XCTAssertTrue(try block.block(seconds: 0.001, probeToken: nil))
         try fakes.configure(.nominatim, ["block_all": true])
         let log = CapturedLogs()
         try startWorkers(1, concurrency: 1, configuration: configuration(blockPause: 3600), log: log)
@@ -347,58 +351,94 @@ final class GeoTests: JobsTestCase {
         XCTAssertTrue(try eventually(timeout: 30) { try redis.processed() == 1 })
         XCTAssertEqual(try reverseRequests().count, 1, "the probe")
         XCTAssertEqual(log.messages(containing: "ALERT").count, 0, "the block did not start now: no second alert")
-        XCTAssertGreaterThan(try XCTUnwrap(try limiter.blockedFor()), 3000, "the pause starts again")
+        XCTAssertGreaterThan(try XCTUnwrap(try block.blockedFor()), 3000, "the pause starts again")
         XCTAssertTrue(try row(id)?.error?.contains("blocks this client") ?? false)
         XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)
     }
 
     // MARK: - Fleet-wide rate limit
 
-    /// 4 worker processes × 10 threads geocode 12 distinct cells at once. The limiter spaces the
-    /// requests by 1 s + margin across the fleet, so the fake Nominatim never sees two requests
-    /// within one second. Strict bound: no tolerance (the margin absorbs send-time jitter).
+    /// 4 worker processes × 10 threads geocode 12 distinct cells at once. The `limit:nominatim` bucket (a
+    /// `CallLimiter` taken per request) admits one request per 1 s + margin across the fleet, so the fake
+    /// Nominatim never sees two requests within one second. The test's margin is 0.5 s (production: 0.1 s) so
+    /// that send-time jitter of a loaded machine stays inside it; slowness only spreads the requests further.
+    /// The wait limit is 3 s: most lookups cannot get their turn within it and are rescheduled by the runner
+    /// (over limit: `overrated`, not a failure) — the path a long queue takes in production.
     func testFleetWideRateLimitHoldsWithFourProcessesOfTenThreads() throws {
         let user = try GeoAdsSeed.user(pool)
         let ids = try (0..<12).map { try GeoAdsSeed.location(pool, user: user, latitude: 10 + Double($0) * 0.5, longitude: 20) }
         // The fake also answers 429 to a second request within 1 s: a violation would show up as a retry too.
         try fakes.configure(.nominatim, ["rate_limit_per_second": 1])
-        let registry = try registry()
+        var configuration = configuration()
+        configuration.rateLimitMargin = 0.5
+        configuration.maxRateLimitWait = 3
+        let registry = try registry(configuration)
         for _ in 0..<4 {
             processes.append(try TestWorker.start(redis: redis, registry: registry, database: fixture.jobDatabase,
                                                   concurrency: 10))
         }
         _ = try redis.client.enqueueMany(ids.map { NewJob(ReverseGeocodeJob.className, args: args($0)) })
-        XCTAssertTrue(try eventually(timeout: 90) { try ids.allSatisfy { try row($0)?.geocoded == true } })
+        XCTAssertTrue(try eventually(timeout: 120) { try ids.allSatisfy { try row($0)?.geocoded == true } })
         XCTAssertEqual(try reverseRequests().count, 12)
         XCTAssertEqual(try fakes.maxRequestsInWindow(.nominatim, path: "/reverse", window: 1.0), 1)
         XCTAssertEqual(try redis.int("ZCARD", Keys.retry) + redis.int("ZCARD", Keys.dead), 0,
-                       "waiting jobs sleep for their slot instead of burning a retry")
+                       "a lookup waiting for its turn is rescheduled, never retried")
+        XCTAssertEqual(try redis.failed(), 0)
+        XCTAssertEqual(try redis.command("HGET", LimitKeys.declared, "nominatim").string, "bucket 1 1500",
+                       "the limit is published for `workerctl limits ls`")
     }
 
-    /// The limiter itself, called by 40 threads: every two granted slots are at least one interval apart.
-    func testLimiterGrantsSlotsOneIntervalApartAcrossThreads() throws {
-        let limiter = ProviderRateLimiter(redis: redis.pool, provider: "limiter-test", minimumInterval: 0.05, maxWait: 30)
+    /// Over the rate limit past the wait limit (the bucket held back 3 s by a 429 elsewhere, wait limit 1 s): the
+    /// runner reschedules the job — `overrated` 1, no failure fields, not counted as failed — and no request is sent
+    /// until the bucket admits again; then it runs once.
+    func testOverTheRateLimitTheJobIsRescheduledNotFailed() throws {
+        let id = try GeoAdsSeed.location(pool, user: try GeoAdsSeed.user(pool), latitude: 48.8566, longitude: 2.3522)
+        var configuration = configuration()
+        configuration.maxRateLimitWait = 1
+        let rate = CallLimiter(ReverseGeocoder.rateLimit(configuration), redis: redis.pool, patience: 1)
+        try rate.hold(seconds: 3)
+        try startWorkers(1, concurrency: 1, configuration: configuration, log: CapturedLogs())
+        let jid = try redis.client.enqueue(NewJob(ReverseGeocodeJob.className, args: args(id)))
+
+        XCTAssertTrue(try eventually { try redis.payloads(zset: Keys.schedule).contains { $0.jid == jid } })
+        let waiting = try XCTUnwrap(try redis.payloads(zset: Keys.schedule).first { $0.jid == jid })
+        XCTAssertEqual(waiting.fields["overrated"]?.intValue, 1)
+        XCTAssertNil(waiting.fields["retry_count"])
+        XCTAssertNil(waiting.fields["error_message"])
+        XCTAssertEqual(try reverseRequests().count, 0, "nothing sent while over the limit")
+        XCTAssertEqual(try row(id)?.error, nil, "over the limit is not a failure to record")
+
+        XCTAssertTrue(try eventually(timeout: 30) { try row(id)?.geocoded == true })
+        XCTAssertEqual(try reverseRequests().count, 1)
+        XCTAssertEqual(try redis.failed(), 0)
+        XCTAssertEqual(try redis.int("ZCARD", Keys.retry) + redis.int("ZCARD", Keys.dead), 0)
+    }
+
+    /// The call limiter itself, called by 40 threads on a bucket of 1 per 50 ms: every two admissions (Redis
+    /// time) are at least 50 ms apart, not only on average. A wait beyond the patience is refused at once.
+    func testCallLimiterAdmitsOneIntervalApartAcrossThreads() throws {
+        let limiter = CallLimiter(.bucket("limiter-test", capacity: 1, per: 0.05), redis: redis.pool, patience: 30)
         let times = LockedTimes()
         let group = DispatchGroup()
         for _ in 0..<40 {
             group.enter()
             Thread.detachNewThread {
-                if let grant = try? limiter.acquire(isCancelled: { false }) { times.append(Double(grant.slotMilliseconds)) }
+                if let admitted = try? limiter.acquire(isCancelled: { false }) { times.append(admitted * 1000) }
                 group.leave()
             }
         }
         XCTAssertEqual(group.wait(timeout: .now() + 60), .success)
         let sorted = times.all.sorted()
         XCTAssertEqual(sorted.count, 40)
-        // The slots (Redis server clock, ms) as granted: each gap is at least the interval, not only the span.
-        let gaps = zip(sorted.dropFirst(), sorted).map { $0 - $1 }
+        let gaps = zip(sorted.dropFirst(), sorted).map { ($0 - $1).rounded() }
         XCTAssertEqual(gaps.count, 39)
-        XCTAssertTrue(gaps.allSatisfy { $0 >= Double(limiter.intervalMilliseconds) }, "gaps \(gaps)")
-        // A backlog beyond maxWait is refused without taking a slot.
-        let impatient = ProviderRateLimiter(redis: redis.pool, provider: "limiter-test", minimumInterval: 10, maxWait: 1)
-        _ = try impatient.acquire(isCancelled: { false })
+        XCTAssertTrue(gaps.allSatisfy { $0 >= 50 }, "gaps \(gaps)")
+        let impatient = CallLimiter(.bucket("limiter-test-slow", capacity: 1, per: 10), redis: redis.pool, patience: 1)
+        try impatient.acquire(isCancelled: { false })
         XCTAssertThrowsError(try impatient.acquire(isCancelled: { false })) { error in
-            guard case ProviderRateLimiter.WaitError.backlog = error else { return XCTFail("\(error)") }
+            guard case CallLimitError.overLimit(let limit, let wait) = error else { return XCTFail("\(error)") }
+            XCTAssertEqual(limit, "limiter-test-slow")
+            XCTAssertGreaterThan(wait, 9)
         }
     }
 

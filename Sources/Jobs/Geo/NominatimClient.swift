@@ -1,6 +1,7 @@
 import Foundation
 import HTTP
 import Queue
+import Workers
 
 /// Why a reverse lookup did not produce an answer, and how the job must treat it.
 public enum GeocodeFailure: Error, Sendable, CustomStringConvertible {
@@ -29,7 +30,7 @@ public enum GeocodeFailure: Error, Sendable, CustomStringConvertible {
 }
 
 /// The provider blocks this client (HTTP 403 under Nominatim's usage policy), or a block is in force
-/// fleet-wide (`ProviderRateLimiter`): no lookup was sent. `startedBlock` is true for exactly one call
+/// fleet-wide (`ProviderBlock`): no lookup was sent. `startedBlock` is true for exactly one call
 /// across the fleet per block, the one whose 403 started it: that caller raises the alert.
 public struct GeocodingBlocked: Error, Sendable, CustomStringConvertible {
     public let provider: String
@@ -106,11 +107,21 @@ public struct NominatimClient: Sendable {
     }
 }
 
-/// Cache, then the fleet-wide rate limit, then the provider; a fresh answer is cached.
+/// Cache, then the provider block switch and the fleet-wide rate limit, then the provider; a fresh answer
+/// is cached.
+///
+/// The rate limit is a `bucket` limit named after the provider (`limit:<provider>`, capacity 1 per
+/// `GeoConfiguration.minimumInterval`), taken for every request through a `CallLimiter` (docs/limiters.md):
+/// at most one request per interval fleet-wide. A lookup that would wait longer than
+/// `GeoConfiguration.maxRateLimitWait` for its turn throws `CallLimitError.overLimit`, and the job is
+/// rescheduled (not a failure). A 429 holds the limit back for Retry-After; a 403 throws the block switch.
 public struct ReverseGeocoder: Sendable {
     public let client: NominatimClient
     public let cache: GeocodeCache
-    public let limiter: ProviderRateLimiter
+    /// One request per `minimumInterval`, fleet-wide.
+    public let rate: CallLimiter
+    /// Nominatim's 403: nobody calls it until one probe gets an answer.
+    public let block: ProviderBlock
     public let configuration: GeoConfiguration
 
     public init(configuration: GeoConfiguration, http: HTTPClient, redis: RedisPool) {
@@ -118,55 +129,69 @@ public struct ReverseGeocoder: Sendable {
         self.client = NominatimClient(http: http, configuration: configuration)
         self.cache = GeocodeCache(redis: redis, provider: configuration.provider, language: configuration.acceptLanguage,
                                   zoom: configuration.zoom, ttl: configuration.cacheTTL)
-        self.limiter = ProviderRateLimiter(redis: redis, provider: configuration.provider,
-                                           minimumInterval: configuration.minimumInterval,
-                                           maxWait: configuration.maxRateLimitWait)
+        self.rate = CallLimiter(Self.rateLimit(configuration), redis: redis, patience: configuration.maxRateLimitWait)
+        self.block = ProviderBlock(redis: redis, provider: configuration.provider, patience: configuration.maxRateLimitWait)
+    }
+
+    /// The provider's request rate as a limit declaration: a bucket of one token per `minimumInterval`.
+    public static func rateLimit(_ configuration: GeoConfiguration) -> LimitDeclaration {
+        .bucket(configuration.provider, capacity: 1, per: configuration.minimumInterval)
     }
 
     public func cell(latitude: Double, longitude: Double) -> GeocodeCell {
         GeocodeCell(latitude: latitude, longitude: longitude, decimals: configuration.cellDecimals)
     }
 
-    /// Throws `GeocodingBlocked` (a 403, or a block in force), `GeocodeFailure`,
-    /// `ProviderRateLimiter.WaitError` (backlog, cancelled) or a Redis error.
+    /// Throws `GeocodingBlocked` (a 403, or a block in force), `GeocodeFailure`, `CallLimitError` (over the
+    /// rate limit past the wait limit: the runner reschedules; cancelled) or a Redis error.
     public func reverse(latitude: Double, longitude: Double, isCancelled: @escaping @Sendable () -> Bool) throws -> GeocodeResult {
         let cell = cell(latitude: latitude, longitude: longitude)
         if let cached = try cache.lookup(cell) { return cached }
-        let grant: ProviderRateLimiter.Grant
+        let pass: ProviderBlock.Pass
         do {
-            grant = try limiter.acquire(isCancelled: isCancelled)
-        } catch ProviderRateLimiter.WaitError.blocked(let seconds) {
-            throw GeocodingBlocked(provider: configuration.provider, resumeIn: seconds, startedBlock: false)
+            pass = try block.enter(isCancelled: isCancelled)
+        } catch let blocked as ProviderBlock.Blocked {
+            throw GeocodingBlocked(provider: configuration.provider, resumeIn: blocked.seconds, startedBlock: false)
+        }
+        do {
+            try rate.acquire(isCancelled: isCancelled)
+            // A block that started while this caller waited for its turn stops it (the probe itself goes ahead).
+            if pass.probeToken == nil, let left = try block.blockedFor() {
+                throw GeocodingBlocked(provider: configuration.provider, resumeIn: left, startedBlock: false)
+            }
+        } catch {
+            if let token = pass.probeToken { try? block.releaseProbe(token) }
+            throw error
         }
         let result: GeocodeResult
         do {
             result = try client.reverse(cell, cancellation: HTTPCancellation(isCancelled: isCancelled))
         } catch {
-            try settle(grant, after: error)
+            try settle(pass, after: error)
         }
         // Any answer ends a block this request probed.
-        if let token = grant.probeToken { try limiter.liftBlock(probeToken: token) }
+        if let token = pass.probeToken { try block.liftBlock(probeToken: token) }
         try cache.store(result, for: cell)
         return result
     }
 
-    /// Reports a failed request to the limiter, then throws what the job must handle.
-    private func settle(_ grant: ProviderRateLimiter.Grant, after error: GeocodeFailure) throws -> Never {
+    /// Reports a failed request to the block switch and the rate limit, then throws what the job must handle.
+    private func settle(_ pass: ProviderBlock.Pass, after error: GeocodeFailure) throws -> Never {
         switch error {
         case .refused(status: 403, _):
             // Blocked (usage policy): the whole fleet stops; only the call that started the block alerts.
-            let started = try limiter.block(seconds: configuration.blockPause, probeToken: grant.probeToken)
+            let started = try block.block(seconds: configuration.blockPause, probeToken: pass.probeToken)
             throw GeocodingBlocked(provider: configuration.provider, resumeIn: configuration.blockPause,
                                    startedBlock: started)
         case .rateLimited(let after):
-            // The provider answered: not blocked. A 429 pauses the whole fleet for Retry-After (at least 1 s).
-            if let token = grant.probeToken { try limiter.liftBlock(probeToken: token) }
-            try limiter.pause(seconds: after ?? 1)
+            // The provider answered: not blocked. A 429 holds the whole fleet back for Retry-After (at least 1 s).
+            if let token = pass.probeToken { try block.liftBlock(probeToken: token) }
+            try rate.hold(seconds: after ?? 1)
         case .refused:
-            if let token = grant.probeToken { try limiter.liftBlock(probeToken: token) }
+            if let token = pass.probeToken { try block.liftBlock(probeToken: token) }
         case .transient:
             // No verdict on the block: the next caller probes.
-            if let token = grant.probeToken { try limiter.releaseProbe(token) }
+            if let token = pass.probeToken { try block.releaseProbe(token) }
         }
         throw error
     }

@@ -12,15 +12,21 @@ import Workers
 /// (1000 m), else bad input (dead). Answers come from the Redis cache or the provider under the
 /// fleet-wide rate limit. After the last retry the raw coordinates stay with country/city NULL
 /// and `geocode_error` says why: a valid end state, not a dead job. The same end state, at once, when
-/// the provider blocks us (403): the fleet stops calling it (`ProviderRateLimiter.block`), one alert
+/// the provider blocks us (403): the fleet stops calling it (`ProviderBlock.block`), one alert
 /// is logged fleet-wide, and lookups resume after `GeoConfiguration.blockPause` with one probe.
 ///
 /// Exactly-once: the row update goes through the ledger; the lookup itself is a read, so a
 /// repeated lookup costs a provider request (usually a cache hit) but changes nothing twice.
 public struct ReverseGeocodeJob: Job {
     public static let className = "ReverseGeocodeJob"
-    public static let options = JobOptions(maxRetries: 6, backoff: .exponential(base: 30, cap: 1800, jitter: 0.2),
-                                           timeout: 300, usesLedger: true)
+    /// Over the provider's rate limit (`ReverseGeocoder.rate`, a `CallLimiter`) past the wait limit, the job
+    /// is rescheduled for when the limiter says it admits again, plus up to 1 s: not a failure, not a retry.
+    public static let options: JobOptions = {
+        var options = JobOptions(maxRetries: 6, backoff: .exponential(base: 30, cap: 1800, jitter: 0.2),
+                                 timeout: 300, usesLedger: true)
+        options.limits = JobLimits([], overLimit: OverLimitPolicy(backoff: OverLimitPolicy.limiterWait(jitter: 1, cap: 300)))
+        return options
+    }()
 
     public struct Args: Decodable, Sendable, ValidatedArguments {
         public let location_id: String
@@ -127,6 +133,8 @@ public struct ReverseGeocodeJob: Job {
     /// once: retrying within this job's horizon cannot help, and every retry would be one more call
     /// against a provider that has banned us. Another refusal (4xx) goes to dead.
     func handleFailure(_ error: any Error, id: UUID, context: JobContext) throws {
+        // Over the rate limit: the runner reschedules the job; not a failure, nothing to record.
+        if case CallLimitError.overLimit = error { throw error }
         let message = "\(error)"
         if let blocked = error as? GeocodingBlocked {
             if blocked.startedBlock {
@@ -160,8 +168,6 @@ public struct ReverseGeocodeJob: Job {
         switch error {
         case GeocodeFailure.rateLimited(let after):
             throw JobError.retryAfter(seconds: after ?? 1, reason: message)
-        case ProviderRateLimiter.WaitError.backlog(let seconds):
-            throw JobError.retryAfter(seconds: seconds, reason: message)
         default:
             throw error
         }

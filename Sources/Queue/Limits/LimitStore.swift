@@ -116,6 +116,32 @@ public enum LimitScripts {
         return {1, 0, 0, now}
         """)
 
+    /// Holds a `bucket` or `window` instance back: no admission before now + pause (a provider's 429 with
+    /// Retry-After). KEYS[1] the instance key; ARGV: kind, max, ms, pause ms. A bucket gets
+    /// `tokens = min(tokens, 1 − pause × max / ms)` (its next token comes after the pause, never sooner than it
+    /// already would). A window only has the current window's count, so it is filled up to `max`: the pause ends
+    /// with the current window, however long it was asked to be. Returns the ms until the instance admits again.
+    public static let hold = RedisScript("""
+        local t = redis.call('TIME')
+        local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        local kind, max, ms, pause = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+        local key = KEYS[1]
+        if kind == 'bucket' then
+          local h = redis.call('HMGET', key, 'tokens', 'at')
+          local tokens = tonumber(h[1]) or max
+          local at = tonumber(h[2]) or now
+          tokens = math.min(max, tokens + math.max(0, now - at) * max / ms)
+          tokens = math.min(tokens, 1 - pause * max / ms)
+          redis.call('HSET', key, 'tokens', tostring(tokens), 'at', now)
+          redis.call('PEXPIRE', key, ms * 2 + pause)
+          return math.ceil((1 - tokens) * ms / max)
+        end
+        local idx = math.floor(now / ms)
+        redis.call('HSET', key, 'window', idx, 'count', max)
+        redis.call('PEXPIRE', key, ms * 2)
+        return (idx + 1) * ms - now
+        """)
+
     /// Renews leases. KEYS: concurrent instance keys; ARGV per key: token, lease ms. A lease that is no
     /// longer there (it expired and was reclaimed) is not re-added. Returns how many were renewed.
     public static let renew = RedisScript("""
@@ -190,6 +216,17 @@ public enum LimitStore {
     public static func release(_ connection: RedisConnection, _ leases: [LimitLease]) throws(RedisError) {
         if leases.isEmpty { return }
         _ = try connection.pipeline(leases.map { ["ZREM", $0.key, $0.token] })
+    }
+
+    /// Holds a `bucket` or `window` instance back for `milliseconds` (see `LimitScripts.hold`); returns the ms
+    /// until it admits again. Precondition: not a `concurrent` limit (it counts holders, not time).
+    @discardableResult
+    public static func hold(_ connection: RedisConnection, _ instance: Instance, milliseconds: Int) throws(RedisError) -> Int {
+        precondition(instance.spec.kind != .concurrent, "a concurrent limit cannot be held back")
+        let reply = try connection.evaluate(LimitScripts.hold, keys: [instance.key],
+                                            arguments: [instance.spec.kind.rawValue, instance.spec.max,
+                                                        instance.spec.milliseconds, max(1, milliseconds)])
+        return Int(reply.integer ?? 0)
     }
 
     /// Publishes declarations in the `limits` hash (for `workerctl limits ls`).

@@ -29,22 +29,30 @@ extension JobRunner {
             for declaration in limits.declarations { LimiterMetrics.admitted(declaration.spec.name) }
             return .run(leases, admittedAt: Double(atMilliseconds) / 1000)
         case .overLimit(let spec, let waitMilliseconds):
-            let overrated = Int(payload.fields["overrated"]?.intValue ?? 0)
-            if overrated >= limits.overLimit.reschedule {
-                logger.warning("over limit past its reschedule cap; failing", metadata: ["limit": "\(spec.name)"])
-                return .settle(failure(OverLimit(limit: spec.name, overrated: overrated), payload: payload, job: job,
-                                       options: options, logger: logger))
-            }
-            let delay = max(0, limits.overLimit.backoff(overrated, Double(waitMilliseconds) / 1000))
-            var next = payload
-            let now = Clock.now()
-            next.fields["overrated"] = .int(Int64(overrated + 1))
-            if next.fields["overrated_at"] == nil { next.fields["overrated_at"] = .double(now) }
-            LimiterMetrics.overLimit(spec.name, rescheduledIn: delay)
-            logger.debug("over limit; rescheduled", metadata: ["limit": "\(spec.name)", "overrated": "\(overrated + 1)",
-                                                              "delay_s": "\(delay)"])
-            return .settle(Outcome(settlement: .schedule(payload: next.serialized(), at: now + delay), failed: false,
-                                   counted: false))
+            return .settle(overLimit(spec.name, waitSeconds: Double(waitMilliseconds) / 1000, payload: payload, job: job,
+                                     policy: limits.overLimit, options: options, logger: logger))
         }
+    }
+
+    /// The settlement of a job over `limit` (refused at admission, or by a `CallLimiter` inside `perform`):
+    /// rescheduled after `policy.backoff`, with `overrated` + 1 and no failure bookkeeping; past
+    /// `policy.reschedule` refusals an `OverLimit` failure on the normal retry path.
+    func overLimit(_ limit: String, waitSeconds: Double, payload: JobPayload, job: FetchedJob, policy: OverLimitPolicy,
+                   options: JobOptions, logger: Logger) -> Outcome {
+        let overrated = Int(payload.fields["overrated"]?.intValue ?? 0)
+        if overrated >= policy.reschedule {
+            logger.warning("over limit past its reschedule cap; failing", metadata: ["limit": "\(limit)"])
+            return failure(OverLimit(limit: limit, overrated: overrated), payload: payload, job: job,
+                           options: options, logger: logger)
+        }
+        let delay = max(0, policy.backoff(overrated, waitSeconds))
+        var next = payload
+        let now = Clock.now()
+        next.fields["overrated"] = .int(Int64(overrated + 1))
+        if next.fields["overrated_at"] == nil { next.fields["overrated_at"] = .double(now) }
+        LimiterMetrics.overLimit(limit, rescheduledIn: delay)
+        logger.debug("over limit; rescheduled", metadata: ["limit": "\(limit)", "overrated": "\(overrated + 1)",
+                                                          "delay_s": "\(delay)"])
+        return Outcome(settlement: .schedule(payload: next.serialized(), at: now + delay), failed: false, counted: false)
     }
 }

@@ -147,6 +147,10 @@ struct JobRunner: Sendable {
             try prepared.run(context)
             jobLogger.debug("done", metadata: ["ms": "\(Int((Clock.now() - started) * 1000))"])
             return Outcome(settlement: .ack, failed: false)
+        } catch CallLimitError.overLimit(let limit, let waitSeconds) {
+            // A limit on the job's calls (`CallLimiter`) refused: rescheduled like a job over its declared limits.
+            return overLimit(limit, waitSeconds: waitSeconds, payload: payload, job: job,
+                             policy: prepared.options.limits.overLimit, options: prepared.options, logger: jobLogger)
         } catch {
             return failure(error, payload: payload, job: job, options: prepared.options, logger: jobLogger)
         }
