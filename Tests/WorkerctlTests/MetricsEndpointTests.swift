@@ -35,6 +35,37 @@ final class MetricsEndpointTests: XCTestCase {
         XCTAssertNotEqual(try curl(url.replacingOccurrences(of: "/metrics", with: "/nope")).status, 0)
     }
 
+    /// The limiter and unique-job counters (docs/limiters.md, docs/unique-jobs.md) on /metrics: a job over its
+    /// `concurrent` limit while the holder runs, and a raw duplicate of a unique job dropped at fetch.
+    func testScrapeShowsLimiterAndUniqueCounters() throws {
+        let redis = try TestRedis(database: 116)
+        let policy = UniquePolicy(for: 120)
+        let holder = try redis.client.enqueueUnique(NewJob("Sleep", args: [1500]), policy: policy).jid
+        // A client that does not check (Sidekiq OSS) pushes a copy anyway: the worker drops it at fetch.
+        let copy = try JobClient.payload(for: NewJob("Sleep", args: [1500], extra: ["unique_for": 120]),
+                                         createdAt: Clock.now(), enqueuedAt: Clock.now())
+        try redis.command("LPUSH", "queue:default", copy.serialized())
+        try redis.client.enqueue(NewJob("LimitProbeMutex", args: [1500, "m"]))
+        let worker = try ChildProcess(executable: TestServices.workerctl,
+                                      arguments: ["worker", "--no-database", "--bench-jobs", "--concurrency", "4",
+                                                  "--metrics-port", "0", "--poll-interval", "0.1"],
+                                      environment: ["REDIS_URL": redis.url, "LOG_LEVEL": "info"])
+        defer { worker.signal(SIGTERM); worker.wait() }
+        let url = try metricsURL(of: worker)
+        XCTAssertTrue(try eventually { try redis.int("GET", "probe:limits:running:probe-mutex-m") == 1 }, worker.stderr)
+        try redis.client.enqueue(NewJob("LimitProbeMutex", args: [0, "m"]))
+        XCTAssertTrue(try eventually { try redis.int("ZCARD", Keys.schedule) == 1 }, worker.stderr)
+        XCTAssertTrue(try eventually { try redis.int("GET", Keys.uniqueDropped) == 1 }, worker.stderr)
+        XCTAssertTrue(try eventually { try redis.command("GET", UniqueLockKey(className: "Sleep", queue: "default", key: "[1500]").redisKey).isNull },
+                      "the holder \(holder) finished")
+        let scrape = try curl(url)
+        XCTAssertEqual(scrape.status, 0)
+        XCTAssertTrue(scrape.body.contains(#"workers_unique_duplicates_dropped_total{class="Sleep"} 1"#), scrape.body)
+        XCTAssertNotNil(scrape.body.firstMatch(of: /workers_limiter_admitted_total\{limit="probe-mutex"\} [1-9]/), scrape.body)
+        XCTAssertNotNil(scrape.body.firstMatch(of: /workers_limiter_over_limit_total\{limit="probe-mutex"\} [1-9]/), scrape.body)
+        XCTAssertTrue(scrape.body.contains("workers_limiter_reschedule_delay_seconds"), scrape.body)
+    }
+
     /// A schedule file with one entry firing Noop every second.
     func everySecondSchedule(_ name: String) throws -> URL {
         let schedule = FileManager.default.temporaryDirectory.appendingPathComponent("metrics-\(UUID().uuidString).yaml")

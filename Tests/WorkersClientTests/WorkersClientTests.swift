@@ -166,6 +166,23 @@ final class WorkersClientTests: XCTestCase {
         XCTAssertEqual(payload.retry, .limit(5))
         XCTAssertEqual(try post("http://127.0.0.1:\(port)/reports/not-a-number/render").code, 400)
     }
+
+    /// `enqueueUnique` through the client's threads: a duplicate push returns the live job's jid and writes nothing;
+    /// other arguments make another job.
+    func testEnqueueUniqueReturnsTheLiveJobsJid() async throws {
+        let client = try await makeClient(database: 115, maxConnections: 2)
+        defer { client.shutdown() }
+        let policy = UniquePolicy(for: 60)
+        let first = try await client.enqueueUnique(NewJob("Noop", args: [7]), policy: policy)
+        guard case .enqueued(let jid) = first else { return XCTFail("the first push must enqueue, got \(first)") }
+        let second = try await client.enqueueUnique(NewJob("Noop", args: [7]), policy: policy)
+        XCTAssertEqual(second, UniquePush.duplicate(of: jid))
+        let other = try await client.enqueueUnique(NewJob("Noop", args: [8]), policy: policy)
+        guard case .enqueued(let otherJid) = other else { return XCTFail("other args are another job, got \(other)") }
+        XCTAssertNotEqual(otherJid, jid)
+        let queued = try await client.withConnection { try $0.command("LLEN", "queue:default").integer }
+        XCTAssertEqual(queued, 2, "the duplicate wrote nothing")
+    }
 }
 
 /// Batches from async code: created atomically with their jobs, read back.

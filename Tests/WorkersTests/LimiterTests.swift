@@ -125,6 +125,14 @@ final class LimiterTests: XCTestCase {
         XCTAssertEqual(row["max"]?.intValue, 1)
         XCTAssertEqual(row["used"]?.doubleValue, 1, listed.stdout)
         XCTAssertEqual(row["period_s"]?.doubleValue, 2)
+        // The same as a table: one line per live limiter under the header.
+        let table = try WorkerctlRunner(redisURL: redis.url).run(["limits", "ls"])
+        XCTAssertEqual(table.status, 0, table.stderr)
+        let lines = table.stdout.split(separator: "\n").map { $0.split(separator: " ", omittingEmptySubsequences: true).map(String.init) }
+        XCTAssertEqual(lines.first, ["LIMIT", "KEY", "KIND", "MAX", "PERIOD", "USED", "RESETS", "IN"], table.stdout)
+        let tableRow = try XCTUnwrap(lines.first { $0.first == "probe-mutex" && $0.dropFirst().first == "c" }, table.stdout)
+        XCTAssertEqual(Array(tableRow.prefix(4)), ["probe-mutex", "c", "concurrent", "1"], table.stdout)
+        XCTAssertEqual(tableRow.dropFirst(5).first, "1", "USED: the running holder; \(table.stdout)")
         XCTAssertTrue(try eventually { try redis.payloads(zset: Keys.schedule).contains { $0.jid == waiting } }, workers[0].stderr)
         let scheduled = try XCTUnwrap(try redis.payloads(zset: Keys.schedule).first { $0.jid == waiting })
         XCTAssertEqual(scheduled.fields["overrated"]?.intValue, 1)
