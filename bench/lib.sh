@@ -32,18 +32,37 @@ EOF
 # The number that follows KEY in a log line (`KEY=1.2`, `"KEY":"1.2"`, `KEY: 1.2`).
 field() { grep -oE "\"?$1\"?[=:] ?\"?[0-9.]+" | tail -1 | grep -oE '[0-9.]+$'; }
 
-# Seconds from the first job taken until every job is acknowledged ($2 is a command that succeeds once it is).
-# Start-up (Ruby's takes seconds) is not counted; jobs fetched but not yet acknowledged are.
-clock_drain() {
-  local start now total=$1 done_check=$2
-  while [ "$(R llen queue:default)" -ge "$total" ]; do sleep 0.005; done
-  start=$(date +%s.%N)
-  while ! $done_check; do sleep 0.01; done
-  now=$(date +%s.%N)
-  echo "$now - $start" | bc -l
+# Seconds from the first job taken until every job is acknowledged, for `ours` or `sidekiq` (bench/drain_clock.py:
+# both sides clocked by the same process, polling Redis every millisecond). Start-up (Ruby's takes seconds) is not
+# counted; jobs fetched but not yet acknowledged are. Ours: the queue is empty and no in-flight list is left.
+# Sidekiq (BasicFetch has no in-flight list): the queue is empty and its finished-job counter `bench:done`
+# (sidekiq_noop.rb, BENCH_DONE=1) has reached the total.
+clock_drain() { python3 bench/drain_clock.py "${CLOCK_URL:-$REDIS_URL}" "$1" "$2"; }
+
+# Redis persistence for a benchmark run, the same for every side it measures (CONFIG SET on the running server;
+# the caller restores the previous setting on exit): always | everysec | no.
+use_persistence() {
+  case "$1" in
+    always|everysec) R config set appendonly yes >/dev/null; R config set appendfsync "$1" >/dev/null ;;
+    no) R config set appendonly no >/dev/null ;;
+    *) echo "PERSISTENCE must be always, everysec or no (got $1)" >&2; exit 2 ;;
+  esac
+  aof_settled
 }
-# Ours: the queue is empty and no in-flight list is left (Redis deletes an empty list, so no `working:*` key).
-ours_acknowledged() { [ "$(R llen queue:default)" -eq 0 ] && [ -z "$(R --scan --pattern 'working:*' | head -1)" ]; }
-# Sidekiq (BasicFetch has no in-flight list: a job is acknowledged when its perform returns): the queue is empty and
-# the processes' own completion counter (sidekiq_noop.rb, BENCH_DONE=1: flushed every 5 ms) has reached N.
-sidekiq_acknowledged() { [ "$(R llen queue:default)" -eq 0 ] && [ "$(R get bench:done)" -ge "$N" ] 2>/dev/null; }
+# With AOF on: rewrites it now and waits until no rewrite is running or scheduled, so an automatic rewrite does not
+# fall into one side's measured phase only.
+aof_settled() {
+  [ "$(R config get appendonly | tail -1)" = yes ] || return 0
+  local info
+  for _ in $(seq 1 600); do
+    info=$(R info persistence)
+    if ! echo "$info" | grep -qE 'aof_rewrite_in_progress:1|aof_rewrite_scheduled:1'; then break; fi
+    sleep 0.1
+  done
+  R bgrewriteaof >/dev/null 2>&1 || true
+  for _ in $(seq 1 600); do
+    info=$(R info persistence)
+    if ! echo "$info" | grep -qE 'aof_rewrite_in_progress:1|aof_rewrite_scheduled:1'; then return 0; fi
+    sleep 0.1
+  done
+}
