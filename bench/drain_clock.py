@@ -2,7 +2,10 @@
 connection, polling every millisecond (a redis-cli process per poll took several ms on a loaded machine, which at
 100,000 jobs/s is a large part of a drain).
 
-    python3 bench/drain_clock.py REDIS_URL TOTAL ours|sidekiq
+    python3 bench/drain_clock.py REDIS_URL TOTAL ours|sidekiq [READY_FILE]
+
+Start it before the workers (bench/lib.sh `clock_start` does, and waits for READY_FILE, created once it polls): a
+clock started after them can miss the start, or a whole small drain.
 
 Starts when `queue:default` holds fewer than TOTAL jobs (the first job was taken: start-up is not counted), stops
 when every job is acknowledged, and prints the seconds in between:
@@ -72,7 +75,11 @@ def main():
             if cursor == "0":
                 return True
 
+    ready = sys.argv[4] if len(sys.argv) > 4 else None
     while r.call("LLEN", "queue:default") >= total:
+        if ready:
+            open(ready, "w").close()
+            ready = None
         time.sleep(0.001)
     start = time.monotonic()
     while not acknowledged():

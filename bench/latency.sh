@@ -31,11 +31,11 @@ STEADY_SECONDS="${STEADY_SECONDS:-5}"
 scripts/services install >/dev/null
 scripts/services start 2>/dev/null
 eval "$(scripts/services env)"
-DB=87
+DB="${DB:-87}"
 DIRECT_URL="${REDIS_URL%/*}/$DB"
 REDIS_PORT_DIRECT="$(echo "$REDIS_URL" | sed -E 's#.*:([0-9]+)/[0-9]+$#\1#')"
 R() { redis-cli -u "$DIRECT_URL" "$@"; }
-CLOCK_URL="$DIRECT_URL"   # bench/lib.sh clock_drain: the clock talks to Redis directly
+CLOCK_URL="$DIRECT_URL"   # bench/lib.sh clock_start: the clock talks to Redis directly
 
 . bench/lib.sh
 release_workerctl
@@ -106,9 +106,10 @@ for run in $(seq 1 "$RUNS"); do
 
     R flushdb >/dev/null
     REDIS_URL="$WORKER_URL" "$BIN" enqueue Noop --count "$N" --batch 1000 >/dev/null
+    clock_start "$N" ours
     REDIS_URL="$WORKER_URL" "$BIN" worker --no-database --concurrency "$CONCURRENCY" 2>/tmp/bench-latency-worker.log &
     WPID=$!
-    ELAPSED=$(clock_drain "$N" ours)
+    clock_read
     kill -TERM $WPID; wait $WPID || true
     OURS=$(echo "$N / $ELAPSED" | bc -l)
     record "${tag}_ours_drain" "$OURS"
@@ -124,11 +125,12 @@ for run in $(seq 1 "$RUNS"); do
       R flushdb >/dev/null
       REDIS_URL="$WORKER_URL" "$BIN" enqueue Noop --count "$N" --batch 1000 >/dev/null
       PIDS=()
+      clock_start "$N" sidekiq
       for _ in 1 2; do
         REDIS_URL="$WORKER_URL" BENCH_DONE=1 sidekiq -r ./bench/sidekiq_noop.rb -c 5 -q default >/tmp/bench-latency-sidekiq.log 2>&1 &
         PIDS+=($!)
       done
-      ELAPSED=$(clock_drain "$N" sidekiq)
+      clock_read
       for p in "${PIDS[@]}"; do kill -TERM "$p"; done
       wait "${PIDS[@]}" || true
       THEIRS=$(echo "$N / $ELAPSED" | bc -l)

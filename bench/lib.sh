@@ -32,12 +32,23 @@ EOF
 # The number that follows KEY in a log line (`KEY=1.2`, `"KEY":"1.2"`, `KEY: 1.2`).
 field() { grep -oE "\"?$1\"?[=:] ?\"?[0-9.]+" | tail -1 | grep -oE '[0-9.]+$'; }
 
-# Seconds from the first job taken until every job is acknowledged, for `ours` or `sidekiq` (bench/drain_clock.py:
+# The seconds from the first job taken until every job is acknowledged, for `ours` or `sidekiq` (bench/drain_clock.py:
 # both sides clocked by the same process, polling Redis every millisecond). Start-up (Ruby's takes seconds) is not
 # counted; jobs fetched but not yet acknowledged are. Ours: the queue is empty and no in-flight list is left.
 # Sidekiq (BasicFetch has no in-flight list): the queue is empty and its finished-job counter `bench:done`
 # (sidekiq_noop.rb, BENCH_DONE=1) has reached the total.
-clock_drain() { python3 bench/drain_clock.py "${CLOCK_URL:-$REDIS_URL}" "$1" "$2"; }
+# `clock_start TOTAL SIDE` starts the clock in the background before the workers start, and returns once it polls
+# (the queue still full); `clock_read` waits for it and sets ELAPSED to the seconds. Needs $FIGURES.
+clock_start() {
+  rm -f "$FIGURES/clock.ready"
+  python3 bench/drain_clock.py "${CLOCK_URL:-$REDIS_URL}" "$1" "$2" "$FIGURES/clock.ready" >"$FIGURES/clock" &
+  CLOCK_PID=$!
+  until [ -e "$FIGURES/clock.ready" ]; do
+    kill -0 "$CLOCK_PID" 2>/dev/null || { echo "the drain clock stopped before the drain began" >&2; exit 1; }
+    sleep 0.01
+  done
+}
+clock_read() { wait "$CLOCK_PID"; ELAPSED=$(cat "$FIGURES/clock"); }
 
 # Redis persistence for a benchmark run, the same for every side it measures (CONFIG SET on the running server;
 # the caller restores the previous setting on exit): always | everysec | no.

@@ -100,9 +100,10 @@ for run in $(seq 1 "$RUNS"); do
   "$BIN" enqueue Noop --count "$N" --batch 1000 >/dev/null
   aof_settled
 
+  clock_start "$N" ours
   "$BIN" worker --no-database --concurrency "$CONCURRENCY" 2>/tmp/bench-worker.log &
   WPID=$!; STARTED+=($WPID)
-  ELAPSED=$(clock_drain "$N" ours)
+  clock_read
   kill -TERM $WPID; wait $WPID || true
   OURS=$(echo "$N / $ELAPSED" | bc -l)
   record ours_drain "$OURS"
@@ -122,11 +123,12 @@ for run in $(seq 1 "$RUNS"); do
     "$BIN" enqueue Noop --count "$N" --batch 1000 >/dev/null
     aof_settled
     PIDS=()
+    clock_start "$N" sidekiq
     for _ in 1 2; do
       BENCH_DONE=1 sidekiq -r ./bench/sidekiq_noop.rb -c 5 -q default >/tmp/bench-sidekiq.log 2>&1 &
       PIDS+=($!); STARTED+=($!)
     done
-    ELAPSED=$(clock_drain "$N" sidekiq)
+    clock_read
     THEIRS=$(echo "$N / $ELAPSED" | bc -l)
     RSS=0
     for p in "${PIDS[@]}"; do
