@@ -31,10 +31,11 @@ STEADY_SECONDS="${STEADY_SECONDS:-5}"
 scripts/services install >/dev/null
 scripts/services start 2>/dev/null
 eval "$(scripts/services env)"
-DB=87
+DB="${DB:-87}"
 DIRECT_URL="${REDIS_URL%/*}/$DB"
 REDIS_PORT_DIRECT="$(echo "$REDIS_URL" | sed -E 's#.*:([0-9]+)/[0-9]+$#\1#')"
 R() { redis-cli -u "$DIRECT_URL" "$@"; }
+CLOCK_URL="$DIRECT_URL"   # bench/lib.sh clock_start: the clock talks to Redis directly
 
 . bench/lib.sh
 release_workerctl
@@ -43,6 +44,7 @@ SIDEKIQ=0
 if [ "${SKIP_SIDEKIQ:-0}" != 1 ] && command -v sidekiq >/dev/null; then SIDEKIQ=1; fi
 
 FIGURES="$(mktemp -d)"
+chmod 755 "$FIGURES"
 PROXY_PID=""
 stop_proxy() { if [ -n "$PROXY_PID" ]; then kill "$PROXY_PID" 2>/dev/null || true; wait "$PROXY_PID" 2>/dev/null || true; PROXY_PID=""; fi; }
 trap 'stop_proxy; rm -rf "$FIGURES"' EXIT
@@ -81,6 +83,18 @@ echo "== redis persistence: appendonly $(R config get appendonly | tail -1), app
 echo "== N=$N, RUNS=$RUNS, concurrency $CONCURRENCY, delay ${DELAY_US} µs each way, Sidekiq $([ $SIDEKIQ = 1 ] && ruby -rsidekiq -e 'print Sidekiq::VERSION' || echo skipped)"
 
 LINKS=(direct 0 "$DELAY_US")
+# steady SIDE: PickupProbe jobs at STEADY_RATE for STEADY_SECONDS; each records its exact pickup latency in a
+# per-process file (bench/throughput.sh explains the method); p50/p99 by bench/percentiles.py.
+steady() {
+  local samples="$FIGURES/samples-$1-$tag-$run" line
+  mkdir -m 777 "$samples"
+  REDIS_URL="$WORKER_URL" "$BIN" enqueue PickupProbe --args "[\"$samples\"]" --count $((STEADY_RATE * STEADY_SECONDS)) \
+    --rate "$STEADY_RATE" >/dev/null
+  sleep 1
+  line=$(cat "$samples"/pickup.* | python3 bench/percentiles.py "$1: pickup")
+  record "${tag}_$1_p50" "$(echo "$line" | sed -nE 's/.* p50 ([0-9.]+) ms.*/\1/p')"
+  record "${tag}_$1_p99" "$(echo "$line" | sed -nE 's/.* p99 ([0-9.]+) ms.*/\1/p')"
+}
 name_of() { case "$1" in direct) echo loopback ;; 0) echo proxy0 ;; *) echo delayed ;; esac; }
 
 for run in $(seq 1 "$RUNS"); do
@@ -92,33 +106,31 @@ for run in $(seq 1 "$RUNS"); do
 
     R flushdb >/dev/null
     REDIS_URL="$WORKER_URL" "$BIN" enqueue Noop --count "$N" --batch 1000 >/dev/null
+    clock_start "$N" ours
     REDIS_URL="$WORKER_URL" "$BIN" worker --no-database --concurrency "$CONCURRENCY" 2>/tmp/bench-latency-worker.log &
     WPID=$!
-    ELAPSED=$(clock_drain "$N" ours_acknowledged)
+    clock_read
     kill -TERM $WPID; wait $WPID || true
     OURS=$(echo "$N / $ELAPSED" | bc -l)
     record "${tag}_ours_drain" "$OURS"
 
     R flushdb >/dev/null
-    REDIS_URL="$WORKER_URL" "$BIN" worker --no-database --concurrency "$CONCURRENCY" 2>/tmp/bench-latency-worker.log &
+    REDIS_URL="$WORKER_URL" "$BIN" worker --no-database --bench-jobs --concurrency "$CONCURRENCY" 2>/tmp/bench-latency-worker.log &
     WPID=$!
     sleep 1
-    REDIS_URL="$WORKER_URL" "$BIN" enqueue Noop --count $((STEADY_RATE * STEADY_SECONDS)) --rate "$STEADY_RATE" >/dev/null
-    sleep 1
+    steady ours
     kill -TERM $WPID; wait $WPID || true
-    STOPPED=$(grep stopped /tmp/bench-latency-worker.log | tail -1)
-    record "${tag}_ours_p50" "$(echo "$STOPPED" | field pickup_p50_ms)"
-    record "${tag}_ours_p99" "$(echo "$STOPPED" | field pickup_p99_ms)"
 
     if [ $SIDEKIQ = 1 ]; then
       R flushdb >/dev/null
       REDIS_URL="$WORKER_URL" "$BIN" enqueue Noop --count "$N" --batch 1000 >/dev/null
       PIDS=()
+      clock_start "$N" sidekiq
       for _ in 1 2; do
         REDIS_URL="$WORKER_URL" BENCH_DONE=1 sidekiq -r ./bench/sidekiq_noop.rb -c 5 -q default >/tmp/bench-latency-sidekiq.log 2>&1 &
         PIDS+=($!)
       done
-      ELAPSED=$(clock_drain "$N" sidekiq_acknowledged)
+      clock_read
       for p in "${PIDS[@]}"; do kill -TERM "$p"; done
       wait "${PIDS[@]}" || true
       THEIRS=$(echo "$N / $ELAPSED" | bc -l)
@@ -128,17 +140,13 @@ for run in $(seq 1 "$RUNS"); do
       R flushdb >/dev/null
       PIDS=()
       for _ in 1 2; do
-        REDIS_URL="$WORKER_URL" BENCH_PICKUP=1 sidekiq -r ./bench/sidekiq_noop.rb -c 5 -q default >/tmp/bench-latency-sidekiq.log 2>&1 &
+        REDIS_URL="$WORKER_URL" sidekiq -r ./bench/sidekiq_noop.rb -c 5 -q default >/tmp/bench-latency-sidekiq.log 2>&1 &
         PIDS+=($!)
       done
       sleep 4   # Ruby boots
-      REDIS_URL="$WORKER_URL" "$BIN" enqueue Noop --count $((STEADY_RATE * STEADY_SECONDS)) --rate "$STEADY_RATE" >/dev/null
-      sleep 2
+      steady sidekiq
       for p in "${PIDS[@]}"; do kill -TERM "$p"; done
       wait "${PIDS[@]}" || true
-      LINE=$(R lrange bench:pickup 0 -1 | python3 bench/percentiles.py "sidekiq: pickup")
-      record "${tag}_sidekiq_p50" "$(echo "$LINE" | sed -nE 's/.* p50 ([0-9.]+) ms.*/\1/p')"
-      record "${tag}_sidekiq_p99" "$(echo "$LINE" | sed -nE 's/.* p99 ([0-9.]+) ms.*/\1/p')"
     fi
   done
 done
@@ -151,8 +159,8 @@ for l in "${LINKS[@]}"; do
   case "$tag" in loopback) label="loopback" ;; proxy0) label="proxy, no delay" ;; *) label="proxy, ${DELAY_US} µs each way" ;; esac
   report "${tag}_rtt" ms "[$label] PING round trip seen by the workers"
   report "${tag}_ours_drain" jobs/s "[$label] ours: drain $N no-op jobs, one process, concurrency $CONCURRENCY"
-  report "${tag}_ours_p50" ms "[$label] ours: pickup p50 at $STEADY_RATE jobs/s (histogram bucket upper bound)"
-  report "${tag}_ours_p99" ms "[$label] ours: pickup p99 at $STEADY_RATE jobs/s (histogram bucket upper bound)"
+  report "${tag}_ours_p50" ms "[$label] ours: pickup p50 at $STEADY_RATE jobs/s (exact samples)"
+  report "${tag}_ours_p99" ms "[$label] ours: pickup p99 at $STEADY_RATE jobs/s (exact samples)"
   if [ $SIDEKIQ = 1 ]; then
     report "${tag}_sidekiq_drain" jobs/s "[$label] sidekiq: drain $N no-op jobs, 2 processes x 5 threads"
     report "${tag}_ratio" "" "[$label] ratio ours/sidekiq (per run)"

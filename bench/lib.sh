@@ -32,8 +32,55 @@ EOF
 # The number that follows KEY in a log line (`KEY=1.2`, `"KEY":"1.2"`, `KEY: 1.2`).
 field() { grep -oE "\"?$1\"?[=:] ?\"?[0-9.]+" | tail -1 | grep -oE '[0-9.]+$'; }
 
-# Seconds from the first job taken until every job is acknowledged ($2 is a command that succeeds once it is).
-# Start-up (Ruby's takes seconds) is not counted; jobs fetched but not yet acknowledged are.
+# The seconds from the first job taken until every job is acknowledged, for `ours` or `sidekiq` (bench/drain_clock.py:
+# both sides clocked by the same process, polling Redis every millisecond). Start-up (Ruby's takes seconds) is not
+# counted; jobs fetched but not yet acknowledged are. Ours: the queue is empty and no in-flight list is left.
+# Sidekiq (BasicFetch has no in-flight list): the queue is empty and its finished-job counter `bench:done`
+# (sidekiq_noop.rb, BENCH_DONE=1) has reached the total.
+# `clock_start TOTAL SIDE` starts the clock in the background before the workers start, and returns once it polls
+# (the queue still full); `clock_read` waits for it and sets ELAPSED to the seconds. Needs $FIGURES.
+clock_start() {
+  rm -f "$FIGURES/clock.ready"
+  python3 bench/drain_clock.py "${CLOCK_URL:-$REDIS_URL}" "$1" "$2" "$FIGURES/clock.ready" >"$FIGURES/clock" &
+  CLOCK_PID=$!
+  until [ -e "$FIGURES/clock.ready" ]; do
+    kill -0 "$CLOCK_PID" 2>/dev/null || { echo "the drain clock stopped before the drain began" >&2; exit 1; }
+    sleep 0.01
+  done
+}
+clock_read() { wait "$CLOCK_PID"; ELAPSED=$(cat "$FIGURES/clock"); }
+
+# Redis persistence for a benchmark run, the same for every side it measures (CONFIG SET on the running server;
+# the caller restores the previous setting on exit): always | everysec | no.
+use_persistence() {
+  case "$1" in
+    always|everysec) R config set appendonly yes >/dev/null; R config set appendfsync "$1" >/dev/null ;;
+    no) R config set appendonly no >/dev/null ;;
+    *) echo "PERSISTENCE must be always, everysec or no (got $1)" >&2; exit 2 ;;
+  esac
+  aof_settled
+}
+# With AOF on: rewrites it now and waits until no rewrite is running or scheduled, so an automatic rewrite does not
+# fall into one side's measured phase only.
+aof_settled() {
+  [ "$(R config get appendonly | tail -1)" = yes ] || return 0
+  local info
+  for _ in $(seq 1 600); do
+    info=$(R info persistence)
+    if ! echo "$info" | grep -qE 'aof_rewrite_in_progress:1|aof_rewrite_scheduled:1'; then break; fi
+    sleep 0.1
+  done
+  R bgrewriteaof >/dev/null 2>&1 || true
+  for _ in $(seq 1 600); do
+    info=$(R info persistence)
+    if ! echo "$info" | grep -qE 'aof_rewrite_in_progress:1|aof_rewrite_scheduled:1'; then return 0; fi
+    sleep 0.1
+  done
+}
+
+# bench/shards.sh's clock (several Redis servers; drain_clock.py polls one): seconds from the queue first dropping
+# below TOTAL until $2 (a command) succeeds. It starts once the first job is taken, so it can start late on a fast
+# drain; every shard count is clocked this way, so they compare with each other, not with throughput.sh.
 # $3 (optional): a command printing how many jobs are still queued (default: `R llen queue:default`).
 clock_drain() {
   local start now total=$1 done_check=$2 queued=${3:-default_queued}
@@ -44,8 +91,3 @@ clock_drain() {
   echo "$now - $start" | bc -l
 }
 default_queued() { R llen queue:default; }
-# Ours: the queue is empty and no in-flight list is left (Redis deletes an empty list, so no `working:*` key).
-ours_acknowledged() { [ "$(R llen queue:default)" -eq 0 ] && [ -z "$(R --scan --pattern 'working:*' | head -1)" ]; }
-# Sidekiq (BasicFetch has no in-flight list: a job is acknowledged when its perform returns): the queue is empty and
-# the processes' own completion counter (sidekiq_noop.rb, BENCH_DONE=1: flushed every 5 ms) has reached N.
-sidekiq_acknowledged() { [ "$(R llen queue:default)" -eq 0 ] && [ "$(R get bench:done)" -ge "$N" ] 2>/dev/null; }

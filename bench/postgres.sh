@@ -1,69 +1,119 @@
 #!/usr/bin/env bash
-# bench/postgres.sh — jobs that each do one small PostgreSQL transaction through the ledger (ProbeInsert: ledger row
-# + one insert), next to pgbench running the same SQL on the same server (the practical ceiling), one
-# transaction per pgbench run. Our jobs run twice: one COMMIT per job (--commit-batch 1) and with group
-# commit (ProbeInsert sets JobOptions.groupCommit: up to 50 jobs, each in its own savepoint, per COMMIT).
-# Prints jobs/s, pgbench's transactions/s and both ratios. A benchmark: it asserts nothing.
+# bench/postgres.sh — jobs that each write to PostgreSQL through the ledger (ProbeInsert: one job_ledger row + one
+# probe_rows row per job), next to pgbench writing the same rows with the same SQL on the same server.
 #
-#   bench/postgres.sh                     N=20000 jobs, concurrency 10
-#   N=5000 CONCURRENCY=4 bench/postgres.sh
+#   bench/postgres.sh                     N=20000 jobs, concurrency 10, RUNS=3
+#   N=5000 CONCURRENCY=4 RUNS=1 bench/postgres.sh
+#
+# Five ways to write N jobs' rows, each run RUNS times, alternating, every figure the median with min–max:
+#   ours, one COMMIT per job     workerctl worker --commit-batch 1: BEGIN, ledger row, probe row, COMMIT per job
+#   ours, group commit           the default: up to 50 jobs (each in its own SAVEPOINT) per COMMIT
+#   pgbench, 1 job per COMMIT    BEGIN; ledger row; probe row; COMMIT — one transaction per job
+#   pgbench, 50 jobs per COMMIT  BEGIN; 50 x (ledger row; probe row); COMMIT — the batching group commit does, without
+#                                its savepoints, a queue, Redis or a job runtime: the ceiling for group commit
+# Ours: the clock runs from the worker's start (its start-up counts against it) until every job is acknowledged
+# in Redis (queue empty, no in-flight list) and the rows are counted: jobs succeeded = probe rows whose jid is in
+# the ledger, rows written = probe_rows rows; a run whose rows are not exactly N (one per job, none doubled) or that
+# left jobs in retry/dead is reported as failed and stops the script. pgbench: its transactions/s (connection time
+# excluded, which favours it) times the jobs per transaction, and the rows it wrote are counted the same way.
+# Pool size = concurrency = pgbench clients. A benchmark: it asserts nothing beyond the row counts.
+# Uses Redis database DB (default 59) of the private instance and a scratch database pgbench_jobs.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 N="${N:-20000}"
+RUNS="${RUNS:-3}"
 CONCURRENCY="${CONCURRENCY:-10}"
+PER_COMMIT=50
+DB="${DB:-59}"
 scripts/services install >/dev/null
 scripts/services start 2>/dev/null
 eval "$(scripts/services env)"
-export REDIS_URL="${REDIS_URL%/*}/59"
+export REDIS_URL="${REDIS_URL%/*}/$DB"
 ADMIN_URL="$DATABASE_URL"
 export DATABASE_URL="${DATABASE_URL%/*}/pgbench_jobs"
 . bench/lib.sh
 release_workerctl
 R() { redis-cli -u "$REDIS_URL" "$@"; }
+P() { psql "$DATABASE_URL" -tAc "$1"; }
+FIGURES="$(mktemp -d)"
+trap 'rm -rf "$FIGURES"' EXIT
 
 psql "$ADMIN_URL" -qc "DROP DATABASE IF EXISTS pgbench_jobs" -c "CREATE DATABASE pgbench_jobs" >/dev/null
 "$BIN" migrate --bench-tables >/dev/null 2>&1   # + probe_rows, the bench table ProbeInsert writes
 R flushdb >/dev/null
+PGBENCH=$(ls /usr/lib/postgresql/*/bin/pgbench | head -1)
 
-processed() { local v; v=$(R get stat:processed); echo "${v:-0}"; }
-# drain LABEL EXTRA-WORKER-FLAGS...: enqueue N ProbeInsert jobs, drain them with one worker, print jobs/s.
-drain() {
-  local label="$1"; shift
+# Rows check after a run: N probe rows, N distinct jids, each in the ledger. Prints "rows succeeded".
+count_rows() { P "SELECT count(*), count(DISTINCT p.jid) FILTER (WHERE l.jid IS NOT NULL) FROM probe_rows p LEFT JOIN job_ledger l ON l.jid = p.jid" | tr '|' ' '; }
+
+# ours NAME FLAGS...: drain N ProbeInsert jobs with one worker; records NAME (jobs succeeded per second).
+ours() {
+  local name="$1"; shift
   R flushdb >/dev/null
-  psql "$DATABASE_URL" -qc "TRUNCATE job_ledger, probe_rows" >/dev/null
-  echo "== $N ProbeInsert jobs drained by one workerctl worker --concurrency $CONCURRENCY (pool $CONCURRENCY connections) $*"
+  P "TRUNCATE job_ledger, probe_rows" >/dev/null
   "$BIN" enqueue ProbeInsert --args '["bench"]' --count "$N" --batch 1000 >/dev/null
-  local start end wpid
+  local start end wpid rows succeeded left
   start=$(date +%s.%N)
   "$BIN" worker --bench-jobs --concurrency "$CONCURRENCY" "$@" 2>/tmp/bench-pg-worker.log &
   wpid=$!
-  while [ "$(processed)" -lt "$N" ]; do sleep 0.02; done
+  # Every job acknowledged: the drain clock with a start condition already met (N + 1), so start-up counts here.
+  python3 bench/drain_clock.py "$REDIS_URL" $((N + 1)) ours >/dev/null
   end=$(date +%s.%N)
   kill -TERM $wpid; wait $wpid || true
-  local rows
-  rows=$(psql "$DATABASE_URL" -tAc "SELECT count(*) FROM probe_rows")
-  JOBS=$(echo "$N / ($end - $start)" | bc -l)
-  printf "%s: %d jobs in %.2f s = %.0f jobs/s (rows written: %d)\n" "$label" "$N" "$(echo "$end - $start" | bc -l)" "$JOBS" "$rows"
+  read -r rows succeeded <<<"$(count_rows)"
+  left=$(( $(R zcard retry) + $(R zcard dead) ))
+  if [ "$rows" -ne "$N" ] || [ "$succeeded" -ne "$N" ] || [ "$left" -ne 0 ]; then
+    echo "$name: FAILED: $rows rows, $succeeded jobs succeeded, $left in retry/dead (expected $N, $N, 0); see /tmp/bench-pg-worker.log" >&2
+    exit 1
+  fi
+  record "$name" "$(echo "$succeeded / ($end - $start)" | bc -l)"
+  printf "   %s: %d jobs succeeded, %d rows, %.0f jobs/s\n" "$name" "$succeeded" "$rows" "$(echo "$succeeded / ($end - $start)" | bc -l)"
 }
-drain "one COMMIT per job" --commit-batch 1
-PER_JOB=$JOBS
-drain "group commit (default: up to 50 jobs per COMMIT)"
-GROUPED=$JOBS
 
-echo "== pgbench: the same transaction, $CONCURRENCY clients, $N transactions"
-cat > /tmp/ledger-insert.sql <<'SQL'
-\set n random(1, 1000000000)
-BEGIN;
-INSERT INTO job_ledger (jid, job_class, queue, started_at, finished_at) VALUES ('pgb' || :client_id || '-' || :n, 'ProbeInsert', 'default', clock_timestamp(), clock_timestamp()) ON CONFLICT (jid) DO NOTHING;
-INSERT INTO probe_rows (jid, note) VALUES ('pgb' || :client_id || '-' || :n, 'bench');
-COMMIT;
-SQL
-PGBENCH=$(ls /usr/lib/postgresql/*/bin/pgbench | head -1)
-OUT=$("$PGBENCH" -n -f /tmp/ledger-insert.sql -c "$CONCURRENCY" -j 2 -t $((N / CONCURRENCY)) "$DATABASE_URL" 2>&1)
-TPS=$(echo "$OUT" | grep -oE 'tps = [0-9.]+' | head -1 | cut -d' ' -f3)
-echo "$OUT" | grep -E "tps|latency average"
-printf "ratio jobs/pgbench, one COMMIT per job: %.2f\n" "$(echo "$PER_JOB / $TPS" | bc -l)"
-printf "ratio jobs/pgbench, group commit:      %.2f\n" "$(echo "$GROUPED / $TPS" | bc -l)"
+# pgbench NAME JOBS-PER-TRANSACTION: N jobs' rows by CONCURRENCY clients; records NAME (jobs per second).
+pgbench_run() {
+  local name="$1" per="$2" script="$FIGURES/$1.sql" out tps rows succeeded
+  P "TRUNCATE job_ledger, probe_rows" >/dev/null
+  {
+    echo "BEGIN;"
+    for i in $(seq 1 "$per"); do
+      echo "\\set n$i random(1, 1000000000000)"
+      echo "INSERT INTO job_ledger (jid, job_class, queue, started_at, finished_at) VALUES ('pgb' || :client_id || '-' || :n$i, 'ProbeInsert', 'default', clock_timestamp(), clock_timestamp()) ON CONFLICT (jid) DO NOTHING;"
+      echo "INSERT INTO probe_rows (jid, note) VALUES ('pgb' || :client_id || '-' || :n$i, 'bench');"
+    done
+    echo "COMMIT;"
+  } >"$script"
+  out=$("$PGBENCH" -n -f "$script" -c "$CONCURRENCY" -j 2 -t $((N / CONCURRENCY / per)) "$DATABASE_URL" 2>&1)
+  tps=$(echo "$out" | grep -oE 'tps = [0-9.]+' | head -1 | cut -d' ' -f3)
+  read -r rows succeeded <<<"$(count_rows)"
+  record "$name" "$(echo "$tps * $per" | bc -l)"
+  printf "   %s: %d transactions/s x %d = %.0f jobs/s (%d rows, %d with their ledger row)\n" "$name" "${tps%.*}" "$per" \
+    "$(echo "$tps * $per" | bc -l)" "$rows" "$succeeded"
+}
+
+echo "== machine: $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg); N=$N, RUNS=$RUNS, concurrency $CONCURRENCY (pool $CONCURRENCY connections, $CONCURRENCY pgbench clients)"
+echo "== PostgreSQL synchronous_commit=$(P 'SHOW synchronous_commit'), fsync=$(P 'SHOW fsync')"
+for run in $(seq 1 "$RUNS"); do
+  record load "$(cut -d' ' -f1 /proc/loadavg)"
+  echo "-- run $run of $RUNS (load $(cut -d' ' -f1 /proc/loadavg))"
+  ours ours_per_job --commit-batch 1
+  ours ours_group
+  pgbench_run pgbench_1 1
+  pgbench_run pgbench_batched "$PER_COMMIT"
+  record ratio_per_job "$(echo "$(tail -1 "$FIGURES/ours_per_job") / $(tail -1 "$FIGURES/pgbench_1")" | bc -l)"
+  record ratio_group_vs_1 "$(echo "$(tail -1 "$FIGURES/ours_group") / $(tail -1 "$FIGURES/pgbench_1")" | bc -l)"
+  record ratio_group_vs_batched "$(echo "$(tail -1 "$FIGURES/ours_group") / $(tail -1 "$FIGURES/pgbench_batched")" | bc -l)"
+done
 psql "$ADMIN_URL" -qc "DROP DATABASE IF EXISTS pgbench_jobs" >/dev/null
 R flushdb >/dev/null
+
+echo "== results: median of $RUNS runs (min–max); jobs/s = jobs succeeded (rows checked: N rows, none doubled, each with its ledger row)"
+report load "" "load average (1 min) at the start of each run"
+report ours_per_job jobs/s "ours, one COMMIT per job (--commit-batch 1)"
+report ours_group jobs/s "ours, group commit (up to $PER_COMMIT jobs per COMMIT)"
+report pgbench_1 jobs/s "pgbench, 1 job's rows per transaction"
+report pgbench_batched jobs/s "pgbench, $PER_COMMIT jobs' rows per transaction (group commit's batching)"
+report ratio_per_job "" "ratio ours one COMMIT per job / pgbench 1 per transaction"
+report ratio_group_vs_1 "" "ratio ours group commit / pgbench 1 per transaction"
+report ratio_group_vs_batched "" "ratio ours group commit / pgbench $PER_COMMIT per transaction (same batching)"

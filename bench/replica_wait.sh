@@ -48,9 +48,10 @@ for run in $(seq 1 "$RUNS"); do
     record "enqueue1_$mode" "$("$BIN" enqueue Noop --count "$ENQUEUE1" --batch 1 | grep -oE '[0-9]+ jobs/s' | grep -oE '[0-9]+')"
     R flushall >/dev/null
     "$BIN" enqueue Noop --count "$N" --batch 1000 >/dev/null
+    clock_start "$N" ours
     "$BIN" worker --no-database --concurrency "$CONCURRENCY" 2>"$DIR/worker.log" &
     WPID=$!
-    ELAPSED=$(clock_drain "$N" ours_acknowledged)
+    clock_read
     kill -TERM $WPID; wait $WPID || true
     if grep -q "Redis replica unreachable" "$DIR/worker.log"; then echo "   (some acknowledgements were not confirmed in time)"; fi
     record "drain_$mode" "$(echo "$N / $ELAPSED" | bc -l)"

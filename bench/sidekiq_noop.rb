@@ -1,25 +1,39 @@
-# A no-op Sidekiq worker for the comparison in bench/throughput.sh, plus two server middlewares: with BENCH_PICKUP=1
-# one records each job's pickup latency (start of perform - enqueued_at) in the Redis list bench:pickup; with
-# BENCH_DONE=1 one counts finished jobs in memory and a thread adds them to bench:done every 5 ms (Sidekiq's own
-# stat:processed is flushed only every 5 s), so the drain clock stops when every job is done at about one write
-# per 5 ms per process instead of one per job.
+# The Sidekiq side of bench/throughput.sh: the no-op jobs `Noop` and `PickupProbe`, and two server middlewares.
+# - `PickupProbe` jobs (args: [folder]) record their pickup latency (now - enqueued_at, seconds) as one line
+#   appended to `<folder>/pickup.<pid>`, one write per job, just before perform; our `PickupProbe` job
+#   (Sources/BenchJobs/PickupProbeJob.swift) does the same at the start of its perform, so both sides give exact
+#   samples read by the same script (bench/percentiles.py).
+# - With BENCH_DONE=1 one counts finished jobs in memory and a thread adds them to bench:done every 5 ms
+#   (Sidekiq's own stat:processed is flushed only every 5 s), so the drain clock stops when every job is done at
+#   about one write per 5 ms per process instead of one per job.
 require "sidekiq"
 # redis-rb 4.8 warns on every BRPOP Sidekiq 6.4.1 makes; silence it so logging does not slow Sidekiq down.
 Redis.silence_deprecations = true if Redis.respond_to?(:silence_deprecations=)
 Sidekiq.logger.level = Logger::WARN
 
 class PickupRecorder
+  @lock = Mutex.new
+  @files = {}
+  class << self
+    def record(folder, seconds)
+      line = format("%.6f\n", seconds)
+      @lock.synchronize do
+        file = (@files[folder] ||= File.open("#{folder}/pickup.#{Process.pid}", "a").tap { |f| f.sync = true })
+        file.write(line)
+      end
+    end
+  end
+
   def call(_worker, job, _queue)
-    latency = Time.now.to_f - job["enqueued_at"].to_f
-    Sidekiq.redis { |c| c.rpush("bench:pickup", latency) }
+    if job["class"] == "PickupProbe" && job["enqueued_at"]
+      PickupRecorder.record(job["args"][0], Time.now.to_f - job["enqueued_at"].to_f)
+    end
     yield
   end
 end
 
-if ENV["BENCH_PICKUP"] == "1"
-  Sidekiq.configure_server do |config|
-    config.server_middleware { |chain| chain.add PickupRecorder }
-  end
+Sidekiq.configure_server do |config|
+  config.server_middleware { |chain| chain.add PickupRecorder }
 end
 
 class DoneCounter
@@ -57,6 +71,11 @@ if ENV["BENCH_DONE"] == "1"
 end
 
 class Noop
+  include Sidekiq::Worker
+  def perform(*) end
+end
+
+class PickupProbe
   include Sidekiq::Worker
   def perform(*) end
 end

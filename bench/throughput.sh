@@ -1,26 +1,40 @@
 #!/usr/bin/env bash
 # bench/throughput.sh — throughput and latency of the Swift worker, next to Ruby Sidekiq 6.4.1 on the same Redis.
 #
-#   bench/throughput.sh                 N=100000 no-op jobs, concurrency 10, RUNS=3
-#   N=20000 RUNS=3 SKIP_SIDEKIQ=1 bench/throughput.sh
+#   bench/throughput.sh                                 N=100000 no-op jobs, concurrency 10, RUNS=3, AOF always
+#   PERSISTENCE=no N=50000 bench/throughput.sh          the same without AOF
+#   N=20000 RUNS=3 SKIP_SIDEKIQ=1 PICKUP_RATES=500 bench/throughput.sh
 #
-# Prints: the Redis persistence in use (appendonly / appendfsync: AOF `always` makes every write a disk sync, which
-# costs Sidekiq's one write per job more than our batched scripts), enqueue rate (one at a time, and in batches of
-# 1000), drain rate of N preloaded no-op jobs (ours: one process; Sidekiq: 2 processes x 5 threads), pickup latency
-# p50/p99 at a steady 500 jobs/s, and worker peak RSS. Every figure is the median of RUNS runs with min–max.
-# A benchmark, not a test: it asserts nothing. Uses Redis database 60 of the private instance (scripts/services).
+# PERSISTENCE sets the Redis persistence for the whole run, for both sides alike (CONFIG SET, restored on exit):
+#   always    appendonly yes, appendfsync always (scripts/services' setting: every write a disk sync; this costs
+#             Sidekiq's one write per job more than our batched scripts)
+#   everysec  appendonly yes, appendfsync everysec (up to a second of writes can be lost in a crash)
+#   no        appendonly no (no persistence at all)
+# Before each measured phase an AOF in use is rewritten (BGREWRITEAOF, waited for), so an automatic rewrite does
+# not land in one side's phase only.
+#
+# Prints: the persistence, the machine's load before each run; enqueue rate (one at a time, and in batches of 1000);
+# drain rate of N preloaded no-op jobs (ours: one process; Sidekiq: 2 processes x 5 threads), the clock stopping
+# when every job is acknowledged (bench/lib.sh); pickup latency p50/p99 at each steady rate of PICKUP_RATES (jobs/s,
+# PRODUCERS enqueue processes sharing the rate, one job per round trip) from exact samples, the same way for both
+# sides: each `PickupProbe` job appends now - enqueued_at to a per-process file at the start of its run
+# (Sources/BenchJobs/PickupProbeJob.swift, bench/sidekiq_noop.rb), read by bench/percentiles.py; and worker peak
+# RSS. Every figure is the median of RUNS runs with min–max. A benchmark, not a test: it asserts nothing.
+# Uses Redis database DB (default 60) of the private instance (scripts/services).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 N="${N:-100000}"
 RUNS="${RUNS:-3}"
 CONCURRENCY="${CONCURRENCY:-10}"
-STEADY_RATE="${STEADY_RATE:-500}"
+PICKUP_RATES="${PICKUP_RATES:-500 5000}"
 STEADY_SECONDS="${STEADY_SECONDS:-10}"
+PERSISTENCE="${PERSISTENCE:-always}"
+DB="${DB:-60}"
 scripts/services install >/dev/null
 scripts/services start 2>/dev/null
 eval "$(scripts/services env)"
-export REDIS_URL="${REDIS_URL%/*}/60"
+export REDIS_URL="${REDIS_URL%/*}/$DB"
 R() { redis-cli -u "$REDIS_URL" "$@"; }
 
 . bench/lib.sh
@@ -30,48 +44,91 @@ SIDEKIQ=0
 if [ "${SKIP_SIDEKIQ:-0}" != 1 ] && command -v sidekiq >/dev/null; then SIDEKIQ=1; fi
 
 FIGURES="$(mktemp -d)"
-trap 'rm -rf "$FIGURES"' EXIT
+chmod 755 "$FIGURES"
+SAVED_AOF="$(R config get appendonly | tail -1) $(R config get appendfsync | tail -1)"
+restore_persistence() {
+  set -- $SAVED_AOF
+  R config set appendfsync "$2" >/dev/null || true
+  R config set appendonly "$1" >/dev/null || true
+}
+# Workers still running when the script stops early (an error) are stopped, so none outlives it.
+STARTED=()
+stop_started() { for p in "${STARTED[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }
+trap 'stop_started; restore_persistence; rm -rf "$FIGURES"' EXIT
+use_persistence "$PERSISTENCE"
 
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "== redis persistence: appendonly $(R config get appendonly | tail -1), appendfsync $(R config get appendfsync | tail -1)"
-echo "== N=$N, RUNS=$RUNS, concurrency $CONCURRENCY, Sidekiq $([ $SIDEKIQ = 1 ] && ruby -rsidekiq -e 'print Sidekiq::VERSION' || echo skipped)"
+echo "== redis persistence: appendonly $(R config get appendonly | tail -1), appendfsync $(R config get appendfsync | tail -1) (PERSISTENCE=$PERSISTENCE)"
+echo "== N=$N, RUNS=$RUNS, concurrency $CONCURRENCY, pickup rates $PICKUP_RATES jobs/s for ${STEADY_SECONDS} s, Sidekiq $([ $SIDEKIQ = 1 ] && ruby -rsidekiq -e 'print Sidekiq::VERSION' || echo skipped)"
+
+# pickup SIDE RATE: PickupProbe jobs at RATE jobs/s for STEADY_SECONDS, PRODUCERS processes (one per 1,000 jobs/s,
+# at least 1) each enqueuing its share one job per round trip; records p50/p99 of the exact samples and the rate
+# the producers reached. The workers must be running and registered.
+pickup() {
+  local side=$1 rate=$2 producers pids=() samples line
+  producers=$(( (rate + 999) / 1000 ))
+  samples="$FIGURES/samples-$side-$rate-$run"   # a new folder each time: a worker keeps its sample file open
+  mkdir -m 777 "$samples"
+  local started ended
+  started=$(date +%s.%N)
+  for _ in $(seq 1 "$producers"); do
+    "$BIN" enqueue PickupProbe --args "[\"$samples\"]" --count $((rate * STEADY_SECONDS / producers)) \
+      --rate "$(echo "$rate / $producers" | bc -l)" >/dev/null &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  ended=$(date +%s.%N)
+  sleep 1   # the last jobs run
+  record "${side}_rate_$rate" "$(echo "$rate * $STEADY_SECONDS / ($ended - $started)" | bc -l)"
+  line=$(cat "$samples"/pickup.* | python3 bench/percentiles.py "$side: pickup at $rate jobs/s")
+  echo "   $line"
+  record "${side}_p50_$rate" "$(echo "$line" | sed -nE 's/.* p50 ([0-9.]+) ms.*/\1/p')"
+  record "${side}_p99_$rate" "$(echo "$line" | sed -nE 's/.* p99 ([0-9.]+) ms.*/\1/p')"
+}
+# Waits until COUNT worker processes have registered (`processes`: ours and Sidekiq's heartbeat).
+registered() { for _ in $(seq 1 300); do [ "$(R scard processes)" -ge "$1" ] && { sleep 0.5; return 0; }; sleep 0.05; done; echo "workers did not register" >&2; exit 1; }
 
 for run in $(seq 1 "$RUNS"); do
-  echo "-- run $run of $RUNS"
+  LOAD=$(cut -d' ' -f1 /proc/loadavg)
+  record load "$LOAD"
+  echo "-- run $run of $RUNS (load $LOAD)"
   R flushdb >/dev/null
   record enqueue1 "$("$BIN" enqueue Noop --count 20000 --batch 1 | grep -oE '[0-9]+ jobs/s' | grep -oE '[0-9]+')"
   R flushdb >/dev/null
   record enqueue1000 "$("$BIN" enqueue Noop --count "$N" --batch 1000 | grep -oE '[0-9]+ jobs/s' | grep -oE '[0-9]+')"
   R flushdb >/dev/null
   "$BIN" enqueue Noop --count "$N" --batch 1000 >/dev/null
+  aof_settled
 
+  clock_start "$N" ours
   "$BIN" worker --no-database --concurrency "$CONCURRENCY" 2>/tmp/bench-worker.log &
-  WPID=$!
-  ELAPSED=$(clock_drain "$N" ours_acknowledged)
+  WPID=$!; STARTED+=($WPID)
+  clock_read
   kill -TERM $WPID; wait $WPID || true
   OURS=$(echo "$N / $ELAPSED" | bc -l)
   record ours_drain "$OURS"
   record ours_rss_drain "$(grep stopped /tmp/bench-worker.log | tail -1 | field peak_rss_kb)"
+  echo "   ours: drain $(printf %.0f "$OURS") jobs/s"
 
-  "$BIN" worker --no-database --concurrency "$CONCURRENCY" 2>/tmp/bench-worker.log &
-  WPID=$!
-  sleep 1
-  "$BIN" enqueue Noop --count $((STEADY_RATE * STEADY_SECONDS)) --rate "$STEADY_RATE" >/dev/null
-  sleep 1
+  R flushdb >/dev/null
+  aof_settled
+  "$BIN" worker --no-database --bench-jobs --concurrency "$CONCURRENCY" 2>/tmp/bench-worker.log &
+  WPID=$!; STARTED+=($WPID)
+  registered 1
+  for rate in $PICKUP_RATES; do pickup ours "$rate"; done
   kill -TERM $WPID; wait $WPID || true
-  STOPPED=$(grep stopped /tmp/bench-worker.log | tail -1)
-  record ours_p50 "$(echo "$STOPPED" | field pickup_p50_ms)"
-  record ours_p99 "$(echo "$STOPPED" | field pickup_p99_ms)"
 
   if [ $SIDEKIQ = 1 ]; then
     R flushdb >/dev/null
     "$BIN" enqueue Noop --count "$N" --batch 1000 >/dev/null
+    aof_settled
     PIDS=()
+    clock_start "$N" sidekiq
     for _ in 1 2; do
       BENCH_DONE=1 sidekiq -r ./bench/sidekiq_noop.rb -c 5 -q default >/tmp/bench-sidekiq.log 2>&1 &
-      PIDS+=($!)
+      PIDS+=($!); STARTED+=($!)
     done
-    ELAPSED=$(clock_drain "$N" sidekiq_acknowledged)
+    clock_read
     THEIRS=$(echo "$N / $ELAPSED" | bc -l)
     RSS=0
     for p in "${PIDS[@]}"; do
@@ -83,36 +140,40 @@ for run in $(seq 1 "$RUNS"); do
     record sidekiq_drain "$THEIRS"
     record sidekiq_rss_drain "$RSS"
     record ratio "$(echo "$OURS / $THEIRS" | bc -l)"
+    echo "   sidekiq: drain $(printf %.0f "$THEIRS") jobs/s"
 
     R flushdb >/dev/null
+    aof_settled
     PIDS=()
     for _ in 1 2; do
-      BENCH_PICKUP=1 sidekiq -r ./bench/sidekiq_noop.rb -c 5 -q default >/tmp/bench-sidekiq.log 2>&1 &
-      PIDS+=($!)
+      sidekiq -r ./bench/sidekiq_noop.rb -c 5 -q default >/tmp/bench-sidekiq.log 2>&1 &
+      PIDS+=($!); STARTED+=($!)
     done
-    sleep 4   # Ruby boots
-    "$BIN" enqueue Noop --count $((STEADY_RATE * STEADY_SECONDS)) --rate "$STEADY_RATE" >/dev/null
-    sleep 2
+    registered 2
+    for rate in $PICKUP_RATES; do pickup sidekiq "$rate"; done
     for p in "${PIDS[@]}"; do kill -TERM "$p"; done
     wait "${PIDS[@]}" || true
-    LINE=$(R lrange bench:pickup 0 -1 | python3 bench/percentiles.py "sidekiq: pickup")
-    record sidekiq_p50 "$(echo "$LINE" | sed -nE 's/.* p50 ([0-9.]+) ms.*/\1/p')"
-    record sidekiq_p99 "$(echo "$LINE" | sed -nE 's/.* p99 ([0-9.]+) ms.*/\1/p')"
   fi
 done
 R flushdb >/dev/null
 
-echo "== results (median of $RUNS runs, min–max); drain clocks stop when every job is acknowledged"
+echo "== results: PERSISTENCE=$PERSISTENCE (appendonly $(R config get appendonly | tail -1), appendfsync $(R config get appendfsync | tail -1)); median of $RUNS runs (min–max); drain clocks stop when every job is acknowledged"
+report load "" "load average (1 min) at the start of each run"
 report enqueue1 jobs/s "enqueue one round trip each (20000 jobs)"
 report enqueue1000 jobs/s "enqueue in batches of 1000 ($N jobs)"
 report ours_drain jobs/s "ours: drain $N no-op jobs, one process, concurrency $CONCURRENCY"
-report ours_p50 ms "ours: pickup p50 at $STEADY_RATE jobs/s (histogram bucket upper bound)"
-report ours_p99 ms "ours: pickup p99 at $STEADY_RATE jobs/s (histogram bucket upper bound)"
-report ours_rss_drain kB "ours: peak RSS of the draining worker"
 if [ $SIDEKIQ = 1 ]; then
   report sidekiq_drain jobs/s "sidekiq: drain $N no-op jobs, 2 processes x 5 threads"
   report ratio "" "ratio ours/sidekiq (per run)"
-  report sidekiq_p50 ms "sidekiq: pickup p50 at $STEADY_RATE jobs/s (exact samples)"
-  report sidekiq_p99 ms "sidekiq: pickup p99 at $STEADY_RATE jobs/s (exact samples)"
-  report sidekiq_rss_drain kB "sidekiq: peak RSS of the larger draining process"
 fi
+for rate in $PICKUP_RATES; do
+  for side in ours sidekiq; do
+    [ $side = sidekiq ] && [ $SIDEKIQ = 0 ] && continue
+    report "${side}_rate_$rate" jobs/s "$side: pickup run, rate the producers reached (asked $rate)"
+    report "${side}_p50_$rate" ms "$side: pickup p50 at $rate jobs/s (exact samples)"
+    report "${side}_p99_$rate" ms "$side: pickup p99 at $rate jobs/s (exact samples)"
+  done
+done
+report ours_rss_drain kB "ours: peak RSS of the draining worker"
+[ $SIDEKIQ = 1 ] && report sidekiq_rss_drain kB "sidekiq: peak RSS of the larger draining process"
+exit 0

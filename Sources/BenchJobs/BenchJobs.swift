@@ -5,10 +5,11 @@ import Workers
 /// production: nothing here is registered or created unless asked for explicitly
 /// (`workerctl worker|run --bench-jobs`, `workerctl migrate --bench-tables`, or a test's setup).
 public enum BenchJobs {
-    /// Registers `ProbeInsert` and `BatchProbe`.
+    /// Registers `ProbeInsert`, `BatchProbe` and `PickupProbe`.
     public static func register(into registry: inout JobRegistry) {
         registry.register(ProbeInsertJob())
         registry.register(BatchProbeJob())
+        registry.register(PickupProbeJob())
     }
 
     /// The built-in smoke-test jobs plus the bench jobs: what a bench or test worker runs.

@@ -83,12 +83,14 @@ final class Fetcher: Sendable {
                 var jobs = try ReliableQueue.fetch(conn, identity: identity, queues: queueOrder(),
                                                    limit: min(room, configuration.fetchBatch))
                 if jobs.isEmpty, let single {
-                    if try conn.command("SISMEMBER", Keys.paused, single).integer == 0,
-                       let job = try ReliableQueue.fetchBlocking(conn, identity: identity, queue: single, timeout: 0.5) {
+                    if try conn.command("SISMEMBER", Keys.paused, single).integer != 0 {
+                        Thread.sleep(forTimeInterval: 0.05)  // paused: look again shortly
+                    } else if let job = try ReliableQueue.fetchBlocking(conn, identity: identity, queue: single,
+                                                                        timeout: 0.5) {
                         jobs = [job]
-                    } else if jobs.isEmpty {
-                        Thread.sleep(forTimeInterval: 0.05)
                     }
+                    // A blocking wait that timed out loops straight into the next fetch: no sleep, during which a
+                    // job pushed meanwhile would wait up to 50 ms.
                 }
                 outages.succeeded("Redis")
                 backoff.reset()

@@ -94,11 +94,15 @@ struct JobRunner: Sendable {
         }
         let jid = payload.jid ?? "-"
         let attempt = (payload.retryCount ?? -1) + 2
+        // The job's four fields set in one write (sized once) rather than four: this runs for every job.
         var jobLogger = logger
-        jobLogger[metadataKey: "jid"] = "\(jid)"
-        jobLogger[metadataKey: "class"] = "\(payload.className)"
-        jobLogger[metadataKey: "queue"] = "\(job.queue)"
-        jobLogger[metadataKey: "attempt"] = "\(attempt)"
+        var metadata = logger.handler.metadata
+        metadata.reserveCapacity(metadata.count + 4)
+        metadata["jid"] = .string(jid)
+        metadata["class"] = .string(payload.className)
+        metadata["queue"] = .string(job.queue)
+        metadata["attempt"] = .string(String(attempt))
+        jobLogger.handler.metadata = metadata
 
         let prepared: PreparedJob
         do {

@@ -1,0 +1,45 @@
+import Foundation
+import Queue
+import Synchronization
+import Workers
+
+/// A no-op job that records its own pickup latency as an exact sample: at the start of `perform` it appends
+/// `now - enqueued_at` (seconds) as one line to `<args[0]>/pickup.<pid>`, one write(2) per job. The Sidekiq
+/// side of `bench/throughput.sh` does the same thing in the same place (bench/sidekiq_noop.rb, `PickupProbe`),
+/// so both are read by one script (bench/percentiles.py) instead of our histogram next to their samples.
+/// A job without `enqueued_at` (a scheduled one) records nothing.
+///
+/// A bench job: registered only with `--bench-jobs`. Any pool thread may run it; the file descriptors are
+/// opened once per folder and shared under one lock (each line is written whole by one write).
+public struct PickupProbeJob: Job {
+    public static let className = "PickupProbe"
+    public init() {}
+
+    /// The folder's open sample file, by folder path (opened on first use, never closed: the process's life).
+    private static let files = Mutex<[String: Int32]>([:])
+
+    public func perform(_ arguments: SingleArgument<String>, context: JobContext) throws {
+        let now = Clock.now()
+        guard let enqueuedAt = context.payload.enqueuedAt else { return }
+        let line = Array(String(format: "%.6f\n", now - enqueuedAt).utf8)
+        try Self.files.withLock { files throws(SampleFileError) in
+            let fd: Int32
+            if let open = files[arguments.value] {
+                fd = open
+            } else {
+                let path = "\(arguments.value)/pickup.\(getpid())"
+                fd = Foundation.open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
+                guard fd >= 0 else { throw SampleFileError(path: path, errno: errno) }
+                files[arguments.value] = fd
+            }
+            _ = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        }
+    }
+
+    /// The sample file could not be opened.
+    public struct SampleFileError: Error, CustomStringConvertible {
+        public let path: String
+        public let errno: Int32
+        public var description: String { "cannot open \(path): \(String(cString: strerror(errno)))" }
+    }
+}
