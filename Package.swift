@@ -4,6 +4,7 @@ import PackageDescription
 // Layers (each imports only what is below it):
 //   5 workerctl            the operator's binary
 //   3 WorkersClient        library product for services: async pooled enqueue + admin over Queue
+//   4 WebDashboard         `workerctl web`: HTML pages over the Queue admin API (Hummingbird 2)
 //   4 Jobs                 the domain jobs + registry
 //   4 BenchJobs            bench/test-only jobs and tables (ProbeInsert, probe_rows); registered only on request
 //   3 Workers, Scheduler   runtime (pool, fetch, retry, heartbeat) / cron
@@ -30,6 +31,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1", from: "1.3.0"),
         .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
+        // The HTTP server of `workerctl web` (docs/web.md); also used by Examples/EnqueueFromHummingbird.
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.0.0"),
     ],
     targets: [
         .systemLibrary(name: "CHiredis", path: "Sources/CHiredis", pkgConfig: "hiredis",
@@ -74,8 +77,14 @@ let package = Package(
         // `workerctl worker --bench-jobs` / `workerctl migrate --bench-tables` and the tests ask for them.
         .target(name: "BenchJobs", dependencies: ["Workers", "Storage", "HTTP", "Queue"]),
 
+        // The operator web dashboard (`workerctl web`, docs/web.md): HTML pages over the Queue admin API, run on
+        // WorkersClient's threads; HTTP, HTML escaping and the CSRF/credential checks are all it adds.
+        .target(name: "WebDashboard", dependencies: ["Queue", "WorkersClient",
+                                                     .product(name: "Hummingbird", package: "hummingbird"),
+                                                     .product(name: "Logging", package: "swift-log")]),
+
         .executableTarget(name: "workerctl", dependencies: [
-            "Jobs", "BenchJobs", "Workers", "Scheduler", "Queue", "Storage", "HTTP", "Outbox", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), 
+            "WebDashboard", "Jobs", "BenchJobs", "Workers", "Scheduler", "Queue", "Storage", "HTTP", "Outbox", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), 
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Prometheus", package: "swift-prometheus"),
@@ -101,6 +110,7 @@ let package = Package(
                                                       .product(name: "SwiftASN1", package: "swift-asn1")]),
         .testTarget(name: "WorkerctlTests", dependencies: ["Queue", "Storage", "TestSupport"]),
         .testTarget(name: "WorkersClientTests", dependencies: ["WorkersClient", "TestSupport"]),
+        .testTarget(name: "WebDashboardTests", dependencies: ["WebDashboard", "Queue", "TestSupport"]),
         .testTarget(name: "OutboxTests", dependencies: ["Outbox", "BenchJobs", "Queue", "Storage", "TestSupport"]),
     ]
 )

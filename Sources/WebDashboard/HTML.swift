@@ -1,0 +1,104 @@
+import Foundation
+
+/// Building server-rendered pages. Invariant: every value that did not come from this file's own literals
+/// (a job's args, an error message, a class or queue name, a jid, a hostname) goes through `escape` — the
+/// one escaping function of the dashboard — or through `attribute`, which uses it.
+enum HTML {
+    /// Escapes `&`, `<`, `>`, `"` and `'` so that text is inert both between tags and inside quoted attributes.
+    static func escape(_ text: String) -> String {
+        var out = ""
+        out.reserveCapacity(text.utf8.count)
+        for character in text {
+            switch character {
+            case "&": out += "&amp;"
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            case "\"": out += "&quot;"
+            case "'": out += "&#39;"
+            default: out.append(character)
+            }
+        }
+        return out
+    }
+
+    /// A percent-encoded URL path segment or query value (then escaped for the attribute it sits in).
+    static func urlComponent(_ text: String) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? ""
+    }
+
+    /// A whole page: title, navigation, body. `refresh`: seconds after which the browser reloads it.
+    static func page(title: String, body: String, refresh: Int? = nil) -> String {
+        let nav = [("/", "Dashboard"), ("/queues", "Queues"), ("/jobs/enqueued", "Enqueued"), ("/jobs/busy", "Busy"),
+                   ("/jobs/scheduled", "Scheduled"), ("/jobs/retry", "Retries"), ("/jobs/dead", "Dead"),
+                   ("/processes", "Processes"), ("/limits", "Limits"), ("/unique", "Unique locks")]
+            .map { "<a href=\"\($0.0)\">\($0.1)</a>" }.joined(separator: " · ")
+        return """
+            <!doctype html>
+            <html lang="en"><head><meta charset="utf-8">
+            \(refresh.map { "<meta http-equiv=\"refresh\" content=\"\($0)\">" } ?? "")
+            <title>\(escape(title)) · workerctl web</title>
+            <style>
+            body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}nav{margin-bottom:1em}
+            table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}
+            th{background:#f3f3f3}pre{background:#f7f7f7;padding:.5em;overflow:auto;max-width:100%}
+            form.inline{display:inline;margin:0 .2em}.num{text-align:right}.muted{color:#777}
+            </style></head><body>
+            <nav>\(nav) <form class="inline" method="get" action="/search"><input name="q" placeholder="jid, class or text"><button>Search</button></form></nav>
+            <h1>\(escape(title))</h1>
+            \(body)
+            </body></html>
+            """
+    }
+
+    /// A table with `headers` and rows of already-rendered cells.
+    static func table(_ headers: [String], _ rows: [[String]], id: String? = nil) -> String {
+        let head = headers.map { "<th>\(escape($0))</th>" }.joined()
+        let body = rows.map { "<tr>" + $0.map { "<td>\($0)</td>" }.joined() + "</tr>" }.joined(separator: "\n")
+        return "<table\(id.map { " id=\"\(escape($0))\"" } ?? "")><tr>\(head)</tr>\n\(body)</table>"
+    }
+
+    /// A POST form of one button carrying the CSRF token and `fields` (name → value) as hidden inputs.
+    static func button(_ label: String, action: String, csrf: String, fields: [(String, String)] = [],
+                       confirm: String? = nil) -> String {
+        let hidden = ([("csrf", csrf)] + fields).map {
+            "<input type=\"hidden\" name=\"\(escape($0.0))\" value=\"\(escape($0.1))\">"
+        }.joined()
+        let onsubmit = confirm.map { " onsubmit=\"return confirm('\(escape($0))')\"" } ?? ""
+        return "<form class=\"inline\" method=\"post\" action=\"\(escape(action))\"\(onsubmit)>\(hidden)"
+            + "<button type=\"submit\" data-action=\"\(escape(label.lowercased()))\">\(escape(label))</button></form>"
+    }
+
+    /// Seconds as `1.2 s`, `3 min`, `2 h`, `4 d`.
+    static func duration(_ seconds: Double) -> String {
+        if seconds < 60 { return String(format: "%.1f s", seconds) }
+        if seconds < 3600 { return "\(Int(seconds / 60)) min" }
+        if seconds < 86400 { return "\(Int(seconds / 3600)) h" }
+        return "\(Int(seconds / 86400)) d"
+    }
+
+    /// An epoch time as UTC `YYYY-MM-DD HH:MM:SS`.
+    static func time(_ epoch: Double?) -> String {
+        guard let epoch else { return "" }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        formatter.dateFormat = "yyyy-MM-dd HH:mm:ss"
+        return formatter.string(from: Date(timeIntervalSince1970: epoch))
+    }
+
+    /// Parses an `application/x-www-form-urlencoded` body or query string.
+    static func form(_ text: String) -> [String: String] {
+        var fields: [String: String] = [:]
+        for pair in text.split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            func decode(_ part: Substring) -> String {
+                String(part).replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? ""
+            }
+            guard let name = parts.first else { continue }
+            fields[decode(name)] = parts.count > 1 ? decode(parts[1]) : ""
+        }
+        return fields
+    }
+}

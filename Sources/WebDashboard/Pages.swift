@@ -1,0 +1,235 @@
+import Foundation
+import Queue
+
+/// The pages, rendered from the Queue admin API (the same calls `workerctl` makes). Each function runs on one of
+/// the `WorkersClient` threads with a borrowed connection, so it may block; it returns finished HTML.
+struct Pages: Sendable {
+    let csrf: String
+
+    func dashboard(_ connection: RedisConnection, now: Double = Clock.now()) throws -> String {
+        let snapshot = try DashboardSnapshot.load(connection, now: now)
+        let stats = snapshot.stats
+        let counters: [(String, Int, String?)] = [
+            ("Processed", stats.processed, nil), ("Failed", stats.failed, nil), ("Busy", stats.busy, "/jobs/busy"),
+            ("Enqueued", stats.enqueued, "/jobs/enqueued"), ("Scheduled", stats.scheduled, "/jobs/scheduled"),
+            ("Retries", stats.retries, "/jobs/retry"), ("Dead", stats.dead, "/jobs/dead"),
+            ("Processes", stats.processes, "/processes"),
+        ]
+        let counterRow = HTML.table(counters.map(\.0), [counters.map { name, value, link in
+            let text = "<span class=\"num\" id=\"stat-\(name.lowercased())\">\(value)</span>"
+            return link.map { "<a href=\"\($0)\">\(text)</a>" } ?? text
+        }])
+        let queues = HTML.table(["Queue", "Size", "Latency", "Paused"], stats.queues.map { queue in
+            ["<a href=\"/jobs/enqueued?queue=\(HTML.urlComponent(queue.name))\">\(HTML.escape(queue.name))</a>",
+             "\(queue.size)", HTML.duration(queue.latency), queue.paused ? "paused" : ""]
+        })
+        let history = try History.load(connection, days: 14, now: now)
+        let failures = HTML.table(["Failed at", "Class", "Queue", "Error"], snapshot.recentFailures.map { record in
+            [HTML.time(DashboardSnapshot.failureTime(record)), jobLink(record), HTML.escape(record.queue),
+             HTML.escape("\(record.errorClass ?? ""): \(record.errorMessage ?? "")")]
+        })
+        return HTML.page(title: "Dashboard", body: """
+            <p class="muted">Today (\(HTML.escape(stats.day)) UTC): \(stats.processedToday) processed, \(stats.failedToday) failed.
+            Redis \(HTML.escape(stats.redis.version)), \(HTML.escape(stats.redis.usedMemoryHuman)) used. This page reloads every 5 s.</p>
+            \(counterRow)
+            <h2>Processed and failed per day (last 14 days, UTC)</h2>
+            \(history.svg())
+            <h2>Queues</h2>\(queues)
+            <h2>Latest failures</h2>\(failures)
+            """, refresh: 5)
+    }
+
+    func queues(_ connection: RedisConnection) throws -> String {
+        let rows = try QueueAdmin.list(connection).map { queue -> [String] in
+            let path = "/queues/\(HTML.urlComponent(queue.name))"
+            return ["<a href=\"/jobs/enqueued?queue=\(HTML.urlComponent(queue.name))\">\(HTML.escape(queue.name))</a>",
+                    "\(queue.size)", HTML.duration(queue.latency), queue.paused ? "paused" : "",
+                    (queue.paused ? HTML.button("Resume", action: path + "/resume", csrf: csrf)
+                                  : HTML.button("Pause", action: path + "/pause", csrf: csrf))
+                    + HTML.button("Clear", action: path + "/clear", csrf: csrf, confirm: "Delete every job of this queue?")]
+        }
+        return HTML.page(title: "Queues", body: rows.isEmpty ? "<p>No queues.</p>"
+                         : HTML.table(["Queue", "Size", "Latency", "Paused", ""], rows, id: "queues"))
+    }
+
+    func jobs(_ connection: RedisConnection, state: JobState, filter: JobFilter, page: PageRequest) throws -> String {
+        let listing = try JobAdmin(connection: connection).list(state, filter: filter, page: page)
+        let actions = JobAction.allCases.filter { $0.allowedStates.contains(state) }
+        let rows = listing.items.map { record -> [String] in
+            var cells = [jobLink(record), HTML.escape(record.queue), HTML.escape(argsText(record))]
+            switch state {
+            case .scheduled: cells.append(HTML.time(record.score))
+            case .retry, .dead: cells += [HTML.time(record.lastFailureAt ?? record.score), "\(record.retryCount ?? 0)",
+                                          HTML.escape("\(record.errorClass ?? ""): \(record.errorMessage ?? "")")]
+            case .enqueued: cells.append(HTML.time(record.enqueuedAt))
+            case .busy: cells += [HTML.escape(record.work?.identity ?? ""), HTML.time(record.work?.runAt)]
+            }
+            if let jid = record.jid {
+                cells.append(actions.map {
+                    HTML.button($0.rawValue.capitalized, action: "/job/\(HTML.urlComponent(jid))/\($0.rawValue)", csrf: csrf,
+                                fields: [("state", state.rawValue)])
+                }.joined())
+            } else {
+                cells.append("<span class=\"muted\">\(HTML.escape(record.invalidReason ?? "not a job"))</span>")
+            }
+            return cells
+        }
+        var headers = ["Job", "Queue", "Arguments"]
+        switch state {
+        case .scheduled: headers.append("Runs at")
+        case .retry, .dead: headers += ["Failed at", "Retries", "Error"]
+        case .enqueued: headers.append("Enqueued at")
+        case .busy: headers += ["Process", "Started"]
+        }
+        headers.append("")
+        let query = [("queue", filter.queue), ("class", filter.className), ("q", filter.grep)]
+            .compactMap { name, value in value.map { "\(name)=\(HTML.urlComponent($0))" } }.joined(separator: "&")
+        let filterForm = """
+            <form method="get" action="/jobs/\(state.rawValue)">
+            <input name="queue" placeholder="queue" value="\(HTML.escape(filter.queue ?? ""))">
+            <input name="class" placeholder="class" value="\(HTML.escape(filter.className ?? ""))">
+            <input name="q" placeholder="text in the job" value="\(HTML.escape(filter.grep ?? ""))">
+            <button>Filter</button></form>
+            """
+        let bulk = actions.filter { $0 != .kill || state != .enqueued }.map {
+            HTML.button("\($0.rawValue.capitalized) all \(listing.total)", action: "/jobs/\(state.rawValue)/all/\($0.rawValue)",
+                        csrf: csrf, fields: [("queue", filter.queue ?? ""), ("class", filter.className ?? ""),
+                                             ("q", filter.grep ?? "")],
+                        confirm: "\($0.rawValue) every \(state.rawValue) job matching the filter?")
+        }.joined()
+        let pages = max(1, (listing.total + page.size - 1) / page.size)
+        let pager = (page.number > 1 ? "<a href=\"?\(query)&page=\(page.number - 1)\">← newer</a> " : "")
+            + "page \(page.number) of \(pages)"
+            + (page.number < pages ? " <a href=\"?\(query)&page=\(page.number + 1)\">older →</a>" : "")
+        return HTML.page(title: "\(state.rawValue.capitalized) jobs (\(listing.total))", body: """
+            \(filterForm)
+            \(listing.total > 0 && state != .busy ? "<p>\(bulk)</p>" : "")
+            \(rows.isEmpty ? "<p>No jobs.</p>" : HTML.table(headers, rows, id: "jobs"))
+            <p>\(pager)</p>
+            """)
+    }
+
+    func job(_ connection: RedisConnection, jid: String) throws -> String? {
+        try JobAdmin.validate(jid: jid)
+        let records = try JobAdmin(connection: connection).find(jid: jid)
+        if records.isEmpty { return nil }
+        let sections = records.map { record -> String in
+            let actions = JobAction.allCases.filter { $0.allowedStates.contains(record.state) }.map {
+                HTML.button($0.rawValue.capitalized, action: "/job/\(HTML.urlComponent(jid))/\($0.rawValue)", csrf: csrf,
+                            fields: [("state", record.state.rawValue)])
+            }.joined()
+            let fields = (record.item ?? [:]).keys.sorted().filter { $0 != "error_backtrace" }.map { key in
+                [HTML.escape(key), "<code>\(HTML.escape(record.item?[key]?.serialized() ?? ""))</code>"]
+            }
+            var backtrace = ""
+            if let payload = record.payload {
+                switch Result(catching: { () throws(BacktraceError) -> [String]? in try Backtrace.lines(of: payload) }) {
+                case .success(let lines?): backtrace = "<h3>Backtrace</h3><pre>\(HTML.escape(lines.joined(separator: "\n")))</pre>"
+                case .success(nil): break
+                case .failure(let error): backtrace = "<p class=\"muted\">Backtrace unreadable: \(HTML.escape(error.description))</p>"
+                }
+            }
+            return """
+                <h2>\(HTML.escape(record.location))</h2>
+                <p>\(actions)</p>
+                \(HTML.table(["Field", "Value"], fields, id: "record"))
+                \(backtrace)
+                <h3>Raw</h3><pre>\(HTML.escape(record.rawText))</pre>
+                """
+        }
+        return HTML.page(title: "Job \(jid)", body: sections.joined(separator: "\n"))
+    }
+
+    func search(_ connection: RedisConnection, text: String) throws -> String {
+        let admin = JobAdmin(connection: connection)
+        var records: [JobRecord] = []
+        if (try? JobAdmin.validate(jid: text)) != nil { records = try admin.find(jid: text) }
+        if records.isEmpty, !text.isEmpty {
+            let firstPage = try PageRequest(number: 1, size: 50)
+            for state in [JobState.enqueued, .scheduled, .retry, .dead, .busy] {
+                let byClass = try admin.list(state, filter: JobFilter(className: text), page: firstPage).items
+                records += byClass.isEmpty ? try admin.list(state, filter: JobFilter(grep: text), page: firstPage).items : byClass
+            }
+        }
+        let rows = records.map { [jobLink($0), HTML.escape($0.location), HTML.escape(argsText($0))] }
+        return HTML.page(title: "Search", body: """
+            <p>Jobs whose jid, class or text matches <code>\(HTML.escape(text))</code> (first 50 per state).</p>
+            \(rows.isEmpty ? "<p>No jobs.</p>" : HTML.table(["Job", "Where", "Arguments"], rows, id: "jobs"))
+            """)
+    }
+
+    func processes(_ connection: RedisConnection, now: Double = Clock.now()) throws -> String {
+        let rows = try ProcessRegistry.list(connection).map { process -> [String] in
+            let path = "/processes/\(HTML.urlComponent(process.identity))"
+            return [HTML.escape(process.identity), HTML.escape(process.queues.joined(separator: ", ")),
+                    "\(process.busy) / \(process.concurrency)", HTML.duration(max(0, now - process.beat)) + " ago",
+                    "\(process.rssKilobytes / 1024) MB", process.quiet ? "quiet" : "",
+                    HTML.button("Quiet", action: path + "/quiet", csrf: csrf)
+                    + HTML.button("Stop", action: path + "/stop", csrf: csrf, confirm: "Stop this process?")]
+        }
+        return HTML.page(title: "Processes", body: rows.isEmpty ? "<p>No live processes.</p>"
+                         : HTML.table(["Process", "Queues", "Busy", "Last beat", "RSS", "State", ""], rows, id: "processes"))
+    }
+
+    func limits(_ connection: RedisConnection) throws -> String {
+        let rows = try LimitAdmin.list(connection).map { limit in
+            [HTML.escape(limit.name), HTML.escape(limit.key), limit.kind.rawValue, "\(limit.max)",
+             HTML.duration(limit.periodSeconds), String(format: "%.2f", limit.used), HTML.duration(limit.resetsInSeconds)]
+        }
+        return HTML.page(title: "Limits", body: rows.isEmpty ? "<p>No limits declared.</p>"
+                         : HTML.table(["Limit", "Key", "Kind", "Max", "Period", "Used", "Resets in"], rows, id: "limits"))
+    }
+
+    func uniqueLocks(_ connection: RedisConnection) throws -> String {
+        let admin = UniqueAdmin(connection: connection)
+        let rows = try admin.list().map { info in
+            ["<a href=\"/job/\(HTML.urlComponent(info.jid))\">\(HTML.escape(info.jid))</a>", HTML.escape(info.className ?? ""),
+             HTML.escape(info.queue ?? ""), HTML.escape(info.until ?? ""), info.ttl.map(HTML.duration) ?? "",
+             info.ownerRecordMatches ? "" : "owner record missing"]
+        }
+        return HTML.page(title: "Unique locks", body: """
+            <p>\(try admin.droppedCount()) duplicates dropped at fetch so far.</p>
+            \(rows.isEmpty ? "<p>No unique locks held.</p>" : HTML.table(["Held by", "Class", "Queue", "Until", "Expires in", ""], rows, id: "unique"))
+            """)
+    }
+
+    private func jobLink(_ record: JobRecord) -> String {
+        let name = HTML.escape(record.displayClass ?? "(no class)")
+        guard let jid = record.jid else { return name }
+        return "<a href=\"/job/\(HTML.urlComponent(jid))\">\(name)</a> <span class=\"muted\">\(HTML.escape(jid))</span>"
+    }
+
+    private func argsText(_ record: JobRecord) -> String {
+        let text = JSONValue.array(record.args ?? []).serialized()
+        return text.count > 200 ? String(text.prefix(200)) + "…" : text
+    }
+}
+
+/// Sidekiq's daily counters (`stat:processed:YYYY-MM-DD`, `stat:failed:YYYY-MM-DD`), as Sidekiq's own history
+/// graph reads them.
+struct History {
+    var days: [(day: String, processed: Int, failed: Int)]
+
+    static func load(_ connection: RedisConnection, days count: Int, now: Double) throws -> History {
+        let days = (0..<count).reversed().map { Clock.utcDay(now - Double($0) * 86400) }
+        let keys = days.flatMap { ["stat:processed:\($0)", "stat:failed:\($0)"] }
+        let values = try connection.send(["MGET"] + keys).array ?? []
+        func number(_ index: Int) -> Int { index < values.count ? Int(values[index].string ?? "") ?? 0 : 0 }
+        return History(days: days.enumerated().map { ($0.element, number(2 * $0.offset), number(2 * $0.offset + 1)) })
+    }
+
+    /// Two bars a day (processed grey, failed red), scaled to the largest day; day labels under them.
+    func svg() -> String {
+        let top = max(1, days.map { max($0.processed, $0.failed) }.max() ?? 1)
+        let width = 40, height = 120
+        var parts: [String] = []
+        for (index, day) in days.enumerated() {
+            let x = index * width + 4
+            let processed = day.processed * height / top, failed = day.failed * height / top
+            parts.append("<rect x=\"\(x)\" y=\"\(height - processed)\" width=\"16\" height=\"\(processed)\" fill=\"#888\"><title>\(HTML.escape(day.day)): \(day.processed) processed</title></rect>")
+            parts.append("<rect x=\"\(x + 17)\" y=\"\(height - failed)\" width=\"16\" height=\"\(failed)\" fill=\"#c33\"><title>\(HTML.escape(day.day)): \(day.failed) failed</title></rect>")
+            parts.append("<text x=\"\(x)\" y=\"\(height + 14)\" font-size=\"9\">\(HTML.escape(String(day.day.suffix(5))))</text>")
+        }
+        return "<svg id=\"history\" width=\"\(days.count * width + 8)\" height=\"\(height + 20)\" role=\"img\">\(parts.joined())</svg>"
+    }
+}

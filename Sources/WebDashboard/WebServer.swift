@@ -1,0 +1,192 @@
+import Foundation
+import Hummingbird
+import Logging
+import Queue
+import WorkersClient
+
+/// What `workerctl web` serves and where.
+public struct WebConfiguration: Sendable {
+    public var host: String
+    /// 0 picks a free port (logged as `web_url`).
+    public var port: Int
+    public var redisURL: String
+    /// The token or password every request must carry (required for a host other than loopback).
+    public var credential: String?
+
+    public init(host: String = "127.0.0.1", port: Int = 9292, redisURL: String, credential: String? = nil) {
+        self.host = host
+        self.port = port
+        self.redisURL = redisURL
+        self.credential = credential
+    }
+
+    /// Loopback hosts: the only ones served without a credential.
+    public static func isLoopback(_ host: String) -> Bool {
+        host == "127.0.0.1" || host == "::1" || host == "localhost" || host.hasPrefix("127.")
+    }
+
+    /// Refuses a host other than loopback without a credential, and an empty credential.
+    public func validate() throws(WebError) {
+        if let credential, credential.isEmpty { throw .emptyCredential }
+        if credential == nil, !Self.isLoopback(host) { throw .credentialRequired(host: host) }
+    }
+}
+
+public enum WebError: Error, Sendable, CustomStringConvertible, Equatable {
+    case credentialRequired(host: String)
+    case emptyCredential
+
+    public var description: String {
+        switch self {
+        case .credentialRequired(let host):
+            return "refusing to serve on \(host) without a credential: set WORKERCTL_WEB_TOKEN or --password-file (only loopback is served without one)"
+        case .emptyCredential: return "the web credential is empty"
+        }
+    }
+}
+
+/// `workerctl web`: the operator dashboard (docs/web.md). HTTP on Hummingbird 2; every page and action calls the
+/// Queue admin API (the same calls as `workerctl`) on the `WorkersClient`'s own threads, never on the event loop.
+/// GET never changes state; every change is a POST carrying the CSRF token (`WebSecurity`).
+public enum WebServer {
+    /// Serves until SIGINT/SIGTERM. Logs `web_url` once listening.
+    public static func run(_ configuration: WebConfiguration, logger: Logger) async throws {
+        try configuration.validate()
+        let client = try WorkersClient(url: configuration.redisURL, maxConnections: 4)
+        defer { client.shutdown() }
+        let security = WebSecurity(credential: configuration.credential)
+        let router = makeRouter(client: client, security: security)
+        let host = configuration.host
+        let app = Application(router: router,
+                              configuration: .init(address: .hostname(host, port: configuration.port)),
+                              onServerRunning: { channel in
+                                  let port = channel.localAddress?.port ?? configuration.port
+                                  logger.notice("web dashboard listening",
+                                                metadata: ["web_url": "http://\(host.contains(":") ? "[\(host)]" : host):\(port)/"])
+                              },
+                              logger: logger)
+        try await app.runService()
+    }
+
+    static func makeRouter(client: WorkersClient, security: WebSecurity) -> Router<BasicRequestContext> {
+        let router = Router()
+        router.add(middleware: CredentialMiddleware(security: security))
+        let pages = Pages(csrf: security.csrfToken)
+
+        @Sendable func html(_ render: @escaping @Sendable (RedisConnection) throws -> String?) async throws -> Response {
+            guard let page = try await client.withConnection(render) else {
+                return htmlResponse(HTML.page(title: "Not found", body: "<p>Nothing here.</p>"), status: .notFound)
+            }
+            return htmlResponse(page)
+        }
+
+        router.get("/") { _, _ in try await html { try pages.dashboard($0) } }
+        router.get("/queues") { _, _ in try await html { try pages.queues($0) } }
+        router.get("/processes") { _, _ in try await html { try pages.processes($0) } }
+        router.get("/limits") { _, _ in try await html { try pages.limits($0) } }
+        router.get("/unique") { _, _ in try await html { try pages.uniqueLocks($0) } }
+        router.get("/search") { request, _ in
+            let text = request.uri.queryParameters.get("q") ?? ""
+            return try await html { try pages.search($0, text: text) }
+        }
+        router.get("/jobs/:state") { request, context in
+            guard let state = JobState(name: try context.parameters.require("state")) else { throw HTTPError(.notFound) }
+            let query = request.uri.queryParameters
+            let filter = JobFilter(queue: nonEmpty(query.get("queue")), className: nonEmpty(query.get("class")),
+                                   grep: nonEmpty(query.get("q")))
+            let page = try PageRequest(number: query.get("page").flatMap(Int.init) ?? 1, size: 25)
+            return try await html { try pages.jobs($0, state: state, filter: filter, page: page) }
+        }
+        router.get("/job/:jid") { _, context in
+            let jid = try context.parameters.require("jid")
+            return try await html { try pages.job($0, jid: jid) }
+        }
+
+        // State changes: POST with the CSRF token; then back to the page the operator came from.
+        router.post("/queues/:name/:action") { request, context in
+            let form = try await verifiedForm(request, context: context, security: security)
+            let name = try context.parameters.require("name")
+            let action = try context.parameters.require("action")
+            try await client.withConnection { connection in
+                switch action {
+                case "pause": _ = try QueueAdmin.pause(connection, name: name)
+                case "resume": _ = try QueueAdmin.resume(connection, name: name)
+                case "clear": _ = try QueueAdmin.clear(connection, name: name)
+                default: throw HTTPError(.notFound)
+                }
+            }
+            return redirect(form["back"] ?? "/queues")
+        }
+        router.post("/job/:jid/:action") { request, context in
+            let form = try await verifiedForm(request, context: context, security: security)
+            let jid = try context.parameters.require("jid")
+            guard let action = JobAction(rawValue: try context.parameters.require("action")) else { throw HTTPError(.notFound) }
+            let state = form["state"].flatMap { JobState(name: $0) }
+            try await client.withConnection { connection in
+                _ = try JobAdmin(connection: connection).perform(action, jid: jid, in: state.map { [$0] })
+            }
+            return redirect(state.map { "/jobs/\($0.rawValue)" } ?? "/")
+        }
+        router.post("/jobs/:state/all/:action") { request, context in
+            let form = try await verifiedForm(request, context: context, security: security)
+            guard let state = JobState(name: try context.parameters.require("state")),
+                  let action = JobAction(rawValue: try context.parameters.require("action")) else { throw HTTPError(.notFound) }
+            let filter = JobFilter(queue: nonEmpty(form["queue"]), className: nonEmpty(form["class"]), grep: nonEmpty(form["q"]))
+            try await client.withConnection { connection in
+                _ = try JobAdmin(connection: connection).performAll(action, state: state, filter: filter)
+            }
+            return redirect("/jobs/\(state.rawValue)")
+        }
+        router.post("/processes/:identity/:signal") { request, context in
+            _ = try await verifiedForm(request, context: context, security: security)
+            let identity = try context.parameters.require("identity")
+            let signal: ProcessAdmin.Signal
+            switch try context.parameters.require("signal") {
+            case "quiet": signal = .quiet
+            case "stop": signal = .stop
+            default: throw HTTPError(.notFound)
+            }
+            try await client.withConnection { _ = try ProcessAdmin.send(signal, to: identity, $0) }
+            return redirect("/processes")
+        }
+        return router
+    }
+
+    /// The POSTed form once its CSRF token is this process's; 403 otherwise (nothing is changed).
+    static func verifiedForm(_ request: Request, context: BasicRequestContext, security: WebSecurity) async throws -> [String: String] {
+        let body = try await request.body.collect(upTo: 64 * 1024)
+        let form = HTML.form(String(buffer: body))
+        guard security.acceptsCSRF(form["csrf"]) else {
+            throw HTTPError(.forbidden, message: "missing or wrong CSRF token: reload the page and try again")
+        }
+        return form
+    }
+
+    static func htmlResponse(_ html: String, status: HTTPResponse.Status = .ok) -> Response {
+        Response(status: status, headers: [.contentType: "text/html; charset=utf-8",
+                                           .init("X-Content-Type-Options")!: "nosniff",
+                                           .init("Content-Security-Policy")!: "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; frame-ancestors 'none'"],
+                 body: .init(byteBuffer: ByteBuffer(string: html)))
+    }
+
+    /// 303 to a path of this dashboard (only a local path is followed: no open redirect).
+    static func redirect(_ path: String) -> Response {
+        let target = path.hasPrefix("/") && !path.hasPrefix("//") ? path : "/"
+        return Response(status: .seeOther, headers: [.location: target])
+    }
+
+    static func nonEmpty(_ text: String?) -> String? { (text?.isEmpty ?? true) ? nil : text }
+}
+
+/// Refuses (401, with a Basic challenge so a browser asks) every request without the credential, when one is set.
+struct CredentialMiddleware: RouterMiddleware {
+    typealias Context = BasicRequestContext
+    let security: WebSecurity
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        guard security.authorizes(request.headers[.authorization]) else {
+            return Response(status: .unauthorized, headers: [.wwwAuthenticate: "Basic realm=\"workerctl web\", charset=\"UTF-8\""])
+        }
+        return try await next(request, context)
+    }
+}

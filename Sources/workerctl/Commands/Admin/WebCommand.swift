@@ -1,0 +1,56 @@
+import ArgumentParser
+import Foundation
+import Logging
+import WebDashboard
+
+/// `workerctl web`: serves the operator dashboard (docs/web.md). Parsing and the credential's source only; the
+/// server and its pages are in WebDashboard.
+struct WebCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "web",
+        abstract: "Serve the operator dashboard (queues, jobs, processes, limits, unique locks) over HTTP.",
+        discussion: """
+            Binds 127.0.0.1 by default. Any other host needs a credential: WORKERCTL_WEB_TOKEN or --password-file \
+            (every request must then carry it: Bearer token, or the password of HTTP Basic with any user name). \
+            Every change is a POST with the page's CSRF token.
+            """)
+
+    @OptionGroup var connection: ConnectionOptions
+    @Option(help: "Address to bind.") var host = "127.0.0.1"
+    @Option(help: "Port to listen on (0: any free port, printed as web_url).") var port = 9292
+    @Option(name: .customLong("password-file"), help: "File whose first line is the credential.") var passwordFile: String?
+
+    func run() throws {
+        let credential = try resolvedCredential()
+        let configuration = WebConfiguration(host: host, port: port, redisURL: try connection.resolvedURL(),
+                                             credential: credential)
+        do { try configuration.validate() } catch { throw CLIError.usage(error.description) }
+        let logger = Logger(label: "workerctl.web")
+        let finished = DispatchSemaphore(value: 0)
+        let failure = FailureBox()
+        Task {
+            do { try await WebServer.run(configuration, logger: logger) } catch { failure.set(error) }
+            finished.signal()
+        }
+        finished.wait()
+        if let error = failure.get() { throw CLIError.runtime("web dashboard stopped: \(error)") }
+    }
+
+    private func resolvedCredential() throws -> String? {
+        if let passwordFile {
+            guard let text = try? String(contentsOfFile: passwordFile, encoding: .utf8) else {
+                throw CLIError.usage("cannot read --password-file \(passwordFile)")
+            }
+            return text.split(separator: "\n", omittingEmptySubsequences: false).first.map(String.init) ?? ""
+        }
+        return ProcessInfo.processInfo.environment["WORKERCTL_WEB_TOKEN"]
+    }
+}
+
+/// The server task's error, handed to the command's thread (written once, read after the semaphore).
+private final class FailureBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var error: (any Error)?
+    func set(_ error: any Error) { lock.withLock { self.error = error } }
+    func get() -> (any Error)? { lock.withLock { error } }
+}
