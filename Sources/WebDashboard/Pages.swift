@@ -1,12 +1,28 @@
 import Foundation
 import Queue
 
-/// The pages, rendered from the Queue admin API (the same calls `workerctl` makes). Each function runs on one of
-/// the `WorkersClient` threads with a borrowed connection, so it may block; it returns finished HTML.
+/// What one page shows of one shard: its title and body (the server wraps it, one section per shard).
+struct Fragment: Sendable {
+    var title: String
+    var body: String
+    var refresh: Int? = nil
+}
+
+/// The pages of one shard, rendered from the Queue admin API (the same calls `workerctl` makes). Each function runs
+/// on one of that shard's `WorkersClient` threads with a borrowed connection, so it may block. Every form carries the
+/// CSRF token and the shard's index (`shard`), so the action goes to the Redis the job or queue was shown from.
 struct Pages: Sendable {
     let csrf: String
+    /// Index of the shard in the server's shard list (0 without sharding).
+    let shard: Int
 
-    func dashboard(_ connection: RedisConnection, now: Double = Clock.now()) throws -> String {
+    /// `HTML.button` with this shard's index among the hidden fields.
+    private func button(_ label: String, action: String, csrf: String, fields: [(String, String)] = [],
+                        confirm: String? = nil) -> String {
+        HTML.button(label, action: action, csrf: csrf, fields: [("shard", String(shard))] + fields, confirm: confirm)
+    }
+
+    func dashboard(_ connection: RedisConnection, now: Double = Clock.now()) throws -> Fragment {
         let snapshot = try DashboardSnapshot.load(connection, now: now)
         let stats = snapshot.stats
         let counters: [(String, Int, String?)] = [
@@ -28,7 +44,7 @@ struct Pages: Sendable {
             [HTML.time(DashboardSnapshot.failureTime(record)), jobLink(record), HTML.escape(record.queue),
              HTML.escape("\(record.errorClass ?? ""): \(record.errorMessage ?? "")")]
         })
-        return HTML.page(title: "Dashboard", body: """
+        return Fragment(title: "Dashboard", body: """
             <p class="muted">Today (\(HTML.escape(stats.day)) UTC): \(stats.processedToday) processed, \(stats.failedToday) failed.
             Redis \(HTML.escape(stats.redis.version)), \(HTML.escape(stats.redis.usedMemoryHuman)) used. This page reloads every 5 s.</p>
             \(counterRow)
@@ -39,20 +55,20 @@ struct Pages: Sendable {
             """, refresh: 5)
     }
 
-    func queues(_ connection: RedisConnection) throws -> String {
+    func queues(_ connection: RedisConnection) throws -> Fragment {
         let rows = try QueueAdmin.list(connection).map { queue -> [String] in
             let path = "/queues/\(HTML.urlComponent(queue.name))"
             return ["<a href=\"/jobs/enqueued?queue=\(HTML.urlComponent(queue.name))\">\(HTML.escape(queue.name))</a>",
                     "\(queue.size)", HTML.duration(queue.latency), queue.paused ? "paused" : "",
-                    (queue.paused ? HTML.button("Resume", action: path + "/resume", csrf: csrf)
-                                  : HTML.button("Pause", action: path + "/pause", csrf: csrf))
-                    + HTML.button("Clear", action: path + "/clear", csrf: csrf, confirm: "Delete every job of this queue?")]
+                    (queue.paused ? button("Resume", action: path + "/resume", csrf: csrf)
+                                  : button("Pause", action: path + "/pause", csrf: csrf))
+                    + button("Clear", action: path + "/clear", csrf: csrf, confirm: "Delete every job of this queue?")]
         }
-        return HTML.page(title: "Queues", body: rows.isEmpty ? "<p>No queues.</p>"
+        return Fragment(title: "Queues", body: rows.isEmpty ? "<p>No queues.</p>"
                          : HTML.table(["Queue", "Size", "Latency", "Paused", ""], rows, id: "queues"))
     }
 
-    func jobs(_ connection: RedisConnection, state: JobState, filter: JobFilter, page: PageRequest) throws -> String {
+    func jobs(_ connection: RedisConnection, state: JobState, filter: JobFilter, page: PageRequest) throws -> Fragment {
         let listing = try JobAdmin(connection: connection).list(state, filter: filter, page: page)
         let actions = JobAction.allCases.filter { $0.allowedStates.contains(state) }
         let rows = listing.items.map { record -> [String] in
@@ -66,7 +82,7 @@ struct Pages: Sendable {
             }
             if let jid = record.jid {
                 cells.append(actions.map {
-                    HTML.button($0.rawValue.capitalized, action: "/job/\(HTML.urlComponent(jid))/\($0.rawValue)", csrf: csrf,
+                    button($0.rawValue.capitalized, action: "/job/\(HTML.urlComponent(jid))/\($0.rawValue)", csrf: csrf,
                                 fields: [("state", state.rawValue)])
                 }.joined())
             } else {
@@ -92,7 +108,7 @@ struct Pages: Sendable {
             <button>Filter</button></form>
             """
         let bulk = actions.filter { $0 != .kill || state != .enqueued }.map {
-            HTML.button("\($0.rawValue.capitalized) all \(listing.total)", action: "/jobs/\(state.rawValue)/all/\($0.rawValue)",
+            button("\($0.rawValue.capitalized) all \(listing.total)", action: "/jobs/\(state.rawValue)/all/\($0.rawValue)",
                         csrf: csrf, fields: [("queue", filter.queue ?? ""), ("class", filter.className ?? ""),
                                              ("q", filter.grep ?? "")],
                         confirm: "\($0.rawValue) every \(state.rawValue) job matching the filter?")
@@ -101,7 +117,7 @@ struct Pages: Sendable {
         let pager = (page.number > 1 ? "<a href=\"?\(query)&page=\(page.number - 1)\">← newer</a> " : "")
             + "page \(page.number) of \(pages)"
             + (page.number < pages ? " <a href=\"?\(query)&page=\(page.number + 1)\">older →</a>" : "")
-        return HTML.page(title: "\(state.rawValue.capitalized) jobs (\(listing.total))", body: """
+        return Fragment(title: "\(state.rawValue.capitalized) jobs (\(listing.total))", body: """
             \(filterForm)
             \(listing.total > 0 && state != .busy ? "<p>\(bulk)</p>" : "")
             \(rows.isEmpty ? "<p>No jobs.</p>" : HTML.table(headers, rows, id: "jobs"))
@@ -109,13 +125,13 @@ struct Pages: Sendable {
             """)
     }
 
-    func job(_ connection: RedisConnection, jid: String) throws -> String? {
+    func job(_ connection: RedisConnection, jid: String) throws -> Fragment? {
         try JobAdmin.validate(jid: jid)
         let records = try JobAdmin(connection: connection).find(jid: jid)
         if records.isEmpty { return nil }
         let sections = records.map { record -> String in
             let actions = JobAction.allCases.filter { $0.allowedStates.contains(record.state) }.map {
-                HTML.button($0.rawValue.capitalized, action: "/job/\(HTML.urlComponent(jid))/\($0.rawValue)", csrf: csrf,
+                button($0.rawValue.capitalized, action: "/job/\(HTML.urlComponent(jid))/\($0.rawValue)", csrf: csrf,
                             fields: [("state", record.state.rawValue)])
             }.joined()
             let fields = (record.item ?? [:]).keys.sorted().filter { $0 != "error_backtrace" }.map { key in
@@ -137,10 +153,10 @@ struct Pages: Sendable {
                 <h3>Raw</h3><pre>\(HTML.escape(record.rawText))</pre>
                 """
         }
-        return HTML.page(title: "Job \(jid)", body: sections.joined(separator: "\n"))
+        return Fragment(title: "Job \(jid)", body: sections.joined(separator: "\n"))
     }
 
-    func search(_ connection: RedisConnection, text: String) throws -> String {
+    func search(_ connection: RedisConnection, text: String) throws -> Fragment {
         let admin = JobAdmin(connection: connection)
         var records: [JobRecord] = []
         if (try? JobAdmin.validate(jid: text)) != nil { records = try admin.find(jid: text) }
@@ -152,42 +168,42 @@ struct Pages: Sendable {
             }
         }
         let rows = records.map { [jobLink($0), HTML.escape($0.location), HTML.escape(argsText($0))] }
-        return HTML.page(title: "Search", body: """
+        return Fragment(title: "Search", body: """
             <p>Jobs whose jid, class or text matches <code>\(HTML.escape(text))</code> (first 50 per state).</p>
             \(rows.isEmpty ? "<p>No jobs.</p>" : HTML.table(["Job", "Where", "Arguments"], rows, id: "jobs"))
             """)
     }
 
-    func processes(_ connection: RedisConnection, now: Double = Clock.now()) throws -> String {
+    func processes(_ connection: RedisConnection, now: Double = Clock.now()) throws -> Fragment {
         let rows = try ProcessRegistry.list(connection).map { process -> [String] in
             let path = "/processes/\(HTML.urlComponent(process.identity))"
             return [HTML.escape(process.identity), HTML.escape(process.queues.joined(separator: ", ")),
                     "\(process.busy) / \(process.concurrency)", HTML.duration(max(0, now - process.beat)) + " ago",
                     "\(process.rssKilobytes / 1024) MB", process.quiet ? "quiet" : "",
-                    HTML.button("Quiet", action: path + "/quiet", csrf: csrf)
-                    + HTML.button("Stop", action: path + "/stop", csrf: csrf, confirm: "Stop this process?")]
+                    button("Quiet", action: path + "/quiet", csrf: csrf)
+                    + button("Stop", action: path + "/stop", csrf: csrf, confirm: "Stop this process?")]
         }
-        return HTML.page(title: "Processes", body: rows.isEmpty ? "<p>No live processes.</p>"
+        return Fragment(title: "Processes", body: rows.isEmpty ? "<p>No live processes.</p>"
                          : HTML.table(["Process", "Queues", "Busy", "Last beat", "RSS", "State", ""], rows, id: "processes"))
     }
 
-    func limits(_ connection: RedisConnection) throws -> String {
+    func limits(_ connection: RedisConnection) throws -> Fragment {
         let rows = try LimitAdmin.list(connection).map { limit in
             [HTML.escape(limit.name), HTML.escape(limit.key), limit.kind.rawValue, "\(limit.max)",
              HTML.duration(limit.periodSeconds), String(format: "%.2f", limit.used), HTML.duration(limit.resetsInSeconds)]
         }
-        return HTML.page(title: "Limits", body: rows.isEmpty ? "<p>No limits declared.</p>"
+        return Fragment(title: "Limits", body: rows.isEmpty ? "<p>No limits declared.</p>"
                          : HTML.table(["Limit", "Key", "Kind", "Max", "Period", "Used", "Resets in"], rows, id: "limits"))
     }
 
-    func uniqueLocks(_ connection: RedisConnection) throws -> String {
+    func uniqueLocks(_ connection: RedisConnection) throws -> Fragment {
         let admin = UniqueAdmin(connection: connection)
         let rows = try admin.list().map { info in
             ["<a href=\"/job/\(HTML.urlComponent(info.jid))\">\(HTML.escape(info.jid))</a>", HTML.escape(info.className ?? ""),
              HTML.escape(info.queue ?? ""), HTML.escape(info.until ?? ""), info.ttl.map(HTML.duration) ?? "",
              info.ownerRecordMatches ? "" : "owner record missing"]
         }
-        return HTML.page(title: "Unique locks", body: """
+        return Fragment(title: "Unique locks", body: """
             <p>\(try admin.droppedCount()) duplicates dropped at fetch so far.</p>
             \(rows.isEmpty ? "<p>No unique locks held.</p>" : HTML.table(["Held by", "Class", "Queue", "Until", "Expires in", ""], rows, id: "unique"))
             """)

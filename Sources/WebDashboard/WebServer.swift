@@ -9,14 +9,15 @@ public struct WebConfiguration: Sendable {
     public var host: String
     /// 0 picks a free port (logged as `web_url`).
     public var port: Int
-    public var redisURL: String
+    /// The Redis shards to show (docs/sharding.md); one shard without sharding.
+    public var shards: ShardMap
     /// The token or password every request must carry (required for a host other than loopback).
     public var credential: String?
 
-    public init(host: String = "127.0.0.1", port: Int = 9292, redisURL: String, credential: String? = nil) {
+    public init(host: String = "127.0.0.1", port: Int = 9292, shards: ShardMap, credential: String? = nil) {
         self.host = host
         self.port = port
-        self.redisURL = redisURL
+        self.shards = shards
         self.credential = credential
     }
 
@@ -52,10 +53,12 @@ public enum WebServer {
     /// Serves until SIGINT/SIGTERM. Logs `web_url` once listening.
     public static func run(_ configuration: WebConfiguration, logger: Logger) async throws {
         try configuration.validate()
-        let client = try WorkersClient(url: configuration.redisURL, maxConnections: 4)
-        defer { client.shutdown() }
+        let shards = configuration.shards.shards.map {
+            ShardClient(name: $0.name, label: $0.endpoint.description, client: WorkersClient(endpoint: $0.endpoint, maxConnections: 4))
+        }
+        defer { for shard in shards { shard.client.shutdown() } }
         let security = WebSecurity(credential: configuration.credential)
-        let router = makeRouter(client: client, security: security)
+        let router = makeRouter(shards: shards, security: security)
         let host = configuration.host
         let app = Application(router: router,
                               configuration: .init(address: .hostname(host, port: configuration.port)),
@@ -68,26 +71,53 @@ public enum WebServer {
         try await app.runService()
     }
 
-    static func makeRouter(client: WorkersClient, security: WebSecurity) -> Router<BasicRequestContext> {
+    /// One shard's name, its address for headings, and the client whose threads run its admin calls.
+    struct ShardClient: Sendable {
+        let name: String
+        let label: String
+        let client: WorkersClient
+    }
+
+    static func makeRouter(shards: [ShardClient], security: WebSecurity) -> Router<BasicRequestContext> {
         let router = Router()
         router.add(middleware: CredentialMiddleware(security: security))
-        let pages = Pages(csrf: security.csrfToken)
 
-        @Sendable func html(_ render: @escaping @Sendable (RedisConnection) throws -> String?) async throws -> Response {
-            guard let page = try await client.withConnection(render) else {
+        /// Renders `render` on every shard and shows them together: one section per shard, headed with its name and
+        /// address, when there are several (docs/sharding.md); the page as it is with one. 404 when no shard has it.
+        @Sendable func html(_ render: @escaping @Sendable (Pages, RedisConnection) throws -> Fragment?) async throws -> Response {
+            var fragments: [(ShardClient, Fragment)] = []
+            for (index, shard) in shards.enumerated() {
+                let pages = Pages(csrf: security.csrfToken, shard: index)
+                if let fragment = try await shard.client.withConnection({ try render(pages, $0) }) { fragments.append((shard, fragment)) }
+            }
+            guard let first = fragments.first?.1 else {
                 return htmlResponse(HTML.page(title: "Not found", body: "<p>Nothing here.</p>"), status: .notFound)
             }
-            return htmlResponse(page)
+            if shards.count == 1 { return htmlResponse(HTML.page(title: first.title, body: first.body, refresh: first.refresh)) }
+            let title = first.title.replacing(/\s\(\d+\)$/, with: "")
+            let body = fragments.map { shard, fragment in
+                "<section class=\"shard\"><h2>Shard \(HTML.escape(shard.name)) <span class=\"muted\">\(HTML.escape(shard.label))</span></h2>"
+                    + "<p class=\"muted\">\(HTML.escape(fragment.title))</p>\(fragment.body)</section>"
+            }.joined(separator: "\n")
+            return htmlResponse(HTML.page(title: title, body: body, refresh: first.refresh))
         }
 
-        router.get("/") { _, _ in try await html { try pages.dashboard($0) } }
-        router.get("/queues") { _, _ in try await html { try pages.queues($0) } }
-        router.get("/processes") { _, _ in try await html { try pages.processes($0) } }
-        router.get("/limits") { _, _ in try await html { try pages.limits($0) } }
-        router.get("/unique") { _, _ in try await html { try pages.uniqueLocks($0) } }
+        /// The client of the shard a form names (`shard`, the index its page rendered it with).
+        @Sendable func client(_ form: [String: String]) throws -> WorkersClient {
+            guard let index = Int(form["shard"] ?? "0"), shards.indices.contains(index) else {
+                throw HTTPError(.badRequest, message: "unknown shard")
+            }
+            return shards[index].client
+        }
+
+        router.get("/") { _, _ in try await html { try $0.dashboard($1) } }
+        router.get("/queues") { _, _ in try await html { try $0.queues($1) } }
+        router.get("/processes") { _, _ in try await html { try $0.processes($1) } }
+        router.get("/limits") { _, _ in try await html { try $0.limits($1) } }
+        router.get("/unique") { _, _ in try await html { try $0.uniqueLocks($1) } }
         router.get("/search") { request, _ in
             let text = request.uri.queryParameters.get("q") ?? ""
-            return try await html { try pages.search($0, text: text) }
+            return try await html { try $0.search($1, text: text) }
         }
         router.get("/jobs/:state") { request, context in
             guard let state = JobState(name: try context.parameters.require("state")) else { throw HTTPError(.notFound) }
@@ -95,11 +125,11 @@ public enum WebServer {
             let filter = JobFilter(queue: nonEmpty(query.get("queue")), className: nonEmpty(query.get("class")),
                                    grep: nonEmpty(query.get("q")))
             let page = try PageRequest(number: query.get("page").flatMap(Int.init) ?? 1, size: 25)
-            return try await html { try pages.jobs($0, state: state, filter: filter, page: page) }
+            return try await html { try $0.jobs($1, state: state, filter: filter, page: page) }
         }
         router.get("/job/:jid") { _, context in
             let jid = try context.parameters.require("jid")
-            return try await html { try pages.job($0, jid: jid) }
+            return try await html { try $0.job($1, jid: jid) }
         }
 
         // State changes: POST with the CSRF token; then back to the page the operator came from.
@@ -107,7 +137,7 @@ public enum WebServer {
             let form = try await verifiedForm(request, context: context, security: security)
             let name = try context.parameters.require("name")
             let action = try context.parameters.require("action")
-            try await client.withConnection { connection in
+            try await client(form).withConnection { connection in
                 switch action {
                 case "pause": _ = try QueueAdmin.pause(connection, name: name)
                 case "resume": _ = try QueueAdmin.resume(connection, name: name)
@@ -122,7 +152,7 @@ public enum WebServer {
             let jid = try context.parameters.require("jid")
             guard let action = JobAction(rawValue: try context.parameters.require("action")) else { throw HTTPError(.notFound) }
             let state = form["state"].flatMap { JobState(name: $0) }
-            try await client.withConnection { connection in
+            try await client(form).withConnection { connection in
                 _ = try JobAdmin(connection: connection).perform(action, jid: jid, in: state.map { [$0] })
             }
             return redirect(state.map { "/jobs/\($0.rawValue)" } ?? "/")
@@ -132,13 +162,13 @@ public enum WebServer {
             guard let state = JobState(name: try context.parameters.require("state")),
                   let action = JobAction(rawValue: try context.parameters.require("action")) else { throw HTTPError(.notFound) }
             let filter = JobFilter(queue: nonEmpty(form["queue"]), className: nonEmpty(form["class"]), grep: nonEmpty(form["q"]))
-            try await client.withConnection { connection in
+            try await client(form).withConnection { connection in
                 _ = try JobAdmin(connection: connection).performAll(action, state: state, filter: filter)
             }
             return redirect("/jobs/\(state.rawValue)")
         }
         router.post("/processes/:identity/:signal") { request, context in
-            _ = try await verifiedForm(request, context: context, security: security)
+            let form = try await verifiedForm(request, context: context, security: security)
             let identity = try context.parameters.require("identity")
             let signal: ProcessAdmin.Signal
             switch try context.parameters.require("signal") {
@@ -146,7 +176,7 @@ public enum WebServer {
             case "stop": signal = .stop
             default: throw HTTPError(.notFound)
             }
-            try await client.withConnection { _ = try ProcessAdmin.send(signal, to: identity, $0) }
+            try await client(form).withConnection { _ = try ProcessAdmin.send(signal, to: identity, $0) }
             return redirect("/processes")
         }
         return router

@@ -113,6 +113,35 @@ final class WebDashboardTests: XCTestCase {
                        "the credential is checked before anything else")
     }
 
+    /// With two shards (REDIS_SHARDS / QUEUE_SHARDS, docs/sharding.md) every page shows both, each in a section headed
+    /// with its name; an action from a shard's section goes to that shard's Redis.
+    func testEveryShardIsShownAndActedOnWhereItsJobLives() throws {
+        let redis = try TestRedis(database: 121)
+        let other = try TestRedis(database: 122)
+        try redis.client.enqueue(NewJob("Noop", args: [1], queue: "alpha"))
+        try other.client.enqueue(NewJob("Noop", args: [2], queue: "beta"))
+        let deadOnB = try deadJob(other, className: "OnShardB", args: [3], message: "boom on b")
+        let base = try startServer(redis, environment: ["REDIS_SHARDS": "b=\(other.url)", "QUEUE_SHARDS": "beta=b"])
+        let queues = try http(base + "queues").body
+        XCTAssertTrue(queues.contains("Shard default") && queues.contains("Shard b"), queues)
+        XCTAssertTrue(queues.contains(">alpha<") && queues.contains(">beta<"), queues)
+        let dashboard = try http(base).body
+        XCTAssertTrue(dashboard.contains("Shard default") && dashboard.contains("Shard b"), dashboard)
+        let dead = try http(base + "jobs/dead").body
+        XCTAssertTrue(dead.contains("OnShardB"), dead)
+        XCTAssertTrue(dead.contains("name=\"shard\" value=\"1\""), "the form names shard b")
+        XCTAssertTrue(try http(base + "job/\(deadOnB)").body.contains("boom on b"))
+
+        let token = try XCTUnwrap(dead.firstMatch(of: /name="csrf" value="([0-9a-f]{64})"/).map { String($0.1) })
+        let deleted = try http(base + "job/\(deadOnB)/delete", method: "POST", form: ["state": "dead", "shard": "1", "csrf": token])
+        XCTAssertEqual(deleted.status, 303, deleted.body)
+        XCTAssertEqual(try other.int("ZCARD", Keys.dead), 0, "deleted on shard b")
+        let paused = try http(base + "queues/beta/pause", method: "POST", form: ["shard": "1", "csrf": token])
+        XCTAssertEqual(paused.status, 303)
+        XCTAssertEqual(try other.int("SISMEMBER", "paused", "beta"), 1, "paused on shard b")
+        XCTAssertEqual(try redis.int("EXISTS", "paused"), 0, "nothing written on the default shard")
+    }
+
     /// Headless Chromium loads every page, then retries one dead job and deletes another by submitting the page's
     /// own forms (with the CSRF field the page holds); Redis shows the moves.
     func testInChromiumEveryPageLoadsAndRetryAndDeleteWorkFromThePage() throws {

@@ -8,7 +8,7 @@ import WebDashboard
 struct WebCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "web",
-        abstract: "Serve the operator dashboard (queues, jobs, processes, limits, unique locks) over HTTP.",
+        abstract: "Serve the operator dashboard (queues, jobs, processes, limits, unique locks; every shard) over HTTP.",
         discussion: """
             Binds 127.0.0.1 by default. Any other host needs a credential: WORKERCTL_WEB_TOKEN or --password-file \
             (every request must then carry it: Bearer token, or the password of HTTP Basic with any user name). \
@@ -22,8 +22,8 @@ struct WebCommand: ParsableCommand {
 
     func run() throws {
         let credential = try resolvedCredential()
-        let configuration = WebConfiguration(host: host, port: port, redisURL: try connection.resolvedURL(),
-                                             credential: credential)
+        // Several shards (REDIS_SHARDS / QUEUE_SHARDS or the config file): every page shows each of them.
+        let configuration = WebConfiguration(host: host, port: port, shards: try connection.shardMap(), credential: credential)
         do { try configuration.validate() } catch { throw CLIError.usage(error.description) }
         let logger = Logger(label: "workerctl.web")
         let finished = DispatchSemaphore(value: 0)
