@@ -81,6 +81,7 @@ public enum WebServer {
     static func makeRouter(shards: [ShardClient], security: WebSecurity) -> Router<BasicRequestContext> {
         let router = Router()
         router.add(middleware: CredentialMiddleware(security: security))
+        router.add(middleware: AdminErrorMiddleware())
 
         /// Renders `render` on every shard and shows them together: one section per shard, headed with its name and
         /// address, when there are several (docs/sharding.md); the page as it is with one. 404 when no shard has it.
@@ -218,5 +219,26 @@ struct CredentialMiddleware: RouterMiddleware {
             return Response(status: .unauthorized, headers: [.wwwAuthenticate: "Basic realm=\"workerctl web\", charset=\"UTF-8\""])
         }
         return try await next(request, context)
+    }
+}
+
+/// An admin API refusal (no such job or process, an action its state does not allow, a job gone meanwhile) as a page
+/// saying why — 404 for "not found", 409 otherwise — instead of a bare 500. The message is escaped like any text.
+struct AdminErrorMiddleware: RouterMiddleware {
+    typealias Context = BasicRequestContext
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let error as AdminError {
+            let status: HTTPResponse.Status
+            switch error {
+            case .jobNotFound, .processNotFound: status = .notFound
+            case .invalidArgument: status = .badRequest
+            default: status = .conflict
+            }
+            return WebServer.htmlResponse(HTML.page(title: "Not done", body: "<p>\(HTML.escape(error.description))</p>"),
+                                          status: status)
+        }
     }
 }

@@ -91,9 +91,13 @@ final class WebDashboardTests: XCTestCase {
         let queueClear = try http(base + "queues/default/clear", method: "POST", form: ["csrf": "nope"])
         XCTAssertEqual(queueClear.status, 403)
 
-        let accepted = try http(base + "job/\(jid)/delete", method: "POST", form: ["state": "dead", "csrf": try csrfToken(base)])
+        let token = try csrfToken(base)
+        let accepted = try http(base + "job/\(jid)/delete", method: "POST", form: ["state": "dead", "csrf": token])
         XCTAssertEqual(accepted.status, 303, accepted.body)
         XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)
+        // The same action again: the job is gone, said as such (404), not a server error.
+        let again = try http(base + "job/\(jid)/delete", method: "POST", form: ["state": "dead", "csrf": token])
+        XCTAssertEqual(again.status, 404, again.body)
     }
 
     func testOnlyLoopbackIsServedWithoutACredential() throws {
