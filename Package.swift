@@ -79,7 +79,7 @@ let package = Package(
 
         // The operator web dashboard (`workerctl web`, docs/web.md): HTML pages over the Queue admin API, run on
         // WorkersClient's threads; HTTP, HTML escaping and the CSRF/credential checks are all it adds.
-        .target(name: "WebDashboard", dependencies: ["Queue", "WorkersClient",
+        .target(name: "WebDashboard", dependencies: ["Queue", "WorkersClient", "Outbox", "Storage",
                                                      .product(name: "Hummingbird", package: "hummingbird"),
                                                      .product(name: "Logging", package: "swift-log")]),
 
@@ -110,7 +110,7 @@ let package = Package(
                                                       .product(name: "SwiftASN1", package: "swift-asn1")]),
         .testTarget(name: "WorkerctlTests", dependencies: ["Queue", "Storage", "TestSupport"]),
         .testTarget(name: "WorkersClientTests", dependencies: ["WorkersClient", "TestSupport"]),
-        .testTarget(name: "WebDashboardTests", dependencies: ["WebDashboard", "Queue", "TestSupport"]),
+        .testTarget(name: "WebDashboardTests", dependencies: ["WebDashboard", "Queue", "Storage", "TestSupport"]),
         .testTarget(name: "OutboxTests", dependencies: ["Outbox", "BenchJobs", "Queue", "Storage", "TestSupport"]),
     ]
 )

@@ -31,6 +31,15 @@ public enum Keys {
     public static func statProcessed(day: String) -> String { "stat:processed:" + day }
     public static func statFailed(day: String) -> String { "stat:failed:" + day }
 
+    /// HASH of one UTC day's runs per minute: field = minute of the day (`0`…`1439`), value = runs counted in it.
+    /// Written by the settle script next to the daily counters (same "counted once" rule), kept
+    /// `minutelyRetention` seconds; read by `Throughput` (the dashboard's last-hour and last-day graphs).
+    /// Ours: Sidekiq 6 keeps no per-minute history and ignores these keys.
+    public static func statMinutelyProcessed(day: String) -> String { "stat:minutely:processed:" + day }
+    public static func statMinutelyFailed(day: String) -> String { "stat:minutely:failed:" + day }
+    /// Three days, so that "the last 24 hours" is always whole.
+    public static let minutelyRetention = 259_200
+
     /// LIST of jobs a process has fetched from `queue` and not yet acknowledged.
     public static func working(queue: String, identity: String) -> String {
         "working:queue:\(queue):\(identity)"

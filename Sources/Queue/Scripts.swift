@@ -38,7 +38,7 @@ enum Scripts {
     /// `drop` (remove without a trace: `retry: false`), `schedule` (ZADD schedule target payload: over a
     /// limit, docs/limiters.md). `counts` is `RunCounts.rawValue`
     /// (1 processed, 2 failed, 3 both). Invariant: a run moves `stat:processed` / `stat:failed`
-    /// (and the daily keys) only if this call's LREM removed its job, so a batch sent again after
+    /// (and the daily keys, and the per-minute hashes `Keys.statMinutely*`: minute of `now`) only if this call's LREM removed its job, so a batch sent again after
     /// a lost reply counts nothing twice. The same holds for batch jobs (`BatchScripts`): a settled
     /// job carrying a `bid` is counted for its batch here, in the same call (ack = success, retry =
     /// failure, dead / drop = finished without success). `unique jid` ('' if none) is the jid of a job
@@ -97,15 +97,20 @@ enum Scripts {
           redis.call('ZREMRANGEBYSCORE', 'dead', '-inf', tonumber(now) - deadTimeout)
           redis.call('ZREMRANGEBYRANK', 'dead', 0, -(deadMax + 1))
         end
+        local minute = math.floor(tonumber(now) / 60) % 1440
         if processed > 0 then
           redis.call('INCRBY', 'stat:processed', processed)
           redis.call('INCRBY', 'stat:processed:' .. day, processed)
           redis.call('EXPIRE', 'stat:processed:' .. day, 157680000)
+          redis.call('HINCRBY', 'stat:minutely:processed:' .. day, minute, processed)
+          redis.call('EXPIRE', 'stat:minutely:processed:' .. day, 259200)
         end
         if failed > 0 then
           redis.call('INCRBY', 'stat:failed', failed)
           redis.call('INCRBY', 'stat:failed:' .. day, failed)
           redis.call('EXPIRE', 'stat:failed:' .. day, 157680000)
+          redis.call('HINCRBY', 'stat:minutely:failed:' .. day, minute, failed)
+          redis.call('EXPIRE', 'stat:minutely:failed:' .. day, 259200)
         end
         return settled
         """)

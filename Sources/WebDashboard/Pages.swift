@@ -40,6 +40,14 @@ struct Pages: Sendable {
              "\(queue.size)", HTML.duration(queue.latency), queue.paused ? "paused" : ""]
         })
         let history = try History.load(connection, days: 14, now: now)
+        let lastHour = try Throughput.load(connection, minutes: 60, now: now)
+        let lastDay = try Throughput.load(connection, minutes: 1440, bucketMinutes: 15, now: now)
+        func perSecond(_ buckets: [ThroughputBucket]) -> String {
+            let seconds = buckets.reduce(0) { $0 + $1.seconds }
+            let processed = buckets.reduce(0) { $0 + $1.processed }, failed = buckets.reduce(0) { $0 + $1.failed }
+            return String(format: "%.2f processed/s, %.2f failed/s on average (%d processed, %d failed)",
+                          Double(processed) / seconds, Double(failed) / seconds, processed, failed)
+        }
         let failures = HTML.table(["Failed at", "Class", "Queue", "Error"], snapshot.recentFailures.map { record in
             [HTML.time(DashboardSnapshot.failureTime(record)), jobLink(record), HTML.escape(record.queue),
              HTML.escape("\(record.errorClass ?? ""): \(record.errorMessage ?? "")")]
@@ -48,6 +56,12 @@ struct Pages: Sendable {
             <p class="muted">Today (\(HTML.escape(stats.day)) UTC): \(stats.processedToday) processed, \(stats.failedToday) failed.
             Redis \(HTML.escape(stats.redis.version)), \(HTML.escape(stats.redis.usedMemoryHuman)) used. This page reloads every 5 s.</p>
             \(counterRow)
+            <h2>Processed and failed per minute (last hour, UTC)</h2>
+            <p class="muted" id="rate-hour">\(perSecond(lastHour))</p>
+            \(ThroughputChart.svg(id: "last-hour", lastHour, barWidth: 5, labelEvery: 10))
+            <h2>Processed and failed per 15 minutes (last 24 hours, UTC)</h2>
+            <p class="muted" id="rate-day">\(perSecond(lastDay))</p>
+            \(ThroughputChart.svg(id: "last-day", lastDay, barWidth: 4, labelEvery: 8))
             <h2>Processed and failed per day (last 14 days, UTC)</h2>
             \(history.svg())
             <h2>Queues</h2>\(queues)
@@ -228,24 +242,63 @@ struct History {
 
     static func load(_ connection: RedisConnection, days count: Int, now: Double) throws -> History {
         let days = (0..<count).reversed().map { Clock.utcDay(now - Double($0) * 86400) }
-        let keys = days.flatMap { ["stat:processed:\($0)", "stat:failed:\($0)"] }
+        let keys = days.flatMap { [Keys.statProcessed(day: $0), Keys.statFailed(day: $0)] }
         let values = try connection.send(["MGET"] + keys).array ?? []
         func number(_ index: Int) -> Int { index < values.count ? Int(values[index].string ?? "") ?? 0 : 0 }
         return History(days: days.enumerated().map { ($0.element, number(2 * $0.offset), number(2 * $0.offset + 1)) })
     }
 
-    /// Two bars a day (processed grey, failed red), scaled to the largest day; day labels under them.
     func svg() -> String {
-        let top = max(1, days.map { max($0.processed, $0.failed) }.max() ?? 1)
-        let width = 40, height = 120
+        BarChart(id: "history", barWidth: 16, labelEvery: 1, bars: days.map { day in
+            BarChart.Bar(label: String(day.day.suffix(5)), processed: day.processed, failed: day.failed,
+                         processedTitle: "\(day.day): \(day.processed) processed", failedTitle: "\(day.day): \(day.failed) failed")
+        }).svg()
+    }
+}
+
+/// The per-minute history (`Throughput`) as a chart of runs per second: each bar one bucket, its title the count
+/// and the rate.
+enum ThroughputChart {
+    static func svg(id: String, _ buckets: [ThroughputBucket], barWidth: Int, labelEvery: Int) -> String {
+        BarChart(id: id, barWidth: barWidth, labelEvery: labelEvery, bars: buckets.map { bucket in
+            let label = HTML.time(bucket.start).dropFirst(11).prefix(5)
+            func rate(_ value: Double) -> String { value >= 10 ? String(Int(value.rounded())) : String(format: "%.2f", value) }
+            return BarChart.Bar(label: String(label), processed: bucket.processed, failed: bucket.failed,
+                                processedTitle: "\(label) UTC: \(bucket.processed) processed (\(rate(bucket.processedPerSecond))/s)",
+                                failedTitle: "\(label) UTC: \(bucket.failed) failed (\(rate(bucket.failedPerSecond))/s)")
+        }).svg()
+    }
+}
+
+/// Two bars per slot (processed grey, failed red), scaled to the largest value; a label under every
+/// `labelEvery`-th slot. Every text goes through `HTML.escape`.
+struct BarChart {
+    struct Bar {
+        var label: String
+        var processed: Int
+        var failed: Int
+        var processedTitle: String
+        var failedTitle: String
+    }
+
+    var id: String
+    var barWidth: Int
+    var labelEvery: Int
+    var bars: [Bar]
+
+    func svg() -> String {
+        let top = max(1, bars.map { max($0.processed, $0.failed) }.max() ?? 1)
+        let slot = 2 * barWidth + max(2, barWidth / 2), height = 120
         var parts: [String] = []
-        for (index, day) in days.enumerated() {
-            let x = index * width + 4
-            let processed = day.processed * height / top, failed = day.failed * height / top
-            parts.append("<rect x=\"\(x)\" y=\"\(height - processed)\" width=\"16\" height=\"\(processed)\" fill=\"#888\"><title>\(HTML.escape(day.day)): \(day.processed) processed</title></rect>")
-            parts.append("<rect x=\"\(x + 17)\" y=\"\(height - failed)\" width=\"16\" height=\"\(failed)\" fill=\"#c33\"><title>\(HTML.escape(day.day)): \(day.failed) failed</title></rect>")
-            parts.append("<text x=\"\(x)\" y=\"\(height + 14)\" font-size=\"9\">\(HTML.escape(String(day.day.suffix(5))))</text>")
+        for (index, bar) in bars.enumerated() {
+            let x = index * slot + 4
+            let processed = bar.processed * height / top, failed = bar.failed * height / top
+            parts.append("<rect x=\"\(x)\" y=\"\(height - processed)\" width=\"\(barWidth)\" height=\"\(processed)\" fill=\"#888\"><title>\(HTML.escape(bar.processedTitle))</title></rect>")
+            parts.append("<rect x=\"\(x + barWidth)\" y=\"\(height - failed)\" width=\"\(barWidth)\" height=\"\(failed)\" fill=\"#c33\"><title>\(HTML.escape(bar.failedTitle))</title></rect>")
+            if index % labelEvery == 0 {
+                parts.append("<text x=\"\(x)\" y=\"\(height + 14)\" font-size=\"9\">\(HTML.escape(bar.label))</text>")
+            }
         }
-        return "<svg id=\"history\" width=\"\(days.count * width + 8)\" height=\"\(height + 20)\" role=\"img\">\(parts.joined())</svg>"
+        return "<svg id=\"\(HTML.escape(id))\" width=\"\(bars.count * slot + 30)\" height=\"\(height + 20)\" role=\"img\">\(parts.joined())</svg>"
     }
 }

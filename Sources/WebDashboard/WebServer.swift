@@ -13,12 +13,16 @@ public struct WebConfiguration: Sendable {
     public var shards: ShardMap
     /// The token or password every request must carry (required for a host other than loopback).
     public var credential: String?
+    /// PostgreSQL holding `job_outbox`, for the outbox page; nil: the page says none is configured.
+    public var databaseURL: String?
 
-    public init(host: String = "127.0.0.1", port: Int = 9292, shards: ShardMap, credential: String? = nil) {
+    public init(host: String = "127.0.0.1", port: Int = 9292, shards: ShardMap, credential: String? = nil,
+                databaseURL: String? = nil) {
         self.host = host
         self.port = port
         self.shards = shards
         self.credential = credential
+        self.databaseURL = databaseURL
     }
 
     /// Loopback hosts: the only ones served without a credential.
@@ -56,9 +60,13 @@ public enum WebServer {
         let shards = configuration.shards.shards.map {
             ShardClient(name: $0.name, label: $0.endpoint.description, client: WorkersClient(endpoint: $0.endpoint, maxConnections: 4))
         }
-        defer { for shard in shards { shard.client.shutdown() } }
+        let outbox = configuration.databaseURL.map { OutboxSource(databaseURL: $0) }
+        defer {
+            for shard in shards { shard.client.shutdown() }
+            outbox?.shutdown()
+        }
         let security = WebSecurity(credential: configuration.credential)
-        let router = makeRouter(shards: shards, security: security)
+        let router = makeRouter(shards: shards, security: security, outbox: outbox)
         let host = configuration.host
         let app = Application(router: router,
                               configuration: .init(address: .hostname(host, port: configuration.port)),
@@ -78,7 +86,7 @@ public enum WebServer {
         let client: WorkersClient
     }
 
-    static func makeRouter(shards: [ShardClient], security: WebSecurity) -> Router<BasicRequestContext> {
+    static func makeRouter(shards: [ShardClient], security: WebSecurity, outbox: OutboxSource? = nil) -> Router<BasicRequestContext> {
         let router = Router()
         router.add(middleware: CredentialMiddleware(security: security))
         router.add(middleware: AdminErrorMiddleware())
@@ -116,6 +124,16 @@ public enum WebServer {
         router.get("/processes") { _, _ in try await html { try $0.processes($1) } }
         router.get("/limits") { _, _ in try await html { try $0.limits($1) } }
         router.get("/unique") { _, _ in try await html { try $0.uniqueLocks($1) } }
+        // One table for the whole fleet (not per shard): the relay routes each row to its queue's shard.
+        router.get("/outbox") { _, _ in
+            guard let outbox else { return htmlResponse(HTML.page(title: "Outbox", body: OutboxPage.notConfigured.body)) }
+            let page: Fragment
+            do { page = try await outbox.load().fragment() } catch {
+                return htmlResponse(HTML.page(title: "Outbox", body: "<p>Cannot read job_outbox: \(HTML.escape("\(error)"))</p>"),
+                                    status: .serviceUnavailable)
+            }
+            return htmlResponse(HTML.page(title: page.title, body: page.body, refresh: page.refresh))
+        }
         router.get("/search") { request, _ in
             let text = request.uri.queryParameters.get("q") ?? ""
             return try await html { try $0.search($1, text: text) }

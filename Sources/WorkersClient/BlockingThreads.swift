@@ -10,14 +10,17 @@ import Tracing
 /// closures run on one of the `count` threads named `<name>-<i>`, one at a time per thread, in
 /// the order they were submitted. After `shutdown()` the threads finish what is queued, then
 /// exit; later submissions fail with `WorkersClientError.shutDown`.
-final class BlockingThreads: @unchecked Sendable {
-    let count: Int
-    let name: String
+///
+/// Public so that other blocking clients of an async program (libpq calls of the web dashboard) run the
+/// same way instead of on a second kind of thread pool.
+public final class BlockingThreads: @unchecked Sendable {
+    public let count: Int
+    public let name: String
     private let condition = NSCondition()
     private var work: [@Sendable () -> Void] = []
     private var isShutDown = false
 
-    init(count: Int, name: String) {
+    public init(count: Int, name: String) {
         self.count = max(1, count)
         self.name = name
         for index in 0..<self.count {
@@ -35,7 +38,7 @@ final class BlockingThreads: @unchecked Sendable {
     /// Runs `body` on one of the threads and resumes the caller with its result. A task already
     /// cancelled is not submitted (`CancellationError`); once submitted, the call runs to its end
     /// (a Redis command cannot be taken back half-way).
-    func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    public func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try Task.checkCancellation()
         // The caller's span (a task-local) is bound again on the thread, so an enqueue span descends from it.
         let context = JobTracing.isEnabled ? ServiceContext.current : nil
@@ -51,7 +54,7 @@ final class BlockingThreads: @unchecked Sendable {
     }
 
     /// Stops the threads once the queued work is done. Idempotent.
-    func shutdown() {
+    public func shutdown() {
         condition.lock()
         isShutDown = true
         condition.broadcast()

@@ -19,11 +19,15 @@ struct WebCommand: ParsableCommand {
     @Option(help: "Address to bind.") var host = "127.0.0.1"
     @Option(help: "Port to listen on (0: any free port, printed as web_url).") var port = 9292
     @Option(name: .customLong("password-file"), help: "File whose first line is the credential.") var passwordFile: String?
+    @Option(name: .customLong("database-url"), help: "PostgreSQL holding job_outbox, for the outbox page (default: $DATABASE_URL; none: the page says so).")
+    var databaseURL: String?
 
     func run() throws {
         let credential = try resolvedCredential()
         // Several shards (REDIS_SHARDS / QUEUE_SHARDS or the config file): every page shows each of them.
-        let configuration = WebConfiguration(host: host, port: port, shards: try connection.shardMap(), credential: credential)
+        let database = databaseURL ?? ProcessInfo.processInfo.environment["DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
+        let configuration = WebConfiguration(host: host, port: port, shards: try connection.shardMap(), credential: credential,
+                                             databaseURL: database)
         do { try configuration.validate() } catch { throw CLIError.usage(error.description) }
         let logger = Logger(label: "workerctl.web")
         let finished = DispatchSemaphore(value: 0)
