@@ -5,7 +5,14 @@
 enum Scripts {
     /// Moves up to ARGV[2] jobs from the queues ARGV[3…] (in that order, paused ones skipped) into
     /// this process's in-flight lists `working:queue:Q:ARGV[1]`. Returns a flat array
-    /// `[queue1, job1, queue2, job2, …]`. The in-flight entry is byte-identical to the queued one.
+    /// `[queue1, job1, queue2, job2, …]`, oldest job first. The in-flight entry is byte-identical to the
+    /// queued one.
+    ///
+    /// The result is exactly that of one `LMOVE src dst RIGHT LEFT` per job (same jobs, same order in the
+    /// in-flight list: the oldest deepest), but done in three commands per queue and chunk of ≤ 1,000 (`LRANGE`
+    /// the tail, `LTRIM` it off, one `LPUSH` of the chunk oldest first): 0.85 µs of Redis time per job instead of
+    /// 2.4 µs for a batch of 250 (measured on this machine with redis-server 7.0, AOF on; docs/cost-at-scale.md).
+    /// Atomic like any script, so no job can be seen in both lists or in neither.
     static let fetch = RedisScript("""
         local identity = ARGV[1]
         local limit = tonumber(ARGV[2])
@@ -18,11 +25,20 @@ enum Scripts {
             local src = 'queue:' .. q
             local dst = 'working:queue:' .. q .. ':' .. identity
             while n < limit do
-              local job = redis.call('LMOVE', src, dst, 'RIGHT', 'LEFT')
-              if not job then break end
-              out[#out + 1] = q
-              out[#out + 1] = job
-              n = n + 1
+              local want = math.min(limit - n, 1000)
+              local jobs = redis.call('LRANGE', src, -want, -1)
+              local k = #jobs
+              if k == 0 then break end
+              redis.call('LTRIM', src, 0, -(k + 1))
+              local moved = {}
+              for j = k, 1, -1 do
+                moved[k - j + 1] = jobs[j]
+                out[#out + 1] = q
+                out[#out + 1] = jobs[j]
+              end
+              redis.call('LPUSH', dst, unpack(moved))
+              n = n + k
+              if k < want then break end
             end
           end
         end
