@@ -197,8 +197,9 @@ final class WorkersClientBatchTests: XCTestCase {
         XCTAssertEqual(queued.count, 2)
         XCTAssertTrue(queued.allSatisfy { $0.contains("\"bid\":\"\(created.bid)\"") }, "\(queued)")
         let listed = try await client.batches()
-        XCTAssertEqual(listed.map(\.bid), [created.bid])
-        let detail = try await client.batch(bid: created.bid)
+        XCTAssertEqual(listed.map(\.value.bid), [created.bid])
+        XCTAssertEqual(listed.map(\.shard), ["default"])
+        let detail = try await client.batch(bid: created.bid)?.value
         XCTAssertEqual(detail?.summary.total, 2)
         XCTAssertEqual(detail?.summary.pending, 2)
         XCTAssertEqual(detail?.summary.onSuccess, "Done")
