@@ -87,7 +87,7 @@ public enum BatchAdmin {
             lhs.element.value.createdAt != rhs.element.value.createdAt
                 ? lhs.element.value.createdAt > rhs.element.value.createdAt : lhs.offset < rhs.offset
         }
-        return ranked.prefix(max(limit, 0)).map(\.element)
+        return ranked.prefix(max(limit, 0)).map { $0.element }
     }
 
     /// The class name in a callback payload head (`{"retry":…,"class":"X","args":[`).

@@ -99,10 +99,9 @@ struct UniqueCommand: ParsableCommand {
 
         func run() throws {
             try adminCall {
-                let key: UniqueLockKey
-                let holder: String?
+                let released: (key: UniqueLockKey, holder: String?)
                 do {
-                    (key, holder) = try connection.onShardHolding { redis in
+                    released = try connection.onShardHolding { redis in
                         let admin = UniqueAdmin(connection: redis)
                         let held = try admin.held(lock).lock
                         return (held, try admin.release(held))
@@ -110,8 +109,9 @@ struct UniqueCommand: ParsableCommand {
                 } catch AdminError.uniqueLockNotHeld(let missing) {
                     // No shard holds it: `--json` says so (released false), the table form fails.
                     guard output.json, let parsed = UniqueAdmin.parseLock(missing) else { throw AdminError.uniqueLockNotHeld(lock: missing) }
-                    (key, holder) = (parsed, nil)
+                    released = (parsed, nil)
                 }
+                let (key, holder) = released
                 if output.json {
                     return printJSON(.object(["lock": .string(key.redisKey), "released": .bool(holder != nil),
                                               "jid": AdminJSON.string(holder)]))
