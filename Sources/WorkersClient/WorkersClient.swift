@@ -143,8 +143,8 @@ public final class WorkersClient: Sendable {
     }
 
     /// Runs `body` on every shard, concurrently (each on a client thread with that shard's pooled
-    /// connection), and returns the results in the map's order, default shard first. The first
-    /// failure is thrown once every shard's call has ended.
+    /// connection), and returns the results in the map's order, default shard first. On the first
+    /// failure the shards' calls not yet started are cancelled, those running end, then it is thrown.
     public func withEachShard<T: Sendable>(_ body: @escaping @Sendable (RedisConnection) throws -> T) async throws -> [OnShard<T>] {
         let names = shardNames
         if names.count == 1 { return [OnShard(shard: names[0], value: try await withConnection(body))] }
