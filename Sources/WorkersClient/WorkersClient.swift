@@ -5,10 +5,14 @@
 public enum WorkersClientError: Error, Sendable, Equatable, CustomStringConvertible {
     /// `shutdown()` was called; the client takes no more calls.
     case shutDown
+    /// `withConnection(shard:)` named a shard the client's `ShardMap` does not have.
+    case unknownShard(name: String, configured: [String])
 
     public var description: String {
         switch self {
         case .shutDown: return "the WorkersClient was shut down"
+        case .unknownShard(let name, let configured):
+            return "no shard named '\(name)' (configured: \(configured.joined(separator: ", ")))"
         }
     }
 }
@@ -29,29 +33,43 @@ public enum WorkersClientError: Error, Sendable, Equatable, CustomStringConverti
 /// throws `RedisError.io` (`isConnectionFailure`) and is not retried, because its write may have
 /// reached Redis: jobs are delivered at least once and must be idempotent anyway.
 ///
+/// ## Shards
+/// With `init(shards:)` (docs/sharding.md) each enqueue goes to its queue's shard, and the admin
+/// calls read every shard: `stats()` adds the shards up, `queues()`, `findJob` and `batches` return
+/// each item with the name of the shard it is on (`OnShard`), `batch(bid:)` looks on each shard.
+/// `withConnection` is the default shard's; `withConnection(shard:)` and `withEachShard` reach the
+/// others. Without sharding there is one shard, named `default`, and every call reads it alone.
+///
 /// Thread-safe: immutable after `init`; share one instance per process.
 public final class WorkersClient: Sendable {
-    /// The pool every call borrows from (also usable directly from code that may block).
+    /// The default shard's pool (the only one without sharding), which `withConnection` borrows
+    /// from (also usable directly from code that may block).
     public let pool: RedisPool
-    private let jobs: JobClient
-    private let threads: BlockingThreads
+    /// One pool per shard, index 0 = `pool`.
+    private let shards: ShardPools
+    let jobs: JobClient
+    let threads: BlockingThreads
 
     /// Opens no connection yet: connections are opened on first use, up to `maxConnections`.
     public init(endpoint: RedisEndpoint, maxConnections: Int = 8, commandTimeout: Double = 10) {
-        pool = RedisPool(endpoint: endpoint, maxConnections: maxConnections, commandTimeout: commandTimeout)
+        shards = ShardPools(map: ShardMap(single: endpoint), maxConnections: maxConnections, commandTimeout: commandTimeout)
+        pool = shards.pools[0]
         jobs = JobClient(pool: pool)
         threads = BlockingThreads(count: pool.maxConnections, name: "WClient")
     }
 
     /// Several Redis shards (docs/sharding.md): each enqueue goes to its queue's shard, with at most
-    /// `maxConnections` connections per shard (and as many threads per shard). The admin calls
-    /// (`withConnection`, `stats`, `queues`, `findJob`) read the default shard only.
+    /// `maxConnections` connections per shard (and as many threads per shard); the admin calls read
+    /// every shard (see "Shards" above).
     public init(shards map: ShardMap, maxConnections: Int = 8, commandTimeout: Double = 10) {
-        let pools = ShardPools(map: map, maxConnections: maxConnections, commandTimeout: commandTimeout)
-        pool = pools.pools[0]
-        jobs = JobClient(shards: pools)
+        shards = ShardPools(map: map, maxConnections: maxConnections, commandTimeout: commandTimeout)
+        pool = shards.pools[0]
+        jobs = JobClient(shards: shards)
         threads = BlockingThreads(count: pool.maxConnections * map.shards.count, name: "WClient")
     }
+
+    /// The shards' names in the map's order: `default` first (the only one without sharding).
+    public var shardNames: [String] { shards.map.shards.map(\.name) }
 
     /// `redis://[user:password@]host[:port][/db]`.
     public convenience init(url: String, maxConnections: Int = 8, commandTimeout: Double = 10) throws(RedisError) {
@@ -104,26 +122,67 @@ public final class WorkersClient: Sendable {
 
     // MARK: Admin
 
-    /// Runs `body` with a pooled connection on one of the client's threads: the way to call the
-    /// admin API (`QueueAdmin`, `JobAdmin`, `Stats`, `ProcessAdmin`, `DashboardSnapshot`) from
-    /// async code. The connection must not escape `body`.
+    /// Runs `body` with a pooled connection of the **default** shard on one of the client's threads:
+    /// the way to call the admin API (`QueueAdmin`, `JobAdmin`, `Stats`, `ProcessAdmin`,
+    /// `DashboardSnapshot`) from async code. The connection must not escape `body`. With several
+    /// shards, `withConnection(shard:)` and `withEachShard` reach the others.
     public func withConnection<T: Sendable>(_ body: @escaping @Sendable (RedisConnection) throws -> T) async throws -> T {
         let pool = pool
         return try await threads.run { try pool.withConnection(body) }
     }
 
-    /// Processed/failed counters, queue sizes, set sizes and processes (`workerctl stats`).
+    /// `withConnection` on the shard named `shard` (a name of `shardNames`, e.g. the `shard` of an
+    /// `OnShard` this client returned). Throws `WorkersClientError.unknownShard` for any other name.
+    public func withConnection<T: Sendable>(shard: String,
+                                            _ body: @escaping @Sendable (RedisConnection) throws -> T) async throws -> T {
+        guard let index = shards.map.shards.firstIndex(where: { $0.name == shard }) else {
+            throw WorkersClientError.unknownShard(name: shard, configured: shardNames)
+        }
+        let pool = shards.pools[index]
+        return try await threads.run { try pool.withConnection(body) }
+    }
+
+    /// Runs `body` on every shard, concurrently (each on a client thread with that shard's pooled
+    /// connection), and returns the results in the map's order, default shard first. On the first
+    /// failure the shards' calls not yet started are cancelled, those running end, then it is thrown.
+    public func withEachShard<T: Sendable>(_ body: @escaping @Sendable (RedisConnection) throws -> T) async throws -> [OnShard<T>] {
+        let names = shardNames
+        if names.count == 1 { return [OnShard(shard: names[0], value: try await withConnection(body))] }
+        return try await withThrowingTaskGroup(of: (Int, T).self) { group in
+            for (index, pool) in shards.pools.enumerated() {
+                group.addTask { [threads] in (index, try await threads.run { try pool.withConnection(body) }) }
+            }
+            var results: [T?] = Array(repeating: nil, count: names.count)
+            for try await (index, value) in group { results[index] = value }
+            return results.enumerated().map { OnShard(shard: names[$0.offset], value: $0.element!) }
+        }
+    }
+
+    /// Processed/failed counters, queue sizes, set sizes and processes (`workerctl stats`), added up
+    /// over every shard (`Stats.total`: `redis` and `day` are the default shard's, a process is
+    /// counted once per shard it fetches from). Per shard: `statsPerShard()`.
     public func stats() async throws -> Stats {
-        try await withConnection { try Stats.load($0) }
+        Stats.total(try await statsPerShard().map(\.value))
     }
 
-    /// Every queue with size, latency and paused flag (`workerctl queues ls`).
-    public func queues() async throws -> [QueueSummary] {
-        try await withConnection { try QueueAdmin.list($0) }
+    /// Each shard's stats, default shard first.
+    public func statsPerShard() async throws -> [OnShard<Stats>] {
+        try await withEachShard { try Stats.load($0) }
     }
 
-    /// Where a job is now (retry, scheduled, dead, enqueued, busy); empty if nowhere.
-    public func findJob(jid: String) async throws -> [JobRecord] {
-        try await withConnection { try JobAdmin(connection: $0).find(jid: jid) }
+    /// Every queue of every shard with size, latency and paused flag (`workerctl queues ls`), shard
+    /// by shard (default first), each shard's sorted by name; each with the shard it lives on.
+    public func queues() async throws -> [OnShard<QueueSummary>] {
+        try await withEachShard { try QueueAdmin.list($0) }.flatMap { list in
+            list.value.map { OnShard(shard: list.shard, value: $0) }
+        }
+    }
+
+    /// Where a job is now (retry, scheduled, dead, enqueued, busy), looked for on every shard, each
+    /// record with the shard it is on (act there with `withConnection(shard:)`); empty if nowhere.
+    public func findJob(jid: String) async throws -> [OnShard<JobRecord>] {
+        try await withEachShard { try JobAdmin(connection: $0).find(jid: jid) }.flatMap { found in
+            found.value.map { OnShard(shard: found.shard, value: $0) }
+        }
     }
 }

@@ -197,11 +197,78 @@ final class WorkersClientBatchTests: XCTestCase {
         XCTAssertEqual(queued.count, 2)
         XCTAssertTrue(queued.allSatisfy { $0.contains("\"bid\":\"\(created.bid)\"") }, "\(queued)")
         let listed = try await client.batches()
-        XCTAssertEqual(listed.map(\.bid), [created.bid])
-        let detail = try await client.batch(bid: created.bid)
+        XCTAssertEqual(listed.map(\.value.bid), [created.bid])
+        XCTAssertEqual(listed.map(\.shard), ["default"])
+        let detail = try await client.batch(bid: created.bid)?.value
         XCTAssertEqual(detail?.summary.total, 2)
         XCTAssertEqual(detail?.summary.pending, 2)
         XCTAssertEqual(detail?.summary.onSuccess, "Done")
         XCTAssertEqual(detail?.summary.state, "running")
+    }
+}
+
+/// `WorkersClient(shards:)`'s admin calls read every shard (docs/sharding.md). The shards are two
+/// databases of the test Redis (79 = default, 80 = `b`, which holds queue `beta`): as far as the keys
+/// go, the same as two servers.
+final class WorkersClientShardTests: XCTestCase {
+    func testShardedClientAdminCallsReadEveryShard() async throws {
+        let map = try ShardMap.from(environment: ["REDIS_SHARDS": "b=\(TestServices.redisURL(db: 80))", "QUEUE_SHARDS": "beta=b"],
+                                    defaultURL: TestServices.redisURL(db: 79))
+        let client = WorkersClient(shards: map, maxConnections: 2)
+        defer { client.shutdown() }
+        XCTAssertEqual(client.shardNames, ["default", "b"])
+        for shard in client.shardNames { _ = try await client.withConnection(shard: shard) { try $0.command("FLUSHDB") } }
+
+        let alpha = try await client.enqueue(NewJob("Noop", queue: "alpha"))
+        let beta = try await client.enqueueMany([NewJob("Noop", queue: "beta"), NewJob("Noop", queue: "beta")])
+        let later = try await client.enqueue(NewJob("Noop", queue: "beta"), in: 3600)
+
+        // stats(): the shards added up; statsPerShard(): each.
+        let stats = try await client.stats()
+        XCTAssertEqual([stats.enqueued, stats.scheduled], [3, 1])
+        XCTAssertEqual(stats.queues.map(\.name), ["alpha", "beta"])
+        let perShard = try await client.statsPerShard()
+        XCTAssertEqual(perShard.map(\.shard), ["default", "b"])
+        XCTAssertEqual(perShard.map(\.value.enqueued), [1, 2])
+
+        // queues(): every shard's, each with its shard.
+        let queues = try await client.queues()
+        XCTAssertEqual(queues.map { "\($0.shard)/\($0.value.name)/\($0.value.size)" }, ["default/alpha/1", "b/beta/2"])
+
+        // findJob: looked for on every shard, found where it is.
+        let foundBeta = try await client.findJob(jid: beta[1])
+        XCTAssertEqual(foundBeta.map(\.shard), ["b"])
+        XCTAssertEqual(foundBeta.map(\.value.state), [.enqueued])
+        let foundLater = try await client.findJob(jid: later)
+        XCTAssertEqual(foundLater.map { "\($0.shard)/\($0.value.state.rawValue)" }, ["b/scheduled"])
+        let foundAlpha = try await client.findJob(jid: alpha)
+        XCTAssertEqual(foundAlpha.map(\.shard), ["default"])
+        let nowhere = try await client.findJob(jid: "0123456789abcdef01234567")
+        XCTAssertEqual(nowhere.count, 0)
+
+        // withConnection is the default shard; withConnection(shard:) and withEachShard reach the others.
+        let betaOnDefault = try await client.withConnection { try $0.command("EXISTS", "queue:beta").integer }
+        XCTAssertEqual(betaOnDefault, 0)
+        let betaOnB = try await client.withConnection(shard: "b") { try $0.command("LLEN", "queue:beta").integer }
+        XCTAssertEqual(betaOnB, 2)
+        let sizes = try await client.withEachShard { try $0.command("DBSIZE").integer ?? -1 }
+        XCTAssertEqual(sizes.map(\.shard), ["default", "b"])
+        XCTAssertEqual(sizes.map(\.value), [2, 3], "default: queues + queue:alpha; b: queues + queue:beta + schedule")
+        do {
+            _ = try await client.withConnection(shard: "nope") { _ in 0 }
+            XCTFail("an unknown shard must be refused")
+        } catch let error as WorkersClientError {
+            XCTAssertEqual(error, .unknownShard(name: "nope", configured: ["default", "b"]))
+        }
+
+        // Batches: created on their queues' shard, listed and found there.
+        let created = try await client.createBatch(NewBatch(description: "on beta", jobs: [NewJob("Noop", queue: "beta")]))
+        let betaAfter = try await client.withConnection(shard: "b") { try $0.command("LLEN", "queue:beta").integer }
+        XCTAssertEqual(betaAfter, 3, "the batch's job is pushed on shard b")
+        let listed = try await client.batches()
+        XCTAssertEqual(listed.map { "\($0.shard)/\($0.value.bid)" }, ["b/\(created.bid)"])
+        let found = try await client.batch(bid: created.bid)
+        XCTAssertEqual(found?.shard, "b")
+        XCTAssertEqual(found?.value.summary.total, 1)
     }
 }

@@ -8,7 +8,8 @@ import XCTest
 /// Several Redis shards (docs/sharding.md) on private `redis-server` children (`ShardServers`,
 /// ports `SHARD_TEST_PORTS`): one `workerctl worker` fetching queues that live on two shards runs
 /// every job once and settles it where it came from; a SIGKILLed worker's jobs are recovered on
-/// their own shard; `workerctl` shows both shards; the scheduler keeps each cron entry on its queue's shard.
+/// their own shard; `workerctl` shows both shards; the scheduler keeps each cron entry on its queue's shard;
+/// `workerctl unique|batches|cron` list every shard and act on the shard holding the lock, batch or entry.
 final class ShardWorkerTests: XCTestCase {
     var servers: ShardServers!
     var database: PostgresTestDatabase!
@@ -178,8 +179,81 @@ final class ShardWorkerTests: XCTestCase {
             try servers.connection(0).command("SMEMBERS", "cron_jobs").strings == ["cron_job:on_alpha"]
                 && servers.connection(1).command("SMEMBERS", "cron_jobs").strings == ["cron_job:on_beta"]
         }, "keys: \((try? servers.keys(0)) ?? []) / \((try? servers.keys(1)) ?? [])\n\(scheduler.stderr)")
+
+        // workerctl cron: ls reads both shards (SHARD column, "shard" in JSON); the commands naming an
+        // entry act on the shard holding it (b for on_beta), where its job is pushed.
+        let listed = try workerctl(["cron", "ls"])
+        XCTAssertTrue(listed.hasPrefix("SHARD"), listed)
+        XCTAssertTrue(listed.contains(line: ["default", "on_alpha"]) && listed.contains(line: ["b", "on_beta"]), listed)
+        XCTAssertEqual(try jsonShards(workerctl(["cron", "ls", "--json"]), list: "entries", key: "name"),
+                       ["on_alpha": "default", "on_beta": "b"])
+        XCTAssertEqual(try workerctl(["cron", "disable", "on_beta"]), "disabled on_beta\n")
+        XCTAssertEqual(try servers.connection(1).command("HGET", "cron_job:on_beta", "status").string, "disabled")
+        XCTAssertEqual(try workerctl(["cron", "enable", "on_beta"]), "enabled on_beta\n")
+        XCTAssertEqual(try servers.connection(1).command("HGET", "cron_job:on_beta", "status").string, "enabled")
+        let ran = try workerctl(["cron", "run", "on_beta"])
+        XCTAssertTrue(ran.hasPrefix("enqueued on_beta as "), ran)
+        XCTAssertEqual(try servers.int(1, "LLEN", "queue:beta"), 1, "cron run pushes on the entry's (queue's) shard")
+        XCTAssertEqual(try servers.int(0, "EXISTS", "queue:beta"), 0)
+        let jid = String(ran.dropFirst("enqueued on_beta as ".count).dropLast())
+        XCTAssertTrue(try workerctl(["cron", "history", "on_beta"]).contains(jid))
         scheduler.signal(SIGTERM)
         XCTAssertEqual(scheduler.wait(), 0, scheduler.stderr)
+        XCTAssertEqual(try workerctl(["cron", "delete", "on_beta"]), "deleted on_beta\n")
+        XCTAssertEqual(try servers.int(1, "EXISTS", "cron_job:on_beta"), 0)
+        XCTAssertEqual(try servers.int(0, "EXISTS", "cron_job:on_alpha"), 1)
+        let missing = try ChildProcess.run(TestServices.workerctl, ["cron", "disable", "on_beta"], environment: environment)
+        XCTAssertEqual(missing.status, 1, "no shard holds it any more")
+        XCTAssertTrue(missing.stderr.contains("no cron entry named 'on_beta'"), missing.stderr)
+    }
+
+    /// A unique lock and a batch whose queue (`beta`) lives on shard b, and one of each on the default
+    /// shard (`alpha`): `workerctl unique ls` / `batches ls` list both shards' (SHARD column, `"shard"`
+    /// in JSON); `unique show|release` and `batches show` find b's on b and act there.
+    func testUniqueLocksAndBatchesOfEachShardAreListedAndActedOnThere() throws {
+        let client = try client()
+        let policy = UniquePolicy(for: 600)
+        guard case .enqueued(let betaJid) = try client.enqueueUnique(NewJob("Noop", args: [1], queue: "beta"), policy: policy),
+              case .enqueued(let alphaJid) = try client.enqueueUnique(NewJob("Noop", args: [2], queue: "alpha"), policy: policy) else {
+            return XCTFail("both unique pushes must enqueue")
+        }
+        let betaLock = try XCTUnwrap(UniqueAdmin(connection: servers.connection(1)).list().first?.lock.redisKey)
+        let alphaLock = try XCTUnwrap(UniqueAdmin(connection: servers.connection(0)).list().first?.lock.redisKey)
+
+        let locks = try workerctl(["unique", "ls"])
+        XCTAssertTrue(locks.hasPrefix("SHARD"), locks)
+        XCTAssertTrue(locks.contains(line: ["b", String(betaLock.prefix(23)) + "…", betaJid]), locks)
+        XCTAssertTrue(locks.contains(line: ["default", String(alphaLock.prefix(23)) + "…", alphaJid]), locks)
+        XCTAssertEqual(try jsonShards(workerctl(["unique", "ls", "--json"]), list: "locks", key: "jid"), [betaJid: "b", alphaJid: "default"])
+        for name in [betaJid, betaLock] {
+            let shown = try workerctl(["unique", "show", name])
+            XCTAssertTrue(shown.contains("lock      \(betaLock)") && shown.contains("job       queue beta"), shown)
+        }
+        XCTAssertEqual(try workerctl(["unique", "release", betaLock]), "released \(betaLock) (held by \(betaJid))\n")
+        XCTAssertEqual(try servers.int(1, "EXISTS", betaLock), 0, "released on shard b")
+        XCTAssertEqual(try servers.int(0, "EXISTS", alphaLock), 1, "the default shard's lock is kept")
+        let gone = try ChildProcess.run(TestServices.workerctl, ["unique", "show", betaLock], environment: environment)
+        XCTAssertEqual(gone.status, 1)
+        XCTAssertTrue(gone.stderr.contains("\(betaLock) is not held"), gone.stderr)
+
+        let onBeta = try client.createBatch(NewBatch(description: "on beta", jobs: [NewJob("Noop", queue: "beta")]))
+        let onAlpha = try client.createBatch(NewBatch(description: "on alpha", jobs: [NewJob("Noop", queue: "alpha")]))
+        let batches = try workerctl(["batches", "ls"])
+        XCTAssertTrue(batches.hasPrefix("SHARD"), batches)
+        XCTAssertTrue(batches.contains(line: ["b", onBeta.bid, "running", "1", "1"]), batches)
+        XCTAssertTrue(batches.contains(line: ["default", onAlpha.bid, "running", "1", "1"]), batches)
+        XCTAssertEqual(try jsonShards(workerctl(["batches", "ls", "--json"]), list: "batches", key: "bid"),
+                       [onBeta.bid: "b", onAlpha.bid: "default"])
+        let shown = try workerctl(["batches", "show", onBeta.bid])
+        XCTAssertTrue(shown.hasPrefix("Batch \(onBeta.bid) (on beta): running"), shown)
+        let unknown = try ChildProcess.run(TestServices.workerctl, ["batches", "show", "nosuchbatch"], environment: environment)
+        XCTAssertEqual(unknown.status, 1)
+        XCTAssertTrue(unknown.stderr.contains("no batch nosuchbatch"), unknown.stderr)
+
+        // One shard configured: the outputs are what they always were (no SHARD column, no "shard").
+        let single = ["REDIS_URL": servers.url(1), "REDIS_SHARDS": "", "QUEUE_SHARDS": ""]
+        XCTAssertTrue(try workerctl(["batches", "ls"], environment: single).hasPrefix("BID"))
+        XCTAssertFalse(try workerctl(["batches", "ls", "--json"], environment: single).contains("\"shard\""))
     }
 
     // MARK: Helpers
@@ -194,6 +268,17 @@ final class ShardWorkerTests: XCTestCase {
         let result = try ChildProcess.run(TestServices.workerctl, arguments, environment: environment.merging(extra) { $1 })
         XCTAssertEqual(result.status, 0, "workerctl \(arguments.joined(separator: " ")): \(result.stderr)")
         return result.stdout
+    }
+
+    /// `{LIST: [{KEY: …, "shard": …}, …]}` (a `--json` listing) → KEY's value → its `"shard"`.
+    private func jsonShards(_ text: String, list: String, key: String) throws -> [String: String] {
+        let items = try XCTUnwrap(JSONValue.parse(text).objectValue?[list]?.arrayValue, text)
+        var shards: [String: String] = [:]
+        for item in items {
+            let object = try XCTUnwrap(item.objectValue, text)
+            shards[try XCTUnwrap(object[key]?.stringValue, text)] = try XCTUnwrap(object["shard"]?.stringValue, "no shard in \(text)")
+        }
+        return shards
     }
 
     /// Rows in `probe_rows` per jid.

@@ -17,6 +17,12 @@ public enum AdminError: Error, Sendable, Equatable, CustomStringConvertible {
     case processNotFound(String)
     /// The identity prefix matches several processes.
     case ambiguousProcess(String, matches: [String])
+    /// No unique lock with this key (`unique:<digest>`) is held.
+    case uniqueLockNotHeld(lock: String)
+    /// The jid owns no unique lock (it never had one, or it was released).
+    case noUniqueLockOwned(jid: String)
+    /// No batch with this bid (never created, or its keys expired).
+    case batchNotFound(bid: String)
 
     public var description: String {
         switch self {
@@ -34,6 +40,9 @@ public enum AdminError: Error, Sendable, Equatable, CustomStringConvertible {
         case .processNotFound(let identity): return "no process \(identity) in the process set"
         case .ambiguousProcess(let prefix, let matches):
             return "'\(prefix)' matches several processes: \(matches.joined(separator: ", "))"
+        case .uniqueLockNotHeld(let lock): return "\(lock) is not held"
+        case .noUniqueLockOwned(let jid): return "jid \(jid) owns no unique lock"
+        case .batchNotFound(let bid): return "no batch \(bid) (never created, or expired)"
         }
     }
 
@@ -41,7 +50,17 @@ public enum AdminError: Error, Sendable, Equatable, CustomStringConvertible {
     public var isUsageError: Bool {
         switch self {
         case .invalidArgument, .ambiguousJob, .actionNotAllowed, .ambiguousProcess: return true
-        case .jobNotFound, .invalidJob, .jobGone, .processNotFound: return false
+        case .jobNotFound, .invalidJob, .jobGone, .processNotFound, .uniqueLockNotHeld, .noUniqueLockOwned, .batchNotFound:
+            return false
+        }
+    }
+
+    /// True when the thing named (a job, process, lock or batch) is not on the Redis asked. With several
+    /// shards (docs/sharding.md) such a miss means "look on the next shard"; every other error stops the search.
+    public var isNotFound: Bool {
+        switch self {
+        case .jobNotFound, .processNotFound, .uniqueLockNotHeld, .noUniqueLockOwned, .batchNotFound: return true
+        case .invalidArgument, .ambiguousJob, .actionNotAllowed, .invalidJob, .jobGone, .ambiguousProcess: return false
         }
     }
 }

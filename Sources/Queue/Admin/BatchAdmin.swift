@@ -71,6 +71,25 @@ public enum BatchAdmin {
                            deadJids: try replies[1].checked().strings.sorted())
     }
 
+    /// `detail`, throwing `AdminError.batchNotFound` when this Redis has no such batch (with several
+    /// shards: look on the next one, `AdminError.isNotFound`).
+    public static func existing(_ connection: RedisConnection, bid: String) throws -> BatchDetail {
+        guard let detail = try detail(connection, bid: bid) else { throw AdminError.batchNotFound(bid: bid) }
+        return detail
+    }
+
+    /// The newest `limit` batches of several shards together, newest first (ties: shard order, then
+    /// each shard's order). `perShard` is each shard's `list(_:limit:)` with the same `limit`, so the
+    /// newest `limit` overall are among them.
+    public static func newest(_ perShard: [OnShard<[BatchSummary]>], limit: Int) -> [OnShard<BatchSummary>] {
+        let all = perShard.flatMap { list in list.value.map { OnShard(shard: list.shard, value: $0) } }
+        let ranked = all.enumerated().sorted { lhs, rhs in
+            lhs.element.value.createdAt != rhs.element.value.createdAt
+                ? lhs.element.value.createdAt > rhs.element.value.createdAt : lhs.offset < rhs.offset
+        }
+        return ranked.prefix(max(limit, 0)).map { $0.element }
+    }
+
     /// The class name in a callback payload head (`{"retry":…,"class":"X","args":[`).
     static func callbackClass(_ head: String) -> String? {
         guard let range = head.range(of: "\"class\":\"") else { return nil }

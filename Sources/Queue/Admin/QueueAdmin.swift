@@ -144,3 +144,28 @@ public struct Stats: Sendable, Equatable {
             queues: queues, redis: RedisServerInfo(infoText: fast[9].string ?? ""))
     }
 }
+
+extension Stats {
+    /// Several shards' stats as one (docs/sharding.md): the counters, set sizes, `processes` and `busy`
+    /// added up, the queues concatenated in the given order (a queue lives on one shard); `day` and
+    /// `redis` are the first part's (pass the default shard first). A process fetching from k shards
+    /// is registered on each, so `processes` counts it k times. `parts` must not be empty.
+    public static func total(_ parts: [Stats]) -> Stats {
+        precondition(!parts.isEmpty, "Stats.total of no shard")
+        var sum = parts[0]
+        for part in parts.dropFirst() {
+            sum.processed += part.processed
+            sum.failed += part.failed
+            sum.processedToday += part.processedToday
+            sum.failedToday += part.failedToday
+            sum.enqueued += part.enqueued
+            sum.scheduled += part.scheduled
+            sum.retries += part.retries
+            sum.dead += part.dead
+            sum.processes += part.processes
+            sum.busy += part.busy
+            sum.queues += part.queues
+        }
+        return sum
+    }
+}

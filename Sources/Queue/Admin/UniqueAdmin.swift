@@ -22,7 +22,8 @@ public struct UniqueAdmin {
 
     public init(connection: RedisConnection) { self.connection = connection }
 
-    /// Duplicates dropped at fetch so far, fleet-wide (`stat:unique_dropped`).
+    /// Duplicates dropped at fetch so far on this Redis (`stat:unique_dropped`; with several shards each
+    /// shard counts the jobs fetched from it, and `workerctl unique ls` adds them up).
     public func droppedCount() throws(RedisError) -> Int {
         Int(try connection.command("GET", Keys.uniqueDropped).string.flatMap { Int($0) } ?? 0)
     }
@@ -61,6 +62,22 @@ public struct UniqueAdmin {
               key.hasPrefix("unique:"), Self.isDigest(String(key.dropFirst("unique:".count))) else { return nil }
         let info = try show(UniqueLockKey(digest: String(key.dropFirst("unique:".count))))
         return info?.jid == jid ? info : nil
+    }
+
+    /// The held lock `text` names: `unique:<digest>`, the bare digest, or a jid that owns one
+    /// (`workerctl unique show|release`). Throws `AdminError.invalidArgument` when `text` is none of
+    /// these, `.uniqueLockNotHeld` / `.noUniqueLockOwned` when this Redis holds no such lock (with
+    /// several shards: look on the next one, `AdminError.isNotFound`), `RedisError` on I/O.
+    public func held(_ text: String) throws -> UniqueLockInfo {
+        if let lock = Self.parseLock(text) {
+            guard let info = try show(lock) else { throw AdminError.uniqueLockNotHeld(lock: lock.redisKey) }
+            return info
+        }
+        do { try JobAdmin.validate(jid: text) } catch {
+            throw AdminError.invalidArgument("'\(text)' is neither a lock (unique:<64 hex digits>) nor a jid")
+        }
+        guard let info = try lock(ownedBy: text) else { throw AdminError.noUniqueLockOwned(jid: text) }
+        return info
     }
 
     /// Deletes a lock whoever holds it (for a lock whose job is known to be gone). Returns the jid

@@ -57,14 +57,22 @@ struct CronCommand: ParsableCommand {
 
         func run() throws {
             try CronCommand.call {
-                let records = try CronStore(connection: try connection.connect()).list()
+                let shards = try connection.onEveryShard { try CronStore(connection: $0).list() }
+                let sharded = shards.count > 1
+                let records = shards.flatMap { entry in entry.value.map { OnShard(shard: entry.shard, value: $0) } }
                 let now = Date()
-                if output.json { return printJSON(.object(["entries": .array(records.map { CronCommand.entryJSON($0, now: now) })])) }
+                if output.json {
+                    return printJSON(.object(["entries": .array(records.map {
+                        AdminJSON.sharded(CronCommand.entryJSON($0.value, now: now), shard: sharded ? $0.shard : nil)
+                    })]))
+                }
                 if records.isEmpty { return print("no cron entries") }
-                var table = TextTable(["NAME", "STATUS", "CRON", "TZ", "CLASS", "QUEUE", "CATCH-UP", "LAST TICK", "NEXT TICK"])
-                for record in records {
-                    table.add([record.name, record.status.rawValue, record.cron, record.timezone, record.className ?? "-",
-                               record.queue, record.catchUp ?? "-", record.lastTick ?? "-",
+                var table = TextTable((sharded ? ["SHARD"] : [])
+                                      + ["NAME", "STATUS", "CRON", "TZ", "CLASS", "QUEUE", "CATCH-UP", "LAST TICK", "NEXT TICK"])
+                for entry in records {
+                    let record = entry.value
+                    table.add((sharded ? [entry.shard] : []) + [record.name, record.status.rawValue, record.cron, record.timezone,
+                               record.className ?? "-", record.queue, record.catchUp ?? "-", record.lastTick ?? "-",
                                record.nextTick(after: now).map(TickFormat.iso8601UTC) ?? "-"])
                 }
                 table.print()
@@ -81,7 +89,7 @@ struct CronCommand: ParsableCommand {
         func run() throws {
             try CronCommand.call {
                 let entryName = try CronCommand.validName(name)
-                let items = try CronStore(connection: try connection.connect()).history(name: entryName)
+                let items = try connection.onShardHolding { try CronStore(connection: $0).history(name: entryName) }
                 if output.json {
                     return printJSON(.object([
                         "name": .string(entryName),
@@ -126,7 +134,7 @@ struct CronCommand: ParsableCommand {
     static func setStatus(_ name: String, _ status: CronStatus, _ connection: ConnectionOptions) throws {
         try call {
             let entryName = try validName(name)
-            let previous = try CronStore(connection: try connection.connect()).setStatus(name: entryName, status, now: Date())
+            let previous = try connection.onShardHolding { try CronStore(connection: $0).setStatus(name: entryName, status, now: Date()) }
             print(previous == status ? "\(entryName) was already \(status.rawValue)" : "\(status.rawValue) \(entryName)")
         }
     }
@@ -144,7 +152,7 @@ struct CronCommand: ParsableCommand {
         func run() throws {
             try CronCommand.call {
                 let entryName = try CronCommand.validName(name)
-                try CronStore(connection: try connection.connect()).delete(name: entryName)
+                try connection.onShardHolding { try CronStore(connection: $0).delete(name: entryName) }
                 print("deleted \(entryName)")
             }
         }
@@ -169,9 +177,9 @@ struct CronCommand: ParsableCommand {
         func run() throws {
             try CronCommand.call {
                 let entryName = try CronCommand.validName(name)
-                let store = CronStore(connection: try connection.connect())
+                // The entry lives on its queue's shard (one cron runner per shard), where its job is pushed.
                 guard let tick else {
-                    let jid = try store.runNow(name: entryName, now: Date())
+                    let jid = try connection.onShardHolding { try CronStore(connection: $0).runNow(name: entryName, now: Date()) }
                     return print("enqueued \(entryName) as \(jid)")
                 }
                 guard let instant = TickFormat.parse(tick) else {
@@ -179,7 +187,7 @@ struct CronCommand: ParsableCommand {
                 }
                 let tickText = TickFormat.iso8601UTC(instant)
                 do {
-                    switch try store.backfill(name: entryName, tick: instant, now: Date()) {
+                    switch try connection.onShardHolding({ try CronStore(connection: $0).backfill(name: entryName, tick: instant, now: Date()) }) {
                     case .fired(let jid): print("enqueued \(entryName) tick \(tickText) as \(jid)")
                     case .alreadyFired(let jid): print("\(entryName) tick \(tickText) was already fired (\(jid)); nothing enqueued")
                     }

@@ -70,8 +70,12 @@ enum AdminJSON {
     }
 
     /// `queue(_:)` plus `"shard"` (only printed when several shards are configured).
-    static func queue(_ queue: QueueSummary, shard: String) -> JSONValue {
-        guard case .object(var fields) = Self.queue(queue) else { return Self.queue(queue) }
+    static func queue(_ queue: QueueSummary, shard: String) -> JSONValue { sharded(Self.queue(queue), shard: shard) }
+
+    /// `object` with a `"shard"` field, when `shard` is not nil: the one way every list command marks
+    /// which shard an item came from (only when several shards are configured, docs/sharding.md).
+    static func sharded(_ object: JSONValue, shard: String?) -> JSONValue {
+        guard let shard, case .object(var fields) = object else { return object }
         fields["shard"] = .string(shard)
         return .object(fields)
     }

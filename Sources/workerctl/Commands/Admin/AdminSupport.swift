@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Queue
+import Scheduler
 
 /// Where the operator commands connect: `--redis-url`, else `$REDIS_URL`, else the `redis_url`
 /// of `--config FILE`, else the local default (the same order as `workerctl worker`).
@@ -47,18 +48,29 @@ struct ConnectionOptions: ParsableArguments {
         return try connect(shard: map.shard(forQueue: queue))
     }
 
-    /// Runs `body` on each shard in turn and returns the first answer that is not "no such job /
-    /// process": a jid or identity lives on one shard. With one Redis, `body` on it.
+    /// Runs `body` on every shard, in the map's order (the default shard first), each with its own
+    /// connection; with one Redis, `body` on it alone (so more than one result ⇔ several shards, the
+    /// case where list commands add a SHARD column and a `"shard"` JSON field). Stops at the first error.
+    func onEveryShard<T>(_ body: (RedisConnection) throws -> T) throws -> [OnShard<T>] {
+        let map = try shardMap()
+        if map.isSingle { return [OnShard(shard: ShardMap.defaultName, value: try body(try connect()))] }
+        return try map.shards.map { shard in OnShard(shard: shard.name, value: try body(try connect(shard: shard))) }
+    }
+
+    /// Runs `body` on each shard in turn and returns the first answer that is not a miss: a jid,
+    /// process identity, unique lock, batch or cron entry lives on one shard. A miss is an
+    /// `AdminError` whose `isNotFound` is true, or `CronStoreError.notFound`; any other error stops
+    /// the search. A body that writes does so only on the shard that holds the item (it missed on the
+    /// shards before). No shard holds it ⇒ the last shard's miss. With one Redis, `body` on it.
     func onShardHolding<T>(_ body: (RedisConnection) throws -> T) throws -> T {
         let map = try shardMap()
         if map.isSingle { return try body(try connect()) }
-        var lastMiss: AdminError?
+        var lastMiss: (any Error)?
         for shard in map.shards {
-            do { return try body(try connect(shard: shard)) } catch let error as AdminError {
-                switch error {
-                case .jobNotFound, .processNotFound: lastMiss = error
-                default: throw error
-                }
+            do { return try body(try connect(shard: shard)) } catch let error as AdminError where error.isNotFound {
+                lastMiss = error
+            } catch CronStoreError.notFound(let name) {
+                lastMiss = CronStoreError.notFound(name)
             }
         }
         throw lastMiss ?? AdminError.invalidArgument("no shard configured")

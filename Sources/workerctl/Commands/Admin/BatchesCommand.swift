@@ -22,7 +22,7 @@ struct BatchesCommand: ParsableCommand {
     }
 
     struct List: ParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "ls", abstract: "List the newest batches, newest first.")
+        static let configuration = CommandConfiguration(commandName: "ls", abstract: "List the newest batches, newest first (of every shard together).")
         @OptionGroup var connection: ConnectionOptions
         @OptionGroup var output: OutputOptions
         @Option(help: "Most batches to list (1...10000).") var limit = 100
@@ -30,13 +30,20 @@ struct BatchesCommand: ParsableCommand {
         func run() throws {
             try adminCall {
                 guard (1...10_000).contains(limit) else { throw CLIError.usage("--limit must be within 1...10000") }
-                let batches = try BatchAdmin.list(try connection.connect(), limit: limit)
-                if output.json { return printJSON(.object(["batches": .array(batches.map(BatchesCommand.json))])) }
+                let shards = try connection.onEveryShard { try BatchAdmin.list($0, limit: limit) }
+                let sharded = shards.count > 1
+                let batches = BatchAdmin.newest(shards, limit: limit)
+                if output.json {
+                    return printJSON(.object(["batches": .array(batches.map {
+                        AdminJSON.sharded(BatchesCommand.json($0.value), shard: sharded ? $0.shard : nil)
+                    })]))
+                }
                 if batches.isEmpty { return print("no batches") }
-                var table = TextTable(["BID", "STATE", "TOTAL", "PENDING", "FAILURES", "DEAD", "CREATED", "DESCRIPTION"])
-                for batch in batches {
-                    table.add([batch.bid, batch.state, "\(batch.total)", "\(batch.pending)", "\(batch.failures)", "\(batch.dead)",
-                               Format.time(batch.createdAt), batch.description])
+                var table = TextTable((sharded ? ["SHARD"] : []) + ["BID", "STATE", "TOTAL", "PENDING", "FAILURES", "DEAD", "CREATED", "DESCRIPTION"])
+                for entry in batches {
+                    let batch = entry.value
+                    table.add((sharded ? [entry.shard] : []) + [batch.bid, batch.state, "\(batch.total)", "\(batch.pending)",
+                               "\(batch.failures)", "\(batch.dead)", Format.time(batch.createdAt), batch.description])
                 }
                 table.print()
             }
@@ -52,9 +59,8 @@ struct BatchesCommand: ParsableCommand {
         func run() throws {
             try adminCall {
                 guard Batches.isValidBid(bid) else { throw CLIError.usage(BatchError.invalidBid(bid).description) }
-                guard let detail = try BatchAdmin.detail(try connection.connect(), bid: bid) else {
-                    throw CLIError.runtime("no batch \(bid) (never created, or expired)")
-                }
+                // A batch lives on its queues' shard.
+                let detail = try connection.onShardHolding { try BatchAdmin.existing($0, bid: bid) }
                 let batch = detail.summary
                 if output.json {
                     guard case .object(var object) = BatchesCommand.json(batch) else { return }

@@ -38,20 +38,16 @@ struct StatsCommand: ParsableCommand {
         var all: [(shard: String, stats: Stats)] = []
         for shard in map.shards { all.append((shard.name, try Stats.load(try connection.connect(shard: shard)))) }
         if output.json {
-            return printJSON(.object(["shards": .array(all.map { entry in
-                guard case .object(var fields) = AdminJSON.stats(entry.stats) else { return AdminJSON.stats(entry.stats) }
-                fields["shard"] = .string(entry.shard)
-                return .object(fields)
-            })]))
+            return printJSON(.object(["shards": .array(all.map { AdminJSON.sharded(AdminJSON.stats($0.stats), shard: $0.shard) })]))
         }
         var table = TextTable(["SHARD", "PROCESSED", "FAILED", "ENQUEUED", "SCHEDULED", "RETRY", "DEAD", "PROCESSES", "BUSY", "MEMORY"])
         for (shard, stats) in all {
             table.add([shard, "\(stats.processed)", "\(stats.failed)", "\(stats.enqueued)", "\(stats.scheduled)",
                        "\(stats.retries)", "\(stats.dead)", "\(stats.processes)", "\(stats.busy)", stats.redis.usedMemoryHuman])
         }
-        table.add(["(all)", "\(all.reduce(0) { $0 + $1.stats.processed })", "\(all.reduce(0) { $0 + $1.stats.failed })",
-                   "\(all.reduce(0) { $0 + $1.stats.enqueued })", "\(all.reduce(0) { $0 + $1.stats.scheduled })",
-                   "\(all.reduce(0) { $0 + $1.stats.retries })", "\(all.reduce(0) { $0 + $1.stats.dead })", "", "", ""])
+        let total = Stats.total(all.map(\.stats))
+        table.add(["(all)", "\(total.processed)", "\(total.failed)", "\(total.enqueued)", "\(total.scheduled)",
+                   "\(total.retries)", "\(total.dead)", "", "", ""])
         table.print()
         print("")
         QueuesCommand.table(sharded: all.flatMap { entry in entry.stats.queues.map { (entry.shard, $0) } }).print()

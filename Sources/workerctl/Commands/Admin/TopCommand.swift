@@ -35,11 +35,8 @@ struct TopCommand: ParsableCommand {
             if output.json {
                 if shards.count == 1 { return printJSON(AdminJSON.dashboard(try DashboardSnapshot.load(shards[0].redis), throughput: nil)) }
                 return printJSON(.object(["shards": .array(try shards.map { shard in
-                    guard case .object(var fields) = AdminJSON.dashboard(try DashboardSnapshot.load(shard.redis), throughput: nil) else {
-                        return .null
-                    }
-                    fields["shard"] = .string(shard.name ?? ShardMap.defaultName)
-                    return .object(fields)
+                    AdminJSON.sharded(AdminJSON.dashboard(try DashboardSnapshot.load(shard.redis), throughput: nil),
+                                      shard: shard.name ?? ShardMap.defaultName)
                 })]))
             }
             if once || isatty(1) != 1 {

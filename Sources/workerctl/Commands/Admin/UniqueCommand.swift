@@ -25,16 +25,6 @@ struct UniqueCommand: ParsableCommand {
         ])
     }
 
-    /// A lock given as `unique:<digest>`, a bare digest, or a jid that owns one.
-    static func resolve(_ text: String, admin: UniqueAdmin) throws -> UniqueLockKey {
-        if let lock = UniqueAdmin.parseLock(text) { return lock }
-        do { try JobAdmin.validate(jid: text) } catch {
-            throw CLIError.usage("'\(text)' is neither a lock (unique:<64 hex digits>) nor a jid")
-        }
-        guard let info = try admin.lock(ownedBy: text) else { throw CLIError.runtime("jid \(text) owns no unique lock") }
-        return info.lock
-    }
-
     struct List: ParsableCommand {
         static let configuration = CommandConfiguration(commandName: "ls", abstract: "List held unique locks.")
         @OptionGroup var connection: ConnectionOptions
@@ -42,20 +32,25 @@ struct UniqueCommand: ParsableCommand {
 
         func run() throws {
             try adminCall {
-                let admin = UniqueAdmin(connection: try connection.connect())
-                let locks = try admin.list()
-                let dropped = try admin.droppedCount()
+                let shards = try connection.onEveryShard { redis in
+                    let admin = UniqueAdmin(connection: redis)
+                    return (locks: try admin.list(), dropped: try admin.droppedCount())
+                }
+                let sharded = shards.count > 1
+                let locks = shards.flatMap { entry in entry.value.locks.map { OnShard(shard: entry.shard, value: $0) } }
+                let dropped = shards.reduce(0) { $0 + $1.value.dropped }
                 if output.json {
-                    return printJSON(.object(["locks": .array(locks.map(UniqueCommand.json)),
+                    return printJSON(.object(["locks": .array(locks.map { AdminJSON.sharded(UniqueCommand.json($0.value), shard: sharded ? $0.shard : nil) }),
                                               "duplicates_dropped": .int(Int64(dropped))]))
                 }
                 if locks.isEmpty {
                     print("no unique locks held (\(dropped) duplicates dropped at fetch so far)")
                     return
                 }
-                var table = TextTable(["LOCK", "JID", "CLASS", "QUEUE", "UNTIL", "TTL"])
-                for lock in locks {
-                    table.add([String(lock.lock.redisKey.prefix(23)) + "…", lock.jid, lock.className ?? "?",
+                var table = TextTable((sharded ? ["SHARD"] : []) + ["LOCK", "JID", "CLASS", "QUEUE", "UNTIL", "TTL"])
+                for entry in locks {
+                    let lock = entry.value
+                    table.add((sharded ? [entry.shard] : []) + [String(lock.lock.redisKey.prefix(23)) + "…", lock.jid, lock.className ?? "?",
                                lock.queue ?? "?", lock.until ?? "?", lock.ttl.map { Format.duration($0) } ?? "none"])
                 }
                 table.print()
@@ -73,11 +68,11 @@ struct UniqueCommand: ParsableCommand {
 
         func run() throws {
             try adminCall {
-                let redis = try connection.connect()
-                let admin = UniqueAdmin(connection: redis)
-                let key = try UniqueCommand.resolve(lock, admin: admin)
-                guard let info = try admin.show(key) else { throw CLIError.runtime("\(key.redisKey) is not held") }
-                let records = try JobAdmin(connection: redis).find(jid: info.jid)
+                // The lock and its job are on the queue's shard.
+                let (info, records) = try connection.onShardHolding { redis in
+                    let info = try UniqueAdmin(connection: redis).held(lock)
+                    return (info, try JobAdmin(connection: redis).find(jid: info.jid))
+                }
                 if output.json {
                     guard case .object(var object) = UniqueCommand.json(info) else { return }
                     object["job"] = .array(records.map(AdminJSON.summary))
@@ -104,9 +99,19 @@ struct UniqueCommand: ParsableCommand {
 
         func run() throws {
             try adminCall {
-                let admin = UniqueAdmin(connection: try connection.connect())
-                let key = try UniqueCommand.resolve(lock, admin: admin)
-                let holder = try admin.release(key)
+                let released: (key: UniqueLockKey, holder: String?)
+                do {
+                    released = try connection.onShardHolding { redis in
+                        let admin = UniqueAdmin(connection: redis)
+                        let held = try admin.held(lock).lock
+                        return (held, try admin.release(held))
+                    }
+                } catch AdminError.uniqueLockNotHeld(let missing) {
+                    // No shard holds it: `--json` says so (released false), the table form fails.
+                    guard output.json, let parsed = UniqueAdmin.parseLock(missing) else { throw AdminError.uniqueLockNotHeld(lock: missing) }
+                    released = (parsed, nil)
+                }
+                let (key, holder) = released
                 if output.json {
                     return printJSON(.object(["lock": .string(key.redisKey), "released": .bool(holder != nil),
                                               "jid": AdminJSON.string(holder)]))

@@ -41,11 +41,7 @@ struct WorkersCommand: ParsableCommand {
                 all += try ProcessRegistry.list(try connection.connect(shard: shard)).map { (shard.name, $0) }
             }
             if output.json {
-                return printJSON(.object(["processes": .array(all.map { entry in
-                    guard case .object(var fields) = AdminJSON.process(entry.process) else { return AdminJSON.process(entry.process) }
-                    fields["shard"] = .string(entry.shard)
-                    return .object(fields)
-                })]))
+                return printJSON(.object(["processes": .array(all.map { AdminJSON.sharded(AdminJSON.process($0.process), shard: $0.shard) })]))
             }
             if all.isEmpty { return print("no processes") }
             let now = Clock.now()
