@@ -25,13 +25,18 @@ public final class BlockingThreads: @unchecked Sendable {
         self.name = name
         for index in 0..<self.count {
             let threadName = "\(name)-\(index)"
-            // Named from inside: on Linux a name set before start() does not reach the OS thread,
-            // which would keep the name of the thread that created it (Linux allows 15 bytes).
+            // Named from inside (a name set before start() does not reach the OS thread on Linux; 15 bytes at
+            // most). Foundation passes a name on to the OS thread only once `start()` has recorded the thread's handle,
+            // which races with the new thread's first steps: named before that, the thread kept its creator's OS
+            // name (seen in 4 of 40 runs). So the thread waits for `start()` to return, then names itself.
+            let started = DispatchSemaphore(value: 0)
             let thread = Thread { [self] in
+                started.wait()
                 Thread.current.name = threadName
                 loop()
             }
             thread.start()
+            started.signal()
         }
     }
 
