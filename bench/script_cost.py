@@ -2,6 +2,7 @@
 """bench/script_cost.py — Redis time per job of the fetch and settle scripts, as the worker sends them.
 
     python3 bench/script_cost.py [N] [BATCH]      default N=100000 jobs, BATCH=250 (the worker's fetch batch)
+    SOURCES=/path/to/other/checkout python3 bench/script_cost.py     the scripts of another tree (an A/B comparison)
 
 Reads the scripts' Lua text from Sources/Queue/Scripts.swift (and BatchScripts.swift's shared functions), so it
 measures what is in the tree. For each of 3 runs: N no-op payloads are pushed onto `queue:default` of database 59 of
@@ -18,7 +19,7 @@ import statistics
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.environ.get("SOURCES", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
 BATCH = int(sys.argv[2]) if len(sys.argv) > 2 else 250
 RUNS = 3

@@ -1,0 +1,80 @@
+import Foundation
+import Queue
+import TestSupport
+import XCTest
+
+/// Which settlements of one settle call take effect: exactly those whose job one `LREM working -1 raw` per job, in
+/// the call's order, removes — checked against a copy of the lists in another database, with jobs near the tail
+/// (as a worker settles them) and anywhere else, absent jobs (taken back by a sweep), the same bytes twice in a list
+/// and in a batch, and several in-flight lists in one call; the lists left behind must be the same too. (Written
+/// for a tail-window variant of the script, measured no cheaper than LREM and not kept; it guards any rewrite.)
+final class SettleRemovalTests: XCTestCase {
+    /// A deterministic generator, so that a failure can be replayed.
+    struct Generator: RandomNumberGenerator {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state = state &* 6364136223846793005 &+ 1442695040888963407
+            return state
+        }
+    }
+
+    private func job(_ index: Int) -> [UInt8] { Array(#"{"class":"Noop","args":[\#(index)],"jid":"\#(String(format: "%024x", index))"}"#.utf8) }
+
+    private func list(_ redis: TestRedis, _ key: String) throws -> [String] {
+        try redis.command("LRANGE", key, 0, -1).array?.compactMap(\.string) ?? []
+    }
+
+    func testSettlementTakesEffectExactlyAsOneLREMPerJobWould() throws {
+        let redis = try TestRedis(database: 95)
+        let reference = try TestRedis(database: 96)
+        let connection = try redis.connection()
+        var random = Generator(state: 0x5EED)
+        let keys = ["working:queue:a:host:1:x", "working:queue:b:host:1:x"]
+        for round in 0..<15 {
+            try redis.flush()
+            try reference.flush()
+            // Each list: up to 300 jobs drawn from a small pool, so that some bytes appear twice.
+            for key in keys {
+                let entries = (0..<Int.random(in: 0...300, using: &random)).map { _ in job(Int.random(in: 0..<400, using: &random)) }
+                for start in stride(from: 0, to: entries.count, by: 100) {
+                    let chunk = Array(entries[start..<min(entries.count, start + 100)])
+                    _ = try redis.pool.withConnection { try $0.send(["RPUSH", key] + chunk) }
+                    _ = try reference.pool.withConnection { try $0.send(["RPUSH", key] + chunk) }
+                }
+            }
+            // A batch: mostly jobs near the tail (as a worker settles), some from anywhere, some absent, some twice.
+            var batch: [(key: String, raw: [UInt8])] = []
+            let lists = try Dictionary(uniqueKeysWithValues: keys.map { ($0, try list(reference, $0)) })
+            for _ in 0..<Int.random(in: 1...120, using: &random) {
+                let key = keys.randomElement(using: &random)!
+                let present = lists[key] ?? []
+                let pick = Int.random(in: 0..<10, using: &random)
+                if pick < 6, !present.isEmpty {
+                    let nearTail = present.count - 1 - Int.random(in: 0..<min(present.count, 40), using: &random)
+                    batch.append((key, Array(present[nearTail].utf8)))
+                } else if pick < 8, !present.isEmpty {
+                    batch.append((key, Array(present.randomElement(using: &random)!.utf8)))
+                } else {
+                    batch.append((key, job(Int.random(in: 0..<500, using: &random))))
+                }
+            }
+            // Each item is a `retry` whose payload names its position: the retry set shows which took effect.
+            let items = batch.enumerated().map { index, entry in
+                (job: FetchedJob(queue: "a", raw: entry.raw, workingKey: entry.key),
+                 settlement: Settlement.retry(payload: "item-\(index)", at: Double(index)), counts: RunCounts.processed)
+            }
+            let settled = try ReliableQueue.settle(connection, items)
+            var expected: [String] = []
+            for (index, entry) in batch.enumerated() {
+                if try reference.int("LREM", entry.key, -1, entry.raw) == 1 { expected.append("item-\(index)") }
+            }
+            let tookEffect = try redis.command("ZRANGE", Keys.retry, 0, -1).array?.compactMap(\.string) ?? []
+            XCTAssertEqual(tookEffect, expected, "round \(round): which settlements took effect")
+            XCTAssertEqual(settled, expected.count, "round \(round)")
+            XCTAssertEqual(try redis.int("GET", Keys.statProcessed), expected.count, "round \(round): counted once each")
+            for key in keys {
+                XCTAssertEqual(try list(redis, key), try list(reference, key), "round \(round): \(key) left behind")
+            }
+        }
+    }
+}
