@@ -128,6 +128,14 @@ final class WebDashboardTests: XCTestCase {
         XCTAssertTrue(try http(base + "cron").body.contains("Evil&lt;b&gt;Class"))
         XCTAssertTrue(try http(base + "batches").body.contains(escapedEvil))
         XCTAssertTrue(try http(base + "batch/\(batch.bid)").body.contains(escapedEvil))
+        // The batch's job counted as failed and dead (the sets the settle script writes): linked to its job page.
+        let batchJid = try XCTUnwrap(batch.jids.first)
+        try redis.command("SADD", Keys.batch(batch.bid) + "-failed", batchJid)
+        try redis.command("SADD", Keys.batch(batch.bid) + "-died", batchJid)
+        let detail = try http(base + "batch/\(batch.bid)").body
+        XCTAssertTrue(detail.contains("Failed jobs (1)") && detail.contains("Dead jobs (1)"), detail)
+        XCTAssertTrue(detail.contains("<a href=\"/job/\(batchJid)\">\(batchJid)</a>"), detail)
+        XCTAssertTrue(try http(base + "batches").body.contains("<a href=\"/batch/\(batch.bid)\">"))
     }
 
     func testStateChangesNeedAPostWithThePagesCSRFToken() throws {
