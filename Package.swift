@@ -4,7 +4,7 @@ import PackageDescription
 // Layers (each imports only what is below it):
 //   5 workerctl            the operator's binary
 //   3 WorkersClient        library product for services: async pooled enqueue + admin over Queue
-//   4 WebDashboard         `workerctl web`: HTML pages over the Queue admin API (Hummingbird 2)
+//   4 WebDashboard         `workerctl web`: HTML pages over the Queue admin API and Scheduler's cron store (Hummingbird 2)
 //   4 Jobs                 the domain jobs + registry
 //   4 BenchJobs            bench/test-only jobs and tables (ProbeInsert, probe_rows); registered only on request
 //   3 Workers, Scheduler   runtime (pool, fetch, retry, heartbeat) / cron
@@ -79,7 +79,7 @@ let package = Package(
 
         // The operator web dashboard (`workerctl web`, docs/web.md): HTML pages over the Queue admin API, run on
         // WorkersClient's threads; HTTP, HTML escaping and the CSRF/credential checks are all it adds.
-        .target(name: "WebDashboard", dependencies: ["Queue", "WorkersClient", "Outbox", "Storage",
+        .target(name: "WebDashboard", dependencies: ["Queue", "Scheduler", "WorkersClient", "Outbox", "Storage",
                                                      .product(name: "Hummingbird", package: "hummingbird"),
                                                      .product(name: "Logging", package: "swift-log")]),
 
@@ -110,7 +110,7 @@ let package = Package(
                                                       .product(name: "SwiftASN1", package: "swift-asn1")]),
         .testTarget(name: "WorkerctlTests", dependencies: ["Queue", "Storage", "TestSupport"]),
         .testTarget(name: "WorkersClientTests", dependencies: ["WorkersClient", "TestSupport"]),
-        .testTarget(name: "WebDashboardTests", dependencies: ["WebDashboard", "Queue", "Storage", "TestSupport"]),
+        .testTarget(name: "WebDashboardTests", dependencies: ["WebDashboard", "Queue", "Scheduler", "Storage", "TestSupport"]),
         .testTarget(name: "OutboxTests", dependencies: ["Outbox", "BenchJobs", "Queue", "Storage", "TestSupport"]),
     ]
 )

@@ -32,8 +32,8 @@ enum HTML {
     static func page(title: String, body: String, refresh: Int? = nil) -> String {
         let nav = [("/", "Dashboard"), ("/queues", "Queues"), ("/jobs/enqueued", "Enqueued"), ("/jobs/busy", "Busy"),
                    ("/jobs/scheduled", "Scheduled"), ("/jobs/retry", "Retries"), ("/jobs/dead", "Dead"),
-                   ("/processes", "Processes"), ("/limits", "Limits"), ("/unique", "Unique locks"),
-                   ("/outbox", "Outbox")]
+                   ("/processes", "Processes"), ("/cron", "Cron"), ("/batches", "Batches"), ("/limits", "Limits"),
+                   ("/unique", "Unique locks"), ("/outbox", "Outbox")]
             .map { "<a href=\"\($0.0)\">\($0.1)</a>" }.joined(separator: " · ")
         return """
             <!doctype html>

@@ -16,8 +16,9 @@ struct Pages: Sendable {
     /// Index of the shard in the server's shard list (0 without sharding).
     let shard: Int
 
-    /// `HTML.button` with this shard's index among the hidden fields.
-    private func button(_ label: String, action: String, csrf: String, fields: [(String, String)] = [],
+    /// `HTML.button` with this shard's index among the hidden fields (used by every page file: Pages, CronPages,
+    /// BatchPages).
+    func button(_ label: String, action: String, csrf: String, fields: [(String, String)] = [],
                         confirm: String? = nil) -> String {
         HTML.button(label, action: action, csrf: csrf, fields: [("shard", String(shard))] + fields, confirm: confirm)
     }
@@ -223,7 +224,7 @@ struct Pages: Sendable {
             """)
     }
 
-    private func jobLink(_ record: JobRecord) -> String {
+    func jobLink(_ record: JobRecord) -> String {
         let name = HTML.escape(record.displayClass ?? "(no class)")
         guard let jid = record.jid else { return name }
         return "<a href=\"/job/\(HTML.urlComponent(jid))\">\(name)</a> <span class=\"muted\">\(HTML.escape(jid))</span>"

@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import Logging
 import Queue
+import Scheduler
 import WorkersClient
 
 /// What `workerctl web` serves and where.
@@ -147,14 +148,24 @@ public enum WebServer {
             return try await html { try $0.jobs($1, state: state, filter: filter, page: page) }
         }
         router.get("/job/:jid") { _, context in
-            let jid = try context.parameters.require("jid")
+            let jid = try pathParameter(context, "jid")
             return try await html { try $0.job($1, jid: jid) }
+        }
+        router.get("/cron") { _, _ in try await html { try $0.cronList($1) } }
+        router.get("/cron/:name") { _, context in
+            let name = try CronAction.validName(try pathParameter(context, "name"))
+            return try await html { try $0.cronEntry($1, name: name) }
+        }
+        router.get("/batches") { _, _ in try await html { try $0.batchList($1) } }
+        router.get("/batch/:bid") { _, context in
+            let bid = try pathParameter(context, "bid")
+            return try await html { try $0.batch($1, bid: bid) }
         }
 
         // State changes: POST with the CSRF token; then back to the page the operator came from.
         router.post("/queues/:name/:action") { request, context in
             let form = try await verifiedForm(request, context: context, security: security)
-            let name = try context.parameters.require("name")
+            let name = try pathParameter(context, "name")
             let action = try context.parameters.require("action")
             try await client(form).withConnection { connection in
                 switch action {
@@ -168,7 +179,7 @@ public enum WebServer {
         }
         router.post("/job/:jid/:action") { request, context in
             let form = try await verifiedForm(request, context: context, security: security)
-            let jid = try context.parameters.require("jid")
+            let jid = try pathParameter(context, "jid")
             guard let action = JobAction(rawValue: try context.parameters.require("action")) else { throw HTTPError(.notFound) }
             let state = form["state"].flatMap { JobState(name: $0) }
             try await client(form).withConnection { connection in
@@ -188,7 +199,7 @@ public enum WebServer {
         }
         router.post("/processes/:identity/:signal") { request, context in
             let form = try await verifiedForm(request, context: context, security: security)
-            let identity = try context.parameters.require("identity")
+            let identity = try pathParameter(context, "identity")
             let signal: ProcessAdmin.Signal
             switch try context.parameters.require("signal") {
             case "quiet": signal = .quiet
@@ -197,6 +208,13 @@ public enum WebServer {
             }
             try await client(form).withConnection { _ = try ProcessAdmin.send(signal, to: identity, $0) }
             return redirect("/processes")
+        }
+        router.post("/cron/:name/:action") { request, context in
+            let form = try await verifiedForm(request, context: context, security: security)
+            let name = try CronAction.validName(try pathParameter(context, "name"))
+            guard let action = CronAction(rawValue: try context.parameters.require("action")) else { throw HTTPError(.notFound) }
+            try await client(form).withConnection { try action.perform(CronStore(connection: $0), name: name, now: Date()) }
+            return redirect(form["back"] ?? "/cron")
         }
         return router
     }
@@ -209,6 +227,13 @@ public enum WebServer {
             throw HTTPError(.forbidden, message: "missing or wrong CSRF token: reload the page and try again")
         }
         return form
+    }
+
+    /// A path parameter, percent-decoded (Hummingbird hands path segments over as sent; the pages percent-encode
+    /// names, so a queue, process identity or cron entry name with `:` or `<` arrives encoded).
+    static func pathParameter(_ context: BasicRequestContext, _ name: String) throws -> String {
+        let raw = try context.parameters.require(name)
+        return raw.removingPercentEncoding ?? raw
     }
 
     static func htmlResponse(_ html: String, status: HTTPResponse.Status = .ok) -> Response {
@@ -240,8 +265,9 @@ struct CredentialMiddleware: RouterMiddleware {
     }
 }
 
-/// An admin API refusal (no such job or process, an action its state does not allow, a job gone meanwhile) as a page
-/// saying why — 404 for "not found", 409 otherwise — instead of a bare 500. The message is escaped like any text.
+/// An admin API or cron store refusal (no such job, process or cron entry, an action its state does not allow, a job
+/// gone meanwhile, a cron entry whose job cannot be built) as a page saying why — 404 for "not found", 400 for a
+/// malformed argument, 409 otherwise — instead of a bare 500. The message is escaped like any text.
 struct AdminErrorMiddleware: RouterMiddleware {
     typealias Context = BasicRequestContext
 
@@ -255,8 +281,17 @@ struct AdminErrorMiddleware: RouterMiddleware {
             case .invalidArgument: status = .badRequest
             default: status = .conflict
             }
-            return WebServer.htmlResponse(HTML.page(title: "Not done", body: "<p>\(HTML.escape(error.description))</p>"),
-                                          status: status)
+            return Self.refusal(error.description, status: status)
+        } catch let error as CronStoreError {
+            switch error {
+            case .notFound: return Self.refusal(error.description, status: .notFound)
+            case .unusableEntry: return Self.refusal(error.description, status: .conflict)
+            case .unexpectedReply: throw error
+            }
         }
+    }
+
+    static func refusal(_ message: String, status: HTTPResponse.Status) -> Response {
+        WebServer.htmlResponse(HTML.page(title: "Not done", body: "<p>\(HTML.escape(message))</p>"), status: status)
     }
 }

@@ -5,7 +5,9 @@ standard library only. Used by WebDashboardTests: loads pages, submits the page'
 does (the browser posts the form with its hidden CSRF field), checks the text shown, keeps screenshots.
 
 usage: browser.py CHROMIUM SCREENSHOT_DIR STEPS_JSON
-STEPS_JSON: [{"goto": URL} | {"submit": CSS_SELECTOR_OF_FORM}, with optional "expect": TEXT, "shot": NAME]
+STEPS_JSON: [{"goto": URL} | {"submit": CSS_SELECTOR_OF_FORM} | {"click": CSS_SELECTOR_OF_BUTTON},
+             with optional "expect": TEXT, "shot": NAME]
+"click" clicks the button as an operator does (its form's onsubmit runs, then the browser posts the form).
 Prints one line per step; exits 1 with the reason on the first failure."""
 import base64, json, os, select, subprocess, sys, tempfile, time
 
@@ -97,6 +99,13 @@ def main():
             browser.events.clear()
             if "goto" in step:
                 browser.call("Page.navigate", {"url": step["goto"]}, session=True)
+            elif "click" in step:
+                found = browser.evaluate(
+                    "(() => { const b = document.querySelector(%s); if (!b) return false; b.click(); return true; })()"
+                    % json.dumps(step["click"]))
+                if not found:
+                    print(f"step {number}: no button matches {step['click']}")
+                    return 1
             else:
                 found = browser.evaluate(
                     "(() => { const f = document.querySelector(%s); if (!f) return false; f.submit(); return true; })()"

@@ -8,7 +8,7 @@ import WebDashboard
 struct WebCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "web",
-        abstract: "Serve the operator dashboard (queues, jobs, processes, limits, unique locks; every shard) over HTTP.",
+        abstract: "Serve the operator dashboard (queues, jobs, processes, cron, batches, limits, unique locks; every shard) over HTTP.",
         discussion: """
             Binds 127.0.0.1 by default. Any other host needs a credential: WORKERCTL_WEB_TOKEN or --password-file \
             (every request must then carry it: Bearer token, or the password of HTTP Basic with any user name). \
