@@ -179,6 +179,15 @@ final class SettlementQueue: @unchecked Sendable {
         return pending
     }
 
+    /// Waits until fewer than `limit` settlements are unwritten, or `timeout` passes (the fetcher's back-pressure:
+    /// `WorkerConfiguration.settleBacklog`).
+    func waitUntilBelow(_ limit: Int, timeout: Double) {
+        condition.lock()
+        defer { condition.unlock() }
+        if pending < limit { return }
+        _ = condition.wait(until: Date(timeIntervalSinceNow: timeout))
+    }
+
     /// Waits until every added item has been written, or `timeout` passes. Returns true if drained.
     @discardableResult
     func waitUntilDrained(timeout: Double) -> Bool {

@@ -11,7 +11,8 @@ import Queue
 /// arrives mid-fetch, and hands duplicates of live unique jobs to it as drops (`UniqueGate`, on this
 /// thread's connection); reads the pool's `runTime` estimate to size its prefetch.
 ///
-/// Invariants: the buffer never holds more than `concurrency + allowedPrefetch()` jobs. A fetch whose
+/// Invariants: the buffer never holds more than `concurrency + allowedPrefetch()` jobs; no fetch starts while
+/// `settleBacklog` or more settlements wait for the settler (so finished jobs cannot pile up). A fetch whose
 /// reply was lost (the script may have moved jobs) is followed by a reconciliation before the next
 /// fetch, which puts back every in-flight job this process does not hold in memory.
 final class Fetcher: Sendable {
@@ -66,6 +67,11 @@ final class Fetcher: Sendable {
         let names = queues.map(\.name)
         let single = names.count == 1 ? names[0] : nil
         while !thread.shouldStop {
+            if settlements.unwrittenCount >= configuration.settleBacklog {
+                // The settler is behind: more jobs now would only wait, finished, in memory and in flight.
+                settlements.waitUntilBelow(configuration.settleBacklog, timeout: 0.1)
+                continue
+            }
             let limit = configuration.concurrency + allowedPrefetch()
             let room = min(buffer.freeSlots, limit - (buffer.capacity - buffer.freeSlots))
             if room <= 0 {

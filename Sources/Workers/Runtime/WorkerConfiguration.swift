@@ -66,6 +66,11 @@ public struct WorkerConfiguration: Sendable {
     public var commitWindow: Double = 0.05
     /// Most jobs moved by one fetch call (one script call, and under AOF `always` one disk sync, per batch).
     public var fetchBatch: Int = 250
+    /// Most settlements (finished runs) waiting for the settler before the fetcher stops fetching. Without a
+    /// bound, jobs that finish faster than the settler writes them pile up in memory (each holds its raw job) and
+    /// in the in-flight list, to be run again if the process dies: peak RSS grew with the drain rate. 2,000 is
+    /// two of the settler's batches (≤ 1,000 each): one being written, one ready.
+    public var settleBacklog: Int = 2000
     /// Longest idle wait between fetches when several queues are served (one queue blocks instead).
     public var idlePollMax: Double = 0.05
     public var heartbeatInterval: Double = 5
@@ -97,6 +102,7 @@ public struct WorkerConfiguration: Sendable {
         guard !queues.isEmpty else { throw .invalid("at least one queue is needed") }
         guard Set(queues.map(\.name)).count == queues.count else { throw .invalid("a queue is listed twice") }
         guard prefetch >= 0, fetchBatch >= 1 else { throw .invalid("prefetch must be >= 0 and fetch batch >= 1") }
+        guard settleBacklog >= 1 else { throw .invalid("settle backlog must be >= 1, got \(settleBacklog)") }
         guard heartbeatInterval > 0, fetcherHeartbeatTTL > heartbeatInterval else {
             throw .invalid("fetcher heartbeat TTL (\(fetcherHeartbeatTTL) s) must exceed the heartbeat interval (\(heartbeatInterval) s)")
         }
