@@ -252,6 +252,9 @@ private struct JSONParser {
             guard index < bytes.count, isDigit(bytes[index]) else { throw error("expected a digit in exponent") }
             while index < bytes.count, isDigit(bytes[index]) { index += 1 }
         }
+        if let value = Self.exactDecimal(UnsafeBufferPointer(rebasing: bytes[start..<index]), isInteger: isInteger) {
+            return value
+        }
         let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
         if isInteger, let value = Int64(text) { return .int(value) }
         guard let value = Double(text) else { throw JSONParseError(reason: "invalid number", offset: start) }
@@ -260,20 +263,57 @@ private struct JSONParser {
 
     func isDigit(_ byte: UInt8) -> Bool { byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }
 
+    /// Powers of ten a Double holds exactly.
+    private static let exactPowersOfTen: [Double] = (0...22).map { exponent in
+        (0..<exponent).reduce(1.0) { value, _ in value * 10 }
+    }
+
+    /// The value of an already-validated number without an exponent whose digits, as an integer, are at most 2^53
+    /// (`1764028800.123456`,
+    /// `42`, `-3.5`): the digits as an integer m, then m / 10^k — both exact Doubles, and IEEE division is correctly
+    /// rounded, so this is the nearest Double, what `Double(text)` gives (Clinger's fast path). Nil for anything else,
+    /// which takes the general path. Integers come out as `.int`, as there.
+    static func exactDecimal(_ text: UnsafeBufferPointer<UInt8>, isInteger: Bool) -> JSONValue? {
+        var mantissa: Int64 = 0
+        var digits = 0
+        var fraction = 0
+        var seenPoint = false
+        var negative = false
+        for byte in text {
+            switch byte {
+            case UInt8(ascii: "-"): negative = true
+            case UInt8(ascii: "."): seenPoint = true
+            case UInt8(ascii: "0")...UInt8(ascii: "9"):
+                if digits > 0 || byte != UInt8(ascii: "0") { digits += 1 }
+                if digits > 16 { return nil }
+                mantissa = mantissa * 10 + Int64(byte - UInt8(ascii: "0"))
+                if seenPoint { fraction += 1 }
+            default: return nil  // an exponent
+            }
+        }
+        if fraction > 22 || mantissa > 1 << 53 { return nil }  // beyond 2^53 the mantissa is no exact Double
+        if isInteger { return .int(negative ? -mantissa : mantissa) }
+        let value = Double(mantissa) / exactPowersOfTen[fraction]
+        return .double(negative ? -value : value)
+    }
+
     mutating func parseString() throws(JSONParseError) -> String {
         index += 1  // opening quote
         let start = index
-        // Fast path: no escapes.
+        // Fast path: no escapes. ASCII text (keys, class names, jids, most arguments) needs no UTF-8 validation.
+        var ascii = true
         while index < bytes.count {
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
                 let slice = UnsafeBufferPointer(rebasing: bytes[start..<index])
                 index += 1
-                guard let string = String(validating: slice, as: UTF8.self) else {
+                if ascii { return String(decoding: slice, as: UTF8.self) }
+                guard let string = UTF8Text.validated(slice) else {
                     throw JSONParseError(reason: "string is not valid UTF-8", offset: start)
                 }
                 return string
             }
+            if byte >= 0x80 { ascii = false }
             if byte == UInt8(ascii: "\\") { break }
             if byte < 0x20 { throw error("unescaped control character in string") }
             index += 1
@@ -284,7 +324,7 @@ private struct JSONParser {
             switch byte {
             case UInt8(ascii: "\""):
                 index += 1
-                guard let string = String(validating: scratch, as: UTF8.self) else {
+                guard let string = scratch.withUnsafeBufferPointer({ UTF8Text.validated($0) }) else {
                     throw JSONParseError(reason: "string is not valid UTF-8", offset: start)
                 }
                 return string
@@ -453,4 +493,24 @@ extension JSONValue {
         }
         out += "\""
     }
+}
+
+/// Bytes to `String`, refusing invalid UTF-8 — the one way Queue does it. `String(validating:as:)` is generic and,
+/// unspecialized in this module, looked its metadata up on every call (4–5 % of a no-op drain's CPU in `perf`);
+/// ASCII, the common case, is copied without it.
+enum UTF8Text {
+    static func validated(_ bytes: UnsafeBufferPointer<UInt8>) -> String? {
+        isASCII(bytes) ? String(decoding: bytes, as: UTF8.self) : String(validating: bytes, as: UTF8.self)
+    }
+
+    static func isValid(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        isASCII(bytes) || String(validating: bytes, as: UTF8.self) != nil
+    }
+
+    private static func isASCII(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        for byte in bytes where byte >= 0x80 { return false }
+        return true
+    }
+
+    static func validated(_ bytes: [UInt8]) -> String? { bytes.withUnsafeBufferPointer { validated($0) } }
 }

@@ -50,9 +50,15 @@ public struct JobPayload: Sendable, Equatable {
         try self.init(validating: value)
     }
 
+    /// Parses the bytes in place (no copy into a `String` first).
     public init(parsing bytes: [UInt8]) throws(PayloadError) {
-        guard let text = String(validating: bytes, as: UTF8.self) else { throw .notUTF8 }
-        try self.init(parsing: text)
+        let parsed: Result<JSONValue, PayloadError> = bytes.withUnsafeBufferPointer { buffer in
+            guard UTF8Text.isValid(buffer) else { return .failure(.notUTF8) }
+            do throws(JSONParseError) { return .success(try JSONValue.parse(bytes: buffer)) } catch {
+                return .failure(.unparseable(error))
+            }
+        }
+        try self.init(validating: try parsed.get())
     }
 
     public init(validating value: JSONValue) throws(PayloadError) {

@@ -79,12 +79,18 @@ public enum ReliableQueue {
         guard case .array(let items) = reply else { throw .unexpectedReply("fetch returned \(reply)") }
         var jobs: [FetchedJob] = []
         jobs.reserveCapacity(items.count / 2)
+        // The reply names the queue of every job, mostly the same one: its text and in-flight key are made once per run.
+        var last: (bytes: [UInt8], queue: String, working: String)?
         var index = 0
         while index + 1 < items.count {
-            guard let queue = items[index].string, let raw = items[index + 1].bytes else {
+            guard let name = items[index].bytes, let raw = items[index + 1].bytes else {
                 throw .unexpectedReply("fetch returned a non-string element")
             }
-            jobs.append(FetchedJob(queue: queue, raw: raw, workingKey: Keys.working(queue: queue, identity: identity)))
+            if last?.bytes != name {
+                guard let queue = UTF8Text.validated(name) else { throw .unexpectedReply("fetch returned a queue name that is not UTF-8") }
+                last = (name, queue, Keys.working(queue: queue, identity: identity))
+            }
+            jobs.append(FetchedJob(queue: last!.queue, raw: raw, workingKey: last!.working))
             index += 2
         }
         return jobs

@@ -61,4 +61,31 @@ final class JSONTests: XCTestCase {
         object["b"] = nil
         XCTAssertEqual(JSONValue.object(object).serialized(), #"{"a":3,"c":4}"#)
     }
+
+    /// Numbers parsed through the exact-decimal fast path are the very Doubles (and Int64s) the general path
+    /// (`Double(text)`, `Int64(text)`) gives: random decimals of 1 to 18 digits with the point anywhere, and the edges.
+    func testNumbersAreTheSameDoublesAsTheGeneralParser() throws {
+        var generator = SystemRandomNumberGenerator()
+        var texts = ["0", "-0", "0.5", "-0.5", "1.0", "1764028800.123456", "1764028800.1234567", "9007199254740992",
+                     "9007199254740993", "-9007199254740993", "0.1", "0.3", "123456789012345.6", "1e5", "2.5E-3",
+                     "0.0000000000000000000001", "4.35", "1732540000.999999"]
+        for _ in 0..<20_000 {
+            let digits = Int.random(in: 1...18, using: &generator)
+            var text = String(Int.random(in: 1...9, using: &generator))
+            for _ in 1..<digits { text += String(Int.random(in: 0...9, using: &generator)) }
+            if Bool.random(using: &generator), digits > 1 {
+                let point = Int.random(in: 1..<digits, using: &generator)
+                text.insert(".", at: text.index(text.startIndex, offsetBy: point))
+            }
+            texts.append(Bool.random(using: &generator) ? "-" + text : text)
+        }
+        for text in texts {
+            let parsed = try JSONValue.parse(text)
+            if !text.contains(".") && !text.lowercased().contains("e"), let integer = Int64(text) {
+                XCTAssertEqual(parsed, .int(integer), text)
+            } else {
+                XCTAssertEqual(parsed, .double(try XCTUnwrap(Double(text))), text)
+            }
+        }
+    }
 }

@@ -76,7 +76,7 @@ public struct JobRecord: Sendable {
         var item: JSONObject?
         var payload: JobPayload?
         var reason: String?
-        if let text = String(validating: raw, as: UTF8.self) {
+        if let text = UTF8Text.validated(raw) {
             do {
                 let value = try JSONValue.parse(text)
                 item = value.objectValue

@@ -145,7 +145,7 @@ public struct JobQueue: Sendable {
     }
 
     static func latency(tail: [UInt8]?, now: Double) -> Double {
-        guard let tail, let text = String(validating: tail, as: UTF8.self),
+        guard let tail, let text = UTF8Text.validated(tail),
               let job = (try? JSONValue.parse(text))?.objectValue,
               let enqueuedAt = TimestampUnit.seconds(job["enqueued_at"]) ?? TimestampUnit.seconds(job["created_at"])
         else { return 0 }

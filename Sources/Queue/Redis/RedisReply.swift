@@ -13,7 +13,7 @@ public enum RedisReply: Sendable, Equatable {
     /// The bulk or status string as UTF-8 text; nil for other replies or invalid UTF-8.
     public var string: String? {
         switch self {
-        case .bulk(let bytes): return String(validating: bytes, as: UTF8.self)
+        case .bulk(let bytes): return UTF8Text.validated(bytes)
         case .status(let text): return text
         default: return nil
         }
