@@ -23,6 +23,8 @@ public final class RedisConnection: @unchecked Sendable {
     public let commandTimeout: Double
     private var context: UnsafeMutablePointer<redisContext>?
     private var loadedScripts: Set<String> = []
+    /// The RESP bytes of the command being queued (reused: one connection, one thread at a time).
+    private var requestBuffer: [UInt8] = []
 
     public init(endpoint: RedisEndpoint, commandTimeout: Double = 10) throws(RedisError) {
         self.endpoint = endpoint
@@ -156,11 +158,15 @@ public final class RedisConnection: @unchecked Sendable {
         if context == nil { try connect() }
         guard let ctx = context else { throw .io(address: serverAddress, reason: "not connected") }
         for arguments in commands {
-            let status = Self.withArgv(arguments) { argc, argv, lengths in
-                redisAppendCommandArgv(ctx, argc, argv, lengths)
+            requestBuffer.removeAll(keepingCapacity: true)
+            RESP.appendCommand(arguments, to: &requestBuffer)
+            let status = requestBuffer.withUnsafeBufferPointer { bytes in
+                bytes.withMemoryRebound(to: CChar.self) { redisAppendFormattedCommand(ctx, $0.baseAddress, $0.count) }
             }
             if status != REDIS_OK { throw failIO(ctx) }
         }
+        // A very large command (a bulk enqueue) must not keep its buffer for the connection's lifetime.
+        if requestBuffer.capacity > 1 << 20 { requestBuffer = [] }
         var replies: [RedisReply] = []
         replies.reserveCapacity(commands.count)
         for _ in commands {
@@ -210,31 +216,6 @@ public final class RedisConnection: @unchecked Sendable {
         let reason = ctx.pointee.err != 0 ? Self.errorString(ctx) : "no reply"
         close()
         return .io(address: serverAddress, reason: reason)
-    }
-
-    /// Lays the arguments out in one buffer and calls `body` with hiredis' argv/argvlen arrays.
-    private static func withArgv<R>(_ arguments: [any RedisArgument],
-                                    _ body: (Int32, UnsafeMutablePointer<UnsafePointer<CChar>?>, UnsafePointer<Int>) -> R) -> R {
-        var buffer: [UInt8] = []
-        buffer.reserveCapacity(64 * arguments.count)
-        var offsets: [Int] = []
-        offsets.reserveCapacity(arguments.count + 1)
-        for argument in arguments {
-            offsets.append(buffer.count)
-            argument.appendRedisBytes(to: &buffer)
-        }
-        offsets.append(buffer.count)
-        if buffer.isEmpty { buffer.append(0) }  // keep a valid base address for empty arguments
-        return buffer.withUnsafeBufferPointer { bytes in
-            let base = UnsafeRawPointer(bytes.baseAddress!).assumingMemoryBound(to: CChar.self)
-            var argv: [UnsafePointer<CChar>?] = (0..<arguments.count).map { base + offsets[$0] }
-            let lengths: [Int] = (0..<arguments.count).map { offsets[$0 + 1] - offsets[$0] }
-            return argv.withUnsafeMutableBufferPointer { argvBuffer in
-                lengths.withUnsafeBufferPointer { lengthBuffer in
-                    body(Int32(arguments.count), argvBuffer.baseAddress!, lengthBuffer.baseAddress!)
-                }
-            }
-        }
     }
 
     private static func convert(_ reply: UnsafeMutablePointer<redisReply>) -> RedisReply {
