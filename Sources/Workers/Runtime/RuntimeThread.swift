@@ -38,15 +38,20 @@ final class RuntimeThread: Sendable {
     }
 
     /// Starts `body` on a new named `Thread` (not a Dispatch worker: runtime threads block on I/O),
-    /// inside `group` until it returns.
+    /// inside `group` until it returns. The thread names itself once `start()` has returned: a name set before
+    /// never reaches the OS on Linux, and one set before Foundation has stored the thread's handle is dropped too
+    /// (the same race `BlockingThreads` had), leaving the creator's name in `top -H`, `perf` and core dumps.
     static func spawn(_ name: String, group: DispatchGroup, _ body: @escaping @Sendable () -> Void) {
         group.enter()
+        let started = DispatchSemaphore(value: 0)
         let thread = Thread {
+            started.wait()
+            Thread.current.name = name
             body()
             group.leave()
         }
-        thread.name = name
         thread.start()
+        started.signal()
     }
 }
 
