@@ -118,15 +118,23 @@ public enum ReliableQueue {
         if items.isEmpty { return 0 }
         var arguments: [any RedisArgument] = [now, Clock.utcDay(now), deadLimits.maxJobs, deadLimits.maxAgeSeconds]
         arguments.reserveCapacity(4 + items.count * 7)
+        // Appended one by one: an array literal per job (`+= [...]`) allocated a temporary array each time.
         for (job, settlement, counts) in items {
+            let op: String, payload: String
+            let target: any RedisArgument
             switch settlement {
-            case .ack: arguments += ["ack", job.workingKey, job.raw, "", ""]
-            case .drop: arguments += ["drop", job.workingKey, job.raw, "", ""]
-            case .retry(let payload, let at): arguments += ["retry", job.workingKey, job.raw, payload, at]
-            case .dead(let payload): arguments += ["dead", job.workingKey, job.raw, payload, ""]
-            case .requeue(let payload): arguments += ["requeue", job.workingKey, job.raw, payload, job.queue]
-            case .schedule(let payload, let at): arguments += ["schedule", job.workingKey, job.raw, payload, at]
+            case .ack: (op, payload, target) = ("ack", "", "")
+            case .drop: (op, payload, target) = ("drop", "", "")
+            case .retry(let json, let at): (op, payload, target) = ("retry", json, at)
+            case .dead(let json): (op, payload, target) = ("dead", json, "")
+            case .requeue(let json): (op, payload, target) = ("requeue", json, job.queue)
+            case .schedule(let json, let at): (op, payload, target) = ("schedule", json, at)
             }
+            arguments.append(op)
+            arguments.append(job.workingKey)
+            arguments.append(job.raw)
+            arguments.append(payload)
+            arguments.append(target)
             arguments.append(counts.rawValue)
             arguments.append(job.uniqueJid ?? "")
         }

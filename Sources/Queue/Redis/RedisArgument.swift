@@ -52,6 +52,22 @@ enum RESP {
         buffer.append(0x0D); buffer.append(0x0A)
     }
 
+    /// An integer as a bulk string (`$2\r\n42\r\n`), without allocating.
+    static func appendIntegerBulk(_ value: Int64, to buffer: inout [UInt8]) {
+        guard value >= 0 else {  // rare: negative scores and offsets
+            appendBulk(String(value).utf8, to: &buffer)
+            return
+        }
+        var digits = 1
+        var rest = value / 10
+        while rest > 0 { digits += 1; rest /= 10 }
+        buffer.append(UInt8(ascii: "$"))
+        appendDecimal(digits, to: &buffer)
+        buffer.append(0x0D); buffer.append(0x0A)
+        appendDecimal(Int(value), to: &buffer)
+        buffer.append(0x0D); buffer.append(0x0A)
+    }
+
     /// A non-negative integer in decimal, without allocating.
     static func appendDecimal(_ value: Int, to buffer: inout [UInt8]) {
         if value < 10 { buffer.append(UInt8(ascii: "0") + UInt8(value)); return }
@@ -73,10 +89,13 @@ enum RESP {
 
 extension Int: RedisArgument {
     public func appendRedisBytes(to buffer: inout [UInt8]) { buffer.append(contentsOf: String(self).utf8) }
+    /// Without a `String` in between (every settled job sends two small integers).
+    public func appendRESPBulk(to buffer: inout [UInt8]) { RESP.appendIntegerBulk(Int64(self), to: &buffer) }
 }
 
 extension Int64: RedisArgument {
     public func appendRedisBytes(to buffer: inout [UInt8]) { buffer.append(contentsOf: String(self).utf8) }
+    public func appendRESPBulk(to buffer: inout [UInt8]) { RESP.appendIntegerBulk(self, to: &buffer) }
 }
 
 extension Double: RedisArgument {
