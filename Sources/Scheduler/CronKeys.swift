@@ -9,6 +9,12 @@ public enum CronKeys {
     /// HASH of one entry: sidekiq-cron's fields plus ours (see `CronHashField`).
     public static func job(_ name: String) -> String { "cron_job:" + name }
 
+    /// Whether an operator may name an entry so (`workerctl cron`, the web dashboard): non-empty, no whitespace.
+    /// Entries written by other tools may use any other character, so nothing else is refused.
+    public static func isValidName(_ name: String) -> Bool {
+        !name.isEmpty && !name.contains(where: { $0.isWhitespace || $0.isNewline })
+    }
+
     /// ZSET of claimed ticks: member = tick as ISO-8601 UTC, score = the tick's epoch seconds.
     /// A successful `ZADD NX` is the cross-process claim (sidekiq-cron's own lock).
     public static func enqueued(_ name: String) -> String { "cron_job:\(name):enqueued" }

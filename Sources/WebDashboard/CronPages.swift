@@ -26,12 +26,10 @@ enum CronAction: String, Sendable, CaseIterable {
         }
     }
 
-    /// A cron entry name as `workerctl cron` accepts it: non-empty, no whitespace (entries written by other tools
-    /// may use any other character, so nothing else is refused). Throws `AdminError.invalidArgument` (a 400 page).
+    /// A cron entry name as `workerctl cron` accepts it (`CronKeys.isValidName`). Throws
+    /// `AdminError.invalidArgument` (a 400 page).
     static func validName(_ name: String) throws(AdminError) -> String {
-        if name.isEmpty || name.contains(where: { $0.isWhitespace || $0.isNewline }) {
-            throw .invalidArgument("'\(name)' is not a cron entry name")
-        }
+        guard CronKeys.isValidName(name) else { throw .invalidArgument("'\(name)' is not a cron entry name") }
         return name
     }
 }

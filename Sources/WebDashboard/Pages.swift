@@ -41,8 +41,10 @@ struct Pages: Sendable {
              "\(queue.size)", HTML.duration(queue.latency), queue.paused ? "paused" : ""]
         })
         let history = try History.load(connection, days: 14, now: now)
-        let lastHour = try Throughput.load(connection, minutes: 60, now: now)
-        let lastDay = try Throughput.load(connection, minutes: 1440, bucketMinutes: 15, now: now)
+        // One read of the last day per minute serves both charts.
+        let day = try Throughput.load(connection, minutes: 1440, now: now)
+        let lastHour = Array(day.suffix(60))
+        let lastDay = Throughput.regroup(day, bucketMinutes: 15)
         func perSecond(_ buckets: [ThroughputBucket]) -> String {
             let seconds = buckets.reduce(0) { $0 + $1.seconds }
             let processed = buckets.reduce(0) { $0 + $1.processed }, failed = buckets.reduce(0) { $0 + $1.failed }

@@ -57,11 +57,21 @@ public enum Throughput {
             processed += counts(replies[2 * index])
             failed += counts(replies[2 * index + 1])
         }
-        return stride(from: 0, to: minutes, by: bucketMinutes).map { offset in
-            let span = offset..<(offset + bucketMinutes)
-            return ThroughputBucket(start: Double(first + offset) * 60, seconds: Double(bucketMinutes) * 60,
-                                    processed: span.reduce(0) { $0 + processed[$1] },
-                                    failed: span.reduce(0) { $0 + failed[$1] })
+        let perMinute = (0..<minutes).map { offset in
+            ThroughputBucket(start: Double(first + offset) * 60, seconds: 60, processed: processed[offset], failed: failed[offset])
+        }
+        return regroup(perMinute, bucketMinutes: bucketMinutes)
+    }
+
+    /// Consecutive buckets summed `bucketMinutes` at a time (one read of a day gives both the last hour per minute and
+    /// the day per quarter hour). `buckets.count` should be a multiple of `bucketMinutes`; a shorter last group is kept.
+    public static func regroup(_ buckets: [ThroughputBucket], bucketMinutes: Int) -> [ThroughputBucket] {
+        guard bucketMinutes > 1 else { return buckets }
+        return stride(from: 0, to: buckets.count, by: bucketMinutes).map { start in
+            let group = buckets[start..<min(buckets.count, start + bucketMinutes)]
+            return ThroughputBucket(start: group.first!.start, seconds: group.reduce(0) { $0 + $1.seconds },
+                                    processed: group.reduce(0) { $0 + $1.processed },
+                                    failed: group.reduce(0) { $0 + $1.failed })
         }
     }
 }

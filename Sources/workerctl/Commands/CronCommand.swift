@@ -24,9 +24,7 @@ struct CronCommand: ParsableCommand {
     }
 
     static func validName(_ name: String) throws -> String {
-        if name.isEmpty || name.contains(where: { $0.isWhitespace || $0.isNewline }) {
-            throw CLIError.usage("'\(name)' is not a cron entry name")
-        }
+        guard CronKeys.isValidName(name) else { throw CLIError.usage("'\(name)' is not a cron entry name") }
         return name
     }
 
