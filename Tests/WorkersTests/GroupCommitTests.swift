@@ -10,6 +10,7 @@ import XCTest
 /// test can see which jobs shared a COMMIT, and (with the row's `xmin`) whether the row was written in a
 /// savepoint or directly in the group's transaction (fast path). By its note:
 /// - `fail` throws after its insert (permanent: dead); `flaky` does on its first attempt only (retried);
+/// - `refuse` throws before its transaction on its first attempt (retried);
 /// - `swallow` throws inside its transaction and catches the error itself, then returns normally;
 /// - `poison` on its first attempt breaks a deferred foreign key, so COMMIT itself fails;
 /// - `sever` on its first attempt terminates its own database session (the connection breaks mid-group).
@@ -26,6 +27,7 @@ struct GroupProbeJob: Job {
                 INSERT INTO group_probe (jid, note, txid, attempt) VALUES ($1, $2, txid_current(), $3)
                 """, [context.jid, note, context.attempt])
         }
+        if note == "refuse", context.attempt == 1 { throw Failure() }
         if note == "swallow" {
             _ = try? context.transaction { connection in
                 try insert(connection)
@@ -240,23 +242,24 @@ final class GroupCommitTests: XCTestCase {
     }
 
     func testAJobFailingInTheMiddleOfAGroupIsRetriedAloneWithoutEffectsWhileTheOthersCommitOnce() throws {
-        // One thread, a full buffer: groups of up to 50 in enqueue order, a flaky job inside each of the first two.
-        let notes = (0..<100).map { $0 == 20 || $0 == 70 ? "flaky" : "ok\($0)" }
+        // One thread, a full buffer: groups of up to 50 in enqueue order, one failing job in each. On their first
+        // attempt two jobs fail inside their transaction (after their insert), one before it.
+        let notes = (0..<150).map { $0 == 20 || $0 == 120 ? "flaky" : $0 == 75 ? "refuse" : "ok\($0)" }
         let jids = try enqueue(notes)
-        let flaky = Set(zip(jids, notes).filter { $0.1 == "flaky" }.map(\.0))
+        let failing = Set(zip(jids, notes).filter { $0.1 == "flaky" || $0.1 == "refuse" }.map(\.0))
         _ = try start(concurrency: 1)
-        XCTAssertTrue(try eventually(timeout: 60) { try committed().perJid.count == 100 })
+        XCTAssertTrue(try eventually(timeout: 60) { try committed().perJid.count == 150 })
         try assertNothingLeftInRedis()
         let result = try committed()
         XCTAssertEqual(Set(result.perJid.keys), Set(jids))
         XCTAssertEqual(result.perJid.values.filter { $0 != 1 }.count, 0, "a job applied more than once")
-        XCTAssertEqual(result.ledger, 100)
-        XCTAssertEqual(try redis.failed(), 2, "only the flaky jobs may fail: the other jobs of their groups must commit, not be retried")
+        XCTAssertEqual(result.ledger, 150)
+        XCTAssertEqual(try redis.failed(), 3, "only the failing jobs may fail: the other jobs of their groups must commit, not be retried")
         let attempts = try attempts()
-        XCTAssertEqual(flaky.map { attempts[$0] }, [2, 2], "a flaky job's failed first attempt left its row behind")
-        XCTAssertTrue(zip(jids, notes).allSatisfy { $0.1 == "flaky" || attempts[$0.0] == 1 })
+        XCTAssertEqual(failing.map { attempts[$0] }, [2, 2, 2], "a failed first attempt left its row behind")
+        XCTAssertTrue(zip(jids, notes).allSatisfy { failing.contains($0.0) || attempts[$0.0] == 1 })
         XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)
-        XCTAssertLessThan(try writtenWithoutSavepoints().direct, 100,
+        XCTAssertLessThan(try writtenWithoutSavepoints().direct, 150,
                           "no group was rolled back and run again with a savepoint per job")
     }
 
