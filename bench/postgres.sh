@@ -5,12 +5,17 @@
 #   bench/postgres.sh                     N=20000 jobs, concurrency 10, RUNS=3
 #   N=5000 CONCURRENCY=4 RUNS=1 bench/postgres.sh
 #
-# Five ways to write N jobs' rows, each run RUNS times, alternating, every figure the median with min–max:
+# Six ways to write N jobs' rows, each run RUNS times, alternating, every figure the median with min–max:
 #   ours, one COMMIT per job     workerctl worker --commit-batch 1: BEGIN, ledger row, probe row, COMMIT per job
-#   ours, group commit           the default: up to 50 jobs (each in its own SAVEPOINT) per COMMIT
-#   pgbench, 1 job per COMMIT    BEGIN; ledger row; probe row; COMMIT — one transaction per job
-#   pgbench, 50 jobs per COMMIT  BEGIN; 50 x (ledger row; probe row); COMMIT — the batching group commit does, without
-#                                its savepoints, a queue, Redis or a job runtime: the ceiling for group commit
+#   ours, group commit           the default: up to 50 jobs per COMMIT; their 50 ledger rows in one statement sent
+#                                with BEGIN, then each job's row (one round trip each), no savepoint (a group whose
+#                                job fails is rolled back and run again with a savepoint per job)
+#   pgbench, 1 job per COMMIT    BEGIN; ledger row; probe row; COMMIT — one transaction per job (simple protocol)
+#   pgbench, 50 jobs per COMMIT  BEGIN; 50 x (ledger row; probe row); COMMIT — the same batching, one round trip per
+#                                statement (simple protocol), no queue, Redis or job runtime
+#   pgbench, 50 per COMMIT,      the same 102 statements in one pipeline (\startpipeline … \endpipeline, pgbench >= 14)
+#     pipelined                  with prepared statements (-M prepared): one round trip per transaction, the least
+#                                client and protocol work per row pgbench can do — "the best pgbench can do" here
 # Ours: the clock runs from the worker's start (its start-up counts against it) until every job is acknowledged
 # in Redis (queue empty, no in-flight list) and the rows are counted: jobs succeeded = probe rows whose jid is in
 # the ledger, rows written = probe_rows rows; a run whose rows are not exactly N (one per job, none doubled) or that
@@ -42,7 +47,9 @@ trap 'rm -rf "$FIGURES"' EXIT
 psql "$ADMIN_URL" -qc "DROP DATABASE IF EXISTS pgbench_jobs" -c "CREATE DATABASE pgbench_jobs" >/dev/null
 "$BIN" migrate --bench-tables >/dev/null 2>&1   # + probe_rows, the bench table ProbeInsert writes
 R flushdb >/dev/null
-PGBENCH=$(ls /usr/lib/postgresql/*/bin/pgbench | head -1)
+PGBENCH=$(ls /usr/lib/postgresql/*/bin/pgbench | sort -V | tail -1)
+PGBENCH_MAJOR=$("$PGBENCH" --version | grep -oE '[0-9]+' | head -1)   # pipelines need pgbench >= 14
+[ "$PGBENCH_MAJOR" -ge 14 ] || echo "== $PGBENCH is older than 14: no pipelined pgbench row" >&2
 
 # Rows check after a run: N probe rows, N distinct jids, each in the ledger. Prints "rows succeeded".
 count_rows() { P "SELECT count(*), count(DISTINCT p.jid) FILTER (WHERE l.jid IS NOT NULL) FROM probe_rows p LEFT JOIN job_ledger l ON l.jid = p.jid" | tr '|' ' '; }
@@ -71,11 +78,14 @@ ours() {
   printf "   %s: %d jobs succeeded, %d rows, %.0f jobs/s\n" "$name" "$succeeded" "$rows" "$(echo "$succeeded / ($end - $start)" | bc -l)"
 }
 
-# pgbench NAME JOBS-PER-TRANSACTION: N jobs' rows by CONCURRENCY clients; records NAME (jobs per second).
+# pgbench NAME JOBS-PER-TRANSACTION [pipeline]: N jobs' rows by CONCURRENCY clients; records NAME (jobs per
+# second). `pipeline`: the transaction's statements in one pipeline, prepared (-M prepared); else the simple protocol.
 pgbench_run() {
-  local name="$1" per="$2" script="$FIGURES/$1.sql" out tps rows succeeded
+  local name="$1" per="$2" mode="${3:-}" script="$FIGURES/$1.sql" out tps rows succeeded
+  local protocol=(-M simple)
   P "TRUNCATE job_ledger, probe_rows" >/dev/null
   {
+    if [ "$mode" = pipeline ]; then echo "\\startpipeline"; protocol=(-M prepared); fi
     echo "BEGIN;"
     for i in $(seq 1 "$per"); do
       echo "\\set n$i random(1, 1000000000000)"
@@ -83,8 +93,9 @@ pgbench_run() {
       echo "INSERT INTO probe_rows (jid, note) VALUES ('pgb' || :client_id || '-' || :n$i, 'bench');"
     done
     echo "COMMIT;"
+    if [ "$mode" = pipeline ]; then echo "\\endpipeline"; fi
   } >"$script"
-  out=$("$PGBENCH" -n -f "$script" -c "$CONCURRENCY" -j 2 -t $((N / CONCURRENCY / per)) "$DATABASE_URL" 2>&1)
+  out=$("$PGBENCH" -n "${protocol[@]}" -f "$script" -c "$CONCURRENCY" -j 2 -t $((N / CONCURRENCY / per)) "$DATABASE_URL" 2>&1)
   tps=$(echo "$out" | grep -oE 'tps = [0-9.]+' | head -1 | cut -d' ' -f3)
   read -r rows succeeded <<<"$(count_rows)"
   record "$name" "$(echo "$tps * $per" | bc -l)"
@@ -93,7 +104,7 @@ pgbench_run() {
 }
 
 echo "== machine: $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg); N=$N, RUNS=$RUNS, concurrency $CONCURRENCY (pool $CONCURRENCY connections, $CONCURRENCY pgbench clients)"
-echo "== PostgreSQL synchronous_commit=$(P 'SHOW synchronous_commit'), fsync=$(P 'SHOW fsync')"
+echo "== PostgreSQL synchronous_commit=$(P 'SHOW synchronous_commit'), fsync=$(P 'SHOW fsync'); $("$PGBENCH" --version)"
 for run in $(seq 1 "$RUNS"); do
   record load "$(cut -d' ' -f1 /proc/loadavg)"
   echo "-- run $run of $RUNS (load $(cut -d' ' -f1 /proc/loadavg))"
@@ -101,9 +112,11 @@ for run in $(seq 1 "$RUNS"); do
   ours ours_group
   pgbench_run pgbench_1 1
   pgbench_run pgbench_batched "$PER_COMMIT"
+  if [ "$PGBENCH_MAJOR" -ge 14 ]; then pgbench_run pgbench_pipelined "$PER_COMMIT" pipeline; fi
   record ratio_per_job "$(echo "$(tail -1 "$FIGURES/ours_per_job") / $(tail -1 "$FIGURES/pgbench_1")" | bc -l)"
   record ratio_group_vs_1 "$(echo "$(tail -1 "$FIGURES/ours_group") / $(tail -1 "$FIGURES/pgbench_1")" | bc -l)"
   record ratio_group_vs_batched "$(echo "$(tail -1 "$FIGURES/ours_group") / $(tail -1 "$FIGURES/pgbench_batched")" | bc -l)"
+  [ "$PGBENCH_MAJOR" -lt 14 ] || record ratio_group_vs_pipelined "$(echo "$(tail -1 "$FIGURES/ours_group") / $(tail -1 "$FIGURES/pgbench_pipelined")" | bc -l)"
 done
 psql "$ADMIN_URL" -qc "DROP DATABASE IF EXISTS pgbench_jobs" >/dev/null
 R flushdb >/dev/null
@@ -113,7 +126,9 @@ report load "" "load average (1 min) at the start of each run"
 report ours_per_job jobs/s "ours, one COMMIT per job (--commit-batch 1)"
 report ours_group jobs/s "ours, group commit (up to $PER_COMMIT jobs per COMMIT)"
 report pgbench_1 jobs/s "pgbench, 1 job's rows per transaction"
-report pgbench_batched jobs/s "pgbench, $PER_COMMIT jobs' rows per transaction (group commit's batching)"
+report pgbench_batched jobs/s "pgbench, $PER_COMMIT jobs' rows per transaction (group commit's batching; a round trip per statement)"
+report pgbench_pipelined jobs/s "pgbench, $PER_COMMIT jobs' rows per transaction, pipelined and prepared (the best pgbench does)"
 report ratio_per_job "" "ratio ours one COMMIT per job / pgbench 1 per transaction"
 report ratio_group_vs_1 "" "ratio ours group commit / pgbench 1 per transaction"
 report ratio_group_vs_batched "" "ratio ours group commit / pgbench $PER_COMMIT per transaction (same batching)"
+report ratio_group_vs_pipelined "" "ratio ours group commit / pgbench $PER_COMMIT per transaction pipelined (the best pgbench does)"

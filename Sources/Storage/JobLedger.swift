@@ -57,6 +57,55 @@ public struct JobLedger: Sendable {
         }
     }
 
+    /// One job's ledger row, for `claimStatement`.
+    public struct Claim: Sendable, Equatable {
+        public let jid: String
+        public let jobClass: String
+        public let queue: String
+        public init(jid: String, jobClass: String, queue: String) {
+            self.jid = jid
+            self.jobClass = jobClass
+            self.queue = queue
+        }
+    }
+
+    /// One statement that inserts the ledger rows of several jobs at once, for a caller that then runs
+    /// those jobs' bodies directly in the same transaction (group commit's fast path, `JobPool.runGroup`)
+    /// and commits or rolls back everything together. Read its answer with `claimedJids`.
+    ///
+    /// Invariants, the same as `runOnce`'s for each row: a jid that already has a committed row is not
+    /// inserted (ON CONFLICT DO NOTHING); a jid whose row another open transaction has inserted makes this
+    /// statement wait for that transaction and then insert nothing (it committed) or its own row (it rolled
+    /// back), so of two concurrent deliveries exactly one claims the row. A jid listed twice is claimed once
+    /// (its first occurrence). Rows are inserted in jid order, so two claim statements over overlapping jids
+    /// take their row locks in the same order. The rows are written finished, as in `runOnce`.
+    public static func claimStatement(_ claims: [Claim]) -> PostgresConnection.Statement {
+        var seen = Set<String>()
+        var jids: [String] = [], classes: [String] = [], queues: [String] = []
+        jids.reserveCapacity(claims.count)
+        for claim in claims where seen.insert(claim.jid).inserted {
+            jids.append(claim.jid)
+            classes.append(claim.jobClass)
+            queues.append(claim.queue)
+        }
+        return PostgresConnection.Statement("""
+            INSERT INTO job_ledger (jid, job_class, queue, started_at, finished_at)
+            SELECT claim.jid, claim.job_class, claim.queue, clock_timestamp(), clock_timestamp()
+            FROM unnest($1::text[], $2::text[], $3::text[]) AS claim (jid, job_class, queue)
+            ORDER BY claim.jid
+            ON CONFLICT (jid) DO NOTHING
+            RETURNING jid
+            """, [jids, classes, queues])
+    }
+
+    /// The jids a `claimStatement` inserted (their jobs' bodies may run); a jid it was given and that is
+    /// missing here already had a row (`alreadyApplied` once the caller's transaction commits).
+    public static func claimedJids(_ rows: PostgresRows) throws -> Set<String> {
+        var jids = Set<String>(minimumCapacity: rows.count)
+        for row in rows { jids.insert(try row.string("jid")) }
+        return jids
+    }
+
     /// True when a ledger row for `jid` is committed (the job's effects are in the database).
     public func isApplied(jid: String) throws -> Bool {
         try pool.withConnection { connection in try isApplied(jid: jid, on: connection) }

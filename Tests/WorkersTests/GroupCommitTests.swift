@@ -6,27 +6,53 @@ import TestSupport
 import Workers
 import XCTest
 
-/// A group-commit job for these tests: inserts a row stamped with its transaction id, so a test can
-/// see which jobs shared a COMMIT. `fail` throws after its insert (its savepoint must undo it);
-/// `poison` on its first attempt breaks a deferred foreign key, so COMMIT itself fails.
+/// A group-commit job for these tests: inserts a row stamped with its transaction id and attempt, so a
+/// test can see which jobs shared a COMMIT, and (with the row's `xmin`) whether the row was written in a
+/// savepoint or directly in the group's transaction (fast path). By its note:
+/// - `fail` throws after its insert (permanent: dead); `flaky` does on its first attempt only (retried);
+/// - `refuse` throws before its transaction on its first attempt (retried);
+/// - `swallow` throws inside its transaction and catches the error itself, then returns normally;
+/// - `poison` on its first attempt breaks a deferred foreign key, so COMMIT itself fails;
+/// - `sever` on its first attempt terminates its own database session (the connection breaks mid-group).
 struct GroupProbeJob: Job {
     static let className = "GroupProbe"
     static let options = JobOptions(maxRetries: 3, backoff: .schedule([0]), timeout: 30, groupCommit: true)
 
+    struct Failure: Error {}
+
     func perform(_ arguments: SingleArgument<String>, context: JobContext) throws {
+        let note = arguments.value
+        let insert = { (connection: PostgresConnection) throws in
+            try connection.execute("""
+                INSERT INTO group_probe (jid, note, txid, attempt) VALUES ($1, $2, txid_current(), $3)
+                """, [context.jid, note, context.attempt])
+        }
+        if note == "refuse", context.attempt == 1 { throw Failure() }
+        if note == "swallow" {
+            _ = try? context.transaction { connection in
+                try insert(connection)
+                throw Failure()
+            }
+            return
+        }
         try context.transaction { connection in
-            try connection.execute("INSERT INTO group_probe (jid, note, txid) VALUES ($1, $2, txid_current())",
-                                   [context.jid, arguments.value])
-            if arguments.value == "fail" { throw JobError.permanent("asked to fail") }
-            if arguments.value == "poison", context.attempt == 1 {
+            try insert(connection)
+            if note == "fail" { throw JobError.permanent("asked to fail") }
+            if note == "flaky", context.attempt == 1 { throw Failure() }
+            if note == "poison", context.attempt == 1 {
                 try connection.execute("INSERT INTO group_probe_child (parent) VALUES ('missing')")
+            }
+            if note == "sever", context.attempt == 1 {
+                try connection.execute("SELECT pg_terminate_backend(pg_backend_pid())")
             }
         }
     }
 }
 
-/// Group commit (`JobOptions.groupCommit`): several jobs in one transaction, each in its own savepoint,
-/// acknowledged only after the shared COMMIT — against real Redis and PostgreSQL.
+/// Group commit (`JobOptions.groupCommit`): several jobs in one transaction — their ledger rows claimed
+/// in one statement and their work done without savepoints (fast path), or each in its own savepoint
+/// when the fast path had to be rolled back — acknowledged only after the shared COMMIT, against real
+/// Redis and PostgreSQL, through the real worker runtime.
 final class GroupCommitTests: XCTestCase {
     var redis: TestRedis!
     var database: PostgresTestDatabase!
@@ -40,7 +66,8 @@ final class GroupCommitTests: XCTestCase {
         _ = try Migrator.bundled().migrate(pool: pool)
         try pool.withConnection { connection in
             try connection.executeScript("""
-                CREATE TABLE group_probe (jid text NOT NULL, note text NOT NULL, txid bigint NOT NULL);
+                CREATE TABLE group_probe (jid text NOT NULL, note text NOT NULL, txid bigint NOT NULL,
+                                          attempt int NOT NULL);
                 CREATE TABLE group_probe_parent (id text PRIMARY KEY);
                 CREATE TABLE group_probe_child (
                     parent text REFERENCES group_probe_parent (id) DEFERRABLE INITIALLY DEFERRED);
@@ -56,11 +83,13 @@ final class GroupCommitTests: XCTestCase {
 
     /// A worker whose buffer fills at once (a large prefetch wait) and whose groups end only when the
     /// buffer is empty or `commitBatch` jobs are in (the window is far longer than any run here).
-    func start(concurrency: Int, commitBatch: Int = 50) throws -> WorkerProcess {
+    func start(concurrency: Int, commitBatch: Int = 50,
+               adjust: (inout WorkerConfiguration) -> Void = { _ in }) throws -> WorkerProcess {
         var configuration = WorkerHarness(redis: redis).configuration(concurrency: concurrency)
         configuration.prefetchWait = 10
         configuration.commitBatch = commitBatch
         configuration.commitWindow = 30
+        adjust(&configuration)
         var registry = JobRegistry.builtins()
         registry.register(GroupProbeJob())
         var logger = Logger(label: "group-commit-test")
@@ -86,6 +115,42 @@ final class GroupCommitTests: XCTestCase {
             let transactions = try connection.queryFirst("SELECT count(DISTINCT txid)::bigint AS n FROM group_probe")
             let ledger = try connection.queryFirst("SELECT count(*)::bigint AS n FROM job_ledger WHERE job_class = 'GroupProbe'")
             return (perJid, Int(try transactions!.int64("n")), Int(try ledger!.int64("n")))
+        }
+    }
+
+    /// A payload with its jid chosen now (for tests that push it themselves).
+    func payload(_ note: String) throws -> JobPayload {
+        try JobClient.payload(for: NewJob("GroupProbe", args: [.string(note)]), createdAt: Clock.now(), enqueuedAt: Clock.now())
+    }
+
+    /// Pushes payloads so that they are fetched in this order.
+    func push(_ payloads: [JobPayload]) throws {
+        for payload in payloads { try redis.command("LPUSH", "queue:default", payload.serialized()) }
+    }
+
+    /// How the committed rows were written: `direct` job rows and `claimed` ledger rows were written by their
+    /// group's top-level transaction itself (their `xmin` is the transaction's xid), not inside a savepoint
+    /// (whose rows carry the subtransaction's xid). Only the fast path writes them so. (`txid_current()` is the
+    /// 64-bit xid, `xmin` its low 32 bits; a fresh test cluster has no wraparound epochs, the modulo is for form.)
+    func writtenWithoutSavepoints() throws -> (direct: Int, claimed: Int) {
+        try pool.withConnection { connection in
+            let row = try XCTUnwrap(try connection.queryFirst("""
+                SELECT count(*) FILTER (WHERE p.xmin::text::bigint = p.txid % 4294967296)::bigint AS direct,
+                       count(*) FILTER (WHERE l.xmin::text::bigint = p.txid % 4294967296)::bigint AS claimed
+                FROM group_probe p LEFT JOIN job_ledger l ON l.jid = p.jid
+                """))
+            return (Int(try row.int64("direct")), Int(try row.int64("claimed")))
+        }
+    }
+
+    /// The attempt each jid's committed row was written by.
+    func attempts() throws -> [String: Int] {
+        try pool.withConnection { connection in
+            var attempts: [String: Int] = [:]
+            for row in try connection.query("SELECT jid, attempt::bigint AS attempt FROM group_probe") {
+                attempts[try row.string("jid")] = Int(try row.int64("attempt"))
+            }
+            return attempts
         }
     }
 
@@ -156,5 +221,171 @@ final class GroupCommitTests: XCTestCase {
         XCTAssertGreaterThan(try redis.failed(), 1, "only the poison job failed: its group did not share its fate")
         XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)
         try assertNothingLeftInRedis()
+    }
+
+    // MARK: - The fast path (ledger rows claimed in one statement, no savepoints) and its fallbacks
+
+    func testAGroupClaimsItsLedgerRowsTogetherAndRunsItsJobsWithoutSavepoints() throws {
+        let jids = try enqueue((0..<300).map { "ok\($0)" })
+        _ = try start(concurrency: 2)
+        XCTAssertTrue(try eventually { try redis.processed() == 300 })
+        let result = try committed()
+        XCTAssertEqual(Set(result.perJid.keys), Set(jids))
+        XCTAssertEqual(result.perJid.values.filter { $0 != 1 }.count, 0, "a job applied more than once")
+        XCTAssertEqual(result.ledger, 300)
+        XCTAssertLessThanOrEqual(result.transactions, 300 / 2, "jobs did not share commits")
+        let written = try writtenWithoutSavepoints()
+        XCTAssertEqual(written.direct, 300, "job rows written inside savepoints: the fast path was not taken")
+        XCTAssertEqual(written.claimed, 300, "ledger rows written inside savepoints: they were not claimed by the group")
+        XCTAssertEqual(try redis.failed(), 0)
+        try assertNothingLeftInRedis()
+    }
+
+    func testAJobFailingInTheMiddleOfAGroupIsRetriedAloneWithoutEffectsWhileTheOthersCommitOnce() throws {
+        // One thread, a full buffer: groups of up to 50 in enqueue order, one failing job in each. On their first
+        // attempt two jobs fail inside their transaction (after their insert), one before it.
+        let notes = (0..<150).map { $0 == 20 || $0 == 120 ? "flaky" : $0 == 75 ? "refuse" : "ok\($0)" }
+        let jids = try enqueue(notes)
+        let failing = Set(zip(jids, notes).filter { $0.1 == "flaky" || $0.1 == "refuse" }.map(\.0))
+        _ = try start(concurrency: 1)
+        XCTAssertTrue(try eventually(timeout: 60) { try committed().perJid.count == 150 })
+        try assertNothingLeftInRedis()
+        let result = try committed()
+        XCTAssertEqual(Set(result.perJid.keys), Set(jids))
+        XCTAssertEqual(result.perJid.values.filter { $0 != 1 }.count, 0, "a job applied more than once")
+        XCTAssertEqual(result.ledger, 150)
+        XCTAssertEqual(try redis.failed(), 3, "only the failing jobs may fail: the other jobs of their groups must commit, not be retried")
+        let attempts = try attempts()
+        XCTAssertEqual(failing.map { attempts[$0] }, [2, 2, 2], "a failed first attempt left its row behind")
+        XCTAssertTrue(zip(jids, notes).allSatisfy { failing.contains($0.0) || attempts[$0.0] == 1 })
+        XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)
+        XCTAssertLessThan(try writtenWithoutSavepoints().direct, 150,
+                          "no group was rolled back and run again with a savepoint per job")
+    }
+
+    func testAJobThatCatchesItsOwnTransactionsFailureLeavesNoEffectsBehind() throws {
+        // The job's body throws after its insert and the job catches the error: on the savepoint path its savepoint
+        // undoes the insert and its ledger row; the fast path has no savepoint, so it must not commit that group.
+        let notes = (0..<60).map { $0 == 30 ? "swallow" : "ok\($0)" }
+        let jids = try enqueue(notes)
+        _ = try start(concurrency: 1)
+        XCTAssertTrue(try eventually { try redis.processed() == 60 })
+        try assertNothingLeftInRedis()
+        let result = try committed()
+        XCTAssertEqual(Set(result.perJid.keys), Set(jids).subtracting([jids[30]]), "the swallowed insert was committed")
+        XCTAssertEqual(result.perJid.values.filter { $0 != 1 }.count, 0, "a job applied more than once")
+        XCTAssertEqual(result.ledger, 59, "the swallowing job's ledger row must be undone with its insert")
+        XCTAssertEqual(try redis.failed(), 0)
+    }
+
+    func testAJobWhoseLedgerRowIsAlreadyCommittedIsSkippedInsideAGroup() throws {
+        // First deliveries as far as the payloads tell (no retry_count, no interrupted_count, so the runner's own
+        // redelivery check does not look): only the group's claim can notice that 10 of them were applied.
+        let payloads = try (0..<60).map { try payload("ok\($0)") }
+        let jids = try payloads.map { try XCTUnwrap($0.jid) }
+        let applied = Set(stride(from: 5, to: 60, by: 6).map { jids[$0] })
+        try pool.withConnection { connection in
+            for jid in applied {
+                try connection.execute("""
+                    INSERT INTO job_ledger (jid, job_class, queue, finished_at) VALUES ($1, 'GroupProbe', 'default', now())
+                    """, [jid])
+            }
+        }
+        try push(payloads)
+        _ = try start(concurrency: 1)
+        XCTAssertTrue(try eventually { try redis.processed() == 60 })
+        try assertNothingLeftInRedis()
+        let result = try committed()
+        XCTAssertEqual(Set(result.perJid.keys), Set(jids).subtracting(applied), "a job whose ledger row was committed ran again")
+        XCTAssertEqual(result.perJid.values.filter { $0 != 1 }.count, 0, "a job applied more than once")
+        XCTAssertEqual(result.ledger, 60)
+        XCTAssertEqual(try redis.failed(), 0)
+        XCTAssertEqual(try writtenWithoutSavepoints().direct, 50, "the group was not run on the fast path")
+    }
+
+    /// Another delivery of one jid — here the test, through the real `JobLedger.runOnce`, as another worker's
+    /// savepoint path would — holds that jid's ledger row in an open transaction while a worker's group claims
+    /// it. The claim waits (seen in pg_stat_activity, no clock involved); when the other transaction commits the
+    /// group skips the job, when it rolls back the group runs it. Either way exactly one delivery's work commits.
+    func runAgainstAConcurrentDelivery(otherCommits: Bool) throws {
+        struct Abort: Error {}
+        let payloads = try (0..<31).map { try payload("ok\($0)") }
+        let jids = try payloads.map { try XCTUnwrap($0.jid) }
+        let contested = jids[15]
+        do {
+            try JobLedger(pool: pool).runOnce(jid: contested, jobClass: "GroupProbe", queue: "default") { connection in
+                try connection.execute("""
+                    INSERT INTO group_probe (jid, note, txid, attempt) VALUES ($1, 'other delivery', txid_current(), 1)
+                    """, [contested])
+                try push(payloads)
+                _ = try start(concurrency: 1)
+                XCTAssertTrue(try eventually { try claimWaitsForALock() }, "the group's claim never waited for the contested row")
+                if !otherCommits { throw Abort() }
+            }
+        } catch is Abort {}
+        XCTAssertTrue(try eventually { try redis.processed() == 31 })
+        try assertNothingLeftInRedis()
+        let result = try committed()
+        XCTAssertEqual(Set(result.perJid.keys), Set(jids))
+        XCTAssertEqual(result.perJid.values.filter { $0 != 1 }.count, 0, "a job applied more than once")
+        XCTAssertEqual(result.ledger, 31)
+        let note = try pool.withConnection { try $0.queryFirst("SELECT note FROM group_probe WHERE jid = $1", [contested]) }
+        XCTAssertEqual(try note?.string("note"), otherCommits ? "other delivery" : "ok15")
+        XCTAssertEqual(try redis.failed(), 0)
+    }
+
+    /// True while a session of the test database waits for a row lock in a group's claim statement.
+    func claimWaitsForALock() throws -> Bool {
+        try pool.withConnection { connection in
+            try connection.queryFirst("""
+                SELECT count(*)::bigint AS n FROM pg_stat_activity
+                WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%unnest(%'
+                """)?.int64("n") ?? 0
+        } > 0
+    }
+
+    func testAGroupSkipsAJobWhoseConcurrentDeliveryCommitsFirst() throws {
+        try runAgainstAConcurrentDelivery(otherCommits: true)
+    }
+
+    func testAGroupRunsAJobWhoseConcurrentDeliveryRollsBack() throws {
+        try runAgainstAConcurrentDelivery(otherCommits: false)
+    }
+
+    func testDuplicatesDeliveredToTwoWorkersAtOnceApplyOnce() throws {
+        // Every payload twice, side by side, served by two worker processes fetching a few jobs at a time: the
+        // two deliveries of a jid mostly land in the two processes' open groups at the same time.
+        let payloads = try (0..<150).map { try payload("ok\($0)") }
+        try push(payloads.flatMap { [$0, $0] })
+        for _ in 0..<2 {
+            _ = try start(concurrency: 2) { configuration in
+                configuration.fetchBatch = 6
+                configuration.prefetch = 6
+            }
+        }
+        XCTAssertTrue(try eventually(timeout: 60) {
+            try redis.int("LLEN", "queue:default") == 0 && redis.workingKeys().isEmpty && redis.int("ZCARD", Keys.retry) == 0
+        })
+        let result = try committed()
+        XCTAssertEqual(Set(result.perJid.keys), Set(try payloads.map { try XCTUnwrap($0.jid) }))
+        XCTAssertEqual(result.perJid.values.filter { $0 != 1 }.count, 0, "a job applied more than once")
+        XCTAssertEqual(result.ledger, 150)
+        XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)
+    }
+
+    func testAConnectionLostInTheMiddleOfAGroupRetriesEveryJobOfTheGroupAndEachAppliesOnce() throws {
+        // One thread, a full buffer: the first group holds jobs 0…49; job 30 ends its own database session.
+        let notes = (0..<100).map { $0 == 30 ? "sever" : "ok\($0)" }
+        let jids = try enqueue(notes)
+        _ = try start(concurrency: 1)
+        XCTAssertTrue(try eventually(timeout: 60) { try committed().perJid.count == 100 })
+        try assertNothingLeftInRedis()
+        let result = try committed()
+        XCTAssertEqual(Set(result.perJid.keys), Set(jids))
+        XCTAssertEqual(result.perJid.values.filter { $0 != 1 }.count, 0, "a job applied more than once")
+        XCTAssertEqual(result.ledger, 100)
+        XCTAssertGreaterThanOrEqual(try redis.failed(), 31,
+                                    "the jobs that ran before the lost connection were not all retried")
+        XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)
     }
 }

@@ -88,10 +88,16 @@ public struct JobOptions: Sendable {
     public var usesLedger: Bool
     /// Group commit: the job's only effects are its ledger transaction (`context.transaction`), and it is
     /// short. A pool thread may then run several such jobs one after another inside one PostgreSQL
-    /// transaction — each in its own savepoint, so one job's failure undoes only its own work — and commit
-    /// them together (at most `WorkerConfiguration.commitBatch` jobs, open at most `commitWindow` seconds,
-    /// and only while more jobs are already waiting in this process). Their acknowledgements wait for that
-    /// commit; if it fails, every job of the group is retried and the ledger keeps them exactly-once.
+    /// transaction and commit them together (at most `WorkerConfiguration.commitBatch` jobs, open at most
+    /// `commitWindow` seconds, and only while more jobs are already waiting in this process). Their ledger
+    /// rows are inserted together in one statement, and each job's work runs directly in the shared
+    /// transaction, without a savepoint. If one job fails (or throws inside `context.transaction`, even if it
+    /// catches the error), the whole transaction is rolled back and the group runs again with each job in its
+    /// own savepoint, so the failing job undoes only its own work and the others commit: a job of the group
+    /// may therefore run twice, the first run rolled back — safe only because its sole effects are its
+    /// ledger transaction. A job that returns without calling `context.transaction` still gets its ledger
+    /// row (a redelivery is then acknowledged without running). Acknowledgements wait for the commit; if it
+    /// fails, every job of the group is retried and the ledger keeps them exactly-once.
     /// Leave it off for jobs that call other services or hold row locks other jobs wait for.
     public var groupCommit: Bool
     /// Unique jobs (docs/unique-jobs.md): at most one live job per lock key; nil = not unique. A

@@ -30,9 +30,10 @@ public struct JobContext: Sendable {
     /// Access to PostgreSQL through the exactly-once ledger (nil when the process has no database).
     public let database: JobDatabase?
     /// Set by the runtime for a group-commit job (`JobOptions.groupCommit`): the pool thread's open
-    /// transaction, shared with the jobs it ran just before. `transaction` and `withConnection` use it
-    /// (the job's work nests in a savepoint); only this run's thread touches it, and only during the run.
-    var sharedTransaction: PostgresConnection?
+    /// transaction, shared with the other jobs of its group. `transaction` and `withConnection` use it
+    /// (the job's work runs directly in it when the group claimed its ledger row, else in a savepoint);
+    /// only this run's thread touches it, and only during the run.
+    var sharedTransaction: SharedTransaction?
     /// When this run was admitted through its class's limits (Unix seconds, Redis server time); nil for a
     /// class without limits (docs/limiters.md).
     public internal(set) var limitsAdmittedAt: Double?

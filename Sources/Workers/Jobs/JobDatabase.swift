@@ -30,11 +30,23 @@ extension JobContext {
     /// commit exactly once however often the job is delivered. Returns `.alreadyApplied` (and does
     /// not run `body`) when an earlier delivery committed. The job must not COMMIT itself; throwing
     /// rolls everything back. A lost connection throws a transient `PostgresError`: the job is retried.
+    ///
+    /// A group-commit job on the fast path (`SharedTransaction.claimedRow`) runs `body` straight in the
+    /// group's transaction, its ledger row already inserted: if `body` throws, the pool thread rolls the
+    /// whole group back and runs it again with a savepoint per job, so the outcome is the same.
     @discardableResult
     public func transaction(_ body: (PostgresConnection) throws -> Void) throws -> LedgerOutcome {
         guard let database else { throw JobError.permanent(DatabaseUnavailable().description) }
         if let shared = sharedTransaction {
-            return try database.ledger.runOnce(jid: jid, jobClass: className, queue: queue, on: shared, body)
+            if let row = shared.claimedRow {
+                guard row.use() else { return .alreadyApplied }
+                do { try body(shared.connection) } catch {
+                    row.markBodyFailed()
+                    throw error
+                }
+                return .applied
+            }
+            return try database.ledger.runOnce(jid: jid, jobClass: className, queue: queue, on: shared.connection, body)
         }
         return try database.ledger.runOnce(jid: jid, jobClass: className, queue: queue, body)
     }
@@ -44,7 +56,7 @@ extension JobContext {
     /// transaction's connection.
     public func withConnection<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
         guard let database else { throw JobError.permanent(DatabaseUnavailable().description) }
-        if let shared = sharedTransaction { return try body(shared) }
+        if let shared = sharedTransaction { return try body(shared.connection) }
         return try database.pool.withConnection(body)
     }
 }

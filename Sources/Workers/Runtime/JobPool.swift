@@ -109,7 +109,7 @@ final class JobPool: Sendable {
     /// replacement is already running.
     private func runOne(_ taken: TakenJob, slot: RunningJobs.Slot, threadID: String,
                         metricHandles: inout [String: RuntimeMetrics.JobHandles],
-                        sharedTransaction: PostgresConnection? = nil) -> (outcome: JobRunner.Outcome, metrics: RunMetrics)? {
+                        sharedTransaction: SharedTransaction? = nil) -> (outcome: JobRunner.Outcome, metrics: RunMetrics)? {
         let job = taken.job
         let payload = taken.payload
         let execution = Execution(job: job, payload: payload, threadID: threadID, startedAt: Clock.now(),
@@ -137,43 +137,268 @@ final class JobPool: Sendable {
         return (outcome, runMetrics)
     }
 
-    /// Group commit: runs `first` and then, while more group-commit jobs are already waiting in the
-    /// buffer (at most `commitBatch` jobs, for at most `commitWindow` seconds), the next ones, all in one
-    /// transaction on one pooled connection, each in its own savepoint; then commits once.
+    // MARK: - Group commit
+
+    /// Group commit: runs `first` and the group-commit jobs already waiting behind it in the buffer (at
+    /// most `commitBatch` jobs, taking more while its transaction is open less than `commitWindow`
+    /// seconds) in one transaction on one pooled connection, and commits once.
     ///
-    /// Invariants: a job whose effects are in the open transaction is acknowledged only after COMMIT
-    /// succeeded (until then it stays in flight in Redis and is listed in the slot's `awaitingCommit`, so a
-    /// reconciliation never takes it for lost). A job that failed is settled at once: its savepoint was
-    /// rolled back, so its settlement does not depend on the commit. If BEGIN, COMMIT or the connection
-    /// fails, every job awaiting the commit gets a failure settlement (retry); the ledger makes the retry
-    /// apply once. Only this pool thread touches the connection and the group.
+    /// Fast path (`runClaimed`): the jobs are taken up front; one statement sent with BEGIN inserts all
+    /// their ledger rows (`JobLedger.claimStatement`); a job whose row already existed is not run (its
+    /// earlier delivery committed, or it is listed twice) and is acknowledged after the COMMIT as
+    /// `alreadyApplied`; the others run one after another directly in the transaction, without a
+    /// savepoint. If any of them does not succeed (it threw, even if it caught its own error; its run
+    /// ended in retry, dead…; it left the transaction aborted), or the claim fails on a live connection
+    /// (e.g. a deadlock between two claims), the whole transaction is rolled back and the group runs
+    /// again through the savepoint path (`runWithSavepoints`: each job in its own savepoint, so a failing
+    /// job undoes only its own work and the others still commit). `JobOptions.groupCommit`'s contract (a
+    /// job's only effects are its ledger transaction) makes that second run safe. Jobs without a jid or
+    /// with limits to pass run in a savepoint of their own within the fast path's transaction (a run that
+    /// ends without its body, over a limit, must not leave a claimed row behind).
+    ///
+    /// Invariants, on both paths: a job whose effects are in the open transaction is acknowledged only after
+    /// COMMIT succeeded; from its take until its settlement every job of the group is listed in the slot's
+    /// `awaitingCommit`, so a reconciliation never takes it for lost. A job that failed in its own savepoint is
+    /// settled at once (its savepoint was rolled back). If the checkout, BEGIN, the COMMIT or the connection
+    /// fails (`GroupCommitBroken`), every job of the group not yet settled gets a failure settlement (retry),
+    /// whether it ran or not; the ledger makes the retry apply once. Two concurrent deliveries of one jid (on
+    /// two threads or processes): the ledger's primary key lets exactly one claim or insert its row; the other
+    /// waits for that transaction and then skips the job (or runs it, if that transaction rolled back). When the
+    /// watchdog (or shutdown) abandons a run on the fast path, the transaction is rolled back, the group's other
+    /// jobs are given back to their queue unchanged, and the thread retires. Only this pool thread touches the
+    /// connection and the group.
     ///
     /// Returns a job it took from the buffer that cannot join a group (to run next), and whether the
     /// thread must retire (the watchdog abandoned one of the runs).
     private func runGroup(first: TakenJob, database: JobDatabase, slot: RunningJobs.Slot, threadID: String,
                           metricHandles: inout [String: RuntimeMetrics.JobHandles]) -> (carried: TakenJob?, retire: Bool) {
-        var awaiting: [(taken: TakenJob, metrics: RunMetrics)] = []
-        var carried: TakenJob?
-        var retire = false
-        var firstStarted = false
-        let openedAt = Clock.now()
         defer { slot.clearAwaitingCommit() }
+        var carried: TakenJob?
+        var members = [GroupMember(taken: first)]
+        slot.awaitCommit(first.job)
+        takeWaiting(into: &members, carried: &carried, slot: slot)
+        switch runClaimed(&members, carried: &carried, database: database, slot: slot, threadID: threadID,
+                          metricHandles: &metricHandles) {
+        case .settled:
+            return (carried, false)
+        case .abandoned:
+            return (carried, true)
+        case .redo(let jobs, let reason):
+            logger.debug("group rolled back; running it again with a savepoint per job",
+                         metadata: ["jobs": "\(jobs.count)", "reason": "\(reason)"])
+            let retire = runWithSavepoints(jobs, database: database, slot: slot, threadID: threadID,
+                                           metricHandles: &metricHandles)
+            return (carried, retire)
+        }
+    }
+
+    /// One job of a group, from its take until its settlement. `ran` is set once it ran to an
+    /// acknowledgement (or was found already applied): that acknowledgement waits for the COMMIT.
+    private struct GroupMember {
+        let taken: TakenJob
+        var ran: RunMetrics? = nil
+    }
+
+    /// How a group's fast path ended.
+    private enum FastPathEnd {
+        /// Every job of the group is settled (committed, or failed with the transaction).
+        case settled
+        /// Rolled back: these jobs (none of them settled) run again through the savepoint path.
+        case redo([TakenJob], reason: String)
+        /// The watchdog abandoned a run: rolled back, the others given back; the thread must retire.
+        case abandoned
+    }
+
+    /// Moves group-commit jobs already waiting in the buffer into `members`, up to `commitBatch` in all; a
+    /// job that cannot join a group ends the taking and becomes `carried`. Each one is listed in
+    /// `awaitingCommit` from its take. Returns how many it added.
+    @discardableResult
+    private func takeWaiting(into members: inout [GroupMember], carried: inout TakenJob?, slot: RunningJobs.Slot) -> Int {
+        var added = 0
+        while carried == nil, members.count < configuration.commitBatch,
+              let candidate = buffer.tryTake().map(TakenJob.init) {
+            guard runner.sharesCommits(candidate.payload) else {
+                carried = candidate
+                break
+            }
+            slot.awaitCommit(candidate.job)
+            members.append(GroupMember(taken: candidate))
+            added += 1
+        }
+        return added
+    }
+
+    /// The ledger row the fast path claims for a job, or nil when the job must run in a savepoint of its
+    /// own: it has no jid, or limits to pass (a run over a limit ends without its body and must not leave
+    /// a claimed row behind).
+    private func claim(for taken: TakenJob) -> JobLedger.Claim? {
+        guard let payload = taken.payload, let jid = payload.jid,
+              let options = runner.registry.options(for: payload.className), options.limits.isEmpty else { return nil }
+        return JobLedger.Claim(jid: jid, jobClass: payload.className, queue: taken.job.queue)
+    }
+
+    /// The fast path of `runGroup` (see there): rounds of claim-then-run in one transaction, then COMMIT.
+    private func runClaimed(_ members: inout [GroupMember], carried: inout TakenJob?, database: JobDatabase,
+                            slot: RunningJobs.Slot, threadID: String,
+                            metricHandles: inout [String: RuntimeMetrics.JobHandles]) -> FastPathEnd {
+        let openedAt = Clock.now()
+        do {
+            try database.pool.withConnection { connection in
+                var roundStart = 0
+                repeat {
+                    try runRound(&members, from: roundStart, begin: roundStart == 0, connection: connection,
+                                 slot: slot, threadID: threadID, metricHandles: &metricHandles)
+                    roundStart = members.count
+                } while members.count < configuration.commitBatch
+                    && Clock.now() - openedAt < configuration.commitWindow
+                    && takeWaiting(into: &members, carried: &carried, slot: slot) > 0
+                let commit = try connection.query("COMMIT")
+                if commit.commandTag == "ROLLBACK" { throw GroupCommitBroken() }
+            }
+        } catch let undone as FastPathUndone {
+            return .redo(members.map(\.taken), reason: undone.reason)
+        } catch is FastPathAbandoned {
+            settlements.giveBack(members.map(\.taken.job), logger: logger)
+            return .abandoned
+        } catch {
+            failAll(members.map { ($0.taken, $0.ran) }, error)
+            return .settled
+        }
+        for member in members {
+            guard let ran = member.ran else {
+                // Every member runs before COMMIT; were one not to, it goes back rather than being lost.
+                settlements.giveBack([member.taken.job], logger: logger)
+                continue
+            }
+            ran.record(failed: false)
+            settlements.add(.init(job: member.taken.job, settlement: .ack, failed: false, processed: true))
+        }
+        return .settled
+    }
+
+    /// One round of the fast path: claims the ledger rows of `members[start...]` in one statement (with
+    /// BEGIN in the same round trip when `begin`), then runs each of them in the open transaction.
+    /// Throws `FastPathUndone` (after ROLLBACK) when the group must run again through savepoints,
+    /// `FastPathAbandoned` (after ROLLBACK, the abandoned job removed from `members`) when the watchdog
+    /// settled a run, `GroupCommitBroken` or the statement's error when the connection is lost.
+    private func runRound(_ members: inout [GroupMember], from start: Int, begin: Bool, connection: PostgresConnection,
+                          slot: RunningJobs.Slot, threadID: String,
+                          metricHandles: inout [String: RuntimeMetrics.JobHandles]) throws {
+        let claims = members[start...].compactMap { claim(for: $0.taken) }
+        var statements: [PostgresConnection.Statement] = begin ? [.init("BEGIN")] : []
+        if !claims.isEmpty { statements.append(JobLedger.claimStatement(claims)) }
+        var unused = Set<String>()  // rows this round inserted whose job has not run yet
+        if !statements.isEmpty {
+            do {
+                let results = try connection.pipeline(statements)
+                if !claims.isEmpty, let rows = results.last { unused = try JobLedger.claimedJids(rows) }
+            } catch {
+                guard connection.isOpen, !error.isPostgresConnectionFailure else { throw error }
+                rollBack(connection)
+                throw FastPathUndone(reason: "the claim of the group's ledger rows failed: \(error)")
+            }
+        }
+        var index = start
+        while index < members.count {
+            let taken = members[index].taken
+            let claim = claim(for: taken)
+            if let claim, unused.remove(claim.jid) == nil {
+                // Its row was there before this round's claim: an earlier delivery committed it, a concurrent
+                // one did while the claim waited, or another job of this group has the same jid.
+                members[index].ran = alreadyApplied(taken, metricHandles: &metricHandles)
+                index += 1
+                continue
+            }
+            let row = claim == nil ? nil : ClaimedLedgerRow()
+            guard let ran = runOne(taken, slot: slot, threadID: threadID, metricHandles: &metricHandles,
+                                   sharedTransaction: SharedTransaction(connection: connection, claimedRow: row)) else {
+                members.remove(at: index)  // the watchdog settled it
+                rollBack(connection)
+                throw FastPathAbandoned()
+            }
+            guard connection.isOpen, connection.isInTransaction else { throw GroupCommitBroken() }
+            if let row {
+                let succeeded: Bool
+                if case .ack = ran.outcome.settlement { succeeded = !ran.outcome.failed } else { succeeded = false }
+                guard succeeded, !row.bodyFailed, !connection.isTransactionFailed else {
+                    rollBack(connection)
+                    throw FastPathUndone(reason: "job \(claim?.jid ?? "-") did not succeed")
+                }
+                members[index].ran = ran.metrics
+            } else if case .ack = ran.outcome.settlement {
+                members[index].ran = ran.metrics
+            } else {
+                // Failed in its own savepoint, which was rolled back: settled now, as on the savepoint path.
+                if ran.outcome.counted { ran.metrics.record(failed: ran.outcome.failed) }
+                settlements.add(.init(job: taken.job, settlement: ran.outcome.settlement, failed: ran.outcome.failed,
+                                      processed: ran.outcome.counted))
+                members.remove(at: index)
+                index -= 1
+            }
+            if connection.isTransactionFailed {
+                rollBack(connection)
+                throw FastPathUndone(reason: "a statement failed outside any job's savepoint")
+            }
+            index += 1
+        }
+    }
+
+    /// A job of the fast path whose ledger row already existed: acknowledged after the COMMIT without
+    /// running, like `JobRunner`'s redelivery check. Returns its figures (a run of no time).
+    private func alreadyApplied(_ taken: TakenJob, metricHandles: inout [String: RuntimeMetrics.JobHandles]) -> RunMetrics {
+        let className = taken.payload?.className ?? "_unreadable"
+        logger.info("already applied; acknowledged without running",
+                    metadata: ["jid": "\(taken.payload?.jid ?? "-")", "class": "\(className)", "queue": "\(taken.job.queue)"])
+        return RunMetrics(handles: metrics.job(className: className, queue: taken.job.queue, cache: &metricHandles),
+                          seconds: 0)
+    }
+
+    /// Rolls the group's transaction back (best effort: if the connection broke, the server rolled it back).
+    private func rollBack(_ connection: PostgresConnection) {
+        if connection.isOpen { _ = try? connection.execute("ROLLBACK") }
+    }
+
+    /// The group's transaction was lost before COMMIT (`error`): every job listed, run or not, is failed
+    /// and retried (a job that ran has its figures recorded as failed).
+    private func failAll(_ jobs: [(taken: TakenJob, ran: RunMetrics?)], _ error: any Error) {
+        if jobs.contains(where: { $0.ran != nil }) {
+            logger.warning("group commit failed; its jobs will be retried",
+                           metadata: ["jobs": "\(jobs.count)", "error": "\(error)"])
+        }
+        for (taken, ran) in jobs {
+            ran?.record(failed: true)
+            guard let payload = taken.payload else { continue }  // only parsed jobs share commits
+            let options = runner.registry.options(for: payload.className) ?? JobOptions()
+            let outcome = runner.failure(error, payload: payload, job: taken.job, options: options, logger: logger)
+            settlements.add(.init(job: taken.job, settlement: outcome.settlement, failed: true, processed: true))
+        }
+    }
+
+    /// The savepoint path: runs `jobs` (group-commit jobs taken from the buffer, none settled) one after
+    /// another in one transaction, each in its own savepoint (`JobLedger.runOnce` nested), then commits once.
+    /// A job that fails is settled at once (its savepoint undid its work); the others are acknowledged after
+    /// the COMMIT; if the transaction is lost, every job not yet settled is retried. When the watchdog
+    /// abandons a run, what the others did is committed, the jobs not yet run are given back, and it
+    /// returns true: the thread must retire.
+    private func runWithSavepoints(_ jobs: [TakenJob], database: JobDatabase, slot: RunningJobs.Slot, threadID: String,
+                                   metricHandles: inout [String: RuntimeMetrics.JobHandles]) -> Bool {
+        var awaiting: [(taken: TakenJob, ran: RunMetrics?)] = []
+        var next = 0
+        var retire = false
         do {
             try database.pool.withConnection { connection in
                 try connection.execute("BEGIN")
-                var next: TakenJob? = first
-                while let taken = next {
-                    next = nil
-                    firstStarted = true
+                while next < jobs.count {
+                    let taken = jobs[next]
+                    next += 1
                     guard let ran = runOne(taken, slot: slot, threadID: threadID, metricHandles: &metricHandles,
-                                           sharedTransaction: connection) else {
+                                           sharedTransaction: SharedTransaction(connection: connection, claimedRow: nil)) else {
                         // The watchdog settled this run; commit what the others did, then retire.
                         retire = true
                         break
                     }
                     if case .ack = ran.outcome.settlement {
                         awaiting.append((taken, ran.metrics))
-                        slot.awaitCommit(taken.job)
                     } else {
                         if ran.outcome.counted { ran.metrics.record(failed: ran.outcome.failed) }
                         settlements.add(.init(job: taken.job, settlement: ran.outcome.settlement, failed: ran.outcome.failed,
@@ -182,38 +407,34 @@ final class JobPool: Sendable {
                     guard connection.isOpen, connection.isInTransaction, !connection.isTransactionFailed else {
                         throw GroupCommitBroken()
                     }
-                    guard awaiting.count < configuration.commitBatch,
-                          Clock.now() - openedAt < configuration.commitWindow,
-                          let candidate = buffer.tryTake().map(TakenJob.init) else { break }
-                    if runner.sharesCommits(candidate.payload) { next = candidate } else { carried = candidate }
                 }
                 let commit = try connection.query("COMMIT")
                 if commit.commandTag == "ROLLBACK" { throw GroupCommitBroken() }
             }
         } catch {
-            if !awaiting.isEmpty {
-                logger.warning("group commit failed; its jobs will be retried",
-                               metadata: ["jobs": "\(awaiting.count)", "error": "\(error)"])
-            }
-            // BEGIN (or the checkout) failed before the first job ran: it fails like any job whose
-            // database is unreachable.
-            for waiting in awaiting { waiting.metrics.record(failed: true) }
-            let unsettled = firstStarted ? awaiting.map(\.taken) : [first]
-            for taken in unsettled {
-                guard let payload = taken.payload else { continue }  // only parsed jobs share commits
-                let options = runner.registry.options(for: payload.className) ?? JobOptions()
-                let outcome = runner.failure(error, payload: payload, job: taken.job, options: options, logger: logger)
-                settlements.add(.init(job: taken.job, settlement: outcome.settlement, failed: true, processed: true))
-            }
-            return (carried, retire)
+            let unrun = retire ? [] : jobs[next...].map { (taken: $0, ran: RunMetrics?.none) }
+            failAll(awaiting + unrun, error)
+            if retire { settlements.giveBack(jobs[next...].map(\.job), logger: logger) }
+            return retire
         }
-        for (taken, metrics) in awaiting {
-            metrics.record(failed: false)
+        for (taken, ran) in awaiting {
+            ran?.record(failed: false)
             settlements.add(.init(job: taken.job, settlement: .ack, failed: false, processed: true))
         }
-        return (carried, retire)
+        if retire { settlements.giveBack(jobs[next...].map(\.job), logger: logger) }
+        return retire
     }
 }
+
+/// The fast path of group commit cannot commit what it has run (a job did not succeed, or the claim
+/// failed on a live connection): the transaction was rolled back and the group runs again through
+/// savepoints. Internal to `JobPool`; never settles a job.
+private struct FastPathUndone: Error {
+    let reason: String
+}
+
+/// The watchdog (or shutdown) abandoned a run on the fast path: the transaction was rolled back.
+private struct FastPathAbandoned: Error {}
 
 /// A group-commit transaction can no longer commit: the connection broke, or a statement failed
 /// outside any job's savepoint. Every job awaiting its commit is retried.

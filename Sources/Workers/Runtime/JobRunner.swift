@@ -45,12 +45,14 @@ struct JobRunner: Sendable {
 
     /// Runs one job. `sharedTransaction` is the pool thread's open group-commit transaction (for jobs
     /// that `sharesCommits`): the job's ledger check and transaction use it instead of a pooled connection.
+    /// When the group has claimed the job's ledger row (`SharedTransaction.claimedRow`) the redelivery
+    /// check is skipped: the claim found no row, so no earlier delivery committed.
     ///
     /// While tracing is on (docs/tracing.md) the run is a consumer span, child of the payload's `traceparent`,
     /// bound as the thread's `ServiceContext` around the whole run, so the job's HTTP calls, SQL transactions
     /// and enqueues are its children. While off: one atomic load, no span, nothing bound.
     func run(_ job: FetchedJob, payload parsed: Result<JobPayload, PayloadError>, execution: Execution,
-             sharedTransaction: PostgresConnection? = nil) -> Outcome {
+             sharedTransaction: SharedTransaction? = nil) -> Outcome {
         guard JobTracing.isEnabled, case .success(let payload) = parsed else {
             return execute(job, payload: parsed, execution: execution, sharedTransaction: sharedTransaction)
         }
@@ -83,7 +85,7 @@ struct JobRunner: Sendable {
     }
 
     private func execute(_ job: FetchedJob, payload parsed: Result<JobPayload, PayloadError>, execution: Execution,
-                         sharedTransaction: PostgresConnection?) -> Outcome {
+                         sharedTransaction: SharedTransaction?) -> Outcome {
         let payload: JobPayload
         switch parsed {
         case .failure(let error):
@@ -117,9 +119,10 @@ struct JobRunner: Sendable {
         // ledger first, so a redelivery skips its external calls too. A first delivery skips this round
         // trip: the ledger row inside its transaction still makes a duplicate push apply once.
         let mayHaveRun = payload.interruptedCount > 0 || payload.retryCount != nil
-        if prepared.options.usesLedger, mayHaveRun, let database, let jidValue = payload.jid {
+        if prepared.options.usesLedger, mayHaveRun, sharedTransaction?.claimedRow == nil, let database,
+           let jidValue = payload.jid {
             do {
-                let applied = try sharedTransaction.map { try database.isApplied(jid: jidValue, on: $0) }
+                let applied = try sharedTransaction.map { try database.isApplied(jid: jidValue, on: $0.connection) }
                     ?? database.isApplied(jid: jidValue)
                 if applied {
                     jobLogger.info("already applied; acknowledged without running")
@@ -155,6 +158,12 @@ struct JobRunner: Sendable {
             // A limit on the job's calls (`CallLimiter`) refused: rescheduled like a job over its declared limits.
             return overLimit(limit, waitSeconds: waitSeconds, payload: payload, job: job,
                              policy: prepared.options.limits.overLimit, options: prepared.options, logger: jobLogger)
+        } catch where sharedTransaction?.claimedRow != nil {
+            // Group commit's fast path: the pool thread rolls the group back and runs this job again in a
+            // savepoint, where a failure is logged and settled; this outcome is never settled.
+            jobLogger.debug("failed on group commit's fast path; its group runs again with savepoints",
+                            metadata: ["error": "\(Self.message(error))"])
+            return Outcome(settlement: .ack, failed: true, counted: false)
         } catch {
             return failure(error, payload: payload, job: job, options: prepared.options, logger: jobLogger)
         }

@@ -59,8 +59,9 @@ public struct WorkerConfiguration: Sendable {
     public var prefetchWait: Double = 0.02
     /// Group commit (jobs whose options set `groupCommit`): most jobs one PostgreSQL transaction may
     /// carry, and the longest it stays open, in seconds. `commitBatch` 1 commits every job on its own.
-    /// At most `maxCommitBatch`: each job's savepoint that writes takes a subtransaction id, and past 64 in
-    /// one transaction PostgreSQL overflows its per-backend subtransaction cache, which slows every
+    /// At most `maxCommitBatch`: a group normally runs without savepoints, but one that is run again after a
+    /// failure gives each job a savepoint, each of which takes a subtransaction id when it writes, and past 64
+    /// in one transaction PostgreSQL overflows its per-backend subtransaction cache, which slows every
     /// snapshot on the server.
     public var commitBatch: Int = 50
     public var commitWindow: Double = 0.05
