@@ -35,6 +35,8 @@ final class LimiterTests: XCTestCase {
         XCTAssertTrue(try eventually(timeout: 120) { try redis.int("GET", "probe:limits:done:probe-concurrent") == total },
                       workers.map(\.stderr).joined())
         XCTAssertEqual(try redis.int("GET", "probe:limits:max:probe-concurrent"), 3, "most jobs inside perform at once")
+        // `done` moves inside the last run's perform; `processed` when its settlement is written, a moment later.
+        XCTAssertTrue(try eventually { try redis.processed() >= total }, "every run settled")
         XCTAssertEqual(try redis.failed(), 0)
         XCTAssertEqual(try redis.processed(), total, "over-limit reschedules are not runs")
         XCTAssertEqual(try redis.int("ZCARD", Keys.retry) + redis.int("ZCARD", Keys.dead), 0)
@@ -147,6 +149,7 @@ final class LimiterTests: XCTestCase {
 
         XCTAssertTrue(try eventually(timeout: 30) { try redis.int("GET", "probe:limits:done:probe-mutex-c") == 2 }, workers[0].stderr)
         XCTAssertEqual(try redis.int("GET", "probe:limits:max:probe-mutex-c"), 1)
+        XCTAssertTrue(try eventually { try redis.processed() >= 3 }, "every run settled")  // `done` moves before the settlement
         XCTAssertEqual(try redis.processed(), 3, "two runs and the capped failure; reschedules are not runs")
         XCTAssertEqual(try redis.failed(), 1, "only the capped job failed")
     }
