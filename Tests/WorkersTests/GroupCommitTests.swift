@@ -118,6 +118,19 @@ final class GroupCommitTests: XCTestCase {
         }
     }
 
+    /// Reads `committed()` and checks the exactly-once picture: rows for exactly the jids `applied`, one row each,
+    /// and `ledger` ledger rows. Returns what it read for further checks.
+    @discardableResult
+    func assertAppliedOnce(_ applied: Set<String>, ledger: Int, _ appliedMessage: String = "",
+                           ledgerMessage: String = "", file: StaticString = #filePath, line: UInt = #line) throws
+        -> (perJid: [String: Int], transactions: Int, ledger: Int) {
+        let result = try committed()
+        XCTAssertEqual(Set(result.perJid.keys), applied, appliedMessage, file: file, line: line)
+        XCTAssertEqual(result.perJid.values.filter { $0 != 1 }.count, 0, "a job applied more than once", file: file, line: line)
+        XCTAssertEqual(result.ledger, ledger, ledgerMessage, file: file, line: line)
+        return result
+    }
+
     /// A payload with its jid chosen now (for tests that push it themselves).
     func payload(_ note: String) throws -> JobPayload {
         try JobClient.payload(for: NewJob("GroupProbe", args: [.string(note)]), createdAt: Clock.now(), enqueuedAt: Clock.now())
@@ -168,10 +181,7 @@ final class GroupCommitTests: XCTestCase {
         jids.append(try XCTUnwrap(payload.jid))
         _ = try start(concurrency: 2)
         XCTAssertTrue(try eventually { try redis.processed() == 402 })
-        let result = try committed()
-        XCTAssertEqual(Set(result.perJid.keys), Set(jids))
-        XCTAssertEqual(result.perJid.values.filter { $0 != 1 }.count, 0, "a job applied more than once")
-        XCTAssertEqual(result.ledger, 401)
+        let result = try assertAppliedOnce(Set(jids), ledger: 401)
         XCTAssertLessThanOrEqual(result.transactions, 401 / 2, "jobs did not share commits")
         XCTAssertEqual(try redis.failed(), 0)
         try assertNothingLeftInRedis()
@@ -193,10 +203,7 @@ final class GroupCommitTests: XCTestCase {
         _ = try start(concurrency: 2)
         XCTAssertTrue(try eventually { try redis.processed() == 300 })
         let failing = Set(zip(jids, notes).filter { $0.1 == "fail" }.map(\.0))
-        let result = try committed()
-        XCTAssertEqual(Set(result.perJid.keys), Set(jids).subtracting(failing))
-        XCTAssertEqual(result.perJid.values.filter { $0 != 1 }.count, 0)
-        XCTAssertEqual(result.ledger, 270, "a failed job's ledger row must be rolled back with its savepoint")
+        let result = try assertAppliedOnce(Set(jids).subtracting(failing), ledger: 270, ledgerMessage: "a failed job's ledger row must be rolled back with its savepoint")
         XCTAssertLessThanOrEqual(result.transactions, 270 / 2, "jobs did not share commits")
         let dead = try redis.command("ZRANGE", Keys.dead, 0, -1).strings
         XCTAssertEqual(dead.count, 30)
@@ -214,10 +221,7 @@ final class GroupCommitTests: XCTestCase {
         // The poisoned group's COMMIT fails: all its jobs fail with it and are retried (backoff 0);
         // on their second attempt they commit.
         XCTAssertTrue(try eventually(timeout: 60) { try committed().perJid.count == 100 })
-        let result = try committed()
-        XCTAssertEqual(Set(result.perJid.keys), Set(jids))
-        XCTAssertEqual(result.perJid.values.filter { $0 != 1 }.count, 0, "a job applied more than once")
-        XCTAssertEqual(result.ledger, 100)
+        try assertAppliedOnce(Set(jids), ledger: 100)
         XCTAssertGreaterThan(try redis.failed(), 1, "only the poison job failed: its group did not share its fate")
         XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)
         try assertNothingLeftInRedis()
@@ -229,10 +233,7 @@ final class GroupCommitTests: XCTestCase {
         let jids = try enqueue((0..<300).map { "ok\($0)" })
         _ = try start(concurrency: 2)
         XCTAssertTrue(try eventually { try redis.processed() == 300 })
-        let result = try committed()
-        XCTAssertEqual(Set(result.perJid.keys), Set(jids))
-        XCTAssertEqual(result.perJid.values.filter { $0 != 1 }.count, 0, "a job applied more than once")
-        XCTAssertEqual(result.ledger, 300)
+        let result = try assertAppliedOnce(Set(jids), ledger: 300)
         XCTAssertLessThanOrEqual(result.transactions, 300 / 2, "jobs did not share commits")
         let written = try writtenWithoutSavepoints()
         XCTAssertEqual(written.direct, 300, "job rows written inside savepoints: the fast path was not taken")
@@ -250,10 +251,7 @@ final class GroupCommitTests: XCTestCase {
         _ = try start(concurrency: 1)
         XCTAssertTrue(try eventually(timeout: 60) { try committed().perJid.count == 150 })
         try assertNothingLeftInRedis()
-        let result = try committed()
-        XCTAssertEqual(Set(result.perJid.keys), Set(jids))
-        XCTAssertEqual(result.perJid.values.filter { $0 != 1 }.count, 0, "a job applied more than once")
-        XCTAssertEqual(result.ledger, 150)
+        try assertAppliedOnce(Set(jids), ledger: 150)
         XCTAssertEqual(try redis.failed(), 3, "only the failing jobs may fail: the other jobs of their groups must commit, not be retried")
         let attempts = try attempts()
         XCTAssertEqual(failing.map { attempts[$0] }, [2, 2, 2], "a failed first attempt left its row behind")
@@ -271,10 +269,7 @@ final class GroupCommitTests: XCTestCase {
         _ = try start(concurrency: 1)
         XCTAssertTrue(try eventually { try redis.processed() == 60 })
         try assertNothingLeftInRedis()
-        let result = try committed()
-        XCTAssertEqual(Set(result.perJid.keys), Set(jids).subtracting([jids[30]]), "the swallowed insert was committed")
-        XCTAssertEqual(result.perJid.values.filter { $0 != 1 }.count, 0, "a job applied more than once")
-        XCTAssertEqual(result.ledger, 59, "the swallowing job's ledger row must be undone with its insert")
+        try assertAppliedOnce(Set(jids).subtracting([jids[30]]), ledger: 59, "the swallowed insert was committed", ledgerMessage: "the swallowing job's ledger row must be undone with its insert")
         XCTAssertEqual(try redis.failed(), 0)
     }
 
@@ -295,10 +290,7 @@ final class GroupCommitTests: XCTestCase {
         _ = try start(concurrency: 1)
         XCTAssertTrue(try eventually { try redis.processed() == 60 })
         try assertNothingLeftInRedis()
-        let result = try committed()
-        XCTAssertEqual(Set(result.perJid.keys), Set(jids).subtracting(applied), "a job whose ledger row was committed ran again")
-        XCTAssertEqual(result.perJid.values.filter { $0 != 1 }.count, 0, "a job applied more than once")
-        XCTAssertEqual(result.ledger, 60)
+        try assertAppliedOnce(Set(jids).subtracting(applied), ledger: 60, "a job whose ledger row was committed ran again")
         XCTAssertEqual(try redis.failed(), 0)
         XCTAssertEqual(try writtenWithoutSavepoints().direct, 50, "the group was not run on the fast path")
     }
@@ -325,10 +317,7 @@ final class GroupCommitTests: XCTestCase {
         } catch is Abort {}
         XCTAssertTrue(try eventually { try redis.processed() == 31 })
         try assertNothingLeftInRedis()
-        let result = try committed()
-        XCTAssertEqual(Set(result.perJid.keys), Set(jids))
-        XCTAssertEqual(result.perJid.values.filter { $0 != 1 }.count, 0, "a job applied more than once")
-        XCTAssertEqual(result.ledger, 31)
+        try assertAppliedOnce(Set(jids), ledger: 31)
         let note = try pool.withConnection { try $0.queryFirst("SELECT note FROM group_probe WHERE jid = $1", [contested]) }
         XCTAssertEqual(try note?.string("note"), otherCommits ? "other delivery" : "ok15")
         XCTAssertEqual(try redis.failed(), 0)
@@ -366,10 +355,7 @@ final class GroupCommitTests: XCTestCase {
         XCTAssertTrue(try eventually(timeout: 60) {
             try redis.int("LLEN", "queue:default") == 0 && redis.workingKeys().isEmpty && redis.int("ZCARD", Keys.retry) == 0
         })
-        let result = try committed()
-        XCTAssertEqual(Set(result.perJid.keys), Set(try payloads.map { try XCTUnwrap($0.jid) }))
-        XCTAssertEqual(result.perJid.values.filter { $0 != 1 }.count, 0, "a job applied more than once")
-        XCTAssertEqual(result.ledger, 150)
+        try assertAppliedOnce(Set(try payloads.map { try XCTUnwrap($0.jid) }), ledger: 150)
         XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)
     }
 
@@ -380,10 +366,7 @@ final class GroupCommitTests: XCTestCase {
         _ = try start(concurrency: 1)
         XCTAssertTrue(try eventually(timeout: 60) { try committed().perJid.count == 100 })
         try assertNothingLeftInRedis()
-        let result = try committed()
-        XCTAssertEqual(Set(result.perJid.keys), Set(jids))
-        XCTAssertEqual(result.perJid.values.filter { $0 != 1 }.count, 0, "a job applied more than once")
-        XCTAssertEqual(result.ledger, 100)
+        try assertAppliedOnce(Set(jids), ledger: 100)
         XCTAssertGreaterThanOrEqual(try redis.failed(), 31,
                                     "the jobs that ran before the lost connection were not all retried")
         XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)

@@ -174,7 +174,7 @@ final class JobPool: Sendable {
                           metricHandles: inout [String: RuntimeMetrics.JobHandles]) -> (carried: TakenJob?, retire: Bool) {
         defer { slot.clearAwaitingCommit() }
         var carried: TakenJob?
-        var members = [GroupMember(taken: first)]
+        var members = [GroupMember(taken: first, claim: claim(for: first))]
         slot.awaitCommit(first.job)
         takeWaiting(into: &members, carried: &carried, slot: slot)
         switch runClaimed(&members, carried: &carried, database: database, slot: slot, threadID: threadID,
@@ -192,10 +192,12 @@ final class JobPool: Sendable {
         }
     }
 
-    /// One job of a group, from its take until its settlement. `ran` is set once it ran to an
-    /// acknowledgement (or was found already applied): that acknowledgement waits for the COMMIT.
+    /// One job of a group, from its take until its settlement. `claim` is its ledger row on the fast path
+    /// (`claim(for:)`, made once at the take). `ran` is set once it ran to an acknowledgement (or was found
+    /// already applied): that acknowledgement waits for the COMMIT.
     private struct GroupMember {
         let taken: TakenJob
+        let claim: JobLedger.Claim?
         var ran: RunMetrics? = nil
     }
 
@@ -222,7 +224,7 @@ final class JobPool: Sendable {
                 break
             }
             slot.awaitCommit(candidate.job)
-            members.append(GroupMember(taken: candidate))
+            members.append(GroupMember(taken: candidate, claim: claim(for: candidate)))
             added += 1
         }
         return added
@@ -284,7 +286,7 @@ final class JobPool: Sendable {
     private func runRound(_ members: inout [GroupMember], from start: Int, begin: Bool, connection: PostgresConnection,
                           slot: RunningJobs.Slot, threadID: String,
                           metricHandles: inout [String: RuntimeMetrics.JobHandles]) throws {
-        let claims = members[start...].compactMap { claim(for: $0.taken) }
+        let claims = members[start...].compactMap(\.claim)
         var statements: [PostgresConnection.Statement] = begin ? [.init("BEGIN")] : []
         if !claims.isEmpty { statements.append(JobLedger.claimStatement(claims)) }
         var unused = Set<String>()  // rows this round inserted whose job has not run yet
@@ -301,7 +303,7 @@ final class JobPool: Sendable {
         var index = start
         while index < members.count {
             let taken = members[index].taken
-            let claim = claim(for: taken)
+            let claim = members[index].claim
             if let claim, unused.remove(claim.jid) == nil {
                 // Its row was there before this round's claim: an earlier delivery committed it, a concurrent
                 // one did while the claim waited, or another job of this group has the same jid.
