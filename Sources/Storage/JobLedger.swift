@@ -98,6 +98,13 @@ public struct JobLedger: Sendable {
             """, [jids, classes, queues])
     }
 
+    /// Deletes ledger rows a `claimStatement` inserted in the caller's open transaction for jobs that will not
+    /// run in it after all (group commit's window closed first): they run in a later transaction, which claims
+    /// them again. Only for rows this transaction inserted; a committed row must never be deleted this way.
+    public static func unclaimStatement(jids: [String]) -> PostgresConnection.Statement {
+        PostgresConnection.Statement("DELETE FROM job_ledger WHERE jid = ANY($1::text[])", [jids])
+    }
+
     /// The jids a `claimStatement` inserted (their jobs' bodies may run); a jid it was given and that is
     /// missing here already had a row (`alreadyApplied` once the caller's transaction commits).
     public static func claimedJids(_ rows: PostgresRows) throws -> Set<String> {

@@ -37,6 +37,7 @@ struct GroupProbeJob: Job {
         }
         try context.transaction { connection in
             try insert(connection)
+            if note == "slow" { Thread.sleep(forTimeInterval: 0.03) }
             if note == "fail" { throw JobError.permanent("asked to fail") }
             if note == "flaky", context.attempt == 1 { throw Failure() }
             if note == "poison", context.attempt == 1 {
@@ -228,6 +229,23 @@ final class GroupCommitTests: XCTestCase {
     }
 
     // MARK: - The fast path (ledger rows claimed in one statement, no savepoints) and its fallbacks
+
+    /// The window bounds a transaction however many jobs were taken up front: with a 50 ms window and jobs of at
+    /// least 30 ms, no transaction holds more than 2 of them (checked before each job after the first; a slower
+    /// machine only makes transactions smaller). The jobs left when the window closes run in the next transaction,
+    /// each once. Without the check, one thread with a full buffer commits 50 per transaction.
+    func testTheCommitWindowBoundsATransactionOfJobsTakenTogether() throws {
+        let jids = try enqueue((0..<40).map { _ in "slow" })
+        _ = try start(concurrency: 1) { $0.commitWindow = 0.05 }
+        XCTAssertTrue(try eventually(timeout: 60) { try redis.processed() == 40 })
+        try assertAppliedOnce(Set(jids), ledger: 40)
+        let largest = try pool.withConnection { connection in
+            try connection.queryFirst("SELECT max(n)::bigint AS n FROM (SELECT count(*) AS n FROM group_probe GROUP BY txid) AS t")
+        }
+        XCTAssertLessThanOrEqual(try XCTUnwrap(largest).int64("n"), 2, "jobs ran in a transaction past its window")
+        XCTAssertEqual(try redis.failed(), 0)
+        try assertNothingLeftInRedis()
+    }
 
     func testAGroupClaimsItsLedgerRowsTogetherAndRunsItsJobsWithoutSavepoints() throws {
         let jids = try enqueue((0..<300).map { "ok\($0)" })

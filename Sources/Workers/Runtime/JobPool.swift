@@ -177,18 +177,22 @@ final class JobPool: Sendable {
         var members = [GroupMember(taken: first, claim: claim(for: first))]
         slot.awaitCommit(first.job)
         takeWaiting(into: &members, carried: &carried, slot: slot)
-        switch runClaimed(&members, carried: &carried, database: database, slot: slot, threadID: threadID,
-                          metricHandles: &metricHandles) {
-        case .settled:
-            return (carried, false)
-        case .abandoned:
-            return (carried, true)
-        case .redo(let jobs, let reason):
-            logger.debug("group rolled back; running it again with a savepoint per job",
-                         metadata: ["jobs": "\(jobs.count)", "reason": "\(reason)"])
-            let retire = runWithSavepoints(jobs, database: database, slot: slot, threadID: threadID,
-                                           metricHandles: &metricHandles)
-            return (carried, retire)
+        while true {
+            switch runClaimed(&members, carried: &carried, database: database, slot: slot, threadID: threadID,
+                              metricHandles: &metricHandles) {
+            case .settled(let next):
+                // The window closed before `next` ran: they form the next transaction.
+                guard !next.isEmpty else { return (carried, false) }
+                members = next
+            case .abandoned:
+                return (carried, true)
+            case .redo(let jobs, let reason):
+                logger.debug("group rolled back; running it again with a savepoint per job",
+                             metadata: ["jobs": "\(jobs.count)", "reason": "\(reason)"])
+                let retire = runWithSavepoints(jobs, database: database, slot: slot, threadID: threadID,
+                                               metricHandles: &metricHandles)
+                return (carried, retire)
+            }
         }
     }
 
@@ -203,8 +207,9 @@ final class JobPool: Sendable {
 
     /// How a group's fast path ended.
     private enum FastPathEnd {
-        /// Every job of the group is settled (committed, or failed with the transaction).
-        case settled
+        /// Every job of the transaction is settled (committed, or failed with it); `next` were taken but not run
+        /// (the window closed first; their claimed rows deleted before the COMMIT): they run in another one.
+        case settled(next: [GroupMember])
         /// Rolled back: these jobs (none of them settled) run again through the savepoint path.
         case redo([TakenJob], reason: String)
         /// The watchdog abandoned a run: rolled back, the others given back; the thread must retire.
@@ -244,27 +249,30 @@ final class JobPool: Sendable {
                             slot: RunningJobs.Slot, threadID: String,
                             metricHandles: inout [String: RuntimeMetrics.JobHandles]) -> FastPathEnd {
         let openedAt = Clock.now()
+        var next: [GroupMember] = []  // taken, not run: the window closed first
         do {
             try database.pool.withConnection { connection in
                 var roundStart = 0
                 repeat {
-                    try runRound(&members, from: roundStart, begin: roundStart == 0, connection: connection,
-                                 slot: slot, threadID: threadID, metricHandles: &metricHandles)
+                    next = try runRound(&members, from: roundStart, begin: roundStart == 0, openedAt: openedAt,
+                                        connection: connection, slot: slot, threadID: threadID,
+                                        metricHandles: &metricHandles)
                     roundStart = members.count
-                } while members.count < configuration.commitBatch
+                } while next.isEmpty
+                    && members.count < configuration.commitBatch
                     && Clock.now() - openedAt < configuration.commitWindow
                     && takeWaiting(into: &members, carried: &carried, slot: slot) > 0
                 let commit = try connection.query("COMMIT")
                 if commit.commandTag == "ROLLBACK" { throw GroupCommitBroken() }
             }
         } catch let undone as FastPathUndone {
-            return .redo(members.map(\.taken), reason: undone.reason)
+            return .redo((members + next).map(\.taken), reason: undone.reason)
         } catch is FastPathAbandoned {
-            settlements.giveBack(members.map(\.taken.job), logger: logger)
+            settlements.giveBack((members + next).map(\.taken.job), logger: logger)
             return .abandoned
         } catch {
-            failAll(members.map { ($0.taken, $0.ran) }, error)
-            return .settled
+            failAll((members + next).map { ($0.taken, $0.ran) }, error)
+            return .settled(next: [])
         }
         for member in members {
             guard let ran = member.ran else {
@@ -275,17 +283,21 @@ final class JobPool: Sendable {
             ran.record(failed: false)
             settlements.add(.init(job: member.taken.job, settlement: .ack, failed: false, processed: true))
         }
-        return .settled
+        return .settled(next: next)
     }
 
     /// One round of the fast path: claims the ledger rows of `members[start...]` in one statement (with
-    /// BEGIN in the same round trip when `begin`), then runs each of them in the open transaction.
+    /// BEGIN in the same round trip when `begin`), then runs each of them in the open transaction — until the
+    /// transaction has been open `commitWindow` seconds: the members not run by then leave `members`, their
+    /// claimed rows are deleted, and they are returned, to run in the next transaction (so a group of slow
+    /// jobs holds its transaction, and risks its members' work, about as long as the window, as before the
+    /// fast path, when jobs joined a group only while it was younger than the window).
     /// Throws `FastPathUndone` (after ROLLBACK) when the group must run again through savepoints,
     /// `FastPathAbandoned` (after ROLLBACK, the abandoned job removed from `members`) when the watchdog
     /// settled a run, `GroupCommitBroken` or the statement's error when the connection is lost.
-    private func runRound(_ members: inout [GroupMember], from start: Int, begin: Bool, connection: PostgresConnection,
-                          slot: RunningJobs.Slot, threadID: String,
-                          metricHandles: inout [String: RuntimeMetrics.JobHandles]) throws {
+    private func runRound(_ members: inout [GroupMember], from start: Int, begin: Bool, openedAt: Double,
+                          connection: PostgresConnection, slot: RunningJobs.Slot, threadID: String,
+                          metricHandles: inout [String: RuntimeMetrics.JobHandles]) throws -> [GroupMember] {
         let claims = members[start...].compactMap(\.claim)
         var statements: [PostgresConnection.Statement] = begin ? [.init("BEGIN")] : []
         if !claims.isEmpty { statements.append(JobLedger.claimStatement(claims)) }
@@ -302,6 +314,9 @@ final class JobPool: Sendable {
         }
         var index = start
         while index < members.count {
+            if index > 0, Clock.now() - openedAt >= configuration.commitWindow {
+                return try cut(&members, from: index, unused: unused, connection: connection)
+            }
             let taken = members[index].taken
             let claim = members[index].claim
             if let claim, unused.remove(claim.jid) == nil {
@@ -343,6 +358,25 @@ final class JobPool: Sendable {
             }
             index += 1
         }
+        return []
+    }
+
+    /// Ends a round at `index` (the window closed): removes `members[index...]` from the transaction, deletes
+    /// the ledger rows this round claimed for them (`unused`), and returns them. If the delete fails, they stay
+    /// members and the error is handled as the claim's (`FastPathUndone` on a live connection).
+    private func cut(_ members: inout [GroupMember], from index: Int, unused: Set<String>,
+                     connection: PostgresConnection) throws -> [GroupMember] {
+        let rest = Array(members[index...])
+        let claimed = rest.compactMap(\.claim?.jid).filter(unused.contains)
+        if !claimed.isEmpty {
+            do { _ = try connection.pipeline([JobLedger.unclaimStatement(jids: claimed)]) } catch {
+                guard connection.isOpen, !error.isPostgresConnectionFailure else { throw error }
+                rollBack(connection)
+                throw FastPathUndone(reason: "the unclaim of the rows of jobs left for the next transaction failed: \(error)")
+            }
+        }
+        members.removeSubrange(index...)
+        return rest
     }
 
     /// A job of the fast path whose ledger row already existed: acknowledged after the COMMIT without
