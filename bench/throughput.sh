@@ -71,9 +71,9 @@ pickup() {
   mkdir -m 777 "$samples"
   local started ended
   started=$(date +%s.%N)
-  for _ in $(seq 1 "$producers"); do
+  for producer in $(seq 1 "$producers"); do
     "$BIN" enqueue PickupProbe --args "[\"$samples\"]" --count $((rate * STEADY_SECONDS / producers)) \
-      --rate "$(echo "$rate / $producers" | bc -l)" >/dev/null &
+      --rate "$(echo "$rate / $producers" | bc -l)" --round-trips "$samples/push.$producer" >/dev/null &
     pids+=($!)
   done
   wait "${pids[@]}"
@@ -84,6 +84,13 @@ pickup() {
   echo "   $line"
   record "${side}_p50_$rate" "$(echo "$line" | sed -nE 's/.* p50 ([0-9.]+) ms.*/\1/p')"
   record "${side}_p99_$rate" "$(echo "$line" | sed -nE 's/.* p99 ([0-9.]+) ms.*/\1/p')"
+  # The floor: the producers' own push round trips in the same run. Redis answers a worker blocked on the queue in
+  # the push's event-loop iteration, after the same AOF sync as the push's reply, so no worker's pickup can be much
+  # below the push's round trip (under AOF `always` it is the disk's sync time plus waiting for Redis's loop).
+  line=$(cat "$samples"/push.* | python3 bench/percentiles.py "$side: push round trip at $rate jobs/s")
+  echo "   $line"
+  record "${side}_push_p50_$rate" "$(echo "$line" | sed -nE 's/.* p50 ([0-9.]+) ms.*/\1/p')"
+  record "${side}_push_p99_$rate" "$(echo "$line" | sed -nE 's/.* p99 ([0-9.]+) ms.*/\1/p')"
 }
 # Waits until COUNT worker processes have registered (`processes`: ours and Sidekiq's heartbeat).
 registered() { for _ in $(seq 1 300); do [ "$(R scard processes)" -ge "$1" ] && { sleep 0.5; return 0; }; sleep 0.05; done; echo "workers did not register" >&2; exit 1; }
@@ -172,6 +179,8 @@ for rate in $PICKUP_RATES; do
     report "${side}_rate_$rate" jobs/s "$side: pickup run, rate the producers reached (asked $rate)"
     report "${side}_p50_$rate" ms "$side: pickup p50 at $rate jobs/s (exact samples)"
     report "${side}_p99_$rate" ms "$side: pickup p99 at $rate jobs/s (exact samples)"
+    report "${side}_push_p50_$rate" ms "$side run: the producers' push round trip p50 at $rate jobs/s (the floor)"
+    report "${side}_push_p99_$rate" ms "$side run: the producers' push round trip p99 at $rate jobs/s (the floor)"
   done
 done
 report ours_rss_drain kB "ours: peak RSS of the draining worker"

@@ -256,6 +256,7 @@ final class CLITests: XCTestCase {
             ["worker", "--commit-batch", "0"],
             ["worker", "--commit-batch", "65"],
             ["worker", "--commit-window", "-1"],
+            ["enqueue", "Noop", "--in", "5", "--round-trips", "/tmp/never-written"],
         ]
         for arguments in cases {
             let result = try ctl.run(arguments)
@@ -265,6 +266,18 @@ final class CLITests: XCTestCase {
         }
         let state = try ctl.run("jobs", "ls", "--state", "sideways")
         XCTAssertEqual(state.stderr, "workerctl: unknown state 'sideways': expected one of enqueued, scheduled, retry, dead, busy\n")
+    }
+
+    /// `enqueue --round-trips` (bench/throughput.sh's floor): one exact sample per round trip, all jobs pushed.
+    func testEnqueueWritesOneRoundTripSamplePerPush() throws {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("round-trips-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: file) }
+        let result = try ctl.run("enqueue", "Noop", "--count", "5", "--batch", "2", "--round-trips", file.path)
+        XCTAssertEqual(result.status, 0, result.stderr)
+        let samples = try String(contentsOf: file, encoding: .utf8).split(separator: "\n").map { Double($0) }
+        XCTAssertEqual(samples.count, 3, "5 jobs in batches of 2: three round trips")
+        XCTAssertTrue(samples.allSatisfy { ($0 ?? -1) >= 0 && ($0 ?? 99) < 60 }, "\(samples)")
+        XCTAssertEqual(try redis.payloads(list: "queue:default").count, 5)
     }
 
     func testUnknownJidExitsOne() throws {

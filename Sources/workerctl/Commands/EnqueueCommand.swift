@@ -40,6 +40,10 @@ struct EnqueueCommand: ParsableCommand {
     @Option(name: .long, help: "With --count: enqueue at this steady rate (jobs per second) instead of as fast as possible.")
     var rate: Double?
 
+    @Option(name: .customLong("round-trips"),
+            help: "With --count: write each round trip's duration (seconds, one per line) to this file once done (a benchmark's samples).")
+    var roundTripsFile: String?
+
     @Option(name: .customLong("unique-for"),
             help: "Unique job for this many seconds: if a job with the same class, queue and args is live, print `duplicate of JID` and push nothing.")
     var uniqueFor: Double?
@@ -57,6 +61,9 @@ struct EnqueueCommand: ParsableCommand {
         if let uniqueFor {
             guard uniqueFor.isFinite && uniqueFor > 0 else { throw ValidationError("--unique-for must be a positive number of seconds") }
             guard count == 1 else { throw ValidationError("--unique-for enqueues one job: drop --count") }
+        }
+        if roundTripsFile != nil && (delay != nil || at != nil || uniqueFor != nil) {
+            throw ValidationError("--round-trips measures pushes now: not with --in, --at or --unique-for")
         }
         guard UniqueUntil(rawValue: uniqueUntil) != nil else { throw ValidationError("--unique-until must be start or success") }
     }
@@ -131,15 +138,25 @@ struct EnqueueCommand: ParsableCommand {
                 all.reserveCapacity(count)
                 let started = Clock.now()
                 let step = rate == nil ? batch : 1
+                var roundTrips: [Double] = []
+                if roundTripsFile != nil { roundTrips.reserveCapacity(jobs.count / step + 1) }
                 for start in stride(from: 0, to: jobs.count, by: step) {
                     if let rate {
                         let due = started + Double(start) / rate
                         let wait = due - Clock.now()
                         if wait > 0 { Thread.sleep(forTimeInterval: wait) }
                     }
+                    let sent = Clock.now()
                     all += try client.enqueueMany(Array(jobs[start..<min(start + step, jobs.count)]))
+                    if roundTripsFile != nil { roundTrips.append(Clock.now() - sent) }
                 }
                 let elapsed = Clock.now() - started
+                if let roundTripsFile {
+                    let lines = roundTrips.map { String(format: "%.6f\n", $0) }.joined()
+                    guard FileManager.default.createFile(atPath: roundTripsFile, contents: Data(lines.utf8)) else {
+                        throw CLIError.runtime("cannot write --round-trips file \(roundTripsFile)")
+                    }
+                }
                 if count > 1 {
                     print(String(format: "enqueued %d jobs in %.3f s: %.0f jobs/s (batch %d)", count, elapsed,
                                  Double(count) / elapsed, step))
