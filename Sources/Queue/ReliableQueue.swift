@@ -109,17 +109,40 @@ public enum ReliableQueue {
     /// Settles jobs and adds each settled run's `counts` to the processed/failed counters, in one
     /// atomic script call. A job no longer in flight (taken back by a sweep, or already settled by
     /// an earlier send of the same batch whose reply was lost) is neither settled nor counted.
-    /// Returns how many of the jobs were still in flight (and so were settled).
+    /// Returns how many of the jobs were still in flight (and so were settled). The script applies the plain
+    /// acks (`isPlainAck`, sent in its compact form) first, then the other settlements in their order; the
+    /// order matters only when the same bytes are in flight twice and one copy is gone.
     @discardableResult
     public static func settle(_ connection: RedisConnection,
                               _ items: [(job: FetchedJob, settlement: Settlement, counts: RunCounts)],
                               deadLimits: DeadSetLimits = DeadSetLimits(),
                               now: Double = Clock.now()) throws(RedisError) -> Int {
         if items.isEmpty { return 0 }
-        var arguments: [any RedisArgument] = [now, Clock.utcDay(now), deadLimits.maxJobs, deadLimits.maxAgeSeconds]
-        arguments.reserveCapacity(4 + items.count * 7)
+        // Plain acks (processed, not failed, no unique lock) by in-flight list, in order: one argument each.
+        var plainAcks: [(workingKey: String, raws: [[UInt8]])] = []
+        var others = 0
+        for (job, settlement, counts) in items {
+            guard isPlainAck(job, settlement, counts) else {
+                others += 1
+                continue
+            }
+            if let index = plainAcks.firstIndex(where: { $0.workingKey == job.workingKey }) {
+                plainAcks[index].raws.append(job.raw)
+            } else {
+                plainAcks.append((job.workingKey, [job.raw]))
+            }
+        }
+        var arguments: [any RedisArgument] = [now, Clock.utcDay(now), deadLimits.maxJobs, deadLimits.maxAgeSeconds,
+                                              plainAcks.count]
+        arguments.reserveCapacity(5 + plainAcks.count * 2 + (items.count - others) + others * 7)
+        for group in plainAcks {
+            arguments.append(group.workingKey)
+            arguments.append(group.raws.count)
+            for raw in group.raws { arguments.append(raw) }
+        }
         // Appended one by one: an array literal per job (`+= [...]`) allocated a temporary array each time.
         for (job, settlement, counts) in items {
+            if isPlainAck(job, settlement, counts) { continue }  // sent above
             let op: String, payload: String
             let target: any RedisArgument
             switch settlement {
@@ -140,6 +163,13 @@ public enum ReliableQueue {
         }
         let reply = try connection.evaluate(Scripts.complete, arguments: arguments)
         return Int(reply.integer ?? 0)
+    }
+
+    /// An `ack` of a run counted as processed only (not failed), of a job without a unique lock: what a
+    /// successful run settles as, sent to the settle script in its compact form.
+    private static func isPlainAck(_ job: FetchedJob, _ settlement: Settlement, _ counts: RunCounts) -> Bool {
+        guard case .ack = settlement else { return false }
+        return counts == .processed && job.uniqueJid == nil
     }
 
     /// Moves the jobs of `set` (`schedule` or `retry`) whose time has come to their queues, in

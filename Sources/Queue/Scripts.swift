@@ -46,7 +46,10 @@ enum Scripts {
         """)
 
     /// Settles a batch of in-flight jobs and moves the counters, atomically.
-    /// ARGV: now, utc day, dead max jobs, dead timeout seconds, then groups of seven: op, working
+    /// ARGV: now, utc day, dead max jobs, dead timeout seconds, the number G of plain-ack groups, G groups of
+    /// (working key, count n, n raw jobs) — plain acks: `ack` of a run counted as processed only, without a
+    /// unique lock, the hot path sent in 1 argument a job instead of 7 (25–35 % less of the script's Redis time
+    /// per job, bench/script_cost.py) — then groups of seven: op, working
     /// key, raw job, new payload, target, counts, unique jid. An op only takes effect if the raw job was still
     /// in the in-flight list (so a job that an orphan sweep already took back is not also
     /// retried). Ops: `ack` (remove), `retry` (ZADD retry target payload), `dead` (ZADD dead
@@ -72,7 +75,22 @@ enum Scripts {
         local failed = 0
         local settled = 0
         local killed = false
-        for i = 5, #ARGV, 7 do
+        local first = 6
+        for g = 1, tonumber(ARGV[5]) do
+          local working = ARGV[first]
+          local n = tonumber(ARGV[first + 1])
+          first = first + 2
+          for j = first, first + n - 1 do
+            local raw = ARGV[j]
+            if redis.call('LREM', working, -1, raw) == 1 then
+              settled = settled + 1
+              processed = processed + 1
+              if string.find(raw, '"bid"', 1, true) then batch_outcome(raw, 'success', now) end
+            end
+          end
+          first = first + n
+        end
+        for i = first, #ARGV, 7 do
           local op, working, raw, payload, target = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
           local counts = tonumber(ARGV[i + 5])
           local unique = ARGV[i + 6]
