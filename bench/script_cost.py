@@ -103,7 +103,8 @@ for run in range(RUNS):
         reply = r.call("EVALSHA", fetch_sha, 0, identity, BATCH, "default")
         if not reply:
             break
-        fetched.extend(reply[1::2])
+        for chunk in reply[1::2]:  # [queue, [jobs…], …]
+            fetched.extend(chunk)
     figures["fetch_rate"].append(N / (time.perf_counter() - began))
     figures["fetch_usec"].append(evalsha_usec() / N)
     if len(fetched) != N:

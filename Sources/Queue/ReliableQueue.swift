@@ -78,19 +78,18 @@ public enum ReliableQueue {
         let reply = try connection.evaluate(Scripts.fetch, arguments: [identity, limit] + queues)
         guard case .array(let items) = reply else { throw .unexpectedReply("fetch returned \(reply)") }
         var jobs: [FetchedJob] = []
-        jobs.reserveCapacity(items.count / 2)
-        // The reply names the queue of every job, mostly the same one: its text and in-flight key are made once per run.
-        var last: (bytes: [UInt8], queue: String, working: String)?
         var index = 0
         while index + 1 < items.count {
-            guard let name = items[index].bytes, let raw = items[index + 1].bytes else {
-                throw .unexpectedReply("fetch returned a non-string element")
+            guard let name = items[index].bytes, case .array(let chunk) = items[index + 1] else {
+                throw .unexpectedReply("fetch returned a malformed chunk")
             }
-            if last?.bytes != name {
-                guard let queue = UTF8Text.validated(name) else { throw .unexpectedReply("fetch returned a queue name that is not UTF-8") }
-                last = (name, queue, Keys.working(queue: queue, identity: identity))
+            guard let queue = UTF8Text.validated(name) else { throw .unexpectedReply("fetch returned a queue name that is not UTF-8") }
+            let working = Keys.working(queue: queue, identity: identity)
+            jobs.reserveCapacity(jobs.count + chunk.count)
+            for item in chunk {
+                guard let raw = item.bytes else { throw .unexpectedReply("fetch returned a non-string job") }
+                jobs.append(FetchedJob(queue: queue, raw: raw, workingKey: working))
             }
-            jobs.append(FetchedJob(queue: last!.queue, raw: raw, workingKey: last!.working))
             index += 2
         }
         return jobs

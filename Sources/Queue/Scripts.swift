@@ -4,9 +4,9 @@
 /// these scripts assume a single Redis server, as Sidekiq itself does.
 enum Scripts {
     /// Moves up to ARGV[2] jobs from the queues ARGV[3…] (in that order, paused ones skipped) into
-    /// this process's in-flight lists `working:queue:Q:ARGV[1]`. Returns a flat array
-    /// `[queue1, job1, queue2, job2, …]`, oldest job first. The in-flight entry is byte-identical to the
-    /// queued one.
+    /// this process's in-flight lists `working:queue:Q:ARGV[1]`. Returns `[queue1, [jobs…], queue2, [jobs…], …]`,
+    /// one pair per chunk moved, oldest job first (the queue named once a chunk, not once a job as before: 1.25 →
+    /// 0.94 µs of Redis time a job, batch 250, no AOF). The in-flight entry is byte-identical to the queued one.
     ///
     /// The result is exactly that of one `LMOVE src dst RIGHT LEFT` per job (same jobs, same order in the
     /// in-flight list: the oldest deepest), but done in three commands per queue and chunk of ≤ 1,000 (`LRANGE`
@@ -33,10 +33,10 @@ enum Scripts {
               local moved = {}
               for j = k, 1, -1 do
                 moved[k - j + 1] = jobs[j]
-                out[#out + 1] = q
-                out[#out + 1] = jobs[j]
               end
               redis.call('LPUSH', dst, unpack(moved))
+              out[#out + 1] = q
+              out[#out + 1] = moved
               n = n + k
               if k < want then break end
             end
