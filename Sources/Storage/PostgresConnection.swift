@@ -38,9 +38,21 @@ public struct PostgresConnectionOptions: Sendable {
 /// through such hand-offs; it does no locking of its own.
 ///
 /// ## Safety
-/// Values never enter SQL text: `query`/`execute` send them as separate parameters through
-/// `PQexecParams`, which also refuses several statements in one string. `executeScript` (used for
-/// migrations) runs trusted, constant SQL and takes no parameters.
+/// Values never enter SQL text: `query`/`execute`/`write`/`pipeline` send them as separate parameters
+/// (extended protocol: `PQexecParams`, `PQexecPrepared`, their pipeline forms), which also refuses several
+/// statements in one string. `executeScript` (used for migrations) runs trusted, constant SQL and takes no
+/// parameters.
+///
+/// ## Round trips
+/// - A statement's SQL text is prepared once per session, on its first run, in the same round trip
+///   (`PostgresConnectionOptions.preparesStatements`, up to `maxPreparedStatements` texts); later runs skip
+///   parsing and planning. The cost: each session keeps its statements (and, after a few runs, a generic plan
+///   the planner may prefer to a per-value one) in server memory until it ends, and a transaction-mode pooler
+///   that moves transactions between server sessions needs the option off.
+/// - A nested transaction's RELEASE waits for the next statement (`pendingReleases`).
+/// - Inside `deferringWrites`, a `write` at a transaction's top level waits too (`deferredWrites`), so a
+///   caller that only writes pays one round trip for many statements; their errors surface later, marked
+///   `PostgresError.deferred`.
 ///
 /// The session runs with `TimeZone = 'UTC'`, `DateStyle = ISO` and `client_encoding = UTF8`.
 public final class PostgresConnection: @unchecked Sendable {
