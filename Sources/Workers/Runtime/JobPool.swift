@@ -151,7 +151,11 @@ final class JobPool: Sendable {
     /// ended in retry, dead…; it left the transaction aborted), or the claim fails on a live connection
     /// (e.g. a deadlock between two claims), the whole transaction is rolled back and the group runs
     /// again through the savepoint path (`runWithSavepoints`: each job in its own savepoint, so a failing
-    /// job undoes only its own work and the others still commit). `JobOptions.groupCommit`'s contract (a
+    /// job undoes only its own work and the others still commit). On the fast path the jobs' `write`s are deferred
+    /// (`PostgresConnection.deferringWrites`): they go with the next statement that reads — another job's read, the
+    /// next round's claim, the COMMIT — and one that fails there is handled like a job that did not succeed (rolled
+    /// back, run again through savepoints, where writes run at once and the failing job fails alone); before a job
+    /// that runs in a savepoint of its own they are sent first. `JobOptions.groupCommit`'s contract (a
     /// job's only effects are its ledger transaction) makes that second run safe. Jobs without a jid or
     /// with limits to pass run in a savepoint of their own within the fast path's transaction (a run that
     /// ends without its body, over a limit, must not leave a claimed row behind).
