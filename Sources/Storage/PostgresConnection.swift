@@ -12,12 +12,19 @@ public struct PostgresConnectionOptions: Sendable {
     public var applicationName: String
     /// Server-side `statement_timeout` in milliseconds for every statement of the session; nil = server default.
     public var statementTimeoutMilliseconds: Int?
+    /// Statements are prepared once per session, on their first run (up to
+    /// `PostgresConnection.maxPreparedStatements` texts), and later runs skip their parsing and planning.
+    /// Turn it off behind a pooler that hands each transaction to another server session (PgBouncer's
+    /// transaction mode without `max_prepared_statements`): a prepared statement exists only in the session
+    /// that prepared it.
+    public var preparesStatements: Bool
 
     public init(connectTimeout: Int = 5, applicationName: String = "swift-workers",
-                statementTimeoutMilliseconds: Int? = nil) {
+                statementTimeoutMilliseconds: Int? = nil, preparesStatements: Bool = true) {
         self.connectTimeout = connectTimeout
         self.applicationName = applicationName
         self.statementTimeoutMilliseconds = statementTimeoutMilliseconds
+        self.preparesStatements = preparesStatements
     }
 }
 
@@ -31,9 +38,21 @@ public struct PostgresConnectionOptions: Sendable {
 /// through such hand-offs; it does no locking of its own.
 ///
 /// ## Safety
-/// Values never enter SQL text: `query`/`execute` send them as separate parameters through
-/// `PQexecParams`, which also refuses several statements in one string. `executeScript` (used for
-/// migrations) runs trusted, constant SQL and takes no parameters.
+/// Values never enter SQL text: `query`/`execute`/`write`/`pipeline` send them as separate parameters
+/// (extended protocol: `PQexecParams`, `PQexecPrepared`, their pipeline forms), which also refuses several
+/// statements in one string. `executeScript` (used for migrations) runs trusted, constant SQL and takes no
+/// parameters.
+///
+/// ## Round trips
+/// - A statement's SQL text is prepared once per session, on its first run, in the same round trip
+///   (`PostgresConnectionOptions.preparesStatements`, up to `maxPreparedStatements` texts); later runs skip
+///   parsing and planning. The cost: each session keeps its statements (and, after a few runs, a generic plan
+///   the planner may prefer to a per-value one) in server memory until it ends, and a transaction-mode pooler
+///   that moves transactions between server sessions needs the option off.
+/// - A nested transaction's RELEASE waits for the next statement (`pendingReleases`).
+/// - Inside `deferringWrites`, a `write` at a transaction's top level waits too (`deferredWrites`), so a
+///   caller that only writes pays one round trip for many statements; their errors surface later, marked
+///   `PostgresError.deferred`.
 ///
 /// The session runs with `TimeZone = 'UTC'`, `DateStyle = ISO` and `client_encoding = UTF8`.
 public final class PostgresConnection: @unchecked Sendable {
@@ -43,6 +62,23 @@ public final class PostgresConnection: @unchecked Sendable {
     /// no answer, so it is sent with the next statement (in one pipeline) instead of costing a round trip;
     /// COMMIT and ROLLBACK make it moot. Invariant: 0 whenever no transaction is open.
     private var pendingReleases = 0
+    /// Statements of `write` not sent yet, oldest first; they go, after the pending RELEASEs, in the round trip
+    /// of the next statement that reads a result. Invariant: empty whenever no transaction is open (COMMIT
+    /// sends them, ROLLBACK and `close` drop them), and only filled while `writesMayDefer` and
+    /// `savepointDepth == 0`.
+    private var deferredWrites: [Outgoing] = []
+    /// Set only inside `deferringWrites`.
+    private var writesMayDefer = false
+    /// Savepoints opened by `transaction` that have not ended yet (0 at a transaction's top level).
+    private var savepointDepth = 0
+    /// This session's prepared statements: SQL text to statement name (`preparesStatements`). A session's
+    /// prepared statements outlive its transactions, so an entry is added only once the server accepted
+    /// the statement; a new session (a new `PostgresConnection`, e.g. the pool's after a reconnect) starts
+    /// empty.
+    private var preparedNames: [String: String] = [:]
+    /// The last number used in a prepared statement's name (names are never reused within a session).
+    private var preparedSerial = 0
+    private let preparesStatements: Bool
     /// The URL without its password, for messages and logs.
     public let redactedURL: String
 
@@ -51,6 +87,7 @@ public final class PostgresConnection: @unchecked Sendable {
     /// or refuses the session, `.usage` when `url` is not a postgres URL.
     public init(url: String, options: PostgresConnectionOptions = .init()) throws {
         redactedURL = PostgresURL.redacted(url)
+        preparesStatements = options.preparesStatements
         guard PostgresURL.isPostgresURL(url) else {
             throw PostgresError(category: .usage, message: "not a postgres:// or postgresql:// URL: \(redactedURL)")
         }
@@ -124,6 +161,8 @@ public final class PostgresConnection: @unchecked Sendable {
         PQfinish(handle)
         handle = nil
         pendingReleases = 0
+        deferredWrites.removeAll()
+        preparedNames.removeAll()
     }
 
     /// True when libpq still considers the session open (it learns about a lost server only when it
@@ -167,25 +206,78 @@ public final class PostgresConnection: @unchecked Sendable {
     // MARK: - Statements
 
     /// Runs one statement with `$1...$n` bound to `parameters` and returns its rows.
-    /// A `nil` element (or a nil Optional) is SQL NULL.
+    /// A `nil` element (or a nil Optional) is SQL NULL. Writes deferred by `write` go first, in the same
+    /// round trip; if one of them fails, this throws its error (`PostgresError.deferred`) and the statement
+    /// does not run.
     @discardableResult
     public func query(_ sql: String, _ parameters: [(any PostgresBindable)?] = []) throws -> PostgresRows {
         guard let handle else {
             throw PostgresError(category: .connection, message: "connection is closed", query: sql)
         }
-        if pendingReleases > 0 {
-            // COMMIT and ROLLBACK end every savepoint (and ROLLBACK must not wait behind a RELEASE an
-            // aborted transaction would refuse).
-            if sql == "COMMIT" || sql == "ROLLBACK" { pendingReleases = 0 } else {
-                return try pipeline([Statement(sql, parameters)])[0]
-            }
+        if sql == "ROLLBACK" {
+            // ROLLBACK ends every savepoint and undoes every write: what still waits to be sent is moot (and
+            // ROLLBACK must not wait behind a statement an aborted transaction would refuse).
+            pendingReleases = 0
+            deferredWrites.removeAll()
+        } else if sql == "COMMIT" {
+            pendingReleases = 0  // COMMIT releases every savepoint; deferred writes still go first
         }
         let bound = try BoundParameters(parameters, query: sql)
+        if pendingReleases > 0 || !deferredWrites.isEmpty || preparedName(sql) == nil && mayPrepare(sql) {
+            return try send([Outgoing(sql: sql, parameters: bound, deferred: false)])[0]
+        }
+        let name = preparedName(sql)
         let result = bound.withPointers { count, values in
-            PQexecParams(handle, sql, count, nil, values, nil, nil, 0)
+            if let name { return PQexecPrepared(handle, name, count, values, nil, nil, 0) }
+            return PQexecParams(handle, sql, count, nil, values, nil, nil, 0)
         }
         defer { PQclear(result) }
-        return try rows(from: result, query: sql)
+        do { return try rows(from: result, query: sql) } catch let error as PostgresError {
+            forgetPreparedStatement(after: error, sql: sql)
+            throw error
+        }
+    }
+
+    /// Runs a statement whose result the caller does not read (no rows, no count): an INSERT, UPDATE or
+    /// DELETE whose only outcome that matters is success. While the connection's owner allows it
+    /// (`deferringWrites`) and a transaction is open at its top level (no savepoint of `transaction` open),
+    /// the statement is not sent now: it waits, in order, and goes in the same round trip as the next
+    /// statement that reads a result (`query`, `execute`, `pipeline`, COMMIT) — so a job that only writes
+    /// costs no round trip of its own. Its error then surfaces from that later call, marked
+    /// `PostgresError.deferred`, and leaves the transaction aborted as any failed statement does; a ROLLBACK
+    /// drops it unsent. Otherwise the statement runs at once and its error is thrown here.
+    ///
+    /// Parameters are converted to text now (a NUL byte is refused here, not later).
+    public func write(_ sql: String, _ parameters: [(any PostgresBindable)?] = []) throws {
+        guard writesMayDefer, savepointDepth == 0, handle != nil, isInTransaction, !isTransactionFailed else {
+            _ = try query(sql, parameters)
+            return
+        }
+        deferredWrites.append(Outgoing(sql: sql, parameters: try BoundParameters(parameters, query: sql), deferred: true))
+        if deferredWrites.count >= Self.maxDeferredWrites { try sendDeferredWrites() }
+    }
+
+    /// Most writes that wait unsent; the next `write` sends them (one round trip) and starts a new batch.
+    static let maxDeferredWrites = 1000
+
+    /// Runs `body` with `write` allowed to defer statements (see `write`), for a caller whose handling of
+    /// a failure can cope with a write's error surfacing later than the `write` call: group commit's fast
+    /// path, which rolls the whole transaction back and runs it again with every write sent at once.
+    /// Writes still waiting when `body` returns go with the next statement (or are dropped by ROLLBACK).
+    public func deferringWrites<T>(_ body: () throws -> T) rethrows -> T {
+        let outer = writesMayDefer
+        writesMayDefer = true
+        defer { writesMayDefer = outer }
+        return try body()
+    }
+
+    /// True while statements of `write` wait to be sent.
+    public var hasDeferredWrites: Bool { !deferredWrites.isEmpty }
+
+    /// Sends the deferred writes now, in one round trip, and throws the first one's error (`.deferred`).
+    public func sendDeferredWrites() throws {
+        guard !deferredWrites.isEmpty else { return }
+        _ = try send([])
     }
 
     /// One statement of a `pipeline`.
@@ -199,42 +291,112 @@ public final class PostgresConnection: @unchecked Sendable {
     }
 
     /// Sends `statements` together and reads their results in one round trip (libpq's pipeline mode),
-    /// instead of one round trip each. They run in order, as separate statements; the first one that
-    /// fails throws its error and the server skips the rest (inside a transaction it is left aborted, as
-    /// after any failed statement). Returns every statement's rows, in order.
+    /// instead of one round trip each. They run in order, as separate statements, after any deferred
+    /// writes (`write`); the first one that fails throws its error and the server skips the rest (inside a
+    /// transaction it is left aborted, as after any failed statement). Returns every statement's rows, in
+    /// order.
     public func pipeline(_ statements: [Statement]) throws -> [PostgresRows] {
+        let outgoing = try statements.map {
+            Outgoing(sql: $0.sql, parameters: try BoundParameters($0.parameters, query: $0.sql), deferred: false)
+        }
+        return try send(outgoing)
+    }
+
+    /// A statement on its way to the server, its parameters already converted. `deferred`: it came from
+    /// `write` and waited for a later round trip (its error is marked so).
+    private struct Outgoing {
+        let sql: String
+        let parameters: BoundParameters
+        let deferred: Bool
+    }
+
+    /// How one statement of a pipeline is sent.
+    private enum Plan {
+        /// As an unnamed statement (parsed and planned for this execution only).
+        case unnamed
+        /// Through the session's prepared statement of this name.
+        case prepared(String)
+        /// Prepared under this name first (its own result comes first), then run through it.
+        case preparing(String)
+    }
+
+    /// The pipeline behind `query`, `pipeline` and `sendDeferredWrites`: pending RELEASEs, then deferred
+    /// writes, then `statements`, in one round trip. Returns the rows of `statements` only.
+    private func send(_ statements: [Outgoing]) throws -> [PostgresRows] {
         guard let handle else {
             throw PostgresError(category: .connection, message: "connection is closed", query: statements.first?.sql)
         }
-        let releases = pendingReleases
-        pendingReleases = 0
-        let statements = Array(repeating: Statement("RELEASE SAVEPOINT storage_nested"), count: releases) + statements
-        let bound = try statements.map { try BoundParameters($0.parameters, query: $0.sql) }
-        guard PQenterPipelineMode(handle) == 1 else {
-            throw makeError(result: nil, query: statements.first?.sql ?? "pipeline")
+        let releases = try (0..<pendingReleases).map { _ in
+            Outgoing(sql: "RELEASE SAVEPOINT storage_nested", parameters: try BoundParameters([], query: ""), deferred: false)
         }
+        let skipped = releases.count + deferredWrites.count
+        let all = releases + deferredWrites + statements
+        pendingReleases = 0
+        deferredWrites.removeAll()
+        guard PQenterPipelineMode(handle) == 1 else {
+            throw makeError(result: nil, query: all.first?.sql ?? "pipeline")
+        }
+        var plans: [Plan] = []
+        plans.reserveCapacity(all.count)
         var sendFailed = false
-        for (statement, parameters) in zip(statements, bound) where !sendFailed {
-            let sent = parameters.withPointers { count, values in
-                PQsendQueryParams(handle, statement.sql, count, nil, values, nil, nil, 0)
+        for statement in all where !sendFailed {
+            var plan = Plan.unnamed
+            if let name = preparedName(statement.sql) {
+                plan = .prepared(name)
+            } else if mayPrepare(statement.sql) {
+                preparedSerial += 1
+                let name = "swift_workers_\(preparedSerial)"
+                plan = .preparing(name)
+                sendFailed = PQsendPrepare(handle, name, statement.sql, 0, nil) != 1
+            }
+            plans.append(plan)
+            guard !sendFailed else { break }
+            let sent = statement.parameters.withPointers { count, values in
+                switch plan {
+                case .unnamed: return PQsendQueryParams(handle, statement.sql, count, nil, values, nil, nil, 0)
+                case .prepared(let name), .preparing(let name):
+                    return PQsendQueryPrepared(handle, name, count, values, nil, nil, 0)
+                }
             }
             sendFailed = sent != 1
         }
         if sendFailed || PQpipelineSync(handle) != 1 {
-            let error = makeError(result: nil, query: statements.first?.sql ?? "pipeline")
+            let error = makeError(result: nil, query: all.first?.sql ?? "pipeline")
             abandonPipeline()
             throw error
         }
         var results: [PostgresRows] = []
+        results.reserveCapacity(all.count)
         var firstError: PostgresError?
-        for statement in statements {
+        func fail(_ error: PostgresError, _ statement: Outgoing) {
+            guard firstError == nil else { return }
+            var error = error
+            error.deferred = statement.deferred
+            firstError = error
+        }
+        reading: for (statement, plan) in zip(all, plans) {
+            if case .preparing(let name) = plan {
+                guard let prepared = PQgetResult(handle) else {
+                    fail(makeError(result: nil, query: statement.sql), statement)
+                    break reading
+                }
+                let status = PQresultStatus(prepared)
+                if status == PGRES_COMMAND_OK {
+                    preparedNames[statement.sql] = name
+                } else if status != PGRES_PIPELINE_ABORTED {
+                    fail(makeError(result: prepared, query: statement.sql), statement)
+                }
+                PQclear(prepared)
+                while let extra = PQgetResult(handle) { PQclear(extra) }
+            }
             guard let result = PQgetResult(handle) else {
-                firstError = firstError ?? makeError(result: nil, query: statement.sql)
+                fail(makeError(result: nil, query: statement.sql), statement)
                 break
             }
             if PQresultStatus(result) != PGRES_PIPELINE_ABORTED {
                 do { results.append(try rows(from: result, query: statement.sql)) } catch let error as PostgresError {
-                    firstError = firstError ?? error
+                    fail(error, statement)
+                    forgetPreparedStatement(after: error, sql: statement.sql)
                 }
             }
             PQclear(result)
@@ -250,18 +412,47 @@ public final class PostgresConnection: @unchecked Sendable {
             }
         }
         if PQexitPipelineMode(handle) != 1 {
-            let error = firstError ?? makeError(result: nil, query: statements.first?.sql ?? "pipeline")
+            let error = firstError ?? makeError(result: nil, query: all.first?.sql ?? "pipeline")
             abandonPipeline()
             throw error
         }
         if let firstError { throw firstError }
-        return Array(results.dropFirst(releases))
+        return Array(results.dropFirst(skipped))
     }
 
     /// A pipeline that cannot be brought back to a clean state: the session is closed, so no later
     /// statement can run on it half-read (the pool then drops it).
     private func abandonPipeline() {
         close()
+    }
+
+    // MARK: - Prepared statements
+
+    /// Most statements one session prepares (`PostgresConnectionOptions.preparesStatements`); SQL texts past
+    /// it run unnamed. A bound, not a cache that evicts: a job building SQL text per call (an IN list of
+    /// varying length) must not grow the server's memory, nor churn the cache.
+    static let maxPreparedStatements = 200
+
+    /// The name of the session's prepared statement for `sql`, if it has one.
+    private func preparedName(_ sql: String) -> String? {
+        preparesStatements ? preparedNames[sql] : nil
+    }
+
+    /// True when `sql`, not yet prepared, is to be prepared on its first run.
+    private func mayPrepare(_ sql: String) -> Bool {
+        preparesStatements && preparedNames.count < Self.maxPreparedStatements
+    }
+
+    /// After a statement failed: forgets prepared statements the error shows the server no longer has
+    /// (26000: someone ran DEALLOCATE or DISCARD ALL on this session) or can no longer run as prepared
+    /// (0A000 "cached plan must not change result type": a table's columns changed under a `SELECT *`), so
+    /// that the next run prepares again.
+    private func forgetPreparedStatement(after error: PostgresError, sql: String) {
+        switch error.sqlState {
+        case "26000": preparedNames.removeAll()
+        case "0A000" where error.message.contains("cached plan"): preparedNames[sql] = nil
+        default: break
+        }
     }
 
     /// Runs one statement and returns the number of rows it affected.
@@ -281,7 +472,7 @@ public final class PostgresConnection: @unchecked Sendable {
         guard let handle else {
             throw PostgresError(category: .connection, message: "connection is closed", query: sql)
         }
-        if pendingReleases > 0 { _ = try pipeline([]) }
+        if pendingReleases > 0 || !deferredWrites.isEmpty { _ = try send([]) }
         let result = PQexec(handle, sql)
         defer { PQclear(result) }
         _ = try rows(from: result, query: sql)
@@ -334,6 +525,8 @@ public final class PostgresConnection: @unchecked Sendable {
     private func transactionUntraced<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
         let nested = isInTransaction
         try execute(nested ? "SAVEPOINT storage_nested" : "BEGIN")
+        if nested { savepointDepth += 1 }
+        defer { if nested { savepointDepth -= 1 } }
         return try finishTransaction(nested: nested) { try body(self) }
     }
 
@@ -369,6 +562,8 @@ public final class PostgresConnection: @unchecked Sendable {
             if isOpen && (nested ? isTransactionFailed : isInTransaction) { rollbackQuietly(nested: nested) }
             throw error
         }
+        if nested { savepointDepth += 1 }
+        defer { if nested { savepointDepth -= 1 } }
         return try finishTransaction(nested: nested) { try body(self, opened[1]) }
     }
 
@@ -391,7 +586,12 @@ public final class PostgresConnection: @unchecked Sendable {
             pendingReleases += 1  // sent with the next statement; see `pendingReleases`
         } else {
             pendingReleases = 0  // COMMIT releases every savepoint
-            let commit = try query("COMMIT")
+            let commit: PostgresRows
+            do { commit = try query("COMMIT") } catch {
+                // A deferred write failed (COMMIT was skipped): the transaction is still open, aborted.
+                if isOpen && isInTransaction { rollbackQuietly(nested: false) }
+                throw error
+            }
             if commit.commandTag == "ROLLBACK" {
                 throw PostgresError(category: .query, sqlState: "25P02",
                                     message: "COMMIT rolled back an aborted transaction", query: "COMMIT")
@@ -408,6 +608,7 @@ public final class PostgresConnection: @unchecked Sendable {
             // goes first). One round trip.
             let savepoints = pendingReleases + 1
             pendingReleases = 0
+            deferredWrites.removeAll()  // none at a savepoint's depth; were there any, they belong to it
             let undo = [Statement("ROLLBACK TO SAVEPOINT storage_nested"), Statement("RELEASE SAVEPOINT storage_nested")]
             _ = try? pipeline(Array(Array(repeating: undo, count: savepoints).joined()))
         } else {

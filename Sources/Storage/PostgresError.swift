@@ -39,6 +39,10 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     public var constraint: String?
     /// First line of the SQL statement that failed (trimmed), if a statement was involved.
     public var query: String?
+    /// True when the statement that failed was a `PostgresConnection.write` that had been deferred: it was
+    /// sent, and its error thrown, by a later call on the connection (with the statement it was sent with
+    /// skipped).
+    public var deferred = false
 
     public init(category: Category, sqlState: String? = nil, message: String, detail: String? = nil,
                 hint: String? = nil, constraint: String? = nil, query: String? = nil) {
@@ -81,6 +85,7 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
         if let constraint { text += " (constraint: \(constraint))" }
         if let hint { text += " (hint: \(hint))" }
         if let query { text += " — in: \(query)" }
+        if deferred { text += " (a deferred write)" }
         return text
     }
 

@@ -9,7 +9,7 @@ struct WorkerConfigFile {
     static let knownKeys: Set<String> = [
         "redis_url", "database_url", "concurrency", "queues", "prefetch", "shutdown_timeout", "heartbeat_interval",
         "fetcher_heartbeat_ttl", "orphan_sweep_interval", "interrupt_limit", "poll_interval", "job_timeout",
-        "dead_max_jobs", "dead_max_age_days", "tag", "labels", "pg_pool_size", "commit_batch", "commit_window",
+        "dead_max_jobs", "dead_max_age_days", "tag", "labels", "pg_pool_size", "pg_prepared_statements", "commit_batch", "commit_window",
         "metrics_host", "metrics_port", "redis_wait_replicas", "redis_wait_timeout_ms",
         "redis_shards", "queue_shards",
     ]
@@ -18,6 +18,9 @@ struct WorkerConfigFile {
     var redisURL: String?
     var databaseURL: String?
     var pgPoolSize: Int?
+    /// `pg_prepared_statements: false`: statements are not prepared per session (behind PgBouncer's
+    /// transaction pooling); `--no-prepared-statements` does the same.
+    var pgPreparedStatements: Bool?
     /// `metrics_host` / `metrics_port`: where `/metrics`, `/healthz`, `/readyz` listen (the flags win).
     var metricsHost: String?
     var metricsPort: Int?
@@ -52,6 +55,10 @@ struct WorkerConfigFile {
         file.redisURL = map["redis_url"] as? String
         file.databaseURL = map["database_url"] as? String
         file.pgPoolSize = try integer("pg_pool_size")
+        if let value = map["pg_prepared_statements"] {
+            guard let flag = value as? Bool else { throw CLIError.usage("config file \(path): pg_prepared_statements must be true or false") }
+            file.pgPreparedStatements = flag
+        }
         if let value = map["metrics_host"] {
             guard let host = value as? String, MetricsEndpoint.isIPv4Address(host) else {
                 throw CLIError.usage("config file \(path): metrics_host must be an IPv4 address such as 127.0.0.1 or 0.0.0.0")

@@ -416,6 +416,143 @@ final class PostgresConnectionTests: XCTestCase {
         XCTAssertEqual(try connection.queryFirst("SELECT 3::bigint AS n")?.int64("n"), 3)
     }
 
+    // MARK: - Deferred writes
+
+    /// The last statement the server received from `session`, read through another session
+    /// (`pg_stat_activity.query`): what a statement that was not sent cannot change.
+    func lastStatementReceived(from session: PostgresConnection) throws -> String {
+        let observer = try XCTUnwrap(Self.database).connect()
+        defer { observer.close() }
+        let row = try observer.queryFirst("SELECT query FROM pg_stat_activity WHERE pid = $1", [session.backendPID])
+        return try XCTUnwrap(row).string("query")
+    }
+
+    func testAWriteWaitsUnsentUntilTheNextReadAndItsErrorSurfacesThere() throws {
+        try connection.execute("INSERT INTO items (name) VALUES ($1)", ["existing"])
+        try connection.execute("BEGIN")
+        try connection.deferringWrites {
+            try connection.write("INSERT INTO items (name) VALUES ($1)", ["new"])
+            try connection.write("INSERT INTO items (name) VALUES ($1)", ["existing"])  // a unique violation, not yet seen
+            XCTAssertTrue(connection.hasDeferredWrites)
+            XCTAssertFalse(connection.isTransactionFailed)
+            XCTAssertEqual(try lastStatementReceived(from: connection), "BEGIN", "a write was sent at once")
+            XCTAssertThrowsError(try connection.queryFirst("SELECT count(*)::bigint AS n FROM items")) { error in
+                let failure = error as? PostgresError
+                XCTAssertEqual(failure?.sqlState, "23505")
+                XCTAssertEqual(failure?.deferred, true, "the error does not say it came from a deferred write")
+                XCTAssertTrue("\(error)".contains("deferred write"))
+            }
+            XCTAssertTrue(connection.isTransactionFailed)
+            XCTAssertFalse(connection.hasDeferredWrites)
+        }
+        try connection.execute("ROLLBACK")
+        XCTAssertEqual(try connection.query("SELECT name FROM items").map { try $0.string("name") }, ["existing"])
+    }
+
+    func testCommitSendsTheDeferredWritesAndRollbackDropsThem() throws {
+        try connection.deferringWrites {
+            try connection.execute("BEGIN")
+            try connection.write("INSERT INTO items (name) VALUES ($1)", ["committed"])
+            try connection.write("UPDATE items SET note = $1 WHERE name = $2", ["noted", "committed"])
+            try connection.execute("COMMIT")
+            try connection.execute("BEGIN")
+            try connection.write("INSERT INTO items (name) VALUES ($1)", ["rolled back"])
+            try connection.execute("ROLLBACK")
+            XCTAssertFalse(connection.hasDeferredWrites)
+        }
+        let rows = try connection.query("SELECT name, note FROM items").map { [try $0.string("name"), try $0.string("note")] }
+        XCTAssertEqual(rows, [["committed", "noted"]])
+    }
+
+    func testAFailedDeferredWriteFailsTheCommitAndRollsTheTransactionBack() throws {
+        try connection.execute("INSERT INTO items (name) VALUES ($1)", ["existing"])
+        XCTAssertThrowsError(try connection.deferringWrites {
+            try connection.transaction { conn in
+                try conn.write("INSERT INTO items (name) VALUES ($1)", ["new"])
+                try conn.write("INSERT INTO items (name) VALUES ($1)", ["existing"])
+            }
+        }) { XCTAssertEqual(($0 as? PostgresError)?.deferred, true) }
+        XCTAssertFalse(connection.isInTransaction, "the aborted transaction was left open")
+        XCTAssertEqual(try connection.query("SELECT name FROM items").map { try $0.string("name") }, ["existing"])
+    }
+
+    func testAWriteRunsAtOnceOutsideDeferringWritesOutsideATransactionAndInsideASavepoint() throws {
+        try connection.execute("INSERT INTO items (name) VALUES ($1)", ["existing"])
+        // Not allowed to defer: the error is the write's own.
+        try connection.execute("BEGIN")
+        XCTAssertThrowsError(try connection.write("INSERT INTO items (name) VALUES ($1)", ["existing"])) {
+            XCTAssertEqual(($0 as? PostgresError)?.deferred, false)
+        }
+        try connection.execute("ROLLBACK")
+        try connection.deferringWrites {
+            // No transaction: the statement is its own transaction and must report its own outcome.
+            XCTAssertThrowsError(try connection.write("INSERT INTO items (name) VALUES ($1)", ["existing"]))
+            // Inside a savepoint of `transaction`, which must be able to undo a failed write on its own.
+            try connection.transaction { conn in
+                try conn.write("INSERT INTO items (name) VALUES ($1)", ["outer"])
+                XCTAssertThrowsError(try conn.transaction { inner in
+                    try inner.write("INSERT INTO items (name) VALUES ($1)", ["existing"])
+                    XCTFail("the write inside a savepoint was deferred")
+                })
+                XCTAssertFalse(conn.isTransactionFailed)
+            }
+        }
+        let names = try connection.query("SELECT name FROM items ORDER BY name").map { try $0.string("name") }
+        XCTAssertEqual(names, ["existing", "outer"])
+    }
+
+    // MARK: - Prepared statements
+
+    /// How many of `session`'s prepared statements hold `sql` (the server's own list, `pg_prepared_statements`).
+    func preparedCount(_ sql: String, on session: PostgresConnection) throws -> Int64 {
+        try XCTUnwrap(try session.queryFirst(
+            "SELECT count(*)::bigint AS n FROM pg_prepared_statements WHERE statement = $1", [sql])).int64("n")
+    }
+
+    func testAStatementIsPreparedOnceOnItsFirstRunAndTheOptOutPreparesNone() throws {
+        let select = "SELECT name FROM items WHERE name = $1"
+        try connection.execute("INSERT INTO items (name) VALUES ($1)", ["a"])
+        for _ in 0..<3 { XCTAssertEqual(try connection.queryFirst(select, ["a"])?.string("name"), "a") }
+        XCTAssertEqual(try preparedCount(select, on: connection), 1)
+        // A failing run of a prepared statement leaves it usable.
+        let insert = "INSERT INTO items (name) VALUES ($1)"
+        XCTAssertThrowsError(try connection.execute(insert, ["a"]))
+        try connection.execute(insert, ["b"])
+        XCTAssertEqual(try preparedCount(insert, on: connection), 1)
+
+        let unprepared = try PostgresConnection(url: try XCTUnwrap(Self.database).url,
+                                                options: PostgresConnectionOptions(preparesStatements: false))
+        defer { unprepared.close() }
+        for _ in 0..<3 { XCTAssertEqual(try unprepared.queryFirst(select, ["b"])?.string("name"), "b") }
+        try unprepared.pipeline([.init(select, ["a"]), .init(select, ["b"])])
+        XCTAssertEqual(try unprepared.queryFirst("SELECT count(*)::bigint AS n FROM pg_prepared_statements")?.int64("n"), 0)
+    }
+
+    func testPreparedStatementsAreMadeAgainOnANewSessionAfterTheOldOneWasLost() throws {
+        let pool = PostgresPool(url: try XCTUnwrap(Self.database).url, maxConnections: 1)
+        defer { pool.shutdown() }
+        let select = "SELECT count(*)::bigint AS n FROM items WHERE name = $1"
+        let first = try pool.withConnection { session in
+            XCTAssertEqual(try session.queryFirst(select, ["x"])?.int64("n"), 0)
+            return session.backendPID
+        }
+        try connection.query("SELECT pg_terminate_backend($1, 5000)", [first])
+        let second = try pool.withConnection { session in
+            XCTAssertEqual(try session.queryFirst(select, ["x"])?.int64("n"), 0)
+            XCTAssertEqual(try preparedCount(select, on: session), 1)
+            return session.backendPID
+        }
+        XCTAssertNotEqual(first, second, "the pool did not open a new session")
+        // The server forgets the session's statements (DISCARD ALL, as a pooler may send): one statement fails,
+        // the cache is emptied, and the next run prepares again.
+        try pool.withConnection { session in
+            try session.executeScript("DISCARD ALL")
+            XCTAssertThrowsError(try session.queryFirst(select, ["x"])) { XCTAssertEqual(($0 as? PostgresError)?.sqlState, "26000") }
+            XCTAssertEqual(try session.queryFirst(select, ["x"])?.int64("n"), 0)
+            XCTAssertEqual(try preparedCount(select, on: session), 1)
+        }
+    }
+
     // MARK: - Pure helpers
 
     func testURLRedaction() {

@@ -13,7 +13,12 @@ import XCTest
 /// - `refuse` throws before its transaction on its first attempt (retried);
 /// - `swallow` throws inside its transaction and catches the error itself, then returns normally;
 /// - `poison` on its first attempt breaks a deferred foreign key, so COMMIT itself fails;
-/// - `sever` on its first attempt terminates its own database session (the connection breaks mid-group).
+/// - `sever` on its first attempt terminates its own database session (the connection breaks mid-group);
+/// - `write…` inserts its row with `PostgresConnection.write` (deferred on the fast path), not `execute`;
+/// - `collide` does too, and on its first attempt also writes a row `group_probe_unique` already has (a unique
+///   violation, deferred on the fast path with the rest of its work);
+/// - `peek` writes its row, then records in `group_probe_seen` the last statement its transaction's session sent
+///   to the server, read through another session (`pg_stat_activity`).
 struct GroupProbeJob: Job {
     static let className = "GroupProbe"
     static let options = JobOptions(maxRetries: 3, backoff: .schedule([0]), timeout: 30, groupCommit: true)
@@ -23,9 +28,12 @@ struct GroupProbeJob: Job {
     func perform(_ arguments: SingleArgument<String>, context: JobContext) throws {
         let note = arguments.value
         let insert = { (connection: PostgresConnection) throws in
-            try connection.execute("""
-                INSERT INTO group_probe (jid, note, txid, attempt) VALUES ($1, $2, txid_current(), $3)
-                """, [context.jid, note, context.attempt])
+            let sql = "INSERT INTO group_probe (jid, note, txid, attempt) VALUES ($1, $2, txid_current(), $3)"
+            if note.hasPrefix("write") || note == "collide" || note == "peek" {
+                try connection.write(sql, [context.jid, note, context.attempt])
+            } else {
+                try connection.execute(sql, [context.jid, note, context.attempt])
+            }
         }
         if note == "refuse", context.attempt == 1 { throw Failure() }
         if note == "swallow" {
@@ -45,6 +53,15 @@ struct GroupProbeJob: Job {
             }
             if note == "sever", context.attempt == 1 {
                 try connection.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+            }
+            if note == "collide", context.attempt == 1 {
+                try connection.write("INSERT INTO group_probe_unique (key) VALUES ('taken')")
+            }
+            if note == "peek", let pool = context.database?.pool {
+                let seen = try pool.withConnection { other in
+                    try other.queryFirst("SELECT query FROM pg_stat_activity WHERE pid = $1", [connection.backendPID])?.string("query")
+                }
+                try connection.write("INSERT INTO group_probe_seen (jid, query) VALUES ($1, $2)", [context.jid, seen])
             }
         }
     }
@@ -72,6 +89,9 @@ final class GroupCommitTests: XCTestCase {
                 CREATE TABLE group_probe_parent (id text PRIMARY KEY);
                 CREATE TABLE group_probe_child (
                     parent text REFERENCES group_probe_parent (id) DEFERRABLE INITIALLY DEFERRED);
+                CREATE TABLE group_probe_unique (key text PRIMARY KEY);
+                INSERT INTO group_probe_unique (key) VALUES ('taken');
+                CREATE TABLE group_probe_seen (jid text NOT NULL, query text);
                 """)
         }
     }
@@ -375,6 +395,46 @@ final class GroupCommitTests: XCTestCase {
         })
         try assertAppliedOnce(Set(try payloads.map { try XCTUnwrap($0.jid) }), ledger: 150)
         XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)
+    }
+
+    // MARK: - Deferred writes (`PostgresConnection.write` on the fast path)
+
+    func testAGroupsWritesWaitUnsentOnTheFastPathUntilAStatementThatReads() throws {
+        // One thread, one group of 30 jobs that only write: while each runs, its session has sent nothing since
+        // the group's claim (its last statement, seen by the server), though the earlier jobs have all written.
+        let jids = try enqueue((0..<30).map { _ in "peek" })
+        _ = try start(concurrency: 1)
+        XCTAssertTrue(try eventually { try redis.processed() == 30 })
+        try assertAppliedOnce(Set(jids), ledger: 30)
+        XCTAssertEqual(try writtenWithoutSavepoints().direct, 30, "the group did not run on the fast path")
+        let seen = try pool.withConnection { connection in
+            try connection.query("SELECT query FROM group_probe_seen").map { try $0.string("query") }
+        }
+        XCTAssertEqual(seen.count, 30)
+        let sentSinceTheClaim = seen.filter { !$0.hasPrefix("INSERT INTO job_ledger") }
+        XCTAssertEqual(sentSinceTheClaim, [], "writes were sent before the COMMIT")
+        XCTAssertEqual(try redis.failed(), 0)
+        try assertNothingLeftInRedis()
+    }
+
+    func testADeferredWriteThatFailsFailsOnlyItsJobThroughTheSavepointPathAndTheOthersCommitOnce() throws {
+        // One thread, a full buffer: the first group holds jobs 0…49, which only write; job 30's write breaks a
+        // unique index on its first attempt. On the fast path that error surfaces at the COMMIT, not in job 30:
+        // the group is rolled back and run again with a savepoint per job, where the write runs at once and fails
+        // job 30 alone (retried, then applied); the other 49 commit on their first attempt.
+        let notes = (0..<100).map { $0 == 30 ? "collide" : "write\($0)" }
+        let jids = try enqueue(notes)
+        _ = try start(concurrency: 1)
+        XCTAssertTrue(try eventually(timeout: 60) { try committed().perJid.count == 100 })
+        try assertNothingLeftInRedis()
+        try assertAppliedOnce(Set(jids), ledger: 100)
+        XCTAssertEqual(try redis.failed(), 1, "jobs other than the one whose write failed were failed with it")
+        let attempts = try attempts()
+        XCTAssertEqual(attempts[jids[30]], 2, "the failing write's job did not fail (or its first attempt committed)")
+        XCTAssertTrue(jids.enumerated().allSatisfy { $0.offset == 30 || attempts[$0.element] == 1 })
+        XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 0)
+        XCTAssertLessThan(try writtenWithoutSavepoints().direct, 100,
+                          "no group was rolled back and run again with a savepoint per job")
     }
 
     func testAConnectionLostInTheMiddleOfAGroupRetriesEveryJobOfTheGroupAndEachAppliesOnce() throws {

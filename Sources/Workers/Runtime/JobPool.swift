@@ -151,7 +151,11 @@ final class JobPool: Sendable {
     /// ended in retry, dead…; it left the transaction aborted), or the claim fails on a live connection
     /// (e.g. a deadlock between two claims), the whole transaction is rolled back and the group runs
     /// again through the savepoint path (`runWithSavepoints`: each job in its own savepoint, so a failing
-    /// job undoes only its own work and the others still commit). `JobOptions.groupCommit`'s contract (a
+    /// job undoes only its own work and the others still commit). On the fast path the jobs' `write`s are deferred
+    /// (`PostgresConnection.deferringWrites`): they go with the next statement that reads — another job's read, the
+    /// next round's claim, the COMMIT — and one that fails there is handled like a job that did not succeed (rolled
+    /// back, run again through savepoints, where writes run at once and the failing job fails alone); before a job
+    /// that runs in a savepoint of its own they are sent first. `JobOptions.groupCommit`'s contract (a
     /// job's only effects are its ledger transaction) makes that second run safe. Jobs without a jid or
     /// with limits to pass run in a savepoint of their own within the fast path's transaction (a run that
     /// ends without its body, over a limit, must not leave a claimed row behind).
@@ -252,18 +256,29 @@ final class JobPool: Sendable {
         var next: [GroupMember] = []  // taken, not run: the window closed first
         do {
             try database.pool.withConnection { connection in
-                var roundStart = 0
-                repeat {
-                    next = try runRound(&members, from: roundStart, begin: roundStart == 0, openedAt: openedAt,
-                                        connection: connection, slot: slot, threadID: threadID,
-                                        metricHandles: &metricHandles)
-                    roundStart = members.count
-                } while next.isEmpty
-                    && members.count < configuration.commitBatch
-                    && Clock.now() - openedAt < configuration.commitWindow
-                    && takeWaiting(into: &members, carried: &carried, slot: slot) > 0
-                let commit = try connection.query("COMMIT")
-                if commit.commandTag == "ROLLBACK" { throw GroupCommitBroken() }
+                // The jobs' `write`s wait and go with the next statement that reads (the next job's read, the
+                // next round's claim, the COMMIT): a failed one makes the group run again through savepoints,
+                // where every write runs at once (below, `runRound`, and `sendDeferredWritesBefore`).
+                try connection.deferringWrites {
+                    var roundStart = 0
+                    repeat {
+                        next = try runRound(&members, from: roundStart, begin: roundStart == 0, openedAt: openedAt,
+                                            connection: connection, slot: slot, threadID: threadID,
+                                            metricHandles: &metricHandles)
+                        roundStart = members.count
+                    } while next.isEmpty
+                        && members.count < configuration.commitBatch
+                        && Clock.now() - openedAt < configuration.commitWindow
+                        && takeWaiting(into: &members, carried: &carried, slot: slot) > 0
+                    let commit: PostgresRows
+                    do { commit = try connection.query("COMMIT") } catch let error as PostgresError where error.deferred {
+                        // A job's deferred write failed, so the COMMIT was skipped: no job is to blame but that one.
+                        guard connection.isOpen, !error.isConnectionFailure else { throw error }
+                        rollBack(connection)
+                        throw FastPathUndone(reason: "a deferred write failed: \(error)")
+                    }
+                    if commit.commandTag == "ROLLBACK" { throw GroupCommitBroken() }
+                }
             }
         } catch let undone as FastPathUndone {
             return .redo((members + next).map(\.taken), reason: undone.reason)
@@ -326,6 +341,7 @@ final class JobPool: Sendable {
                 index += 1
                 continue
             }
+            if claim == nil { try sendDeferredWritesBefore(taken, connection: connection) }
             let row = claim == nil ? nil : ClaimedLedgerRow()
             guard let ran = runOne(taken, slot: slot, threadID: threadID, metricHandles: &metricHandles,
                                    sharedTransaction: SharedTransaction(connection: connection, claimedRow: row)) else {
@@ -377,6 +393,17 @@ final class JobPool: Sendable {
         }
         members.removeSubrange(index...)
         return rest
+    }
+
+    /// Sends the writes the group's earlier jobs deferred before `taken`, a job that runs in a savepoint of its
+    /// own: were one of them to fail inside that job's statements, the job would be failed (and settled) for it.
+    /// A failed write makes the group run again through savepoints (`FastPathUndone`, after ROLLBACK).
+    private func sendDeferredWritesBefore(_ taken: TakenJob, connection: PostgresConnection) throws {
+        do { try connection.sendDeferredWrites() } catch {
+            guard connection.isOpen, !error.isPostgresConnectionFailure else { throw error }
+            rollBack(connection)
+            throw FastPathUndone(reason: "a deferred write failed before job \(taken.payload?.jid ?? "-"): \(error)")
+        }
     }
 
     /// A job of the fast path whose ledger row already existed: acknowledged after the COMMIT without

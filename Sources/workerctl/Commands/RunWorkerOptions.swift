@@ -49,6 +49,9 @@ struct WorkerOptions: ParsableArguments {
     @Option(name: .customLong("commit-batch"), help: "Most group-commit jobs sharing one PostgreSQL COMMIT (default 50; 1 commits each job alone).")
     var commitBatch: Int?
 
+    @Flag(name: .customLong("no-prepared-statements"), help: "Do not prepare statements per PostgreSQL session (behind PgBouncer in transaction mode); or pg_prepared_statements: false in the config file.")
+    var noPreparedStatements = false
+
     @Option(name: .customLong("commit-window"), help: "Longest a shared group-commit transaction stays open, in seconds (default 0.05).")
     var commitWindow: Double?
 
@@ -119,7 +122,8 @@ struct WorkerOptions: ParsableArguments {
         }
         registerDomainJobs(into: &registry, redisURL: configuration.redisURL, shardMap: configuration.shardMap)
         let jobDatabase = noDatabase ? nil : try openDatabase(configured: file.databaseURL,
-                                                               poolSize: file.pgPoolSize ?? configuration.concurrency)
+                                                               poolSize: file.pgPoolSize ?? configuration.concurrency,
+                                                               preparesStatements: !noPreparedStatements && file.pgPreparedStatements != false)
         let relay = try outbox.makeRelay(redisURL: configuration.redisURL, noDatabase: noDatabase,
                                          databaseURL: database.resolvedURL(configured: file.databaseURL), registry: registry,
                                          shardMap: configuration.shardMap)
@@ -177,9 +181,12 @@ struct WorkerOptions: ParsableArguments {
     }
 
     /// Connects the pool and refuses to start on a schema that is behind this build.
-    private func openDatabase(configured: String?, poolSize: Int) throws -> JobDatabase {
+    /// `preparesStatements`: see `PostgresConnectionOptions.preparesStatements`.
+    private func openDatabase(configured: String?, poolSize: Int, preparesStatements: Bool) throws -> JobDatabase {
         let url = database.resolvedURL(configured: configured)
-        let pool = PostgresPool(configuration: PostgresPoolConfiguration(url: url, maxConnections: max(1, poolSize)),
+        let pool = PostgresPool(configuration: PostgresPoolConfiguration(
+                                    url: url, maxConnections: max(1, poolSize),
+                                    connectionOptions: PostgresConnectionOptions(preparesStatements: preparesStatements)),
                                 logger: Logger(label: "workerctl.postgres"))
         do {
             let status = try Migrator.bundled().status(pool: pool)
