@@ -82,10 +82,14 @@ public struct JobRegistry: Sendable {
     }
 }
 
-/// Decodes `args` (a JSON array) into a job's `Arguments` with Foundation's `JSONDecoder`.
+/// Decodes `args` (a JSON array) into a job's `Arguments` as Foundation's `JSONDecoder` does: first straight from the
+/// parsed values (`JSONValueDecoder`, which succeeds only where `JSONDecoder` gives the same value), and when that
+/// declines, with `JSONDecoder` itself — so a value it cannot give and every error (a dead job's reason) are
+/// `JSONDecoder`'s.
 enum ArgumentsDecoding {
     static func decode<T: Decodable>(_ type: T.Type, from args: [JSONValue]) throws -> T {
         if let accepting = T.self as? AnyArguments.Type, let value = accepting.init() as? T { return value }
+        if let value = try? JSONValueDecoder().decode(T.self, from: .array(args)) { return value }
         let data = Data(JSONValue.array(args).serialized().utf8)
         return try JSONDecoder().decode(T.self, from: data)
     }
