@@ -119,10 +119,10 @@ public enum ReliableQueue {
         if items.isEmpty { return 0 }
         // Plain acks (processed, not failed, no unique lock) by in-flight list, in order: one argument each.
         var plainAcks: [(workingKey: String, raws: [[UInt8]])] = []
-        var others = 0
+        var others: [(job: FetchedJob, settlement: Settlement, counts: RunCounts)] = []
         for (job, settlement, counts) in items {
             guard isPlainAck(job, settlement, counts) else {
-                others += 1
+                others.append((job, settlement, counts))
                 continue
             }
             if let index = plainAcks.firstIndex(where: { $0.workingKey == job.workingKey }) {
@@ -133,15 +133,14 @@ public enum ReliableQueue {
         }
         var arguments: [any RedisArgument] = [now, Clock.utcDay(now), deadLimits.maxJobs, deadLimits.maxAgeSeconds,
                                               plainAcks.count]
-        arguments.reserveCapacity(5 + plainAcks.count * 2 + (items.count - others) + others * 7)
+        arguments.reserveCapacity(5 + plainAcks.count * 2 + (items.count - others.count) + others.count * 7)
         for group in plainAcks {
             arguments.append(group.workingKey)
             arguments.append(group.raws.count)
             for raw in group.raws { arguments.append(raw) }
         }
         // Appended one by one: an array literal per job (`+= [...]`) allocated a temporary array each time.
-        for (job, settlement, counts) in items {
-            if isPlainAck(job, settlement, counts) { continue }  // sent above
+        for (job, settlement, counts) in others {
             let op: String, payload: String
             let target: any RedisArgument
             switch settlement {

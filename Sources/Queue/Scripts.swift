@@ -5,8 +5,8 @@
 enum Scripts {
     /// Moves up to ARGV[2] jobs from the queues ARGV[3…] (in that order, paused ones skipped) into
     /// this process's in-flight lists `working:queue:Q:ARGV[1]`. Returns `[queue1, [jobs…], queue2, [jobs…], …]`,
-    /// one pair per chunk moved, oldest job first (the queue named once a chunk, not once a job as before: 1.25 →
-    /// 0.94 µs of Redis time a job, batch 250, no AOF). The in-flight entry is byte-identical to the queued one.
+    /// one pair per chunk moved, oldest job first (the queue named once a chunk, not once a job as before: 1.20 / 1.09 →
+    /// 0.80 / 0.87 µs of Redis time a job in two A/B rounds of bench/script_cost.py, batch 250, no AOF). The in-flight entry is byte-identical to the queued one.
     ///
     /// The result is exactly that of one `LMOVE src dst RIGHT LEFT` per job (same jobs, same order in the
     /// in-flight list: the oldest deepest), but done in three commands per queue and chunk of ≤ 1,000 (`LRANGE`
@@ -48,8 +48,8 @@ enum Scripts {
     /// Settles a batch of in-flight jobs and moves the counters, atomically.
     /// ARGV: now, utc day, dead max jobs, dead timeout seconds, the number G of plain-ack groups, G groups of
     /// (working key, count n, n raw jobs) — plain acks: `ack` of a run counted as processed only, without a
-    /// unique lock, the hot path sent in 1 argument a job instead of 7 (25–35 % less of the script's Redis time
-    /// per job, bench/script_cost.py) — then groups of seven: op, working
+    /// unique lock, the hot path sent in 1 argument a job instead of 7 (Redis time per acknowledged job 1.96 →
+    /// 1.52 µs, bench/script_cost.py, no AOF, batch 100) — then groups of seven: op, working
     /// key, raw job, new payload, target, counts, unique jid. An op only takes effect if the raw job was still
     /// in the in-flight list (so a job that an orphan sweep already took back is not also
     /// retried). Ops: `ack` (remove), `retry` (ZADD retry target payload), `dead` (ZADD dead

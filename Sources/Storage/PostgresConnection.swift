@@ -223,10 +223,10 @@ public final class PostgresConnection: @unchecked Sendable {
             pendingReleases = 0  // COMMIT releases every savepoint; deferred writes still go first
         }
         let bound = try BoundParameters(parameters, query: sql)
-        if pendingReleases > 0 || !deferredWrites.isEmpty || preparedName(sql) == nil && mayPrepare(sql) {
+        let name = preparedName(sql)
+        if pendingReleases > 0 || !deferredWrites.isEmpty || name == nil && mayPrepare(sql) {
             return try send([Outgoing(sql: sql, parameters: bound, deferred: false)])[0]
         }
-        let name = preparedName(sql)
         let result = bound.withPointers { count, values in
             if let name { return PQexecPrepared(handle, name, count, values, nil, nil, 0) }
             return PQexecParams(handle, sql, count, nil, values, nil, nil, 0)
