@@ -29,7 +29,7 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     public var category: Category
     /// SQLSTATE sent by the server, if any (`nil` for client-side failures).
     public var sqlState: String?
-    /// Primary human-readable message.
+    /// Primary human-readable message; a data exception's quoted input value is left out (`withoutQuotedValues`).
     public var message: String
     /// Server's DETAIL field, if any. May contain row values: not part of `description`.
     public var detail: String?
@@ -48,7 +48,7 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
                 hint: String? = nil, constraint: String? = nil, query: String? = nil) {
         self.category = category
         self.sqlState = sqlState
-        self.message = message
+        self.message = PostgresError.withoutQuotedValues(message, sqlState: sqlState)
         self.detail = detail
         self.hint = hint
         self.constraint = constraint
@@ -87,6 +87,21 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
         if let query { text += " — in: \(query)" }
         if deferred { text += " (a deferred write)" }
         return text
+    }
+
+    /// The primary message with the input value it quotes left out. PostgreSQL's data-exception messages (SQLSTATE
+    /// class 22) quote the offending input, which is whatever a job bound — an e-mail, a token, a coordinate:
+    /// `invalid input syntax for type uuid: "jane@example.com"`, `value "99999999999" is out of range for type
+    /// integer`, `invalid input value for enum ...: "..."`. Everything from the first to the last double quote
+    /// becomes `"…"` (the value may itself contain quotes; the fixed text around it keeps its meaning); a lone
+    /// quote cuts the message there. Other classes name identifiers, not values, in quotes (`column "email" does
+    /// not exist`), and class 23 puts the row in DETAIL, which `description` leaves out: they are kept as sent.
+    /// The `message` of an error built here never holds the value, so no log line or dead-set reason can.
+    static func withoutQuotedValues(_ message: String, sqlState: String?) -> String {
+        guard let sqlState, sqlState.hasPrefix("22"), let first = message.firstIndex(of: "\"") else { return message }
+        let last = message.lastIndex(of: "\"")!
+        let tail = last > first ? message[message.index(after: last)...] : ""
+        return message[..<first] + "\"…\"" + tail
     }
 
     /// SQLSTATEs after which the same statement can succeed on retry.

@@ -61,7 +61,9 @@ public struct PostgresRow: Sendable {
         do {
             return try T(postgresText: text)
         } catch let failure as PostgresDecodingFailure {
-            let shown = text.map { "\"\($0.truncated(to: 60))\"" } ?? "NULL"
+            // The value itself is not shown: a column can hold personal data (an e-mail decoded as a UUID, say), and
+            // this message reaches logs and the dead set.
+            let shown = text.map { "a value of \($0.utf8.count) bytes" } ?? "NULL"
             throw PostgresError(category: .decoding, message: "column \"\(column)\": cannot decode \(shown) as \(T.self): \(failure.reason)", query: rows.query)
         }
     }

@@ -199,6 +199,43 @@ final class PostgresConnectionTests: XCTestCase {
         XCTAssertEqual(try connection.queryFirst("SELECT 1 AS one")?.int("one"), 1)
     }
 
+    /// A data exception's message quotes the input it refused; a bound e-mail or coordinate must not reach the
+    /// error's message or description (which go to logs and the dead set), while identifiers in other classes'
+    /// messages stay (they say what is wrong).
+    func testDataExceptionsDoNotCarryTheValueTheyQuote() throws {
+        let email = "jane.doe@example.com"
+        let cases: [(sql: String, value: String, state: String, kept: String)] = [
+            ("SELECT $1::uuid AS u", email, "22P02", "invalid input syntax for type uuid"),
+            ("SELECT $1::int AS i", "48.8566\"2.3522", "22P02", "invalid input syntax for type integer"),
+            ("SELECT $1::int AS i", "99999999999", "22003", "out of range for type integer"),
+            ("SELECT $1::date AS d", "2024-02-30", "22008", "date/time field value out of range"),
+            ("SELECT $1::timestamptz AS t", "2024-01-01 \(email)", "22023", "not recognized"),
+        ]
+        for (sql, value, state, kept) in cases {
+            XCTAssertThrowsError(try connection.query(sql, [value]), sql) { error in
+                guard let error = error as? PostgresError else { return XCTFail("not a PostgresError: \(error)") }
+                XCTAssertEqual(error.sqlState, state, error.message)
+                XCTAssertTrue(error.message.contains(kept), error.message)
+                XCTAssertTrue(error.message.contains("\"…\""), error.message)
+                for text in [error.message, error.description, "\(error)"] {
+                    XCTAssertFalse(text.contains(value), text)
+                    XCTAssertFalse(text.contains("example.com"), text)
+                }
+            }
+        }
+        // Other classes quote identifiers, which stay.
+        XCTAssertThrowsError(try connection.query("SELECT no_such_column FROM items")) { error in
+            XCTAssertTrue((error as? PostgresError)?.message.contains("\"no_such_column\"") ?? false, "\(error)")
+        }
+        // Our own decoding failures name the column and the type, not the value.
+        let row = try XCTUnwrap(try connection.queryFirst("SELECT $1::text AS contact", [email]))
+        XCTAssertThrowsError(try row.uuid("contact")) { error in
+            XCTAssertEqual((error as? PostgresError)?.category, .decoding)
+            XCTAssertTrue("\(error)".contains("column \"contact\""), "\(error)")
+            XCTAssertFalse("\(error)".contains("example.com"), "\(error)")
+        }
+    }
+
     func testSyntaxAndUndefinedTableErrors() {
         XCTAssertThrowsError(try connection.query("SELEC 1")) { XCTAssertEqual(($0 as? PostgresError)?.sqlState, "42601") }
         XCTAssertThrowsError(try connection.query("SELECT * FROM no_such_table")) { XCTAssertEqual(($0 as? PostgresError)?.sqlState, "42P01") }
