@@ -25,8 +25,13 @@ public struct JobContext: Sendable {
     public let payload: JobPayload
     public let deadline: Date
     public let cancellation: CancellationFlag
-    /// Carries jid, class, queue and attempt in its metadata.
-    public let logger: Logger
+    /// The process's logger, without this run's fields (`logger` adds them).
+    private let processLogger: Logger
+    /// Carries jid, class, queue and attempt in its metadata. Built on each access from the process's logger, so
+    /// that a run that logs nothing (most successful runs) pays nothing for it; a job that logs often may keep a copy.
+    public var logger: Logger {
+        Self.runLogger(processLogger, jid: jid, className: className, queue: queue, attempt: attempt)
+    }
     /// Access to PostgreSQL through the exactly-once ledger (nil when the process has no database).
     public let database: JobDatabase?
     /// Set by the runtime for a group-commit job (`JobOptions.groupCommit`): the pool thread's open
@@ -38,6 +43,7 @@ public struct JobContext: Sendable {
     /// class without limits (docs/limiters.md).
     public internal(set) var limitsAdmittedAt: Double?
 
+    /// `logger` is the process's logger; this run's fields are added by `logger` when it is read.
     public init(jid: String, className: String, queue: String, attempt: Int, payload: JobPayload, deadline: Date,
                 cancellation: CancellationFlag, logger: Logger, database: JobDatabase?) {
         self.jid = jid
@@ -47,8 +53,22 @@ public struct JobContext: Sendable {
         self.payload = payload
         self.deadline = deadline
         self.cancellation = cancellation
-        self.logger = logger
+        self.processLogger = logger
         self.database = database
+    }
+
+    /// `logger` with a run's fields in its metadata: the one place that says which fields a job's log lines carry
+    /// (the runner's own lines about a run use it too).
+    static func runLogger(_ logger: Logger, jid: String, className: String, queue: String, attempt: Int) -> Logger {
+        var runLogger = logger
+        var metadata = logger.handler.metadata
+        metadata.reserveCapacity(metadata.count + 4)
+        metadata["jid"] = .string(jid)
+        metadata["class"] = .string(className)
+        metadata["queue"] = .string(queue)
+        metadata["attempt"] = .string(String(attempt))
+        runLogger.handler.metadata = metadata
+        return runLogger
     }
 
     public var isCancelled: Bool { cancellation.isCancelled }
