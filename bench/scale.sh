@@ -154,7 +154,7 @@ for run in $(seq 1 "$RUNS"); do
     for i in $(seq 1 "$CRON_ENTRIES"); do
       printf -- '- name: scale.%04d\n  cron: "*/10 * * * * *"\n  class: Noop\n  queue: scale-cron\n  args: [%d]\n' "$i" "$i"
     done >"$schedule"
-    "$BIN" scheduler --schedule "$schedule" 2>/tmp/bench-scale-scheduler.log &
+    "$BIN" scheduler --schedule "$schedule" 2>"$FIGURES/scheduler.log" &
     WPID=$!
     # Start counting after the first firing round: from then on every round is a steady one.
     until [ "$(R llen queue:scale-cron)" -ge "$CRON_ENTRIES" ]; do sleep 0.05; done
@@ -180,7 +180,7 @@ for run in $(seq 1 "$RUNS"); do
     # commandstats also counts the commands a script runs: those of the fire scripts (and this script's INFO/CONFIG).
     record cron_inner_per_fire "$(echo "($all_calls - $hmget - $fires) / $fires" | bc -l)"
     # Wall time of a firing round: first to last "fired" line of each tick (ms, from the log's millisecond stamps).
-    python3 - /tmp/bench-scale-scheduler.log "$CRON_ENTRIES" >>"$FIGURES/cron_fire_ms" <<'EOF'
+    python3 - "$FIGURES/scheduler.log" "$CRON_ENTRIES" >>"$FIGURES/cron_fire_ms" <<'EOF'
 import collections, datetime, json, sys
 ticks = collections.defaultdict(list)
 for line in open(sys.argv[1]):
