@@ -23,8 +23,8 @@
 #           with the set.
 #   cron    `workerctl scheduler` with CRON_ENTRIES (1000) entries firing every 10 s (`*/10 * * * * *`) for
 #           CRON_SECONDS (35): Redis commands per round (idle and firing), Redis time per round (commandstats),
-#           the scheduler's CPU per round (/proc/PID/stat), and how long a firing round takes (first to last
-#           "fired" log line of one tick).
+#           the scheduler's CPU per round (/proc/PID/stat), how long a firing round takes (first to last
+#           "fired" log line of one tick) and how late its last job is (from the tick to the last "fired" line).
 # Every figure is the median of RUNS runs with min–max. A benchmark, not a test: it asserts nothing but that the
 # jobs arrived. Uses Redis database 103 of the private instance (scripts/services); prints the persistence in use.
 set -euo pipefail
@@ -154,7 +154,7 @@ for run in $(seq 1 "$RUNS"); do
     for i in $(seq 1 "$CRON_ENTRIES"); do
       printf -- '- name: scale.%04d\n  cron: "*/10 * * * * *"\n  class: Noop\n  queue: scale-cron\n  args: [%d]\n' "$i" "$i"
     done >"$schedule"
-    "$BIN" scheduler --schedule "$schedule" 2>/tmp/bench-scale-scheduler.log &
+    "$BIN" scheduler --schedule "$schedule" 2>"$FIGURES/scheduler.log" &
     WPID=$!
     # Start counting after the first firing round: from then on every round is a steady one.
     until [ "$(R llen queue:scale-cron)" -ge "$CRON_ENTRIES" ]; do sleep 0.05; done
@@ -179,8 +179,11 @@ for run in $(seq 1 "$RUNS"); do
     record cron_cpu_ms_per_round "$(echo "($cpu1 - $cpu0) * 1000 / $rounds" | bc -l)"
     # commandstats also counts the commands a script runs: those of the fire scripts (and this script's INFO/CONFIG).
     record cron_inner_per_fire "$(echo "($all_calls - $hmget - $fires) / $fires" | bc -l)"
-    # Wall time of a firing round: first to last "fired" line of each tick (ms, from the log's millisecond stamps).
-    python3 - /tmp/bench-scale-scheduler.log "$CRON_ENTRIES" >>"$FIGURES/cron_fire_ms" <<'EOF'
+    # Wall time of a firing round: first to last "fired" line of each tick (ms, from the log's millisecond stamps);
+    # and from the tick itself to the last "fired" line (how late the last entry's job is, wake-up included: since
+    # a round sends its fires in one pipeline and logs them after the replies, every job of the round is in Redis
+    # before its first line, and the first-to-last spread is the logging alone).
+    python3 - "$FIGURES/scheduler.log" "$CRON_ENTRIES" "$FIGURES/cron_fire_ms" "$FIGURES/cron_tick_to_last_ms" <<'EOF'
 import collections, datetime, json, sys
 ticks = collections.defaultdict(list)
 for line in open(sys.argv[1]):
@@ -189,11 +192,15 @@ for line in open(sys.argv[1]):
     except ValueError:
         continue
     if entry.get("msg") == "fired":
-        stamp = datetime.datetime.strptime(entry["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+        stamp = datetime.datetime.strptime(entry["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
         ticks[entry.get("tick")].append(stamp)
-for tick, stamps in sorted(ticks.items()):
-    if len(stamps) == int(sys.argv[2]):
-        print("%.1f" % ((max(stamps) - min(stamps)) * 1000))
+complete = [(tick, stamps) for tick, stamps in sorted(ticks.items()) if len(stamps) == int(sys.argv[2])]
+with open(sys.argv[3], "a") as spread, open(sys.argv[4], "a") as late:
+    for index, (tick, stamps) in enumerate(complete):
+        print("%.1f" % ((max(stamps) - min(stamps)) * 1000), file=spread)
+        if index > 0:  # the first round ran when the scheduler started, seconds after its tick
+            due = datetime.datetime.strptime(tick, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+            print("%.1f" % ((max(stamps) - due) * 1000), file=late)
 EOF
   fi
 done
@@ -234,5 +241,6 @@ if [[ " $PARTS " == *" cron "* ]]; then
   report cron_fire_redis_ms ms "  Redis time per firing round, the fire scripts"
   report cron_cpu_ms_per_round ms "  scheduler CPU per round (average over idle and firing rounds)"
   report cron_fire_ms ms "  wall time of a firing round (first to last 'fired' log line)"
+  report cron_tick_to_last_ms ms "  from the tick to the last 'fired' log line (the last job's delay)"
   report cron_inner_per_fire "" "  commands each fire script runs inside Redis (claim, cursor, SADD, LPUSH, history)"
 fi

@@ -27,6 +27,17 @@ public enum FireOutcome: Sendable, Equatable, CustomStringConvertible {
     }
 }
 
+/// One tick of one entry to fire (`CronStore.fire(_:now:)`).
+public struct FireRequest: Sendable {
+    public var entry: ScheduleEntry
+    public var tick: Date
+
+    public init(entry: ScheduleEntry, tick: Date) {
+        self.entry = entry
+        self.tick = tick
+    }
+}
+
 /// Failures of the cron store that are not Redis I/O.
 public enum CronStoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case notFound(String)
@@ -142,10 +153,15 @@ public final class CronStore: @unchecked Sendable {
     /// Claimed-tick ZSET members scored older than this (relative to now) are pruned after a fire,
     /// as sidekiq-cron does with 24 h. Safe: the persisted `last_tick_epoch` stops old ticks anyway.
     public let claimRetention: TimeInterval
+    /// The most fires `fire(_:now:)` sends in one pipeline (one round trip): a long catch-up is sent in several,
+    /// so the request buffer stays bounded (500 fires of a small job: ~300 kB).
+    public let firesPerPipeline: Int
 
-    public init(connection: RedisConnection, historySize: Int = 10, claimRetention: TimeInterval = 86_400) {
-        precondition(historySize > 0 && claimRetention > 0)
+    public init(connection: RedisConnection, historySize: Int = 10, claimRetention: TimeInterval = 86_400,
+                firesPerPipeline: Int = 500) {
+        precondition(historySize > 0 && claimRetention > 0 && firesPerPipeline > 0)
         self.connection = connection
+        self.firesPerPipeline = firesPerPipeline
         self.historySize = historySize
         self.claimRetention = claimRetention
     }
@@ -233,6 +249,42 @@ public final class CronStore: @unchecked Sendable {
     /// Claims `tick` of `entry` and enqueues its job (jid derived from entry and tick,
     /// `created_at`/`enqueued_at` = `now`), atomically. See `FireOutcome`.
     public func fire(_ entry: ScheduleEntry, tick: Date, now: Date) throws -> FireOutcome {
+        try fire([FireRequest(entry: entry, tick: tick)], now: now)[0].get()
+    }
+
+    /// Fires each request as `fire(_:tick:now:)` does (one `CronScripts.fire` each: every claim stays atomic on
+    /// its own), sent in pipelines of at most `firesPerPipeline` fires, one round trip each, and returns the
+    /// outcomes in the order of `requests`. A request that fails alone (its job cannot be built, a key of the wrong
+    /// type) gets its error; the others still fire. A connection-level failure is the result of every request from
+    /// the failed pipeline on: those sent may or may not have fired (the cursor in Redis says which).
+    public func fire(_ requests: [FireRequest], now: Date) -> [Result<FireOutcome, any Error>] {
+        var results: [Result<FireOutcome, any Error>] = []
+        results.reserveCapacity(requests.count)
+        var next = requests.startIndex
+        while next < requests.endIndex {
+            let chunk = requests[next..<min(next + firesPerPipeline, requests.endIndex)]
+            next = chunk.endIndex
+            let built = chunk.map { request in Result { try fireCall(request, now: now) } }
+            let replies: [RedisReply]
+            do {
+                replies = try connection.evaluate(CronScripts.fire, calls: built.compactMap { try? $0.get() }.map { ($0.keys, $0.arguments) })
+            } catch let error as RedisError where error.isConnectionLevel {
+                return results + Array(repeating: .failure(error), count: requests.endIndex - chunk.startIndex)
+            } catch {
+                results += built.map { $0.flatMap { _ in .failure(error) } }  // e.g. SCRIPT LOAD refused
+                continue
+            }
+            var reply = replies.makeIterator()
+            for call in built {
+                results.append(call.flatMap { call in Result { try Self.outcome(reply.next()!.checked(), jid: call.jid) } })
+            }
+        }
+        return results
+    }
+
+    /// One `CronScripts.fire` call: keys, arguments, and the jid its job gets.
+    private func fireCall(_ request: FireRequest, now: Date) throws -> (keys: [any RedisArgument], arguments: [any RedisArgument], jid: String) {
+        let (entry, tick) = (request.entry, request.tick)
         let jid = CronJobID.jid(entry: entry.name, tick: tick)
         let job = NewJob(entry.className, args: entry.arguments(forTick: tick), queue: entry.queue)
         let payload = try JobClient.payload(for: job, jid: jid, createdAt: now.timeIntervalSince1970,
@@ -240,13 +292,15 @@ public final class CronStore: @unchecked Sendable {
         let tickText = TickFormat.iso8601UTC(tick)
         let enqueued = CronTimeText.enqueueTime(now.timeIntervalSince1970)
         let history: JSONValue = .object(["jid": .string(jid), "enqueued": .string(enqueued), "tick": .string(tickText)])
-        let reply = try connection.evaluate(
-            CronScripts.fire,
-            keys: [CronKeys.job(entry.name), CronKeys.enqueued(entry.name), CronKeys.jidHistory(entry.name),
-                   Keys.queues, Keys.queue(entry.queue)],
-            arguments: [tickText, Int(tick.timeIntervalSince1970.rounded(.down)), payload.serialized(), entry.queue,
-                        history.serialized(), historySize, enqueued,
-                        Int((now.timeIntervalSince1970 - claimRetention).rounded(.down))])
+        return (keys: [CronKeys.job(entry.name), CronKeys.enqueued(entry.name), CronKeys.jidHistory(entry.name),
+                       Keys.queues, Keys.queue(entry.queue)],
+                arguments: [tickText, Int(tick.timeIntervalSince1970.rounded(.down)), payload.serialized(), entry.queue,
+                            history.serialized(), historySize, enqueued,
+                            Int((now.timeIntervalSince1970 - claimRetention).rounded(.down))],
+                jid: jid)
+    }
+
+    private static func outcome(_ reply: RedisReply, jid: String) throws -> FireOutcome {
         switch reply.strings.first {
         case "fired": return .fired(jid: jid)
         case "stale": return .stale

@@ -27,8 +27,8 @@ public struct RoundReport: Sendable, Equatable {
 }
 
 /// The scheduler loop: each round reads every entry's status and catch-up cursor from Redis, asks
-/// the `CatchUpPlanner` which ticks are due, and fires each through `CronStore.fire` (one atomic
-/// claim + enqueue per tick). Any number of runners, in any number of processes, may run against
+/// the `CatchUpPlanner` which ticks are due, and fires them all through `CronStore.fire(_:now:)` (one atomic
+/// claim + enqueue per tick, all in one pipeline). Any number of runners, in any number of processes, may run against
 /// the same Redis: the claim makes each tick fire once.
 ///
 /// Definitions (cron, class, args, policy) come from the schedule file this runner was given; the
@@ -97,14 +97,21 @@ public final class SchedulerRunner: @unchecked Sendable {
         return report
     }
 
-    /// One pass at `clock.now()`: fires every due tick of every enabled entry.
-    /// Throws on a Redis failure; ticks fired before the failure stay fired (each fire is atomic)
+    /// One pass at `clock.now()`: fires every due tick of every enabled entry, all in one pipeline
+    /// (`CronStore.fire(_:now:)`; a few for a very long catch-up), then reports each outcome in order.
+    /// Throws on a Redis connection failure; ticks fired before the failure stay fired (each fire is atomic)
     /// and the next round continues from the persisted cursor.
+    ///
+    /// After a `disabled` or `missing` outcome, the entry's later ticks of the round (sent in the same pipeline)
+    /// are refused the same way by the script, and those refusals are left out of the report, as when they were
+    /// not tried; any other outcome (the entry enabled again in between) is reported. After an error, the entry's
+    /// later ticks are reported as they went (usually the same error, which is recorded once).
     @discardableResult
     public func runRound() throws -> RoundReport {
         let now = clock.now()
         var report = RoundReport(now: now)
         let states = try store.states(for: entries.map(\.name))
+        var due: [(entry: ScheduleEntry, cursor: Date?, ticks: [Date])] = []
         for entry in entries {
             guard let state = states[entry.name], state.exists else {
                 report.missing.append(entry.name)
@@ -117,11 +124,22 @@ public final class SchedulerRunner: @unchecked Sendable {
             warnedMissing.remove(entry.name)
             guard state.isEnabled else { continue }
             let ticks = planner.dueTicks(entry: entry.withEnabled(true), lastFired: state.catchUpCursor, now: now)
-            do {
-                var fired: [Date] = []
-                defer { Self.countMisses(entry: entry, after: state.catchUpCursor, fired: fired) }
-                for tick in ticks {
-                    let outcome = try store.fire(entry, tick: tick, now: now)
+            if !ticks.isEmpty { due.append((entry, state.catchUpCursor, ticks)) }
+        }
+        var outcomes = store.fire(due.flatMap { item in item.ticks.map { FireRequest(entry: item.entry, tick: $0) } }, now: now)[...]
+        for (entry, cursor, ticks) in due {
+            var fired: [Date] = []
+            defer { Self.countMisses(entry: entry, after: cursor, fired: fired) }
+            var refused = false
+            for (tick, result) in zip(ticks, outcomes.prefix(ticks.count)) {
+                switch result {
+                case .failure(let error as RedisError) where error.isConnectionLevel:
+                    throw error  // the whole round is lost; the loop retries
+                case .failure(let error):
+                    // This entry's keys or data are broken: the other entries still fire.
+                    if report.failures[entry.name] == nil { report.failures[entry.name] = "\(error)" }
+                case .success(let outcome):
+                    if refused, outcome == .disabled || outcome == .missing { continue }
                     report.results.append(TickResult(entry: entry.name, tick: tick, outcome: outcome))
                     if let jid = outcome.jid {
                         fired.append(tick)
@@ -129,15 +147,11 @@ public final class SchedulerRunner: @unchecked Sendable {
                         logger.info("fired", metadata: ["entry": "\(entry.name)", "tick": "\(TickFormat.iso8601UTC(tick))",
                                                         "jid": "\(jid)", "class": "\(entry.className)", "queue": "\(entry.queue)"])
                     } else if outcome == .disabled || outcome == .missing {
-                        break
+                        refused = true
                     }
                 }
-            } catch let error as RedisError where error.isConnectionLevel {
-                throw error  // the whole round is lost; the loop retries
-            } catch {
-                // This entry's keys or data are broken: the other entries still fire.
-                report.failures[entry.name] = "\(error)"
             }
+            outcomes = outcomes.dropFirst(ticks.count)
         }
         logFailureChanges(report.failures)
         return report

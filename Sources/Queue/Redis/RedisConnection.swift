@@ -23,6 +23,9 @@ public final class RedisConnection: @unchecked Sendable {
     public let commandTimeout: Double
     private var context: UnsafeMutablePointer<redisContext>?
     private var loadedScripts: Set<String> = []
+    /// How many round trips (`pipeline` calls that sent commands) this connection has made: what a caller that
+    /// batches its commands can be checked against.
+    public private(set) var roundTrips = 0
     /// The RESP bytes of the command being queued (reused: one connection, one thread at a time).
     private var requestBuffer: [UInt8] = []
 
@@ -167,6 +170,7 @@ public final class RedisConnection: @unchecked Sendable {
         }
         // A very large command (a bulk enqueue) must not keep its buffer for the connection's lifetime.
         if requestBuffer.capacity > 1 << 20 { requestBuffer = [] }
+        roundTrips += 1
         var replies: [RedisReply] = []
         replies.reserveCapacity(commands.count)
         for _ in commands {
@@ -197,19 +201,33 @@ public final class RedisConnection: @unchecked Sendable {
     /// (for example after the server restarted).
     public func evaluate(_ script: RedisScript, keys: [any RedisArgument] = [],
                          arguments: [any RedisArgument] = []) throws(RedisError) -> RedisReply {
-        let call: [any RedisArgument] = ["EVALSHA", script.sha1, keys.count] + keys + arguments
-        if !loadedScripts.contains(script.sha1) {
-            let replies = try pipeline([["SCRIPT", "LOAD", script.source], call])
-            try replies[0].checked()
-            loadedScripts.insert(script.sha1)
-            return try replies[1].checked()
-        }
-        let reply = try send(call)
-        if case .error(let message) = reply, message.hasPrefix("NOSCRIPT") {
+        try evaluate(script, calls: [(keys, arguments)])[0].checked()
+    }
+
+    /// Runs `script` once per call, all in one round trip, and returns the replies in order; an error reply is
+    /// returned as `.error` (that call failed, the others ran). Loads the script first when this connection has not
+    /// (in the same round trip); calls answered `NOSCRIPT` (a `SCRIPT FLUSH` or a restart since) are sent again,
+    /// once, after `SCRIPT LOAD`, in their order. If the script vanished in the middle of the pipeline, the calls
+    /// after it ran before the resent ones.
+    public func evaluate(_ script: RedisScript,
+                         calls: [(keys: [any RedisArgument], arguments: [any RedisArgument])]) throws(RedisError) -> [RedisReply] {
+        if calls.isEmpty { return [] }
+        let commands = calls.map { call -> [any RedisArgument] in ["EVALSHA", script.sha1, call.keys.count] + call.keys + call.arguments }
+        var replies: [RedisReply]
+        var resend = Array(commands.indices)
+        if loadedScripts.contains(script.sha1) {
+            replies = try pipeline(commands)
+            resend = replies.indices.filter { replies[$0].isNoScript }
+            if resend.isEmpty { return replies }
             loadedScripts.remove(script.sha1)
-            return try evaluate(script, keys: keys, arguments: arguments)
+        } else {
+            replies = Array(repeating: .null, count: commands.count)
         }
-        return try reply.checked()
+        let loaded = try pipeline([["SCRIPT", "LOAD", script.source]] + resend.map { commands[$0] })
+        try loaded[0].checked()
+        loadedScripts.insert(script.sha1)
+        for (index, reply) in zip(resend, loaded.dropFirst()) { replies[index] = reply }
+        return replies
     }
 
     private func failIO(_ ctx: UnsafeMutablePointer<redisContext>) -> RedisError {

@@ -59,6 +59,9 @@ public enum RedisReply: Sendable, Equatable {
         }
     }
 
+    /// `-NOSCRIPT`: the server does not have the script `EVALSHA` named (see `RedisConnection.evaluate`).
+    public var isNoScript: Bool { if case .error(let message) = self { return message.hasPrefix("NOSCRIPT") } else { return false } }
+
     /// An array of bulk strings as text (nil elements and non-UTF-8 elements are skipped).
     public var strings: [String] { (array ?? []).compactMap(\.string) }
 }
