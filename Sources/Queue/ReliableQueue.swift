@@ -75,7 +75,11 @@ public enum ReliableQueue {
     /// into this process's in-flight lists.
     public static func fetch(_ connection: RedisConnection, identity: String, queues: [String],
                              limit: Int) throws(RedisError) -> [FetchedJob] {
-        let reply = try connection.evaluate(Scripts.fetch, arguments: [identity, limit] + queues)
+        try jobs(fetchedBy: connection.evaluate(Scripts.fetch, arguments: [identity, limit] + queues), identity: identity)
+    }
+
+    /// The jobs in the fetch script's reply (`[queue, [jobs…]]` pairs).
+    static func jobs(fetchedBy reply: RedisReply, identity: String) throws(RedisError) -> [FetchedJob] {
         guard case .array(let items) = reply else { throw .unexpectedReply("fetch returned \(reply)") }
         var jobs: [FetchedJob] = []
         var index = 0
@@ -93,6 +97,42 @@ public enum ReliableQueue {
             index += 2
         }
         return jobs
+    }
+
+    /// A fetch of up to `limit` jobs from a single queue (`fetch`), then in the same round trip whether the queue is
+    /// paused and a wait of up to `timeout` seconds for one more job (`BLMOVE`), so that a worker that has caught up is
+    /// waiting inside Redis when the next job is pushed: Redis hands it over in the push's own event-loop iteration
+    /// (under AOF `always`, after the push's own disk sync) instead of at the fetcher's next fetch. `fetched` gets
+    /// the fetch's jobs as soon as its reply is read, before the wait ends; it must not use `connection`.
+    ///
+    /// Returns the job the wait took (nil when it timed out) and whether the queue was paused. A paused queue's
+    /// fetch moves nothing, but the wait, sent before the answer was known, may have taken a job from it: the caller
+    /// gives that job back. The fetch script is sent as `EVAL` with its source (no `NOSCRIPT` inside a pipeline;
+    /// Redis caches it by its digest). A failure leaves what the fetch or the wait moved in the in-flight list: the
+    /// caller reconciles, as after any lost fetch reply.
+    public static func fetchThenWait(_ connection: RedisConnection, identity: String, queue: String, limit: Int,
+                                     timeout: Double, fetched: ([FetchedJob]) -> Void) throws(RedisError)
+        -> (waited: FetchedJob?, paused: Bool) {
+        let working = Keys.working(queue: queue, identity: identity)
+        var failure: RedisError?
+        var paused = false
+        var waited: FetchedJob?
+        try connection.pipeline([["EVAL", Scripts.fetch.source, 0, identity, limit, queue],
+                                 ["SISMEMBER", Keys.paused, queue],
+                                 ["BLMOVE", Keys.queue(queue), working, "RIGHT", "LEFT", timeout]]) { index, reply in
+            do throws(RedisError) {
+                let checked = try reply.checked()
+                switch index {
+                case 0: fetched(try jobs(fetchedBy: checked, identity: identity))
+                case 1: paused = checked.integer != 0
+                default: waited = checked.bytes.map { FetchedJob(queue: queue, raw: $0, workingKey: working) }
+                }
+            } catch {
+                failure = failure ?? error
+            }
+        }
+        if let failure { throw failure }
+        return (waited, paused)
     }
 
     /// Blocks up to `timeout` seconds for one job on a single queue (used when every queue was

@@ -189,6 +189,8 @@ final class WorkerRuntimeTests: XCTestCase {
         let process = try start(harness.configuration(concurrency: 3))
         XCTAssertTrue(try eventually { try redis.int("HLEN", Keys.workers(process.identity)) == 1 })
         let connection = try redis.connection()
+        // The workers hash and the process hash (with `busy`) are written by two transactions of one beat.
+        XCTAssertTrue(try eventually { try ProcessRegistry.list(connection).first?.busy == 1 })
         let entry = try XCTUnwrap(ProcessRegistry.list(connection).first)
         XCTAssertEqual(entry.identity, process.identity)
         XCTAssertEqual(entry.concurrency, 3)

@@ -157,7 +157,17 @@ public final class RedisConnection: @unchecked Sendable {
 
     /// Sends all commands in one round trip and returns their replies in order.
     public func pipeline(_ commands: [[any RedisArgument]]) throws(RedisError) -> [RedisReply] {
-        if commands.isEmpty { return [] }
+        var replies: [RedisReply] = []
+        replies.reserveCapacity(commands.count)
+        try pipeline(commands) { _, reply in replies.append(reply) }
+        return replies
+    }
+
+    /// Sends all commands in one round trip and hands each reply to `body` (with its command's index) as it is read,
+    /// in order: a caller can act on the first replies before a later one that blocks (`BLMOVE`) arrives. `body`
+    /// runs on this thread and must not use this connection (its later replies are still unread).
+    public func pipeline(_ commands: [[any RedisArgument]], eachReply body: (Int, RedisReply) -> Void) throws(RedisError) {
+        if commands.isEmpty { return }
         if context == nil { try connect() }
         guard let ctx = context else { throw .io(address: serverAddress, reason: "not connected") }
         for arguments in commands {
@@ -171,20 +181,19 @@ public final class RedisConnection: @unchecked Sendable {
         // A very large command (a bulk enqueue) must not keep its buffer for the connection's lifetime.
         if requestBuffer.capacity > 1 << 20 { requestBuffer = [] }
         roundTrips += 1
-        var replies: [RedisReply] = []
-        replies.reserveCapacity(commands.count)
-        for _ in commands {
+        var refused = false
+        for index in commands.indices {
             var raw: UnsafeMutableRawPointer?
             if redisGetReply(ctx, &raw) != REDIS_OK || raw == nil { throw failIO(ctx) }
-            let reply = raw!.assumingMemoryBound(to: redisReply.self)
-            replies.append(Self.convert(reply))
+            let reply = Self.convert(raw!.assumingMemoryBound(to: redisReply.self))
             freeReplyObject(raw)
+            if reply.isWriteRefusal { refused = true }
+            body(index, reply)
         }
         // A `READONLY` / `NOREPLICAS` reply: this server is a replica now (a failover demoted it) or a
         // master cut off from its replicas. Drop the link so the next command reconnects — with
         // Sentinels, to whichever server is the master now.
-        if replies.contains(where: \.isWriteRefusal) { close() }
-        return replies
+        if refused { close() }
     }
 
     /// Runs `commands` inside MULTI/EXEC in one round trip and returns EXEC's replies.

@@ -5,8 +5,8 @@ import Queue
 /// The fetcher: moves jobs from the queues into this process's in-flight lists
 /// (`ReliableQueue.fetch`, one script call per batch) and hands them to the pool through `buffer`.
 ///
-/// Thread rules: owns the `fetcher` thread and its Redis connection (only that thread touches
-/// them). Shares only the hand-offs: puts into `buffer`; reads `buffer`, `running` and
+/// Thread rules: owns the `fetcher` thread and its Redis connections — the one it fetches on, and a second one for
+/// the unique check of jobs that arrive while the first waits in `BLMOVE` (only that thread touches them). Shares only the hand-offs: puts into `buffer`; reads `buffer`, `running` and
 /// `settlements` to reconcile after a lost reply; gives jobs back through `settlements` when quiet
 /// arrives mid-fetch, and hands duplicates of live unique jobs to it as drops (`UniqueGate`, on this
 /// thread's connection); reads the pool's `runTime` estimate to size its prefetch.
@@ -60,7 +60,12 @@ final class Fetcher: Sendable {
 
     private func loop() {
         var link = RedisLink(endpoint: endpoint)
+        /// For the unique-job check of jobs a `fetchThenWait` brought while `link` still waits in `BLMOVE`.
+        var checkLink = RedisLink(endpoint: endpoint)
         var backoff = ReconnectBackoff()
+        /// Set when the single queue was last seen paused: the plain fetch, with the paused check before any wait, is
+        /// used until it is seen unpaused (so a paused queue has no job taken and given back on every pass).
+        var pausedSeen = false
         var idleWait = 0.001
         /// Set when a fetch failed: its reply may have been lost after Redis moved jobs.
         var mustReconcile = false
@@ -78,7 +83,7 @@ final class Fetcher: Sendable {
                 buffer.waitForRoom(limit: limit, timeout: 0.1)
                 continue
             }
-            do {
+            do throws(RedisError) {
                 let conn = try link.connected()
                 if mustReconcile {
                     let reclaimed = try ReliableQueue.reclaimUnknown(conn, identity: identity, queues: names,
@@ -86,13 +91,36 @@ final class Fetcher: Sendable {
                     if reclaimed > 0 { logger.notice("put back jobs a lost fetch reply had left in flight", metadata: ["count": "\(reclaimed)"]) }
                     mustReconcile = false
                 }
+                if let single, !pausedSeen, room >= 2 {
+                    // One round trip: the fetch, the paused check and a wait for the next job, whose jobs go to the
+                    // pool as soon as the fetch's reply is read (docs/architecture.md, "A job's bytes", step 2).
+                    var checkFailure: RedisError?
+                    let (waited, paused) = try ReliableQueue.fetchThenWait(
+                        conn, identity: identity, queue: single, limit: min(room - 1, configuration.fetchBatch),
+                        timeout: configuration.blockingFetchTimeout) { jobs in
+                        guard !jobs.isEmpty else { return }
+                        do throws(RedisError) { try deliver(jobs, checkingOn: checkLink.connected()) } catch { checkFailure = error }
+                    }
+                    if let checkFailure { throw checkFailure }
+                    outages.succeeded("Redis")
+                    backoff.reset()
+                    pausedSeen = paused
+                    if let waited {
+                        // Taken from a paused queue (the wait was sent before the answer was known): it goes back.
+                        if paused { settlements.giveBack([waited], logger: logger) } else { try deliver([waited], checkingOn: conn) }
+                    }
+                    continue
+                }
                 var jobs = try ReliableQueue.fetch(conn, identity: identity, queues: queueOrder(),
                                                    limit: min(room, configuration.fetchBatch))
                 if jobs.isEmpty, let single {
                     if try conn.command("SISMEMBER", Keys.paused, single).integer != 0 {
+                        pausedSeen = true
                         Thread.sleep(forTimeInterval: 0.05)  // paused: look again shortly
+                    } else if pausedSeen {
+                        pausedSeen = false  // unpaused: the next pass fetches and waits in one round trip
                     } else if let job = try ReliableQueue.fetchBlocking(conn, identity: identity, queue: single,
-                                                                        timeout: 0.5) {
+                                                                        timeout: configuration.blockingFetchTimeout) {
                         jobs = [job]
                     }
                     // A blocking wait that timed out loops straight into the next fetch: no sleep, during which a
@@ -100,7 +128,6 @@ final class Fetcher: Sendable {
                 }
                 outages.succeeded("Redis")
                 backoff.reset()
-                if shard != 0 { for index in jobs.indices { jobs[index].shard = shard } }
                 if jobs.isEmpty {
                     if single == nil {
                         Thread.sleep(forTimeInterval: idleWait)
@@ -109,22 +136,12 @@ final class Fetcher: Sendable {
                     continue
                 }
                 idleWait = 0.001
-                if thread.shouldStop {
-                    // Quiet arrived while this fetch was in flight: the jobs go back untouched.
-                    settlements.giveBack(jobs, logger: logger)
-                    break
-                }
-                let sorted = try unique.check(conn, jobs)
-                for duplicate in sorted.duplicates {
-                    settlements.add(.init(job: duplicate.job, settlement: .drop, failed: false, processed: false))
-                    unique.reportDropped(jid: duplicate.jid, className: duplicate.className, queue: duplicate.job.queue,
-                                         holder: duplicate.holder, logger: logger)
-                }
-                buffer.put(sorted.run)
+                try deliver(jobs, checkingOn: conn)
             } catch {
                 mustReconcile = true
                 let wasConnected = link.isOpen
                 link.drop()
+                checkLink.drop()
                 // A link that broke while idle (e.g. Redis restarted) is not an outage: reconnect at once.
                 if wasConnected, error.isConnectionFailure, (try? link.connected()) != nil {
                     continue
@@ -133,6 +150,26 @@ final class Fetcher: Sendable {
                 backoff.wait { !thread.shouldStop }
             }
         }
+    }
+
+    /// Hands fetched jobs to the pool: duplicates of live unique jobs are dropped first (`UniqueGate`, a round trip on
+    /// `connection` only when a job may be unique). Once quiet has arrived (a fetch was in flight) they go back to
+    /// their queue untouched instead. Fetcher thread only.
+    private func deliver(_ fetched: [FetchedJob],
+                         checkingOn connection: @autoclosure () throws(RedisError) -> RedisConnection) throws(RedisError) {
+        var jobs = fetched
+        if shard != 0 { for index in jobs.indices { jobs[index].shard = shard } }
+        if thread.shouldStop {
+            settlements.giveBack(jobs, logger: logger)
+            return
+        }
+        let sorted = try unique.check(try connection(), jobs)
+        for duplicate in sorted.duplicates {
+            settlements.add(.init(job: duplicate.job, settlement: .drop, failed: false, processed: false))
+            unique.reportDropped(jid: duplicate.jid, className: duplicate.className, queue: duplicate.job.queue,
+                                 holder: duplicate.holder, logger: logger)
+        }
+        buffer.put(sorted.run)
     }
 
     /// How many jobs may wait for a thread now: enough to cover the fetch round trip for fast jobs,

@@ -12,7 +12,8 @@ import Queue
 /// Duplicates are handed to the settler as `.drop` (they leave the in-flight list only through
 /// the settler, like every job) with a log line and `workers_unique_duplicates_dropped_total`.
 ///
-/// Thread rules: immutable; called only by the fetcher thread with the fetcher's connection.
+/// Thread rules: immutable; called only by the fetcher thread with one of the fetcher's connections, which it opens
+/// (the autoclosure) only when a job may be unique.
 /// Jobs of other classes cost a byte search, not a parse.
 struct UniqueGate: Sendable {
     private let registry: JobRegistry
@@ -35,7 +36,8 @@ struct UniqueGate: Sendable {
         var duplicates: [(job: FetchedJob, jid: String, className: String, holder: String)] = []
     }
 
-    func check(_ connection: RedisConnection, _ jobs: [FetchedJob]) throws(RedisError) -> Sorted {
+    func check(_ connection: @autoclosure () throws(RedisError) -> RedisConnection,
+               _ jobs: [FetchedJob]) throws(RedisError) -> Sorted {
         var sorted = Sorted()
         var candidates: [(index: Int, candidate: UniqueLocks.Candidate)] = []
         sorted.run = jobs
@@ -52,7 +54,7 @@ struct UniqueGate: Sendable {
                 ttlSeconds: max(policy.seconds, timeout + 60))))
         }
         if candidates.isEmpty { return sorted }
-        let claims = try UniqueLocks.claim(connection, candidates.map(\.candidate))
+        let claims = try UniqueLocks.claim(connection(), candidates.map(\.candidate))
         var dropped = Set<Int>()
         for ((index, candidate), claim) in zip(candidates, claims) {
             switch claim {

@@ -74,6 +74,9 @@ public struct WorkerConfiguration: Sendable {
     public var settleBacklog: Int = 2000
     /// Longest idle wait between fetches when several queues are served (one queue blocks instead).
     public var idlePollMax: Double = 0.05
+    /// Longest a fetcher serving one queue waits inside Redis (`BLMOVE`) for the next job before it fetches again; a
+    /// quiet (TSTP) or stop is noticed at the latest then. Jobs a fetch brought are not held back by the wait.
+    public var blockingFetchTimeout: Double = 0.5
     public var heartbeatInterval: Double = 5
     /// TTL of the fetcher heartbeat; once it has expired another process takes back our jobs.
     public var fetcherHeartbeatTTL: Double = 30
