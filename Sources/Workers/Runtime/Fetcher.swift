@@ -6,10 +6,11 @@ import Queue
 /// (`ReliableQueue.fetch`, one script call per batch) and hands them to the pool through `buffer`.
 ///
 /// Thread rules: owns the `fetcher` thread and its Redis connections — the one it fetches on, and a second one for
-/// the unique check of jobs that arrive while the first waits in `BLMOVE` (only that thread touches them). Shares only the hand-offs: puts into `buffer`; reads `buffer`, `running` and
-/// `settlements` to reconcile after a lost reply; gives jobs back through `settlements` when quiet
-/// arrives mid-fetch, and hands duplicates of live unique jobs to it as drops (`UniqueGate`, on this
-/// thread's connection); reads the pool's `runTime` estimate to size its prefetch.
+/// the unique check of jobs that arrive while the first waits in `BLMOVE` (only that thread touches them). Shares
+/// only the hand-offs: puts into `buffer`; reads `buffer`, `running` and `settlements` to reconcile after a lost
+/// reply; gives jobs back through `settlements` when quiet arrives mid-fetch (or when a wait took a job from a queue
+/// found paused), and hands duplicates of live unique jobs to it as drops (`UniqueGate`, on one of this thread's
+/// connections); reads the pool's `runTime` estimate to size its prefetch.
 ///
 /// Invariants: the buffer never holds more than `concurrency + allowedPrefetch()` jobs; no fetch starts while
 /// `settleBacklog` or more settlements wait for the settler (so finished jobs cannot pile up). A fetch whose
