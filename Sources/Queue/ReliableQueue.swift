@@ -135,6 +135,20 @@ public enum ReliableQueue {
         return (waited, paused)
     }
 
+    /// Whether `queue` is paused and, in the same round trip, a wait of up to `timeout` seconds for one job
+    /// (`BLMOVE`): a worker's extra waiting connections. Like `fetchThenWait`'s wait, it is sent before the answer is
+    /// known, so a job it took from a paused queue is the caller's to give back. A failure leaves what the wait moved
+    /// in the in-flight list: the caller reconciles.
+    public static func waitForJob(_ connection: RedisConnection, identity: String, queue: String,
+                                  timeout: Double) throws(RedisError) -> (job: FetchedJob?, paused: Bool) {
+        let working = Keys.working(queue: queue, identity: identity)
+        let replies = try connection.pipeline([["SISMEMBER", Keys.paused, queue],
+                                               ["BLMOVE", Keys.queue(queue), working, "RIGHT", "LEFT", timeout]])
+        let paused = try replies[0].checked().integer != 0
+        let job = try replies[1].checked().bytes.map { FetchedJob(queue: queue, raw: $0, workingKey: working) }
+        return (job, paused)
+    }
+
     /// Blocks up to `timeout` seconds for one job on a single queue (used when every queue was
     /// empty and the process serves one queue, so pickup is immediate instead of polled).
     public static func fetchBlocking(_ connection: RedisConnection, identity: String, queue: String,

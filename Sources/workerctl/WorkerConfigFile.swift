@@ -9,7 +9,7 @@ struct WorkerConfigFile {
     static let knownKeys: Set<String> = [
         "redis_url", "database_url", "concurrency", "queues", "prefetch", "shutdown_timeout", "heartbeat_interval",
         "fetcher_heartbeat_ttl", "orphan_sweep_interval", "interrupt_limit", "poll_interval", "job_timeout",
-        "dead_max_jobs", "dead_max_age_days", "tag", "labels", "pg_pool_size", "pg_prepared_statements", "commit_batch", "commit_window",
+        "dead_max_jobs", "dead_max_age_days", "tag", "labels", "pg_pool_size", "pg_prepared_statements", "commit_batch", "commit_window", "blocking_waiters",
         "metrics_host", "metrics_port", "redis_wait_replicas", "redis_wait_timeout_ms",
         "redis_shards", "queue_shards",
     ]
@@ -84,6 +84,7 @@ struct WorkerConfigFile {
         if let value = try number("job_timeout") { file.configuration.defaultTimeout = value }
         if let value = try integer("commit_batch") { file.configuration.commitBatch = value }
         if let value = try number("commit_window") { file.configuration.commitWindow = value }
+        if let value = try integer("blocking_waiters") { file.configuration.blockingWaiters = value }
         if let value = try integer("dead_max_jobs") { file.configuration.deadLimits.maxJobs = value }
         if let value = try number("dead_max_age_days") { file.configuration.deadLimits.maxAgeSeconds = value * 86_400 }
         if let value = map["tag"] as? String { file.configuration.tag = value }

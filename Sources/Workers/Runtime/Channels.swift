@@ -11,8 +11,8 @@ import Queue
 //                                     |
 //                                     +--> heartbeat (workers hash), fetcher (reconciliation)
 
-/// Fetched jobs waiting for a pool thread. Bounded: the fetcher asks for `freeSlots` and never
-/// overfills. Any thread may call any method (guarded by one condition variable); in practice the
+/// Fetched jobs waiting for a pool thread. Bounded: the fetcher and its waiters reserve room first
+/// (`FetchGate`) and never overfill. Any thread may call any method (guarded by one condition variable); in practice the
 /// fetcher puts, pool threads take, and shutdown closes.
 final class JobBuffer: @unchecked Sendable {
     private let condition = NSCondition()
@@ -21,7 +21,7 @@ final class JobBuffer: @unchecked Sendable {
     private var closed = false
     let capacity: Int
     private var idleThreads = 0
-    /// Fetchers waiting in `waitForRoom` (0 or 1).
+    /// Fetcher and waiter threads waiting in `waitForRoom`.
     private var roomWaiters = 0
 
     init(capacity: Int) { self.capacity = max(1, capacity) }
@@ -32,6 +32,13 @@ final class JobBuffer: @unchecked Sendable {
         condition.lock()
         defer { condition.unlock() }
         return capacity - (jobs.count - head)
+    }
+
+    /// Jobs waiting for a pool thread now.
+    var count: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return jobs.count - head
     }
 
     func put(_ new: [FetchedJob]) {

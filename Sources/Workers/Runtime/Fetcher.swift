@@ -6,16 +6,19 @@ import Queue
 /// (`ReliableQueue.fetch`, one script call per batch) and hands them to the pool through `buffer`.
 ///
 /// Thread rules: owns the `fetcher` thread and its Redis connections — the one it fetches on, and a second one for
-/// the unique check of jobs that arrive while the first waits in `BLMOVE` (only that thread touches them). Shares
-/// only the hand-offs: puts into `buffer`; reads `buffer`, `running` and `settlements` to reconcile after a lost
-/// reply; gives jobs back through `settlements` when quiet arrives mid-fetch (or when a wait took a job from a queue
-/// found paused), and hands duplicates of live unique jobs to it as drops (`UniqueGate`, on one of this thread's
-/// connections); reads the pool's `runTime` estimate to size its prefetch.
+/// the unique check of jobs that arrive while the first waits in `BLMOVE` (only that thread touches them) — and,
+/// when one queue is served, `blockingWaiters` waiter threads (`fetcher-wait-N`), each with its own connection
+/// (`waitLoop`). The fetcher and its waiters share `gate` (slots, caught-up/paused state, reconciliation). They share
+/// with the rest only the hand-offs: put into `buffer`; the fetcher reads `buffer`, `running` and `settlements` to
+/// reconcile after a lost reply; they give jobs back through `settlements` when quiet arrives mid-fetch (or when a
+/// wait took a job from a queue found paused), and hand duplicates of live unique jobs to it as drops (`UniqueGate`,
+/// on one of the calling thread's connections); they read the pool's `runTime` estimate to size the prefetch.
 ///
-/// Invariants: the buffer never holds more than `concurrency + allowedPrefetch()` jobs; no fetch starts while
-/// `settleBacklog` or more settlements wait for the settler (so finished jobs cannot pile up). A fetch whose
-/// reply was lost (the script may have moved jobs) is followed by a reconciliation before the next
-/// fetch, which puts back every in-flight job this process does not hold in memory.
+/// Invariants: the buffer never holds more than `concurrency + allowedPrefetch()` jobs (slots are reserved in `gate`
+/// before a call is sent); no fetch or wait starts while `settleBacklog` or more settlements wait for the settler
+/// (so finished jobs cannot pile up). A fetch or wait whose reply was lost (the script or `BLMOVE` may have moved
+/// jobs) is followed by a reconciliation before the next fetch, once no wait is in flight, which puts back every
+/// in-flight job this process does not hold in memory.
 final class Fetcher: Sendable {
     private let identity: String
     private let configuration: WorkerConfiguration
@@ -33,6 +36,11 @@ final class Fetcher: Sendable {
     private let shard: Int
     private let queues: [QueueWeight]
     private let thread: RuntimeThread
+    /// Slots, caught-up state and reconciliation shared with the waiters.
+    private let gate: FetchGate
+    /// Waiter threads (`waitLoop`): `WorkerConfiguration.blockingWaiters` when one queue is served, else none.
+    private let waiterCount: Int
+    private let waitersDone = DispatchGroup()
 
     init(identity: String, configuration: WorkerConfiguration, shard: Int = 0, queues: [QueueWeight]? = nil,
          endpoint: RedisEndpoint, buffer: JobBuffer,
@@ -51,13 +59,31 @@ final class Fetcher: Sendable {
         self.shard = shard
         self.queues = queues ?? configuration.queues
         thread = RuntimeThread(name: shard == 0 ? "fetcher" : "fetcher-\(shard)")
+        gate = FetchGate(buffer: buffer)
+        waiterCount = self.queues.count == 1 ? configuration.blockingWaiters : 0
     }
 
-    func start() { thread.start { [self] in loop() } }
+    func start() {
+        thread.start { [self] in loop() }
+        for index in 0..<waiterCount {
+            RuntimeThread.spawn("\(thread.name)-wait-\(index + 1)", group: waitersDone) { [self] in waitLoop() }
+        }
+    }
 
-    /// Stops fetching and waits for the thread: a fetch in flight completes and, if it brought
-    /// jobs, gives them back. Called by the life cycle when the process goes quiet.
-    func stopAndWait() { thread.stopAndWait() }
+    /// Stops fetching and waits for the thread and its waiters: a fetch or wait in flight completes and, if it
+    /// brought jobs, gives them back. Called by the life cycle when the process goes quiet.
+    func stopAndWait() {
+        requestStop()
+        waitUntilStopped()
+    }
+
+    /// Asks the fetcher and its waiters to stop (each notices between round trips); `waitUntilStopped` waits.
+    func requestStop() { thread.requestStop() }
+
+    func waitUntilStopped() {
+        thread.wait()
+        waitersDone.wait()
+    }
 
     private func loop() {
         var link = RedisLink(endpoint: endpoint)
@@ -78,48 +104,70 @@ final class Fetcher: Sendable {
                 settlements.waitUntilBelow(configuration.settleBacklog, timeout: 0.1)
                 continue
             }
-            let limit = configuration.concurrency + allowedPrefetch()
-            let room = min(buffer.freeSlots, limit - (buffer.capacity - buffer.freeSlots))
-            if room <= 0 {
-                buffer.waitForRoom(limit: limit, timeout: 0.1)
-                continue
-            }
             do throws(RedisError) {
                 let conn = try link.connected()
+                if gate.takeReconciliationRequest() { mustReconcile = true }
                 if mustReconcile {
-                    let reclaimed = try ReliableQueue.reclaimUnknown(conn, identity: identity, queues: names,
-                                                                    known: knownInFlight)
+                    // Once no waiter has a wait in flight (FetchGate): a job whose reply is still on its way is not
+                    // "unknown".
+                    let reclaimed = try gate.reconcile { () throws(RedisError) in
+                        try ReliableQueue.reclaimUnknown(conn, identity: identity, queues: names, known: knownInFlight)
+                    }
                     if reclaimed > 0 { logger.notice("put back jobs a lost fetch reply had left in flight", metadata: ["count": "\(reclaimed)"]) }
                     mustReconcile = false
                 }
-                if let single, !pausedSeen, room >= 2 {
+                let limit = configuration.concurrency + allowedPrefetch()
+                // The fetch's slots, and one for the wait that follows it when one queue is served.
+                var held = gate.reserve(upTo: configuration.fetchBatch + (single == nil ? 0 : 1), limit: limit)
+                if held == 0 {
+                    gate.waitForRoom(limit: limit, timeout: 0.1)
+                    continue
+                }
+                defer { gate.release(held) }
+                if let single, !pausedSeen, held >= 2 {
                     // One round trip: the fetch, the paused check and a wait for the next job, whose jobs go to the
                     // pool as soon as the fetch's reply is read (docs/architecture.md, "A job's bytes", step 2).
                     var checkFailure: RedisError?
+                    let asked = held - 1
+                    var brought = 0
                     let (waited, paused) = try ReliableQueue.fetchThenWait(
-                        conn, identity: identity, queue: single, limit: min(room - 1, configuration.fetchBatch),
+                        conn, identity: identity, queue: single, limit: asked,
                         timeout: configuration.blockingFetchTimeout) { jobs in
-                        guard !jobs.isEmpty else { return }
-                        do throws(RedisError) { try deliver(jobs, checkingOn: checkLink.connected()) } catch { checkFailure = error }
+                        brought = jobs.count
+                        do throws(RedisError) {
+                            try deliver(jobs, checkingOn: checkLink.connected(), releasing: asked)
+                            held -= asked
+                        } catch {
+                            checkFailure = error
+                        }
                     }
                     if let checkFailure { throw checkFailure }
                     outages.succeeded("Redis")
                     backoff.reset()
                     pausedSeen = paused
+                    // Waiters wait while this fetch found the queue drained; a full fetch means a backlog, which
+                    // batched fetches move at a fraction of the cost of one wait per job.
+                    gate.noteFetch(caughtUp: brought < asked, paused: paused)
                     if let waited {
                         // Taken from a paused queue (the wait was sent before the answer was known): it goes back.
-                        if paused { settlements.giveBack([waited], logger: logger) } else { try deliver([waited], checkingOn: conn) }
+                        if paused {
+                            settlements.giveBack([waited], logger: logger)
+                        } else {
+                            try deliver([waited], checkingOn: conn, releasing: 1)
+                            held -= 1
+                        }
                     }
                     continue
                 }
-                var jobs = try ReliableQueue.fetch(conn, identity: identity, queues: queueOrder(),
-                                                   limit: min(room, configuration.fetchBatch))
+                var jobs = try ReliableQueue.fetch(conn, identity: identity, queues: queueOrder(), limit: held)
                 if jobs.isEmpty, let single {
                     if try conn.command("SISMEMBER", Keys.paused, single).integer != 0 {
                         pausedSeen = true
+                        gate.notePaused()
                         Thread.sleep(forTimeInterval: 0.05)  // paused: look again shortly
                     } else if pausedSeen {
                         pausedSeen = false  // unpaused: the next pass fetches and waits in one round trip
+                        gate.noteFetch(caughtUp: false, paused: false)
                     } else if let job = try ReliableQueue.fetchBlocking(conn, identity: identity, queue: single,
                                                                         timeout: configuration.blockingFetchTimeout) {
                         jobs = [job]
@@ -137,7 +185,9 @@ final class Fetcher: Sendable {
                     continue
                 }
                 idleWait = 0.001
-                try deliver(jobs, checkingOn: conn)
+                let slots = held
+                try deliver(jobs, checkingOn: conn, releasing: slots)
+                held = 0
             } catch {
                 mustReconcile = true
                 let wasConnected = link.isOpen
@@ -153,15 +203,63 @@ final class Fetcher: Sendable {
         }
     }
 
-    /// Hands fetched jobs to the pool: duplicates of live unique jobs are dropped first (`UniqueGate`, a round trip on
-    /// `connection` only when a job may be unique). Once quiet has arrived (a fetch was in flight) they go back to
-    /// their queue untouched instead. Fetcher thread only.
-    private func deliver(_ fetched: [FetchedJob],
-                         checkingOn connection: @autoclosure () throws(RedisError) -> RedisConnection) throws(RedisError) {
+    /// A waiter (one queue served, `WorkerConfiguration.blockingWaiters` of them): its own connection waits in
+    /// `BLMOVE` whenever the fetcher found the queue drained, so that jobs pushed in the same Redis event-loop
+    /// iteration as the one the fetcher's wait took (or while the fetcher's next round trip is on its way) are
+    /// handed over in that iteration too, instead of waiting for the next fetch and its disk sync. A failure asks the
+    /// fetcher to reconcile (`FetchGate`).
+    private func waitLoop() {
+        var link = RedisLink(endpoint: endpoint)
+        var backoff = ReconnectBackoff()
+        let queue = queues[0].name
+        while !thread.shouldStop {
+            guard gate.waitUntilWaitingPays(timeout: 0.1) else { continue }
+            if settlements.unwrittenCount >= configuration.settleBacklog {
+                settlements.waitUntilBelow(configuration.settleBacklog, timeout: 0.1)
+                continue
+            }
+            let limit = configuration.concurrency + allowedPrefetch()
+            // The last free slot stays the fetcher's: waiters never leave it without room to fetch.
+            var held = gate.reserve(upTo: 1, limit: limit, keepFree: 1)
+            if held == 0 {
+                gate.waitForRoom(limit: limit - 1, timeout: 0.1)
+                continue
+            }
+            defer { gate.release(held) }
+            do throws(RedisError) {
+                let conn = try link.connected()
+                let (job, paused) = try ReliableQueue.waitForJob(conn, identity: identity, queue: queue,
+                                                                 timeout: configuration.blockingFetchTimeout)
+                outages.succeeded("Redis")
+                backoff.reset()
+                if paused { gate.notePaused() }
+                guard let job else { continue }
+                if paused {
+                    settlements.giveBack([job], logger: logger)
+                } else {
+                    try deliver([job], checkingOn: conn, releasing: 1)
+                    held = 0
+                }
+            } catch {
+                gate.requestReconciliation()  // before this wait's slot is released (FetchGate)
+                link.drop()
+                outages.failed("Redis", error)
+                backoff.wait { !thread.shouldStop }
+            }
+        }
+    }
+
+    /// Hands fetched jobs to the pool, giving back `slots` reserved slots (`FetchGate.handOver`): duplicates of live
+    /// unique jobs are dropped first (`UniqueGate`, a round trip on `connection` only when a job may be unique). Once
+    /// quiet has arrived (a fetch was in flight) they go back to their queue untouched instead. Fetcher and waiter
+    /// threads; throws before handing anything over.
+    private func deliver(_ fetched: [FetchedJob], checkingOn connection: @autoclosure () throws(RedisError) -> RedisConnection,
+                         releasing slots: Int) throws(RedisError) {
         var jobs = fetched
         if shard != 0 { for index in jobs.indices { jobs[index].shard = shard } }
         if thread.shouldStop {
             settlements.giveBack(jobs, logger: logger)
+            gate.release(slots)
             return
         }
         let sorted = try unique.check(try connection(), jobs)
@@ -170,7 +268,7 @@ final class Fetcher: Sendable {
             unique.reportDropped(jid: duplicate.jid, className: duplicate.className, queue: duplicate.job.queue,
                                  holder: duplicate.holder, logger: logger)
         }
-        buffer.put(sorted.run)
+        gate.handOver(sorted.run, releasing: slots)
     }
 
     /// How many jobs may wait for a thread now: enough to cover the fetch round trip for fast jobs,

@@ -77,6 +77,11 @@ public struct WorkerConfiguration: Sendable {
     /// Longest a fetcher serving one queue waits inside Redis (`BLMOVE`) for the next job before it fetches again; a
     /// quiet (TSTP) or stop is noticed at the latest then. Jobs a fetch brought are not held back by the wait.
     public var blockingFetchTimeout: Double = 0.5
+    /// Extra connections that wait in `BLMOVE` next to the fetcher's own when one queue is served and the fetcher
+    /// found it drained (`Fetcher.waitLoop`): Redis hands one job to each waiting connection in the event-loop
+    /// iteration of the push, so jobs pushed together, or while the fetcher's next round trip is on its way, do not
+    /// wait for the next fetch (under AOF `always`, its disk sync). Each costs a thread and a Redis connection.
+    public var blockingWaiters: Int = 2
     public var heartbeatInterval: Double = 5
     /// TTL of the fetcher heartbeat; once it has expired another process takes back our jobs.
     public var fetcherHeartbeatTTL: Double = 30
@@ -106,6 +111,7 @@ public struct WorkerConfiguration: Sendable {
         guard !queues.isEmpty else { throw .invalid("at least one queue is needed") }
         guard Set(queues.map(\.name)).count == queues.count else { throw .invalid("a queue is listed twice") }
         guard prefetch >= 0, fetchBatch >= 1 else { throw .invalid("prefetch must be >= 0 and fetch batch >= 1") }
+        guard (0...16).contains(blockingWaiters) else { throw .invalid("blocking waiters must be within 0...16, got \(blockingWaiters)") }
         guard settleBacklog >= 1 else { throw .invalid("settle backlog must be >= 1, got \(settleBacklog)") }
         guard heartbeatInterval > 0, fetcherHeartbeatTTL > heartbeatInterval else {
             throw .invalid("fetcher heartbeat TTL (\(fetcherHeartbeatTTL) s) must exceed the heartbeat interval (\(heartbeatInterval) s)")

@@ -172,7 +172,8 @@ public final class WorkerProcess: @unchecked Sendable {
     public func quietDown() {
         guard flags.becomeQuiet() else { return }
         logger.notice("quiet: no longer fetching")
-        for fetcher in fetchers { fetcher.stopAndWait() }
+        for fetcher in fetchers { fetcher.requestStop() }  // all at once: each may be in a wait of its own
+        for fetcher in fetchers { fetcher.waitUntilStopped() }
         settlements.giveBack(buffer.close(), logger: logger)
     }
 

@@ -55,6 +55,9 @@ struct WorkerOptions: ParsableArguments {
     @Option(name: .customLong("commit-window"), help: "Longest a shared group-commit transaction stays open, in seconds (default 0.05).")
     var commitWindow: Double?
 
+    @Option(name: .customLong("blocking-waiters"), help: "Extra Redis connections waiting for the next job when one queue is served and drained (default 2, 0...16); or blocking_waiters in the config file.")
+    var blockingWaiters: Int?
+
     @Flag(name: .customLong("bench-jobs"), help: ArgumentHelp(
         "Also run the bench/test job ProbeInsert (needs `workerctl migrate --bench-tables`). For the benchmarks, the chaos run and the demo; never in production.",
         visibility: .hidden))
@@ -75,6 +78,7 @@ struct WorkerOptions: ParsableArguments {
         if let commitBatch, !(1...WorkerConfiguration.maxCommitBatch).contains(commitBatch) {
             throw ValidationError("--commit-batch must be within 1...\(WorkerConfiguration.maxCommitBatch)")
         }
+        if let blockingWaiters, !(0...16).contains(blockingWaiters) { throw ValidationError("--blocking-waiters must be within 0...16") }
         if let commitWindow, !(commitWindow.isFinite && (0...60).contains(commitWindow)) {
             throw ValidationError("--commit-window must be within 0...60 seconds")
         }
@@ -110,6 +114,7 @@ struct WorkerOptions: ParsableArguments {
         if let jobTimeout { configuration.defaultTimeout = jobTimeout }
         if let commitBatch { configuration.commitBatch = commitBatch }
         if let commitWindow { configuration.commitWindow = commitWindow }
+        if let blockingWaiters { configuration.blockingWaiters = blockingWaiters }
         do { try configuration.validate() } catch { throw CLIError.usage("\(error)") }
 
         // Metric handles bind to the factory when created: bootstrap before the process exists.
