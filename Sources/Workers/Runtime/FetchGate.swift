@@ -24,6 +24,11 @@ final class FetchGate: @unchecked Sendable {
     private var reconciliationRequested = false
     private var caughtUp = false
     private var paused = false
+    /// Threads waiting for a release (`reconcile`, `waitForRoom`): `handOver` wakes them only when there are any, so
+    /// that the thousands of hand-overs a second of a busy worker wake no one.
+    private var releaseWaiters = 0
+    /// Waiters waiting in `waitUntilWaitingPays`: woken only when waiting starts to pay.
+    private var idleWaiters = 0
 
     init(buffer: JobBuffer) { self.buffer = buffer }
 
@@ -46,7 +51,7 @@ final class FetchGate: @unchecked Sendable {
         if !jobs.isEmpty { buffer.put(jobs) }
         reserved -= slots
         precondition(reserved >= 0, "more slots released than reserved")
-        condition.broadcast()
+        if releaseWaiters > 0 { condition.broadcast() }
         condition.unlock()
     }
 
@@ -60,7 +65,9 @@ final class FetchGate: @unchecked Sendable {
             buffer.waitForRoom(limit: unreserved, timeout: timeout)
             return
         }
+        releaseWaiters += 1
         _ = condition.wait(until: Date(timeIntervalSinceNow: timeout))
+        releaseWaiters -= 1
         condition.unlock()
     }
 
@@ -74,9 +81,10 @@ final class FetchGate: @unchecked Sendable {
     /// asked for) and not paused. Set by the fetcher after each fetch; a waiter sets `paused` when it sees it.
     func noteFetch(caughtUp: Bool, paused: Bool) {
         condition.lock()
+        let paidBefore = self.caughtUp && !self.paused
         self.caughtUp = caughtUp
         self.paused = paused
-        condition.broadcast()
+        if idleWaiters > 0, !paidBefore, caughtUp, !paused { condition.broadcast() }
         condition.unlock()
     }
 
@@ -88,6 +96,8 @@ final class FetchGate: @unchecked Sendable {
         condition.lock()
         defer { condition.unlock() }
         let deadline = Date(timeIntervalSinceNow: timeout)
+        idleWaiters += 1
+        defer { idleWaiters -= 1 }
         while !caughtUp || paused || reconciling {
             if !condition.wait(until: deadline) { return caughtUp && !paused && !reconciling }
         }
@@ -113,7 +123,9 @@ final class FetchGate: @unchecked Sendable {
     func reconcile<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
         condition.lock()
         reconciling = true
+        releaseWaiters += 1
         while reserved > 0 { condition.wait() }
+        releaseWaiters -= 1
         condition.unlock()
         defer {
             condition.lock()
