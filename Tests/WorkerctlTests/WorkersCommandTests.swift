@@ -84,4 +84,28 @@ final class WorkersCommandTests: XCTestCase {
         XCTAssertEqual(prune.object?["pruned"], 1, prune.stdout + prune.stderr)
         XCTAssertEqual(try redis.command("SMEMBERS", Keys.processes).strings, [ruby])
     }
+
+    /// `--blocking-waiters` and `blocking_waiters` reach the fetcher: one queue served and drained, the fetcher's own
+    /// connection and each waiter's wait in `BLMOVE` (the flag wins over the file).
+    func testBlockingWaitersFromTheFlagAndTheConfigFile() throws {
+        func blocked() throws -> Int {
+            let lines = try redis.command("CLIENT", "LIST").string?.split(separator: "\n") ?? []
+            return lines.filter { $0.contains(" db=43 ") && $0.contains(" flags=b ") && $0.contains(" cmd=blmove ") }.count
+        }
+        let config = FileManager.default.temporaryDirectory.appendingPathComponent("waiters-\(UUID().uuidString).yaml")
+        try "blocking_waiters: 1\nqueues:\n  - default\n".write(to: config, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(at: config) }
+        for (extra, expected) in [([String](), 2), (["--blocking-waiters", "3"], 4), (["--blocking-waiters", "0"], 1)] {
+            let worker = try ChildProcess(executable: TestServices.workerctl,
+                                          arguments: ["worker", "--no-database", "--config", config.path] + extra,
+                                          environment: ["REDIS_URL": redis.url])
+            XCTAssertTrue(try eventually(timeout: 15) { try blocked() == expected },
+                          "\(extra): \((try? blocked()) ?? -1) connections waiting, expected \(expected); \(worker.stderr)")
+            worker.signal(SIGKILL)
+            XCTAssertTrue(eventually(timeout: 10) { !worker.isRunning })
+            XCTAssertTrue(try eventually(timeout: 10) { try blocked() == 0 }, "the killed worker's connections")
+        }
+        let refused = try ctl.run("worker", "--no-database", "--blocking-waiters", "17")
+        XCTAssertEqual(refused.status, 2, refused.stderr)
+    }
 }

@@ -80,8 +80,12 @@ public struct WorkerConfiguration: Sendable {
     /// Extra connections that wait in `BLMOVE` next to the fetcher's own when one queue is served and the fetcher
     /// found it drained (`Fetcher.waitLoop`): Redis hands one job to each waiting connection in the event-loop
     /// iteration of the push, so jobs pushed together, or while the fetcher's next round trip is on its way, do not
-    /// wait for the next fetch (under AOF `always`, its disk sync). Each costs a thread and a Redis connection.
-    public var blockingWaiters: Int = 2
+    /// wait for the next fetch (under AOF `always`, its disk sync). Each costs a thread, a Redis connection and, while
+    /// jobs trickle in, a round trip and two thread wake-ups per job it takes. Off by default: on the 2-core
+    /// development machine two waiters cut the pickup's p50 above the push round trip from ~0.2–0.3 to ~0.1 ms, but
+    /// added ~17 µs of worker and Redis CPU per job at 5,000 jobs/s, and in 4 of ~20 runs the busier box fell behind
+    /// (p99 13–37 ms); use them where the worker and Redis have CPU to spare (README, issue 19).
+    public var blockingWaiters: Int = 0
     public var heartbeatInterval: Double = 5
     /// TTL of the fetcher heartbeat; once it has expired another process takes back our jobs.
     public var fetcherHeartbeatTTL: Double = 30
