@@ -83,7 +83,7 @@ public struct WorkerConfiguration: Sendable {
     /// wait for the next fetch (under AOF `always`, its disk sync). Each costs a thread, a Redis connection and, while
     /// jobs trickle in, a round trip and two thread wake-ups per job it takes. Off by default: on the 2-core
     /// development machine two waiters cut the pickup's p50 above the push round trip from ~0.2–0.3 to ~0.1 ms, but
-    /// added ~17 µs of worker and Redis CPU per job at 5,000 jobs/s, and in 4 of ~20 runs the busier box fell behind
+    /// added ~17 µs of worker and Redis CPU per job at 5,000 jobs/s, and in 4 of ~30 runs the busier box fell behind
     /// (p99 13–37 ms); use them where the worker and Redis have CPU to spare (README, issue 19).
     public var blockingWaiters: Int = 0
     public var heartbeatInterval: Double = 5
