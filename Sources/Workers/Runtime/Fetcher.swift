@@ -241,8 +241,15 @@ final class Fetcher: Sendable {
                     held = 0
                 }
             } catch {
-                gate.requestReconciliation()  // before this wait's slot is released (FetchGate)
+                // The wait's reply may be lost after BLMOVE moved a job: the fetcher reconciles once this slot is free
+                // (released now, not after the backoff, so the fetcher is not held up by it).
+                gate.requestReconciliation()
+                gate.release(held)
+                held = 0
+                let wasConnected = link.isOpen
                 link.drop()
+                // A link that broke while waiting (e.g. Redis restarted) is not an outage: reconnect at once.
+                if wasConnected, error.isConnectionFailure, (try? link.connected()) != nil { continue }
                 outages.failed("Redis", error)
                 backoff.wait { !thread.shouldStop }
             }
