@@ -44,6 +44,13 @@ public struct TestRedis: Sendable {
     /// Every in-flight (working) list key.
     public func workingKeys() throws -> [String] { try command("KEYS", "working:*").strings }
 
+    /// Clients of this database blocked in `BLMOVE` now (`CLIENT LIST`: a worker's fetcher and waiters on a drained
+    /// queue).
+    public func clientsWaitingInBLMOVE() throws -> Int {
+        let lines = try command("CLIENT", "LIST").string?.split(separator: "\n") ?? []
+        return lines.filter { $0.contains(" db=\(database) ") && $0.contains(" flags=b ") && $0.contains(" cmd=blmove ") }.count
+    }
+
     public func processed() throws -> Int { try int("GET", Keys.statProcessed) }
     public func failed() throws -> Int { try int("GET", Keys.statFailed) }
 }

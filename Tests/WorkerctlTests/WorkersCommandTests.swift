@@ -88,10 +88,7 @@ final class WorkersCommandTests: XCTestCase {
     /// `--blocking-waiters` and `blocking_waiters` reach the fetcher: one queue served and drained, the fetcher's own
     /// connection and each waiter's wait in `BLMOVE` (the flag wins over the file).
     func testBlockingWaitersFromTheFlagAndTheConfigFile() throws {
-        func blocked() throws -> Int {
-            let lines = try redis.command("CLIENT", "LIST").string?.split(separator: "\n") ?? []
-            return lines.filter { $0.contains(" db=43 ") && $0.contains(" flags=b ") && $0.contains(" cmd=blmove ") }.count
-        }
+        func blocked() throws -> Int { try redis.clientsWaitingInBLMOVE() }
         let config = FileManager.default.temporaryDirectory.appendingPathComponent("waiters-\(UUID().uuidString).yaml")
         try "blocking_waiters: 1\nqueues:\n  - default\n".write(to: config, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(at: config) }

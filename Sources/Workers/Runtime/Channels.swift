@@ -50,8 +50,9 @@ final class JobBuffer: @unchecked Sendable {
         condition.unlock()
     }
 
-    /// Waits for a job; nil once the buffer is closed and empty (the thread should exit).
-    func take() -> FetchedJob? {
+    /// Waits for a job; nil once the buffer is closed and empty (the thread should exit). A pool thread passes its
+    /// slot: the job replaces what the slot held, under this lock (`RunningJobs.Slot.held`).
+    func take(holdingIn slot: RunningJobs.Slot? = nil) -> FetchedJob? {
         condition.lock()
         defer { condition.unlock() }
         while head == jobs.count && !closed {
@@ -61,6 +62,7 @@ final class JobBuffer: @unchecked Sendable {
         }
         guard head < jobs.count else { return nil }
         let job = jobs[head]
+        slot?.hold(job, replacing: true)
         head += 1
         if head > 1024 && head * 2 > jobs.count {
             jobs.removeFirst(head)
@@ -70,12 +72,14 @@ final class JobBuffer: @unchecked Sendable {
         return job
     }
 
-    /// A job that is already waiting, or nil at once (also once closed).
-    func tryTake() -> FetchedJob? {
+    /// A job that is already waiting, or nil at once (also once closed). A pool thread passes its slot: the job
+    /// joins what the slot holds, under this lock.
+    func tryTake(holdingIn slot: RunningJobs.Slot? = nil) -> FetchedJob? {
         condition.lock()
         defer { condition.unlock() }
         guard head < jobs.count, !closed else { return nil }
         let job = jobs[head]
+        slot?.hold(job, replacing: false)
         head += 1
         if roomWaiters > 0 { condition.broadcast() }
         return job

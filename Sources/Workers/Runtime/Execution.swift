@@ -48,8 +48,22 @@ final class RunningJobs: Sendable {
         /// Group-commit jobs this thread has run whose transaction has not committed yet: finished,
         /// not yet settled, still in flight in Redis.
         fileprivate let awaitingCommit = Mutex<[FetchedJob]>([])
+        /// Every job this thread took from the buffer since its last blocking take: listed by the buffer under its
+        /// own lock as the job leaves it (`JobBuffer.take(holdingIn:)`, `tryTake(holdingIn:)`), and replaced only at
+        /// the thread's next blocking take, by which time each of them has its settlement queued (or was given
+        /// back). So from the buffer to the settlement queue a job is always in one of the places a reconciliation
+        /// reads (`Fetcher.knownInFlight`) — parsing it, waiting in a group, or carried out of one included.
+        fileprivate let held = Mutex<[FetchedJob]>([])
 
         func set(_ execution: Execution) { current.withLock { $0 = execution } }
+
+        /// Called by `JobBuffer` under its lock: `job` replaces what the thread held (a blocking take) or joins it.
+        func hold(_ job: FetchedJob, replacing: Bool) {
+            held.withLock { held in
+                if replacing { held.removeAll(keepingCapacity: true) }
+                held.append(job)
+            }
+        }
 
         func awaitCommit(_ job: FetchedJob) { awaitingCommit.withLock { $0.append(job) } }
         func clearAwaitingCommit() { awaitingCommit.withLock { $0.removeAll() } }
@@ -81,6 +95,11 @@ final class RunningJobs: Sendable {
     }
 
     var count: Int { all.count }
+
+    /// Jobs the pool threads took from the buffer and may not have settled yet (`Slot.held`), on every thread.
+    var held: [FetchedJob] {
+        slots.withLock { Array($0.values) }.flatMap { slot in slot.held.withLock { $0 } }
+    }
 
     /// Jobs finished inside a group-commit transaction that has not committed yet, on every thread.
     var awaitingCommit: [FetchedJob] {

@@ -286,10 +286,12 @@ final class Fetcher: Sendable {
         return Int(min(Double(configuration.prefetch), allowed))
     }
 
-    /// Every raw job this process holds in memory, read downstream-last (buffer, then running,
-    /// then unwritten settlements) so a job moving along the pipeline during the read is seen.
+    /// Every raw job this process holds in memory, read downstream-last (buffer, then what the pool threads hold,
+    /// then unwritten settlements) so a job moving along the pipeline during the read is seen: each step lists a
+    /// job in the next place before it leaves the previous one (`RunningJobs.Slot.held`).
     private func knownInFlight() -> [[UInt8]] {
-        buffer.snapshot() + running.all.map(\.job.raw) + running.awaitingCommit.map(\.raw) + settlements.snapshot()
+        buffer.snapshot() + running.held.map(\.raw) + running.all.map(\.job.raw) + running.awaitingCommit.map(\.raw)
+            + settlements.snapshot()
     }
 
     /// Strict: the configured order. Weighted: a weighted random order, drawn per fetch.

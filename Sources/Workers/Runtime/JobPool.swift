@@ -64,7 +64,7 @@ final class JobPool: Sendable {
         var metricHandles: [String: RuntimeMetrics.JobHandles] = [:]
         defer { running.retire(threadID) }
         var carried: TakenJob?
-        while let taken = carried ?? buffer.take().map(TakenJob.init) {
+        while let taken = carried ?? buffer.take(holdingIn: slot).map(TakenJob.init) {
             carried = nil
             if runner.sharesCommits(taken.payload), let database = runner.database {
                 let group = runGroup(first: taken, database: database, slot: slot, threadID: threadID,
@@ -227,7 +227,7 @@ final class JobPool: Sendable {
     private func takeWaiting(into members: inout [GroupMember], carried: inout TakenJob?, slot: RunningJobs.Slot) -> Int {
         var added = 0
         while carried == nil, members.count < configuration.commitBatch,
-              let candidate = buffer.tryTake().map(TakenJob.init) {
+              let candidate = buffer.tryTake(holdingIn: slot).map(TakenJob.init) {
             guard runner.sharesCommits(candidate.payload) else {
                 carried = candidate
                 break

@@ -37,10 +37,11 @@ final class Watchdog: Sendable {
             Thread.sleep(forTimeInterval: 0.1)
             let now = Clock.now()
             for execution in running.all where now > execution.deadline && execution.abandon() {
-                running.remove(execution)
                 let outcome = pool.runner.timedOut(execution)
                 metrics.jobTimeouts.increment()
+                // Queued before it leaves the running set: a reconciliation reading in between sees it in one of them.
                 settlements.add(.init(job: execution.job, settlement: outcome.settlement, failed: true, processed: true))
+                running.remove(execution)
                 if !flags.isStopping { pool.spawnThread() }
             }
         }

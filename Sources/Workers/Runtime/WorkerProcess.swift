@@ -202,9 +202,9 @@ public final class WorkerProcess: @unchecked Sendable {
         quietDown()
         if !pool.waitForThreads(timeout: configuration.shutdownTimeout) {
             for execution in running.all where execution.abandon() {
-                running.remove(execution)
                 settlements.add(.init(job: execution.job, settlement: .requeue(payload: Self.interrupted(execution.job)),
                                       failed: true, processed: true))
+                running.remove(execution)  // after it is queued (a reconciliation reading in between sees it)
                 logger.warning("job unfinished at shutdown; put back", metadata: [
                     "jid": "\(execution.payload?.jid ?? "-")", "class": "\(execution.payload?.className ?? "-")"])
             }
