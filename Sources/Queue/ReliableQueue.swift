@@ -119,13 +119,13 @@ public enum ReliableQueue {
         var waited: FetchedJob?
         try connection.pipeline([["EVAL", Scripts.fetch.source, 0, identity, limit, queue],
                                  ["SISMEMBER", Keys.paused, queue],
-                                 ["BLMOVE", Keys.queue(queue), working, "RIGHT", "LEFT", timeout]]) { index, reply in
+                                 waitCommand(queue: queue, working: working, timeout: timeout)]) { index, reply in
             do throws(RedisError) {
                 let checked = try reply.checked()
                 switch index {
                 case 0: fetched(try jobs(fetchedBy: checked, identity: identity))
                 case 1: paused = checked.integer != 0
-                default: waited = checked.bytes.map { FetchedJob(queue: queue, raw: $0, workingKey: working) }
+                default: waited = job(waitedFor: checked, queue: queue, working: working)
                 }
             } catch {
                 failure = failure ?? error
@@ -143,10 +143,19 @@ public enum ReliableQueue {
                                   timeout: Double) throws(RedisError) -> (job: FetchedJob?, paused: Bool) {
         let working = Keys.working(queue: queue, identity: identity)
         let replies = try connection.pipeline([["SISMEMBER", Keys.paused, queue],
-                                               ["BLMOVE", Keys.queue(queue), working, "RIGHT", "LEFT", timeout]])
+                                               waitCommand(queue: queue, working: working, timeout: timeout)])
         let paused = try replies[0].checked().integer != 0
-        let job = try replies[1].checked().bytes.map { FetchedJob(queue: queue, raw: $0, workingKey: working) }
-        return (job, paused)
+        return (job(waitedFor: try replies[1].checked(), queue: queue, working: working), paused)
+    }
+
+    /// The wait for one job of `queue` into its in-flight list `working` (every blocking fetch sends this one).
+    private static func waitCommand(queue: String, working: String, timeout: Double) -> [any RedisArgument] {
+        ["BLMOVE", Keys.queue(queue), working, "RIGHT", "LEFT", timeout]
+    }
+
+    /// The job a wait's (checked) reply brought; nil when it timed out.
+    private static func job(waitedFor reply: RedisReply, queue: String, working: String) -> FetchedJob? {
+        reply.bytes.map { FetchedJob(queue: queue, raw: $0, workingKey: working) }
     }
 
     /// Blocks up to `timeout` seconds for one job on a single queue (used when every queue was
@@ -154,9 +163,8 @@ public enum ReliableQueue {
     public static func fetchBlocking(_ connection: RedisConnection, identity: String, queue: String,
                                      timeout: Double) throws(RedisError) -> FetchedJob? {
         let working = Keys.working(queue: queue, identity: identity)
-        let reply = try connection.send(["BLMOVE", Keys.queue(queue), working, "RIGHT", "LEFT", timeout]).checked()
-        guard let raw = reply.bytes else { return nil }
-        return FetchedJob(queue: queue, raw: raw, workingKey: working)
+        return job(waitedFor: try connection.send(waitCommand(queue: queue, working: working, timeout: timeout)).checked(),
+                   queue: queue, working: working)
     }
 
     /// Settles jobs and adds each settled run's `counts` to the processed/failed counters, in one

@@ -45,14 +45,12 @@ final class Execution: Sendable {
 final class RunningJobs: Sendable {
     final class Slot: Sendable {
         fileprivate let current = Mutex<Execution?>(nil)
-        /// Group-commit jobs this thread has run whose transaction has not committed yet: finished,
-        /// not yet settled, still in flight in Redis.
-        fileprivate let awaitingCommit = Mutex<[FetchedJob]>([])
         /// Every job this thread took from the buffer since its last blocking take: listed by the buffer under its
         /// own lock as the job leaves it (`JobBuffer.take(holdingIn:)`, `tryTake(holdingIn:)`), and replaced only at
         /// the thread's next blocking take, by which time each of them has its settlement queued (or was given
         /// back). So from the buffer to the settlement queue a job is always in one of the places a reconciliation
-        /// reads (`Fetcher.knownInFlight`) — parsing it, waiting in a group, or carried out of one included.
+        /// reads (`Fetcher.knownInFlight`) — parsing it, running, finished in a group awaiting its COMMIT, or carried
+        /// out of one included.
         fileprivate let held = Mutex<[FetchedJob]>([])
 
         func set(_ execution: Execution) { current.withLock { $0 = execution } }
@@ -64,9 +62,6 @@ final class RunningJobs: Sendable {
                 held.append(job)
             }
         }
-
-        func awaitCommit(_ job: FetchedJob) { awaitingCommit.withLock { $0.append(job) } }
-        func clearAwaitingCommit() { awaitingCommit.withLock { $0.removeAll() } }
 
         /// Clears the slot if it still holds `execution`.
         func clear(_ execution: Execution) {
@@ -101,8 +96,4 @@ final class RunningJobs: Sendable {
         slots.withLock { Array($0.values) }.flatMap { slot in slot.held.withLock { $0 } }
     }
 
-    /// Jobs finished inside a group-commit transaction that has not committed yet, on every thread.
-    var awaitingCommit: [FetchedJob] {
-        slots.withLock { Array($0.values) }.flatMap { slot in slot.awaitingCommit.withLock { $0 } }
-    }
 }

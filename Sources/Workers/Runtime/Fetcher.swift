@@ -185,8 +185,7 @@ final class Fetcher: Sendable {
                     continue
                 }
                 idleWait = 0.001
-                let slots = held
-                try deliver(jobs, checkingOn: conn, releasing: slots)
+                try deliver(jobs, checkingOn: conn, releasing: held)
                 held = 0
             } catch {
                 mustReconcile = true
@@ -290,8 +289,9 @@ final class Fetcher: Sendable {
     /// then unwritten settlements) so a job moving along the pipeline during the read is seen: each step lists a
     /// job in the next place before it leaves the previous one (`RunningJobs.Slot.held`).
     private func knownInFlight() -> [[UInt8]] {
-        buffer.snapshot() + running.held.map(\.raw) + running.all.map(\.job.raw) + running.awaitingCommit.map(\.raw)
-            + settlements.snapshot()
+        // `running.all` too: a run the watchdog or shutdown abandoned stays there until its settlement is queued,
+        // while its pool thread may already have retired (and its slot, with `held`, gone).
+        buffer.snapshot() + running.held.map(\.raw) + running.all.map(\.job.raw) + settlements.snapshot()
     }
 
     /// Strict: the configured order. Weighted: a weighted random order, drawn per fetch.

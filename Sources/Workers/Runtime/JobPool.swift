@@ -162,7 +162,7 @@ final class JobPool: Sendable {
     ///
     /// Invariants, on both paths: a job whose effects are in the open transaction is acknowledged only after
     /// COMMIT succeeded; from its take until its settlement every job of the group is listed in the slot's
-    /// `awaitingCommit`, so a reconciliation never takes it for lost. A job that failed in its own savepoint is
+    /// `held` (`RunningJobs.Slot`), so a reconciliation never takes it for lost. A job that failed in its own savepoint is
     /// settled at once (its savepoint was rolled back). If the checkout, BEGIN, the COMMIT or the connection
     /// fails (`GroupCommitBroken`), every job of the group not yet settled gets a failure settlement (retry),
     /// whether it ran or not; the ledger makes the retry apply once. Two concurrent deliveries of one jid (on
@@ -176,10 +176,8 @@ final class JobPool: Sendable {
     /// thread must retire (the watchdog abandoned one of the runs).
     private func runGroup(first: TakenJob, database: JobDatabase, slot: RunningJobs.Slot, threadID: String,
                           metricHandles: inout [String: RuntimeMetrics.JobHandles]) -> (carried: TakenJob?, retire: Bool) {
-        defer { slot.clearAwaitingCommit() }
         var carried: TakenJob?
         var members = [GroupMember(taken: first, claim: claim(for: first))]
-        slot.awaitCommit(first.job)
         takeWaiting(into: &members, carried: &carried, slot: slot)
         while true {
             switch runClaimed(&members, carried: &carried, database: database, slot: slot, threadID: threadID,
@@ -222,7 +220,7 @@ final class JobPool: Sendable {
 
     /// Moves group-commit jobs already waiting in the buffer into `members`, up to `commitBatch` in all; a
     /// job that cannot join a group ends the taking and becomes `carried`. Each one is listed in
-    /// `awaitingCommit` from its take. Returns how many it added.
+    /// its slot's `held` from its take (`JobBuffer.tryTake(holdingIn:)`). Returns how many it added.
     @discardableResult
     private func takeWaiting(into members: inout [GroupMember], carried: inout TakenJob?, slot: RunningJobs.Slot) -> Int {
         var added = 0
@@ -232,7 +230,6 @@ final class JobPool: Sendable {
                 carried = candidate
                 break
             }
-            slot.awaitCommit(candidate.job)
             members.append(GroupMember(taken: candidate, claim: claim(for: candidate)))
             added += 1
         }
