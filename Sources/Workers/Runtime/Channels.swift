@@ -55,6 +55,9 @@ final class JobBuffer: @unchecked Sendable {
     func take(holdingIn slot: RunningJobs.Slot? = nil) -> FetchedJob? {
         condition.lock()
         defer { condition.unlock() }
+        // Nothing to take: every job the thread held has its settlement queued, and it holds none while it waits (a
+        // stale entry would keep a reconciliation from putting back a job whose ack a failover lost).
+        if head == jobs.count { slot?.releaseHeld() }
         while head == jobs.count && !closed {
             idleThreads += 1
             condition.wait()

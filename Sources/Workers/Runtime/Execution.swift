@@ -55,6 +55,9 @@ final class RunningJobs: Sendable {
 
         func set(_ execution: Execution) { current.withLock { $0 = execution } }
 
+        /// Called by `JobBuffer` before a thread waits for a job: it holds none.
+        func releaseHeld() { held.withLock { $0.removeAll(keepingCapacity: true) } }
+
         /// Called by `JobBuffer` under its lock: `job` replaces what the thread held (a blocking take) or joins it.
         func hold(_ job: FetchedJob, replacing: Bool) {
             held.withLock { held in
