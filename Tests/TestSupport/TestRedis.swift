@@ -51,6 +51,21 @@ public struct TestRedis: Sendable {
         return lines.filter { $0.contains(" db=\(database) ") && $0.contains(" flags=b ") && $0.contains(" cmd=blmove ") }.count
     }
 
+    /// Kills every client of this database that is in `BLMOVE` now (`CLIENT KILL ID`): the wait in flight breaks, as
+    /// when a reply is lost, and the worker's fetcher reconciles. Returns how many it killed.
+    @discardableResult
+    public func killClientsInBLMOVE() throws -> Int {
+        var killed = 0
+        for line in try command("CLIENT", "LIST").string?.split(separator: "\n") ?? []
+        where line.contains(" db=\(database) ") && line.contains(" cmd=blmove ") {
+            if let id = line.split(separator: " ").first(where: { $0.hasPrefix("id=") })?.dropFirst(3),
+               (try? command("CLIENT", "KILL", "ID", String(id))) != nil {
+                killed += 1
+            }
+        }
+        return killed
+    }
+
     public func processed() throws -> Int { try int("GET", Keys.statProcessed) }
     public func failed() throws -> Int { try int("GET", Keys.statFailed) }
 }

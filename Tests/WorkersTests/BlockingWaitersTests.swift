@@ -85,12 +85,7 @@ final class BlockingWaitersTests: XCTestCase {
             if round % 3 == 0 {
                 // Every connection of the worker on this database: waits in flight break, a job may have been moved
                 // by a wait whose reply is lost, and the fetcher reconciles.
-                for line in try redis.command("CLIENT", "LIST").string?.split(separator: "\n") ?? []
-                where line.contains(" db=\(redis.database) ") && line.contains(" cmd=blmove ") {
-                    if let id = line.split(separator: " ").first(where: { $0.hasPrefix("id=") })?.dropFirst(3) {
-                        _ = try? redis.command("CLIENT", "KILL", "ID", String(id))
-                    }
-                }
+                try redis.killClientsInBLMOVE()
             }
             Thread.sleep(forTimeInterval: 0.02)
         }

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import Queue
 import Storage
+import Synchronization
 import TestSupport
 import Workers
 import XCTest
@@ -67,6 +68,25 @@ struct GroupProbeJob: Job {
     }
 }
 
+/// A job that does not share commits: it says it started, then waits until the test opens `latch`.
+struct HoldJob: Job {
+    static let className = "Hold"
+    static let options = JobOptions(timeout: 60)
+
+    final class Latch: Sendable {
+        private let state = Mutex<(started: Bool, open: Bool)>((false, false))
+        var started: Bool { state.withLock { $0.started } }
+        func open() { state.withLock { $0.open = true } }
+        fileprivate func startAndWait() {
+            state.withLock { $0.started = true }
+            while !state.withLock({ $0.open }) { Thread.sleep(forTimeInterval: 0.01) }
+        }
+    }
+
+    let latch: Latch
+    func perform(_ arguments: SingleArgument<String>, context: JobContext) throws { latch.startAndWait() }
+}
+
 /// Group commit (`JobOptions.groupCommit`): several jobs in one transaction — their ledger rows claimed
 /// in one statement and their work done without savepoints (fast path), or each in its own savepoint
 /// when the fast path had to be rolled back — acknowledged only after the shared COMMIT, against real
@@ -104,7 +124,7 @@ final class GroupCommitTests: XCTestCase {
 
     /// A worker whose buffer fills at once (a large prefetch wait) and whose groups end only when the
     /// buffer is empty or `commitBatch` jobs are in (the window is far longer than any run here).
-    func start(concurrency: Int, commitBatch: Int = 50,
+    func start(concurrency: Int, commitBatch: Int = 50, hold: HoldJob.Latch? = nil,
                adjust: (inout WorkerConfiguration) -> Void = { _ in }) throws -> WorkerProcess {
         var configuration = WorkerHarness(redis: redis).configuration(concurrency: concurrency)
         configuration.prefetchWait = 10
@@ -113,6 +133,7 @@ final class GroupCommitTests: XCTestCase {
         adjust(&configuration)
         var registry = JobRegistry.builtins()
         registry.register(GroupProbeJob())
+        if let hold { registry.register(HoldJob(latch: hold)) }
         var logger = Logger(label: "group-commit-test")
         logger.logLevel = .critical
         let process = try WorkerProcess(configuration: configuration, registry: registry,
@@ -192,6 +213,37 @@ final class GroupCommitTests: XCTestCase {
         XCTAssertTrue(try eventually { try redis.workingKeys().isEmpty && redis.int("ZCARD", Keys.retry) == 0 },
                       "jobs left in flight or in retry", file: file, line: line)
         XCTAssertEqual(try redis.int("LLEN", "queue:default"), 0, file: file, line: line)
+    }
+
+    /// What a pool thread holds for a reconciliation (`RunningJobs.Slot.held`) is exactly its jobs whose settlement is
+    /// not queued: a group's jobs, once committed and acknowledged, are not among them while the same thread runs the
+    /// job it took out of the buffer behind them (which cannot join a group). Here an acknowledgement is lost after it
+    /// was written (the job pushed back in flight by hand, as a Sentinel failover to a replica that missed the write
+    /// leaves it), and the fetcher reconciles (its `BLMOVE` killed) while that thread is busy: the job goes back to the
+    /// queue and, run again, is found applied. Were the thread still to list it, the reconciliation would leave it in
+    /// flight for good (until this process dies and another's orphan sweep takes it back).
+    func testAJobAcknowledgedWithItsGroupIsNotHeldWhileItsThreadRunsTheJobTakenBehindIt() throws {
+        let latch = HoldJob.Latch()
+        let (first, second) = (try payload("a"), try payload("b"))
+        let hold = try JobClient.payload(for: NewJob("Hold", args: ["carried"]), createdAt: Clock.now(), enqueuedAt: Clock.now())
+        try push([first, second, hold])
+        _ = try start(concurrency: 1, hold: latch)
+        // One thread: it takes both group jobs and then the Hold job, commits the group and runs Hold.
+        XCTAssertTrue(try eventually(timeout: 20) {
+            guard latch.started, try committed().perJid.count == 2, let key = try redis.workingKeys().first else { return false }
+            return try redis.command("LRANGE", key, 0, -1).strings == [try hold.serialized()]
+        }, "the group committed and was acknowledged while Hold runs")
+        let key = try XCTUnwrap(try redis.workingKeys().first)
+        try redis.command("LPUSH", key, try first.serialized())  // its acknowledgement lost
+        XCTAssertTrue(try eventually(timeout: 10) { try redis.clientsWaitingInBLMOVE() == 1 }, "the fetcher waits")
+        XCTAssertEqual(try redis.killClientsInBLMOVE(), 1)
+        // The fetcher reconnects and reconciles at once (within milliseconds), while Hold still runs. (Were it to take
+        // longer than this, the check below would pass either way: it cannot fail for time, only miss the defect.)
+        Thread.sleep(forTimeInterval: 0.5)
+        latch.open()
+        XCTAssertTrue(try eventually(timeout: 10) { try redis.workingKeys().isEmpty && redis.int("LLEN", "queue:default") == 0 },
+                      "a job left in flight: \((try? redis.workingKeys().map { try redis.command("LRANGE", $0, 0, -1).strings }) ?? [])")
+        try assertAppliedOnce([try XCTUnwrap(first.jid), try XCTUnwrap(second.jid)], ledger: 2)
     }
 
     func testJobsShareCommitsAndEachAppliesOnceEvenWhenDeliveredTwiceInOneGroup() throws {

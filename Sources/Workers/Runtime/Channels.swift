@@ -51,13 +51,10 @@ final class JobBuffer: @unchecked Sendable {
     }
 
     /// Waits for a job; nil once the buffer is closed and empty (the thread should exit). A pool thread passes its
-    /// slot: the job replaces what the slot held, under this lock (`RunningJobs.Slot.held`).
+    /// slot: the job joins what the slot holds, under this lock (`RunningJobs.Slot.held`).
     func take(holdingIn slot: RunningJobs.Slot? = nil) -> FetchedJob? {
         condition.lock()
         defer { condition.unlock() }
-        // Nothing to take: every job the thread held has its settlement queued, and it holds none while it waits (a
-        // stale entry would keep a reconciliation from putting back a job whose ack a failover lost).
-        if head == jobs.count { slot?.releaseHeld() }
         while head == jobs.count && !closed {
             idleThreads += 1
             condition.wait()
@@ -65,7 +62,7 @@ final class JobBuffer: @unchecked Sendable {
         }
         guard head < jobs.count else { return nil }
         let job = jobs[head]
-        slot?.hold(job, replacing: true)
+        slot?.hold(job)
         head += 1
         if head > 1024 && head * 2 > jobs.count {
             jobs.removeFirst(head)
@@ -82,7 +79,7 @@ final class JobBuffer: @unchecked Sendable {
         defer { condition.unlock() }
         guard head < jobs.count, !closed else { return nil }
         let job = jobs[head]
-        slot?.hold(job, replacing: false)
+        slot?.hold(job)
         head += 1
         if roomWaiters > 0 { condition.broadcast() }
         return job

@@ -45,24 +45,29 @@ final class Execution: Sendable {
 final class RunningJobs: Sendable {
     final class Slot: Sendable {
         fileprivate let current = Mutex<Execution?>(nil)
-        /// Every job this thread took from the buffer since its last blocking take: listed by the buffer under its
-        /// own lock as the job leaves it (`JobBuffer.take(holdingIn:)`, `tryTake(holdingIn:)`), and replaced only at
-        /// the thread's next blocking take, by which time each of them has its settlement queued (or was given
-        /// back). So from the buffer to the settlement queue a job is always in one of the places a reconciliation
-        /// reads (`Fetcher.knownInFlight`) — parsing it, running, finished in a group awaiting its COMMIT, or carried
-        /// out of one included.
+        /// Exactly the jobs this thread took from the buffer and whose settlement is not queued yet: listed by the
+        /// buffer under its own lock as the job leaves it (`JobBuffer.take(holdingIn:)`, `tryTake(holdingIn:)`), and
+        /// dropped only after its settlement (or give-back) is queued — by the pool thread (`JobPool`), or by the
+        /// watchdog or shutdown when they settle an abandoned run (`RunningJobs.remove`). So from the buffer to the
+        /// settlement queue a job is always in one of the places a reconciliation reads (`Fetcher.knownInFlight`) —
+        /// parsing it, running, finished in a group awaiting its COMMIT, or carried out of one included — and a
+        /// settled job is never listed here (it would keep a reconciliation from putting back a job whose
+        /// acknowledgement a failover lost).
         fileprivate let held = Mutex<[FetchedJob]>([])
+        /// Set (under the registry lock) when the thread retired while the watchdog or shutdown still had its
+        /// abandoned run to settle: the slot is forgotten once they have (`RunningJobs.remove`).
+        fileprivate let retired = Atomic<Bool>(false)
 
         func set(_ execution: Execution) { current.withLock { $0 = execution } }
 
-        /// Called by `JobBuffer` before a thread waits for a job: it holds none.
-        func releaseHeld() { held.withLock { $0.removeAll(keepingCapacity: true) } }
+        /// Called by `JobBuffer` under its lock as `job` leaves it for this thread.
+        func hold(_ job: FetchedJob) { held.withLock { $0.append(job) } }
 
-        /// Called by `JobBuffer` under its lock: `job` replaces what the thread held (a blocking take) or joins it.
-        func hold(_ job: FetchedJob, replacing: Bool) {
+        /// Called once `job`'s settlement is queued: the thread no longer holds it. (Equal payloads are the same job
+        /// to a reconciliation, so the first equal entry goes; the same array's bytes compare in one step.)
+        func release(_ job: FetchedJob) {
             held.withLock { held in
-                if replacing { held.removeAll(keepingCapacity: true) }
-                held.append(job)
+                if let index = held.firstIndex(where: { $0.raw == job.raw }) { held.remove(at: index) }
             }
         }
 
@@ -83,10 +88,31 @@ final class RunningJobs: Sendable {
         }
     }
 
-    /// Forgets a retired thread's slot.
-    func retire(_ threadID: String) { _ = slots.withLock { $0.removeValue(forKey: threadID) } }
+    /// Forgets a retired thread's slot — once nothing is left in it: a thread retires after the watchdog (or
+    /// shutdown) won its run's `abandon()`, possibly before they queued that run's settlement, and until then the
+    /// slot is where a reconciliation sees the job (`remove` forgets the slot after it).
+    func retire(_ threadID: String) {
+        slots.withLock { slots in
+            guard let slot = slots[threadID] else { return }
+            if slot.current.withLock({ $0 == nil }) {
+                slots.removeValue(forKey: threadID)
+            } else {
+                slot.retired.store(true, ordering: .relaxed)
+            }
+        }
+    }
 
-    func remove(_ execution: Execution) { slot(for: execution.threadID).clear(execution) }
+    /// Called by the watchdog or shutdown after queuing the settlement of `execution`, a run whose `abandon()` they
+    /// won: clears it from its slot and drops its job from the slot's held list (forgetting the slot if its thread
+    /// has retired meanwhile).
+    func remove(_ execution: Execution) {
+        slots.withLock { slots in
+            guard let slot = slots[execution.threadID] else { return }
+            slot.clear(execution)
+            slot.release(execution.job)
+            if slot.retired.load(ordering: .relaxed) { slots.removeValue(forKey: execution.threadID) }
+        }
+    }
 
     var all: [Execution] {
         slots.withLock { Array($0.values) }.compactMap { slot in slot.current.withLock { $0 } }
@@ -94,7 +120,7 @@ final class RunningJobs: Sendable {
 
     var count: Int { all.count }
 
-    /// Jobs the pool threads took from the buffer and may not have settled yet (`Slot.held`), on every thread.
+    /// Jobs the pool threads took from the buffer and whose settlement is not queued yet (`Slot.held`), on every thread.
     var held: [FetchedJob] {
         slots.withLock { Array($0.values) }.flatMap { slot in slot.held.withLock { $0 } }
     }

@@ -289,9 +289,9 @@ final class Fetcher: Sendable {
     /// then unwritten settlements) so a job moving along the pipeline during the read is seen: each step lists a
     /// job in the next place before it leaves the previous one (`RunningJobs.Slot.held`).
     private func knownInFlight() -> [[UInt8]] {
-        // `running.all` too: a run the watchdog or shutdown abandoned stays there until its settlement is queued,
-        // while its pool thread may already have retired (and its slot, with `held`, gone).
-        buffer.snapshot() + running.held.map(\.raw) + running.all.map(\.job.raw) + settlements.snapshot()
+        // A run the watchdog or shutdown abandoned is in `held` too until its settlement is queued: its thread's slot
+        // outlives the thread's retirement until then (`RunningJobs.retire`, `remove`).
+        buffer.snapshot() + running.held.map(\.raw) + settlements.snapshot()
     }
 
     /// Strict: the configured order. Weighted: a weighted random order, drawn per fetch.

@@ -70,7 +70,7 @@ final class JobPool: Sendable {
                 let group = runGroup(first: taken, database: database, slot: slot, threadID: threadID,
                                      metricHandles: &metricHandles)
                 if group.retire {
-                    if let carried = group.carried { settlements.giveBack([carried.job], logger: logger) }
+                    if let carried = group.carried { giveBack([carried.job], heldIn: slot) }
                     return
                 }
                 carried = group.carried
@@ -80,9 +80,24 @@ final class JobPool: Sendable {
                 return
             }
             if ran.outcome.counted { ran.metrics.record(failed: ran.outcome.failed) }
-            settlements.add(.init(job: taken.job, settlement: ran.outcome.settlement, failed: ran.outcome.failed,
-                                  processed: ran.outcome.counted))
+            settle(.init(job: taken.job, settlement: ran.outcome.settlement, failed: ran.outcome.failed,
+                         processed: ran.outcome.counted), heldIn: slot)
         }
+    }
+
+    /// Queues `item`, then drops its job from the slot's `held` list — in that order: a reconciliation reads `held`
+    /// before the settlement queue (`Fetcher.knownInFlight`), so it sees the job in one of them. Every settlement a
+    /// pool thread makes goes through here or `giveBack(_:heldIn:)`.
+    private func settle(_ item: SettlementQueue.Item, heldIn slot: RunningJobs.Slot) {
+        settlements.add(item)
+        slot.release(item.job)
+    }
+
+    /// Puts jobs this thread took and did not run back at the front of their queues (`SettlementQueue.giveBack`),
+    /// then drops them from the slot's `held` list (as `settle`).
+    private func giveBack(_ jobs: [FetchedJob], heldIn slot: RunningJobs.Slot) {
+        settlements.giveBack(jobs, logger: logger)
+        for job in jobs { slot.release(job) }
     }
 
     /// A job taken from the buffer, parsed once.
@@ -280,20 +295,20 @@ final class JobPool: Sendable {
         } catch let undone as FastPathUndone {
             return .redo((members + next).map(\.taken), reason: undone.reason)
         } catch is FastPathAbandoned {
-            settlements.giveBack((members + next).map(\.taken.job), logger: logger)
+            giveBack((members + next).map(\.taken.job), heldIn: slot)
             return .abandoned
         } catch {
-            failAll((members + next).map { ($0.taken, $0.ran) }, error)
+            failAll((members + next).map { ($0.taken, $0.ran) }, error, heldIn: slot)
             return .settled(next: [])
         }
         for member in members {
             guard let ran = member.ran else {
                 // Every member runs before COMMIT; were one not to, it goes back rather than being lost.
-                settlements.giveBack([member.taken.job], logger: logger)
+                giveBack([member.taken.job], heldIn: slot)
                 continue
             }
             ran.record(failed: false)
-            settlements.add(.init(job: member.taken.job, settlement: .ack, failed: false, processed: true))
+            settle(.init(job: member.taken.job, settlement: .ack, failed: false, processed: true), heldIn: slot)
         }
         return .settled(next: next)
     }
@@ -360,8 +375,8 @@ final class JobPool: Sendable {
             } else {
                 // Failed in its own savepoint, which was rolled back: settled now, as on the savepoint path.
                 if ran.outcome.counted { ran.metrics.record(failed: ran.outcome.failed) }
-                settlements.add(.init(job: taken.job, settlement: ran.outcome.settlement, failed: ran.outcome.failed,
-                                      processed: ran.outcome.counted))
+                settle(.init(job: taken.job, settlement: ran.outcome.settlement, failed: ran.outcome.failed,
+                             processed: ran.outcome.counted), heldIn: slot)
                 members.remove(at: index)
                 index -= 1
             }
@@ -420,7 +435,7 @@ final class JobPool: Sendable {
 
     /// The group's transaction was lost before COMMIT (`error`): every job listed, run or not, is failed
     /// and retried (a job that ran has its figures recorded as failed).
-    private func failAll(_ jobs: [(taken: TakenJob, ran: RunMetrics?)], _ error: any Error) {
+    private func failAll(_ jobs: [(taken: TakenJob, ran: RunMetrics?)], _ error: any Error, heldIn slot: RunningJobs.Slot) {
         if jobs.contains(where: { $0.ran != nil }) {
             logger.warning("group commit failed; its jobs will be retried",
                            metadata: ["jobs": "\(jobs.count)", "error": "\(error)"])
@@ -430,7 +445,7 @@ final class JobPool: Sendable {
             guard let payload = taken.payload else { continue }  // only parsed jobs share commits
             let options = runner.registry.options(for: payload.className) ?? JobOptions()
             let outcome = runner.failure(error, payload: payload, job: taken.job, options: options, logger: logger)
-            settlements.add(.init(job: taken.job, settlement: outcome.settlement, failed: true, processed: true))
+            settle(.init(job: taken.job, settlement: outcome.settlement, failed: true, processed: true), heldIn: slot)
         }
     }
 
@@ -461,8 +476,8 @@ final class JobPool: Sendable {
                         awaiting.append((taken, ran.metrics))
                     } else {
                         if ran.outcome.counted { ran.metrics.record(failed: ran.outcome.failed) }
-                        settlements.add(.init(job: taken.job, settlement: ran.outcome.settlement, failed: ran.outcome.failed,
-                                              processed: ran.outcome.counted))
+                        settle(.init(job: taken.job, settlement: ran.outcome.settlement, failed: ran.outcome.failed,
+                                     processed: ran.outcome.counted), heldIn: slot)
                     }
                     guard connection.isOpen, connection.isInTransaction, !connection.isTransactionFailed else {
                         throw GroupCommitBroken()
@@ -473,15 +488,15 @@ final class JobPool: Sendable {
             }
         } catch {
             let unrun = retire ? [] : jobs[next...].map { (taken: $0, ran: RunMetrics?.none) }
-            failAll(awaiting + unrun, error)
-            if retire { settlements.giveBack(jobs[next...].map(\.job), logger: logger) }
+            failAll(awaiting + unrun, error, heldIn: slot)
+            if retire { giveBack(jobs[next...].map(\.job), heldIn: slot) }
             return retire
         }
         for (taken, ran) in awaiting {
             ran?.record(failed: false)
-            settlements.add(.init(job: taken.job, settlement: .ack, failed: false, processed: true))
+            settle(.init(job: taken.job, settlement: .ack, failed: false, processed: true), heldIn: slot)
         }
-        if retire { settlements.giveBack(jobs[next...].map(\.job), logger: logger) }
+        if retire { giveBack(jobs[next...].map(\.job), heldIn: slot) }
         return retire
     }
 }
