@@ -99,78 +99,44 @@ public enum ReliableQueue {
         return jobs
     }
 
-    /// One round of a worker serving a single queue, in one round trip: whether the queue is paused and a wait of up to
-    /// `timeout` seconds for one job (`BLMOVE`), so that a worker that has caught up is waiting inside Redis when the
-    /// next job is pushed: Redis hands it over in the push's own event-loop iteration (under AOF `always`, with the
-    /// push's own disk sync) instead of at the worker's next fetch. A **fetch round** (`fetching` > 0) first fetches up
-    /// to that many jobs (`fetch`, for a backlog); a **wait round** (`fetching` 0) asks after its wait how many jobs
-    /// are left in the queue (`LLEN`), which tells the caller when to fetch again.
+    /// A fetch of up to `limit` jobs from a single queue (`fetch`), then in the same round trip whether the queue is
+    /// paused and a wait of up to `timeout` seconds for one more job (`BLMOVE`), so that a worker that has caught up is
+    /// waiting inside Redis when the next job is pushed: Redis hands it over in the push's own event-loop iteration
+    /// (under AOF `always`, after the push's own disk sync) instead of at the fetcher's next fetch. `fetched` gets
+    /// the fetch's jobs as soon as its reply is read, before the wait ends; it must not use `connection`.
     ///
-    /// Written without reading the replies (`RedisConnection.sendWithoutReading`): `receiveFetch` then reads the
-    /// fetch's jobs and the paused check (both answered at once), `receiveWait` the job the wait took. Several rounds
-    /// may be in flight on one connection, each queued in Redis behind the previous one's wait, which Redis runs as
-    /// soon as that wait is served — so a wait is blocked in Redis again while the caller still handles the job before.
-    /// A paused queue's fetch moves nothing, but the wait, sent before the answer was known, may take a job from it:
-    /// the caller gives that job back. The fetch script is sent as `EVAL` with its source (no `NOSCRIPT` handling
-    /// for commands whose replies come later; Redis caches it by its digest). A failure (the link, or an error reply,
-    /// after which this closes the connection) leaves what the round moved in the in-flight list: the caller
-    /// reconciles, as after any lost fetch reply.
-    public static func sendRound(_ connection: RedisConnection, identity: String, queue: String, fetching limit: Int,
-                                 timeout: Double) throws(RedisError) -> PendingRound {
+    /// Returns the job the wait took (nil when it timed out) and whether the queue was paused. A paused queue's
+    /// fetch moves nothing, but the wait, sent before the answer was known, may have taken a job from it: the caller
+    /// gives that job back. The fetch script is sent as `EVAL` with its source (no `NOSCRIPT` inside a pipeline;
+    /// Redis caches it by its digest). A failure leaves what the fetch or the wait moved in the in-flight list: the
+    /// caller reconciles, as after any lost fetch reply.
+    public static func fetchThenWait(_ connection: RedisConnection, identity: String, queue: String, limit: Int,
+                                     timeout: Double, fetched: ([FetchedJob]) -> Void) throws(RedisError)
+        -> (waited: FetchedJob?, paused: Bool) {
         let working = Keys.working(queue: queue, identity: identity)
-        let check: [any RedisArgument] = ["SISMEMBER", Keys.paused, queue]
-        let wait = waitCommand(queue: queue, working: working, timeout: timeout)
-        if limit > 0 {
-            try connection.sendWithoutReading([["EVAL", Scripts.fetch.source, 0, identity, limit, queue], check, wait])
-        } else {
-            try connection.sendWithoutReading([check, wait, ["LLEN", Keys.queue(queue)]])
+        var failure: RedisError?
+        var paused = false
+        var waited: FetchedJob?
+        try connection.pipeline([["EVAL", Scripts.fetch.source, 0, identity, limit, queue],
+                                 ["SISMEMBER", Keys.paused, queue],
+                                 waitCommand(queue: queue, working: working, timeout: timeout)]) { index, reply in
+            do throws(RedisError) {
+                let checked = try reply.checked()
+                switch index {
+                case 0: fetched(try jobs(fetchedBy: checked, identity: identity))
+                case 1: paused = checked.integer != 0
+                default: waited = job(waitedFor: checked, queue: queue, working: working)
+                }
+            } catch {
+                failure = failure ?? error
+            }
         }
-        return PendingRound(queue: queue, limit: max(0, limit), working: working)
-    }
-
-    /// A `sendRound` whose replies are not read yet.
-    public struct PendingRound: Sendable {
-        public let queue: String
-        /// How many jobs the round's fetch asks for; 0 for a wait round.
-        public let limit: Int
-        fileprivate let working: String
-    }
-
-    /// Reads the jobs the fetch of `pending` (the oldest round in flight on `connection` whose fetch is not read yet)
-    /// brought — none for a wait round — and whether the queue was paused.
-    public static func receiveFetch(_ pending: PendingRound, on connection: RedisConnection,
-                                    identity: String) throws(RedisError) -> (jobs: [FetchedJob], paused: Bool) {
-        let fetchReply = pending.limit > 0 ? try connection.readReply() : nil
-        let pausedReply = try connection.readReply()
-        do throws(RedisError) {
-            var fetched: [FetchedJob] = []
-            if let fetchReply { fetched = try jobs(fetchedBy: try fetchReply.checked(), identity: identity) }
-            return (fetched, try pausedReply.checked().integer != 0)
-        } catch {
-            connection.close()  // the wait's reply is still due
-            throw error
-        }
-    }
-
-    /// Reads the job `pending`'s wait took (nil when it timed out), after `receiveFetch`, and for a wait round how
-    /// many jobs were left in the queue after it (nil for a fetch round).
-    public static func receiveWait(_ pending: PendingRound, on connection: RedisConnection) throws(RedisError)
-        -> (job: FetchedJob?, left: Int?) {
-        let reply = try connection.readReply()
-        let lengthReply = pending.limit == 0 ? try connection.readReply() : nil
-        do throws(RedisError) {
-            let waited = job(waitedFor: try reply.checked(), queue: pending.queue, working: pending.working)
-            var left: Int?
-            if let lengthReply { left = Int(try lengthReply.checked().integer ?? 0) }
-            return (waited, left)
-        } catch {
-            connection.close()  // later rounds' replies are still due
-            throw error
-        }
+        if let failure { throw failure }
+        return (waited, paused)
     }
 
     /// Whether `queue` is paused and, in the same round trip, a wait of up to `timeout` seconds for one job
-    /// (`BLMOVE`): a worker's extra waiting connections. Like a round's wait (`sendRound`), it is sent before the answer is
+    /// (`BLMOVE`): a worker's extra waiting connections. Like `fetchThenWait`'s wait, it is sent before the answer is
     /// known, so a job it took from a paused queue is the caller's to give back. A failure leaves what the wait moved
     /// in the in-flight list: the caller reconciles.
     public static func waitForJob(_ connection: RedisConnection, identity: String, queue: String,

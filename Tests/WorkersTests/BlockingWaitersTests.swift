@@ -98,9 +98,9 @@ final class BlockingWaitersTests: XCTestCase {
         let before = try commandCalls()
         try start(waiters: 2)
         try assertEachRanOnce((0..<count).map { "backlog \($0)" })
-        // Each fetch goes with the fetcher's own wait (one EVAL, one BLMOVE: a fetch round, `ReliableQueue.sendRound`);
-        // the waiters (and the fetcher's wait rounds) wait only once the queue was found drained, i.e. a few times at
-        // the end here. Waits during the backlog would take a share of it one job per round trip.
+        // Each fetch goes with the fetcher's own wait (one EVAL, one BLMOVE: `fetchThenWait`); the waiters wait only
+        // once a fetch found the queue drained, i.e. a few times at the end here. Waiters waiting during the backlog
+        // would take a share of it one job per round trip.
         let after = try commandCalls()
         let waitsBeyondTheFetchers = (after.blmove - before.blmove) - (after.eval - before.eval)
         XCTAssertLessThan(waitsBeyondTheFetchers, 30, "waits beside the fetcher's own while draining \(count) jobs")

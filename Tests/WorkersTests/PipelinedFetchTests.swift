@@ -5,7 +5,7 @@ import Workers
 import XCTest
 
 /// A fetcher serving one queue sends its fetch, the paused check and its wait for the next job (`BLMOVE`) in one
-/// round trip (a round, `ReliableQueue.sendRound`). What must hold: the jobs a fetch brought run while the wait is still
+/// round trip (`ReliableQueue.fetchThenWait`). What must hold: the jobs the fetch brought run while the wait is still
 /// open (they are not held until it ends), unique jobs among them are checked on the fetcher's second connection,
 /// and a job the wait took from a paused queue goes back. The wait here is long (`blockingFetchTimeout` 30 s) and the
 /// tests' patience shorter (10 s), so a fetch whose jobs waited for the wait's end cannot pass.
@@ -57,9 +57,8 @@ final class PipelinedFetchTests: XCTestCase {
     func testJobsAFetchBroughtRunWhileItsWaitIsOpen() throws {
         _ = try start()
         try waitUntilTheFetcherWaits()
-        // One push of three: the open wait takes one and the wait round queued behind it another; the queue was not
-        // drained, so a fetch round follows, whose fetch brings the third and whose wait blocks on the then empty queue
-        // for up to 30 s — the third must run before that wait ends.
+        // One push of three: the open wait takes one; the next round trip's fetch brings the other two and its new
+        // wait blocks on the then empty queue for up to 30 s — they must run before it ends.
         func payload(_ value: String) throws -> String {
             try JobClient.payload(for: NewJob("Record", args: [.string(value)]), createdAt: Clock.now(),
                                   enqueuedAt: Clock.now()).serialized()
@@ -69,33 +68,6 @@ final class PipelinedFetchTests: XCTestCase {
                       "ran: \(harness.recorder.all)")
         try waitUntilTheFetcherWaits()
         XCTAssertTrue(try eventually(timeout: 10) { try redis.workingKeys().isEmpty }, "jobs left in flight")
-    }
-
-    /// Once caught up, the fetcher's next round is already in Redis, queued behind the wait that is blocked
-    /// (`Fetcher.roundsInFlightWhenCaughtUp`), so Redis runs it as soon as that wait is served and a job pushed while the
-    /// fetcher still handles the previous one finds a wait blocked. `CLIENT LIST` shows it as the blocked connection's
-    /// unprocessed query buffer (`qbuf`, the next round's three commands). Each job still runs once, nothing is left.
-    func testOnceCaughtUpTheNextRoundWaitsInRedisBehindTheBlockedWait() throws {
-        _ = try start()
-        try waitUntilTheFetcherWaits()
-        XCTAssertTrue(try eventually(timeout: 10) { try fetcherQueryBuffer() > 0 }, "no round queued behind the wait")
-        let names = (0..<30).map { "one by one \($0)" }
-        for name in names {
-            try redis.client.enqueue(NewJob("Record", args: [.string(name)]))
-            XCTAssertTrue(try eventually(timeout: 10) { try fetcherQueryBuffer() > 0 }, "no round queued behind the wait")
-        }
-        XCTAssertTrue(eventually(timeout: 10) { self.harness.recorder.all.count >= names.count })
-        XCTAssertTrue(try eventually(timeout: 10) { try redis.workingKeys().isEmpty && redis.int("LLEN", "queue:default") == 0 })
-        Thread.sleep(forTimeInterval: 0.2)
-        XCTAssertEqual(harness.recorder.all.sorted(), names.sorted())
-    }
-
-    /// The unprocessed query buffer (`qbuf`) of the connection of this database blocked in `BLMOVE` (0 if none is).
-    private func fetcherQueryBuffer() throws -> Int {
-        let lines = try redis.command("CLIENT", "LIST").string?.split(separator: "\n") ?? []
-        guard let line = lines.first(where: { $0.contains(" db=\(redis.database) ") && $0.contains(" cmd=blmove ") }),
-              let field = line.split(separator: " ").first(where: { $0.hasPrefix("qbuf=") }) else { return 0 }
-        return Int(field.dropFirst(5)) ?? 0
     }
 
     func testUniqueJobsAFetchBroughtAreCheckedWhileItsWaitIsOpen() throws {

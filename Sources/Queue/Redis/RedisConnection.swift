@@ -28,11 +28,6 @@ public final class RedisConnection: @unchecked Sendable {
     public private(set) var roundTrips = 0
     /// The RESP bytes of the command being queued (reused: one connection, one thread at a time).
     private var requestBuffer: [UInt8] = []
-    /// Replies to commands written by `sendWithoutReading` and not read yet (`readReply`); 0 after `close`.
-    public private(set) var unreadReplies = 0
-    /// A `READONLY` / `NOREPLICAS` reply was read while later replies were still unread: the link is dropped once the
-    /// last of them has been read (as `pipeline` drops it after its replies).
-    private var refusedWhileUnread = false
 
     public init(endpoint: RedisEndpoint, commandTimeout: Double = 10) throws(RedisError) {
         self.endpoint = endpoint
@@ -54,8 +49,6 @@ public final class RedisConnection: @unchecked Sendable {
         if let context { redisFree(context) }
         context = nil
         loadedScripts.removeAll()
-        unreadReplies = 0
-        refusedWhileUnread = false
     }
 
     /// Closes the context when the server has hung up on an idle connection (`CLIENT KILL`,
@@ -68,7 +61,7 @@ public final class RedisConnection: @unchecked Sendable {
     /// link that breaks in the middle of a command is not covered: that command throws `.io`.
     @discardableResult
     public func closeIfPeerHungUp() -> Bool {
-        guard let context, unreadReplies == 0 else { return false }
+        guard let context else { return false }
         var probe = pollfd(fd: context.pointee.fd, events: Int16(POLLIN), revents: 0)
         guard poll(&probe, 1, 0) > 0, probe.revents & Int16(POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0 else {
             return false
@@ -175,53 +168,6 @@ public final class RedisConnection: @unchecked Sendable {
     /// runs on this thread and must not use this connection (its later replies are still unread).
     public func pipeline(_ commands: [[any RedisArgument]], eachReply body: (Int, RedisReply) -> Void) throws(RedisError) {
         if commands.isEmpty { return }
-        let ctx = try queue(commands)
-        var refused = false
-        for index in commands.indices {
-            let reply = try read(ctx)
-            if reply.isWriteRefusal { refused = true }
-            body(index, reply)
-        }
-        // A `READONLY` / `NOREPLICAS` reply: this server is a replica now (a failover demoted it) or a
-        // master cut off from its replicas. Drop the link so the next command reconnects — with
-        // Sentinels, to whichever server is the master now.
-        if refused { close() }
-    }
-
-    /// Writes `commands` to Redis now, in one write, without waiting for a reply: their replies are read later, in
-    /// order, with `readReply()`, after those of the commands sent before. So a caller can have commands queued in
-    /// Redis behind one that blocks (`BLMOVE`): Redis runs them as soon as that one is served, not a round trip
-    /// later. Until every reply is read, only `sendWithoutReading` and `readReply` may be used (the other methods
-    /// read replies of their own and throw). A failure closes the link: the replies not read are lost.
-    public func sendWithoutReading(_ commands: [[any RedisArgument]]) throws(RedisError) {
-        if commands.isEmpty { return }
-        let ctx = try queue(commands, allowingUnread: true)
-        var done: Int32 = 0
-        repeat {
-            if redisBufferWrite(ctx, &done) != REDIS_OK { throw failIO(ctx) }
-        } while done == 0
-        unreadReplies += commands.count
-    }
-
-    /// Reads the next reply to a command written by `sendWithoutReading`, waiting for it (up to `commandTimeout`).
-    public func readReply() throws(RedisError) -> RedisReply {
-        guard unreadReplies > 0, let ctx = context else {
-            throw .unexpectedReply("no reply is due on this connection")
-        }
-        let reply = try read(ctx)
-        unreadReplies -= 1
-        if reply.isWriteRefusal { refusedWhileUnread = true }
-        if unreadReplies == 0, refusedWhileUnread { close() }
-        return reply
-    }
-
-    /// Connects if needed and appends `commands` to hiredis' output buffer (written by the first read, or by
-    /// `sendWithoutReading`).
-    private func queue(_ commands: [[any RedisArgument]], allowingUnread: Bool = false) throws(RedisError)
-        -> UnsafeMutablePointer<redisContext> {
-        if unreadReplies > 0, !allowingUnread {
-            throw .unexpectedReply("a command was sent while \(unreadReplies) replies were unread")
-        }
         if context == nil { try connect() }
         guard let ctx = context else { throw .io(address: serverAddress, reason: "not connected") }
         for arguments in commands {
@@ -235,16 +181,19 @@ public final class RedisConnection: @unchecked Sendable {
         // A very large command (a bulk enqueue) must not keep its buffer for the connection's lifetime.
         if requestBuffer.capacity > 1 << 20 { requestBuffer = [] }
         roundTrips += 1
-        return ctx
-    }
-
-    /// Reads one reply (writing what is queued first).
-    private func read(_ ctx: UnsafeMutablePointer<redisContext>) throws(RedisError) -> RedisReply {
-        var raw: UnsafeMutableRawPointer?
-        if redisGetReply(ctx, &raw) != REDIS_OK || raw == nil { throw failIO(ctx) }
-        let reply = Self.convert(raw!.assumingMemoryBound(to: redisReply.self))
-        freeReplyObject(raw)
-        return reply
+        var refused = false
+        for index in commands.indices {
+            var raw: UnsafeMutableRawPointer?
+            if redisGetReply(ctx, &raw) != REDIS_OK || raw == nil { throw failIO(ctx) }
+            let reply = Self.convert(raw!.assumingMemoryBound(to: redisReply.self))
+            freeReplyObject(raw)
+            if reply.isWriteRefusal { refused = true }
+            body(index, reply)
+        }
+        // A `READONLY` / `NOREPLICAS` reply: this server is a replica now (a failover demoted it) or a
+        // master cut off from its replicas. Drop the link so the next command reconnects — with
+        // Sentinels, to whichever server is the master now.
+        if refused { close() }
     }
 
     /// Runs `commands` inside MULTI/EXEC in one round trip and returns EXEC's replies.

@@ -85,24 +85,9 @@ final class Fetcher: Sendable {
         waitersDone.wait()
     }
 
-    /// A round (`ReliableQueue.sendRound`) in flight on the fetcher's link (its replies not read yet), with the buffer
-    /// slots reserved for it (`FetchGate`) and not handed over yet.
-    private struct Round {
-        let pending: ReliableQueue.PendingRound
-        var slots: Int
-    }
-
-    /// How many wait rounds (`ReliableQueue.sendRound` fetching nothing) the fetcher keeps in flight on its link once it
-    /// has caught up with its one queue. The next one waits in Redis behind the one whose `BLMOVE` is blocked, and Redis
-    /// runs it as soon as that wait is served — in the push's own event-loop iteration — so a wait is blocked in Redis
-    /// again while the fetcher still reads the reply and hands the job over, and a job pushed meanwhile is handed over
-    /// in its own push's iteration (under AOF `always`, with its push's disk sync) instead of by a fetch a round trip
-    /// and a disk sync later. While a backlog is moved: one fetch round at a time, taking all the room there is.
-    static let roundsInFlightWhenCaughtUp = 2
-
     private func loop() {
         var link = RedisLink(endpoint: endpoint)
-        /// For the unique-job check of jobs a round brought while `link` still has replies to read.
+        /// For the unique-job check of jobs a `fetchThenWait` brought while `link` still waits in `BLMOVE`.
         var checkLink = RedisLink(endpoint: endpoint)
         var backoff = ReconnectBackoff()
         /// Set when the single queue was last seen paused: the plain fetch, with the paused check before any wait, is
@@ -111,15 +96,10 @@ final class Fetcher: Sendable {
         var idleWait = 0.001
         /// Set when a fetch failed: its reply may have been lost after Redis moved jobs.
         var mustReconcile = false
-        /// One queue served: the rounds in flight on `link`, oldest first. Read out before the thread ends (each
-        /// within `blockingFetchTimeout`), and before a reconciliation (which needs no reply on its way).
-        var rounds: [Round] = []
-        /// Whether the last round's fetch found the queue drained (brought fewer jobs than it asked for).
-        var caughtUp = false
         let names = queues.map(\.name)
         let single = names.count == 1 ? names[0] : nil
-        while !thread.shouldStop || !rounds.isEmpty {
-            if rounds.isEmpty, settlements.unwrittenCount >= configuration.settleBacklog {
+        while !thread.shouldStop {
+            if settlements.unwrittenCount >= configuration.settleBacklog {
                 // The settler is behind: more jobs now would only wait, finished, in memory and in flight.
                 settlements.waitUntilBelow(configuration.settleBacklog, timeout: 0.1)
                 continue
@@ -127,7 +107,7 @@ final class Fetcher: Sendable {
             do throws(RedisError) {
                 let conn = try link.connected()
                 if gate.takeReconciliationRequest() { mustReconcile = true }
-                if mustReconcile, rounds.isEmpty {
+                if mustReconcile {
                     // Once no waiter has a wait in flight (FetchGate): a job whose reply is still on its way is not
                     // "unknown".
                     let reclaimed = try gate.reconcile { () throws(RedisError) in
@@ -137,34 +117,48 @@ final class Fetcher: Sendable {
                     mustReconcile = false
                 }
                 let limit = configuration.concurrency + allowedPrefetch()
-                if let single {
-                    // One round trip per round: the fetch, the paused check and a wait for the next job, whose jobs go
-                    // to the pool as soon as the fetch's reply is read (docs/architecture.md, "A job's bytes", step 2).
-                    if !pausedSeen, !mustReconcile {
-                        try sendRounds(&rounds, on: conn, queue: single, limit: limit, caughtUp: caughtUp)
-                    }
-                    if !rounds.isEmpty {
-                        try receiveOldestRound(&rounds, on: conn, checkingOn: &checkLink) { found, rounds throws(RedisError) in
-                            (pausedSeen, caughtUp) = (found.paused, found.caughtUp)
-                            // Waiters wait while the queue is drained; a backlog is moved by batched fetches at a
-                            // fraction of the cost of one wait per job.
-                            gate.noteFetch(caughtUp: found.caughtUp, paused: found.paused)
-                            // The next round goes now (a fetch round's wait may still be open): to wait in Redis behind.
-                            if !found.paused, !mustReconcile {
-                                try sendRounds(&rounds, on: conn, queue: single, limit: limit, caughtUp: found.caughtUp)
-                            }
-                        }
-                        outages.succeeded("Redis")
-                        backoff.reset()
-                        continue
-                    }
-                }
-                var held = gate.reserve(upTo: configuration.fetchBatch, limit: limit)
+                // The fetch's slots, and one for the wait that follows it when one queue is served.
+                var held = gate.reserve(upTo: configuration.fetchBatch + (single == nil ? 0 : 1), limit: limit)
                 if held == 0 {
                     gate.waitForRoom(limit: limit, timeout: 0.1)
                     continue
                 }
                 defer { gate.release(held) }
+                if let single, !pausedSeen, held >= 2 {
+                    // One round trip: the fetch, the paused check and a wait for the next job, whose jobs go to the
+                    // pool as soon as the fetch's reply is read (docs/architecture.md, "A job's bytes", step 2).
+                    var checkFailure: RedisError?
+                    let asked = held - 1
+                    var brought = 0
+                    let (waited, paused) = try ReliableQueue.fetchThenWait(
+                        conn, identity: identity, queue: single, limit: asked,
+                        timeout: configuration.blockingFetchTimeout) { jobs in
+                        brought = jobs.count
+                        do throws(RedisError) {
+                            try deliver(jobs, checkingOn: checkLink.connected(), releasing: asked)
+                            held -= asked
+                        } catch {
+                            checkFailure = error
+                        }
+                    }
+                    if let checkFailure { throw checkFailure }
+                    outages.succeeded("Redis")
+                    backoff.reset()
+                    pausedSeen = paused
+                    // Waiters wait while this fetch found the queue drained; a full fetch means a backlog, which
+                    // batched fetches move at a fraction of the cost of one wait per job.
+                    gate.noteFetch(caughtUp: brought < asked, paused: paused)
+                    if let waited {
+                        // Taken from a paused queue (the wait was sent before the answer was known): it goes back.
+                        if paused {
+                            settlements.giveBack([waited], logger: logger)
+                        } else {
+                            try deliver([waited], checkingOn: conn, releasing: 1)
+                            held -= 1
+                        }
+                    }
+                    continue
+                }
                 var jobs = try ReliableQueue.fetch(conn, identity: identity, queues: queueOrder(), limit: held)
                 if jobs.isEmpty, let single {
                     if try conn.command("SISMEMBER", Keys.paused, single).integer != 0 {
@@ -194,9 +188,6 @@ final class Fetcher: Sendable {
                 try deliver(jobs, checkingOn: conn, releasing: held)
                 held = 0
             } catch {
-                // The rounds' replies are lost with the link: what they moved is put back by the reconciliation.
-                for round in rounds { gate.release(round.slots) }
-                rounds.removeAll()
                 mustReconcile = true
                 let wasConnected = link.isOpen
                 link.drop()
@@ -209,58 +200,6 @@ final class Fetcher: Sendable {
                 backoff.wait { !thread.shouldStop }
             }
         }
-    }
-
-    /// Sends rounds until `roundsInFlightWhenCaughtUp` wait rounds are in flight once caught up (one slot each), or one
-    /// fetch round while a backlog is moved (its fetch asking for all the room there is but the slot its wait takes,
-    /// and never with fewer than two slots); none once stopping or while the settler is behind.
-    private func sendRounds(_ rounds: inout [Round], on conn: RedisConnection, queue: String, limit: Int,
-                            caughtUp: Bool) throws(RedisError) {
-        let depth = caughtUp ? Self.roundsInFlightWhenCaughtUp : 1
-        while rounds.count < depth, !thread.shouldStop, settlements.unwrittenCount < configuration.settleBacklog {
-            let slots = gate.reserve(upTo: caughtUp ? 1 : configuration.fetchBatch + 1, limit: limit)
-            guard slots >= (caughtUp ? 1 : 2) else {
-                gate.release(slots)
-                return
-            }
-            do throws(RedisError) {
-                let pending = try ReliableQueue.sendRound(conn, identity: identity, queue: queue, fetching: slots - 1,
-                                                          timeout: configuration.blockingFetchTimeout)
-                rounds.append(Round(pending: pending, slots: slots))
-            } catch {
-                gate.release(slots)
-                throw error
-            }
-        }
-    }
-
-    /// Reads the oldest round's replies and hands its jobs to the pool: the fetch's as soon as its reply is read, then
-    /// the wait's — or gives that one back when the same round found the queue paused (the wait was sent before the
-    /// answer was known) — and releases the round's slots not handed over. `learned` runs as soon as the round tells
-    /// whether the queue is drained and paused (it may send more rounds): a fetch round's after its fetch, before its
-    /// wait ends; a wait round's after its job was handed over. Unique checks go on `checkLink` (`link` has replies
-    /// still to read).
-    private func receiveOldestRound(_ rounds: inout [Round], on conn: RedisConnection, checkingOn checkLink: inout RedisLink,
-                                    learned: (_ found: (caughtUp: Bool, paused: Bool), _ rounds: inout [Round]) throws(RedisError) -> Void)
-        throws(RedisError) {
-        let pending = rounds[0].pending
-        let (jobs, paused) = try ReliableQueue.receiveFetch(pending, on: conn, identity: identity)
-        if pending.limit > 0 {
-            try deliver(jobs, checkingOn: checkLink.connected(), releasing: pending.limit)
-            rounds[0].slots -= pending.limit
-            try learned((caughtUp: jobs.count < pending.limit, paused: paused), &rounds)
-        }
-        let (waited, left) = try ReliableQueue.receiveWait(pending, on: conn)
-        if let waited {
-            if paused {
-                settlements.giveBack([waited], logger: logger)
-            } else {
-                try deliver([waited], checkingOn: checkLink.connected(), releasing: 1)
-                rounds[0].slots -= 1
-            }
-        }
-        gate.release(rounds.removeFirst().slots)
-        if let left { try learned((caughtUp: left == 0, paused: paused), &rounds) }
     }
 
     /// A waiter (one queue served, `WorkerConfiguration.blockingWaiters` of them): its own connection waits in
