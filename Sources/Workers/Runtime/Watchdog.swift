@@ -39,7 +39,8 @@ final class Watchdog: Sendable {
             for execution in running.all where now > execution.deadline && execution.abandon() {
                 let outcome = pool.runner.timedOut(execution)
                 metrics.jobTimeouts.increment()
-                // Queued before it leaves the running set: a reconciliation reading in between sees it in one of them.
+                // Queued before `remove` drops it from its thread's held list: a reconciliation reading in between
+                // sees it in one of them.
                 settlements.add(.init(job: execution.job, settlement: outcome.settlement, failed: true, processed: true))
                 running.remove(execution)
                 if !flags.isStopping { pool.spawnThread() }
