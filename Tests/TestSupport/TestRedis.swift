@@ -47,23 +47,27 @@ public struct TestRedis: Sendable {
     /// Clients of this database blocked in `BLMOVE` now (`CLIENT LIST`: a worker's fetcher and waiters on a drained
     /// queue).
     public func clientsWaitingInBLMOVE() throws -> Int {
-        let lines = try command("CLIENT", "LIST").string?.split(separator: "\n") ?? []
-        return lines.filter { $0.contains(" db=\(database) ") && $0.contains(" flags=b ") && $0.contains(" cmd=blmove ") }.count
+        try clientsLastInBLMOVE().filter { $0.contains(" flags=b ") }.count
     }
 
-    /// Kills every client of this database that is in `BLMOVE` now (`CLIENT KILL ID`): the wait in flight breaks, as
-    /// when a reply is lost, and the worker's fetcher reconciles. Returns how many it killed.
+    /// Kills every client of this database whose last command is `BLMOVE` (`CLIENT KILL ID`): a wait in flight breaks,
+    /// as when a reply is lost, and the worker's fetcher reconciles. Returns how many it killed.
     @discardableResult
     public func killClientsInBLMOVE() throws -> Int {
         var killed = 0
-        for line in try command("CLIENT", "LIST").string?.split(separator: "\n") ?? []
-        where line.contains(" db=\(database) ") && line.contains(" cmd=blmove ") {
+        for line in try clientsLastInBLMOVE() {
             if let id = line.split(separator: " ").first(where: { $0.hasPrefix("id=") })?.dropFirst(3),
                (try? command("CLIENT", "KILL", "ID", String(id))) != nil {
                 killed += 1
             }
         }
         return killed
+    }
+
+    /// The `CLIENT LIST` lines of this database's clients whose last command is `BLMOVE`.
+    private func clientsLastInBLMOVE() throws -> [Substring] {
+        let lines = try command("CLIENT", "LIST").string?.split(separator: "\n") ?? []
+        return lines.filter { $0.contains(" db=\(database) ") && $0.contains(" cmd=blmove ") }
     }
 
     public func processed() throws -> Int { try int("GET", Keys.statProcessed) }

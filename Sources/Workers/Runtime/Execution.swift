@@ -124,5 +124,4 @@ final class RunningJobs: Sendable {
     var held: [FetchedJob] {
         slots.withLock { Array($0.values) }.flatMap { slot in slot.held.withLock { $0 } }
     }
-
 }
