@@ -27,8 +27,8 @@
 # the figures say where the time goes on a machine where all three share the cores.
 # N: at ~30,000 jobs/s the default 20,000 is 0.7 s, of which the worker's start-up (~50 ms) is part of ours; a run
 # with N=100000 (both sides get the same N) gave the same ratios within the noise (README), so the default stays.
-# PIN_POSTGRES=1: PostgreSQL (all its processes) on CPU 0, and Redis, the worker and pgbench on the other CPUs
-# (taskset), as when the database has a machine of its own; both sides pinned the same way; undone at exit.
+# PIN_POSTGRES=1: PostgreSQL (all its processes) on CPU 0; Redis, the worker, pgbench and the drain clock on the
+# other CPUs (taskset), as when the database has a machine of its own; both sides pinned alike; undone at exit.
 # Uses Redis database DB (default 59) of the private instance and a scratch database pgbench_jobs.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -127,7 +127,7 @@ ours() {
   "${CLIENT[@]}" "$BIN" worker --bench-jobs --concurrency "$CONCURRENCY" "$@" 2>/tmp/bench-pg-worker.log &
   wpid=$!
   # Every job acknowledged: the drain clock with a start condition already met (N + 1), so start-up counts here.
-  python3 bench/drain_clock.py "$REDIS_URL" $((N + 1)) ours >/dev/null
+  "${CLIENT[@]}" python3 bench/drain_clock.py "$REDIS_URL" $((N + 1)) ours >/dev/null
   end=$(date +%s.%N)
   client=$(process_cpu $wpid)
   kill -TERM $wpid; wait $wpid || true
