@@ -8,10 +8,27 @@ import Foundation
 /// (`$1::uuid`, `$2::jsonb`, `$3::timestamptz`) where the context is ambiguous.
 public protocol PostgresBindable: Sendable {
     var postgresText: String? { get }
+    /// Appends the UTF-8 bytes of `postgresText` to `bytes` and returns true, or appends nothing and returns false
+    /// when the value is SQL `NULL`. How statement parameters are built (one buffer per statement); the default goes
+    /// through `postgresText`, and the hot types (strings, arrays) write their bytes straight in.
+    func appendPostgresText(to bytes: inout [UInt8]) -> Bool
+}
+
+extension PostgresBindable {
+    public func appendPostgresText(to bytes: inout [UInt8]) -> Bool {
+        guard let text = postgresText else { return false }
+        bytes.append(contentsOf: text.utf8)
+        return true
+    }
 }
 
 extension String: PostgresBindable {
     public var postgresText: String? { self }
+    public func appendPostgresText(to bytes: inout [UInt8]) -> Bool {
+        var copy = self
+        copy.withUTF8 { bytes.append(contentsOf: $0) }  // contiguous UTF-8 in one copy (native strings already are)
+        return true
+    }
 }
 
 extension Substring: PostgresBindable {
@@ -73,32 +90,70 @@ extension Optional: PostgresBindable where Wrapped: PostgresBindable {
         case .some(let value): return value.postgresText
         }
     }
+
+    public func appendPostgresText(to bytes: inout [UInt8]) -> Bool {
+        switch self {
+        case .none: return false
+        case .some(let value): return value.appendPostgresText(to: &bytes)
+        }
+    }
 }
 
 extension Array: PostgresBindable where Element: PostgresBindable {
     /// A one-dimensional array literal, e.g. `{"a","b\\"c",NULL}`, for `= ANY($1::text[])` and batch
     /// statements. Every element is quoted, so any text is safe; cast the parameter to the element type.
-    /// Built from UTF-8 bytes (a group commit's claim sends three arrays of 50 per group): `"` and `\\` are ASCII
-    /// and never occur inside a multi-byte sequence, so escaping byte by byte escapes exactly those characters.
     public var postgresText: String? {
-        var bytes: [UInt8] = [UInt8(ascii: "{")]
-        bytes.reserveCapacity(2 + count * 28)
-        for (index, element) in enumerated() {
-            if index > 0 { bytes.append(UInt8(ascii: ",")) }
-            guard let value = element.postgresText else {
-                bytes.append(contentsOf: "NULL".utf8)
-                continue
-            }
-            bytes.append(UInt8(ascii: "\""))
-            for byte in value.utf8 {
-                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { bytes.append(UInt8(ascii: "\\")) }
-                bytes.append(byte)
-            }
-            bytes.append(UInt8(ascii: "\""))
-        }
-        bytes.append(UInt8(ascii: "}"))
+        var bytes: [UInt8] = []
+        _ = appendPostgresText(to: &bytes)
         return String(decoding: bytes, as: UTF8.self)
     }
+
+    /// Built from UTF-8 bytes (a group commit's claim sends three arrays of 50 per group): each element's text is
+    /// appended in place and escaped only if it holds a `"` or `\` — both ASCII, never inside a multi-byte sequence,
+    /// so escaping byte by byte escapes exactly those characters. Arrays of strings take a path compiled for
+    /// `String` (this method is reached through the protocol, where the element type is only known at run time).
+    public func appendPostgresText(to bytes: inout [UInt8]) -> Bool {
+        if Element.self == String.self {
+            appendArrayLiteral(unsafeBitCast(self, to: [String].self), to: &bytes)
+        } else {
+            appendArrayLiteral(self, to: &bytes)
+        }
+        return true
+    }
+}
+
+/// `{"e1","e2",NULL}` for `elements` (see `Array.appendPostgresText`).
+private func appendArrayLiteral<Elements: Collection>(_ elements: Elements, to bytes: inout [UInt8])
+where Elements.Element: PostgresBindable {
+    let quote = UInt8(ascii: "\""), backslash = UInt8(ascii: "\\")
+    bytes.append(UInt8(ascii: "{"))
+    var first = true
+    for element in elements {
+        if !first { bytes.append(UInt8(ascii: ",")) }
+        first = false
+        bytes.append(quote)
+        let start = bytes.count
+        guard element.appendPostgresText(to: &bytes) else {
+            bytes.removeLast()  // the opening quote: NULL goes unquoted
+            bytes.append(contentsOf: "NULL".utf8)
+            continue
+        }
+        var escapes = false
+        for index in start..<bytes.count where bytes[index] == quote || bytes[index] == backslash {
+            escapes = true
+            break
+        }
+        if escapes {
+            let raw = [UInt8](bytes[start...])
+            bytes.removeSubrange(start...)
+            for byte in raw {
+                if byte == quote || byte == backslash { bytes.append(backslash) }
+                bytes.append(byte)
+            }
+        }
+        bytes.append(quote)
+    }
+    bytes.append(UInt8(ascii: "}"))
 }
 
 /// A date without time of day (PostgreSQL `date`), e.g. the day an aggregate row is about.

@@ -103,6 +103,30 @@ final class PostgresConnectionTests: XCTestCase {
         XCTAssertThrowsError(try connection.execute("INSERT INTO items (name) VALUES ($1)", ["a\u{0}b"])) { error in
             XCTAssertEqual((error as? PostgresError)?.category, .usage)
         }
+        // In an array element too, and in any parameter position (the message names it).
+        XCTAssertThrowsError(try connection.query("SELECT $1::text AS a, $2::text[] AS b", ["fine", ["x", "y\u{0}"]])) { error in
+            XCTAssertEqual((error as? PostgresError)?.category, .usage)
+            XCTAssertTrue("\(error)".contains("$2"), "\(error)")
+        }
+    }
+
+    /// Parameters of several kinds in one statement (each value's text follows the previous one's in one buffer):
+    /// NULLs between values, quotes and backslashes in array elements, types that go through `postgresText`.
+    func testMixedParametersKeepTheirOwnValues() throws {
+        let day = PostgresDay(year: 2026, month: 11, day: 26)
+        let elements: [String?] = ["a\"b", nil, "c\\d", ""]
+        let row = try XCTUnwrap(try connection.queryFirst("""
+            SELECT $1::text AS first, $2::text IS NULL AS second_null, $3::text[] = ARRAY['a"b', NULL, 'c\\d', '']::text[]
+                   AS same, ($3::text[])[2] IS NULL AS element_null, $4::date = DATE '2026-11-26' AS day, $5::bigint AS n,
+                   $6::text AS last
+            """, ["één", nil, elements, day, Int64(-42), ""]))
+        XCTAssertEqual(try row.string("first"), "één")
+        XCTAssertEqual(try row.bool("second_null"), true)
+        XCTAssertEqual(try row.bool("element_null"), true)
+        XCTAssertEqual(try row.bool("day"), true)
+        XCTAssertEqual(try row.int("n"), -42)
+        XCTAssertEqual(try row.string("last"), "")
+        XCTAssertEqual(try row.bool("same"), true)
     }
 
     func testSeveralStatementsInOneQueryAreRefused() {
