@@ -29,6 +29,10 @@ print("%s: median %s %s (min %s – max %s, %d runs)" % (label, fmt(statistics.m
       fmt(min(values)), fmt(max(values)), len(values)))
 EOF
 }
+# Seconds of CPU Redis has used so far: its main thread and background threads (INFO cpu used_cpu_sys + used_cpu_user).
+redis_cpu() { R info cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.6f\n", s}'; }
+# Seconds of CPU process PID has used so far, all its threads (/proc/PID/stat utime + stime).
+process_cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.6f\n", ($14 + $15) / hz}' "/proc/$1/stat"; }
 # The number that follows KEY in a log line (`KEY=1.2`, `"KEY":"1.2"`, `KEY: 1.2`).
 field() { grep -oE "\"?$1\"?[=:] ?\"?[0-9.]+" | tail -1 | grep -oE '[0-9.]+$'; }
 

@@ -70,10 +70,10 @@ PGBENCH_MAJOR=$("$PGBENCH" --version | grep -oE '[0-9]+' | head -1)   # pipeline
 [ "$PGBENCH_MAJOR" -ge 14 ] || echo "== $PGBENCH is older than 14: no pipelined pgbench row" >&2
 
 # CPU per job, to say where the time goes (both sides the same way; seconds of CPU from /proc, 10 ms ticks, and
-# Redis's INFO): PostgreSQL = every server process (the postmaster's own time, its reaped children's — backends of
-# a finished client — and its live children's, so pgbench's backends that exit with it are counted); Redis = its
-# main thread and background threads (INFO used_cpu_*; pgbench does not use it); client = the worker process, or
-# the pgbench process.
+# Redis's INFO; redis_cpu and process_cpu come from bench/lib.sh): PostgreSQL = every server process (the
+# postmaster's own time, its reaped children's — backends of a finished client — and its live children's, so
+# pgbench's backends that exit with it are counted); Redis = its main thread and background threads (pgbench does
+# not use it); client = the worker process, or the pgbench process.
 TICK=$(getconf CLK_TCK)
 POSTMASTER=$(head -1 "$(P 'SHOW data_directory')/postmaster.pid")
 postgres_cpu() {  # seconds of CPU used so far by the PostgreSQL server, all its processes
@@ -84,8 +84,6 @@ postgres_cpu() {  # seconds of CPU used so far by the PostgreSQL server, all its
   done
   echo "$ticks / $TICK" | bc -l
 }
-redis_cpu() { R info cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.6f", s}'; }
-process_cpu() { awk -v tick="$TICK" '{printf "%.6f", ($14 + $15) / tick}' "/proc/$1/stat"; }
 # record_cpu NAME PG0 PG1 REDIS0 REDIS1 CLIENT: records NAME_pg_us, NAME_redis_us, NAME_client_us (µs per job).
 record_cpu() {
   record "$1_pg_us" "$(echo "($3 - $2) * 1000000 / $N" | bc -l)"
@@ -174,7 +172,7 @@ pgbench_run() {
 }
 
 echo "== machine: $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg); N=$N, RUNS=$RUNS, concurrency $CONCURRENCY (pool $CONCURRENCY connections, $CONCURRENCY pgbench clients)"
-[ "${PIN_POSTGRES:-0}" != 1 ] || echo "== PIN_POSTGRES=1: PostgreSQL on CPU 0; Redis, the worker and pgbench on CPUs 1-$(($(nproc) - 1))"
+[ "${PIN_POSTGRES:-0}" != 1 ] || echo "== PIN_POSTGRES=1: PostgreSQL on CPU 0; Redis, the worker, pgbench and the drain clock on CPUs 1-$(($(nproc) - 1))"
 echo "== PostgreSQL synchronous_commit=$(P 'SHOW synchronous_commit'), fsync=$(P 'SHOW fsync'); $("$PGBENCH" --version)"
 for run in $(seq 1 "$RUNS"); do
   record load "$(cut -d' ' -f1 /proc/loadavg)"

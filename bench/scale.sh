@@ -54,7 +54,6 @@ trap cleanup EXIT
 
 # INFO field of a section, e.g. info memory used_memory.
 info() { R info "$1" | tr -d '\r' | awk -F: -v k="$2" '$1 == k { print $2 }'; }
-redis_cpu() { echo "$(info cpu used_cpu_sys) + $(info cpu used_cpu_user)" | bc -l; }
 # calls and usec of one command since CONFIG RESETSTAT (0 0 if never called).
 cmdstat() {
   local line
@@ -62,8 +61,6 @@ cmdstat() {
   [ -n "$line" ] || { echo "0 0"; return; }
   echo "$line" | sed -E 's/^calls=([0-9]+),usec=([0-9]+),.*/\1 \2/'
 }
-# user + system CPU seconds of a process so far.
-proc_cpu() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"; }
 idle_worker() {  # a worker whose pool has nothing to do: only its housekeeper (the poller) works
   "$BIN" worker --no-database --concurrency 1 --queue scale-idle --poll-interval 1 2>/tmp/bench-scale-worker.log &
   WPID=$!
@@ -110,10 +107,10 @@ for run in $(seq 1 "$RUNS"); do
       [ "$set" = retry ] && R rename schedule retry >/dev/null
       idle_worker
       R config resetstat >/dev/null
-      cpu0=$(redis_cpu); wcpu0=$(proc_cpu "$WPID")
+      cpu0=$(redis_cpu); wcpu0=$(process_cpu "$WPID")
       R zunionstore "$set" 1 "$set" weights 0 >/dev/null   # every score 0: all due at once
       INTERVAL=0.002 python3 bench/counter_clock.py "$REDIS_URL" "$DUE" "$DUE" LLEN queue:default >"$FIGURES/poller"
-      cpu1=$(redis_cpu); wcpu1=$(proc_cpu "$WPID")
+      cpu1=$(redis_cpu); wcpu1=$(process_cpu "$WPID")
       stop_worker
       [ "$(R zcard "$set")" -eq 0 ] || { echo "poller: $set still holds $(R zcard "$set")" >&2; exit 1; }
       read -r calls usec < <(cmdstat evalsha)
@@ -160,9 +157,9 @@ for run in $(seq 1 "$RUNS"); do
     until [ "$(R llen queue:scale-cron)" -ge "$CRON_ENTRIES" ]; do sleep 0.05; done
     sleep 1
     R config resetstat >/dev/null
-    cpu0=$(proc_cpu "$WPID")
+    cpu0=$(process_cpu "$WPID")
     sleep "$CRON_SECONDS"
-    cpu1=$(proc_cpu "$WPID")
+    cpu1=$(process_cpu "$WPID")
     read -r hmget hmget_usec < <(cmdstat hmget)
     read -r fires fires_usec < <(cmdstat evalsha)
     all_calls=$(R info commandstats | tr -d '\r' | grep -oE 'calls=[0-9]+' | cut -d= -f2 | paste -sd+ | bc)
