@@ -25,8 +25,7 @@ extension PostgresBindable {
 extension String: PostgresBindable {
     public var postgresText: String? { self }
     public func appendPostgresText(to bytes: inout [UInt8]) -> Bool {
-        var copy = self
-        copy.withUTF8 { bytes.append(contentsOf: $0) }  // contiguous UTF-8 in one copy (native strings already are)
+        bytes.append(contentsOf: utf8)
         return true
     }
 }
@@ -138,12 +137,7 @@ where Elements.Element: PostgresBindable {
             bytes.append(contentsOf: "NULL".utf8)
             continue
         }
-        var escapes = false
-        for index in start..<bytes.count where bytes[index] == quote || bytes[index] == backslash {
-            escapes = true
-            break
-        }
-        if escapes {
+        if bytes[start...].contains(where: { $0 == quote || $0 == backslash }) {
             let raw = [UInt8](bytes[start...])
             bytes.removeSubrange(start...)
             for byte in raw {
