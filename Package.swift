@@ -11,6 +11,7 @@ import PackageDescription
 //   3 Outbox               transactional enqueue through PostgreSQL (job_outbox), its relay to Redis
 //   2 Queue, Storage, HTTP wire protocol over hiredis / PostgreSQL over libpq / libcurl
 //   1 CHiredis, CLibPQ, CCurl  system-library shims; CivilDate (calendar arithmetic, no dependencies);
+//     Boundary              Bounded: outside numbers clamped or refused, never a trap (no dependencies);
 //     Telemetry             the tracing switch, W3C context, OTLP tracer and batcher (docs/tracing.md)
 let package = Package(
     name: "SwiftWorkers",
@@ -44,16 +45,19 @@ let package = Package(
 
         // Proleptic Gregorian day arithmetic shared by Storage (timestamps) and Scheduler (cron).
         .target(name: "CivilDate"),
+        // The one way a number from outside (payload, header, URL, query string, config) becomes a runtime number:
+        // clamped or refused, never a trap (docs/hostile-input.md). No dependencies; re-exported by Queue.
+        .target(name: "Boundary"),
 
         // Tracing (docs/tracing.md): off unless bootstrapped; the OTLP/HTTP transport lives in HTTP.
         .target(name: "Telemetry", dependencies: [.product(name: "Tracing", package: "swift-distributed-tracing")]),
 
-        .target(name: "Queue", dependencies: ["CHiredis", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
+        .target(name: "Queue", dependencies: ["Boundary", "CHiredis", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
                                               .product(name: "Crypto", package: "swift-crypto")]),
-        .target(name: "Storage", dependencies: ["CLibPQ", "CivilDate", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
+        .target(name: "Storage", dependencies: ["Boundary", "CLibPQ", "CivilDate", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
                                                 .product(name: "Crypto", package: "swift-crypto")],
                 resources: [.copy("Migrations")]),
-        .target(name: "HTTP", dependencies: ["CCurl", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log")]),
+        .target(name: "HTTP", dependencies: ["Boundary", "CCurl", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log")]),
 
         .target(name: "WorkersClient", dependencies: ["Queue", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), ]),
 

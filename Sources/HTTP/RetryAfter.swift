@@ -1,16 +1,26 @@
 import Foundation
+import Boundary
 
 /// A parsed `Retry-After` header (RFC 9110 §10.2.3): either delay-seconds or an HTTP-date.
+///
+/// The header comes from a provider or a proxy, so it is read as any outside number is (`Bounded`): delay-seconds
+/// of any length are clamped to `maxSeconds` (one day) when parsed, and `delay(from:)` never exceeds it either,
+/// whatever date was sent (review M9: 20 digits trapped a worker; 31536000000 held the fleet's geocoding for
+/// 1,000 years). Callers that hold a fleet-wide limit clamp further (`CallLimiter.maxHoldSeconds`).
 public enum RetryAfter: Sendable, Equatable {
     case seconds(Int)
     case date(Date)
+
+    /// The longest wait a `Retry-After` can ask of us: one day.
+    public static let maxSeconds = 86_400
 
     /// Parses `value`; nil when it is neither a non-negative integer nor an HTTP-date
     /// (IMF-fixdate, obsolete RFC 850 or asctime form).
     public init?(headerValue value: String) {
         let v = value.trimmingCharacters(in: .whitespaces)
-        if !v.isEmpty, v.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) {
-            self = .seconds(Int(v) ?? Int.max)
+        if !v.isEmpty, v.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
+           let seconds = Bounded.int(parsing: v, in: 0...Self.maxSeconds) {
+            self = .seconds(seconds)
         } else if let d = HTTPDate.parse(v) {
             self = .date(d)
         } else {
@@ -18,11 +28,11 @@ public enum RetryAfter: Sendable, Equatable {
         }
     }
 
-    /// Seconds to wait from `now` (never negative).
+    /// Seconds to wait from `now`, in `0...maxSeconds`.
     public func delay(from now: Date = Date()) -> TimeInterval {
         switch self {
-        case .seconds(let s): return TimeInterval(s)
-        case .date(let d): return max(0, d.timeIntervalSince(now))
+        case .seconds(let s): return Bounded.seconds(TimeInterval(s), max: TimeInterval(Self.maxSeconds))
+        case .date(let d): return Bounded.seconds(d.timeIntervalSince(now), max: TimeInterval(Self.maxSeconds))
         }
     }
 }

@@ -9,8 +9,23 @@ public struct NewJob: Sendable {
     public var args: [JSONValue]
     public var queue: String
     public var retry: JSONValue
-    /// Extra top-level fields (e.g. `backtrace`, `tags`, `retry_queue`), kept as given.
+    /// Extra top-level fields (e.g. `backtrace`, `tags`, `retry_queue`), kept as given; the runtime's own
+    /// fields (`NewJob.runtimeOwnedFields`) are refused (`EnqueueError.runtimeField`), and `unique_for` is
+    /// clamped to `UniquePolicy.maxSeconds`.
     public var extra: JSONObject
+
+    /// Fields of `runtimeOwnedFields` the runtime itself sets on this job (a batch's `bid`, a unique job's
+    /// `unique_key`; tests of this package simulate a history with them). Not visible outside the package.
+    package var runtimeFields: JSONObject = [:]
+
+    /// Fields only the runtime writes: its counters and failure bookkeeping, a batch's `bid` (set by
+    /// `Batch`), a unique job's `unique_key` (set by `enqueueUnique`). A producer that could set them could
+    /// crash workers (a counter at Int64's limit, review H1), join a batch it does not own, or forge a job's
+    /// history. `workers_enqueue` strips the same list (migration 0016).
+    public static let runtimeOwnedFields: Set<String> = [
+        "retry_count", "interrupted_count", "bid", "unique_key", "error_message", "error_class", "error_backtrace",
+        "failed_at", "retried_at", "raw_payload",
+    ]
 
     public init(_ className: String, args: [JSONValue] = [], queue: String = "default",
                 retry: JSONValue = .bool(true), extra: JSONObject = [:]) {
@@ -29,6 +44,8 @@ public enum EnqueueError: Error, Sendable, CustomStringConvertible, Equatable {
     case invalidRetry(String)
     case invalidTime(String)
     case invalidUnique(String)
+    /// `extra` names a field only the runtime writes (`NewJob.runtimeOwnedFields`).
+    case runtimeField(String)
 
     public var description: String {
         switch self {
@@ -37,6 +54,7 @@ public enum EnqueueError: Error, Sendable, CustomStringConvertible, Equatable {
         case .invalidRetry(let why): return "invalid retry: \(why)"
         case .invalidTime(let why): return "invalid time: \(why)"
         case .invalidUnique(let why): return "invalid uniqueness: \(why)"
+        case .runtimeField(let name): return "extra field \"\(name)\" is written by the runtime only"
         }
     }
 }
@@ -88,14 +106,20 @@ public struct JobClient: Sendable {
         }
     }
 
-    /// Builds the payload Ruby's client would build, in its key order.
+    /// Builds the payload Ruby's client would build, in its key order. `job.runtimeFields` are written after
+    /// `extra` (which may not hold them).
     public static func payload(for job: NewJob, jid: String = Identifiers.jid(), createdAt: Double,
                                enqueuedAt: Double?) throws(EnqueueError) -> JobPayload {
         try validate(job)
         var fields: JSONObject = ["retry": job.retry, "queue": .string(job.queue)]
         for (key, value) in job.extra where fields[key] == nil && !["class", "args", "jid", "at"].contains(key) {
-            fields[key] = value
+            if key == "unique_for", let seconds = value.doubleValue {
+                fields[key] = .double(Bounded.seconds(seconds, max: UniquePolicy.maxSeconds))
+            } else {
+                fields[key] = value
+            }
         }
+        for (key, value) in job.runtimeFields { fields[key] = value }
         fields["class"] = .string(job.className)
         fields["args"] = .array(job.args)
         fields["jid"] = .string(jid)
@@ -110,9 +134,10 @@ public struct JobClient: Sendable {
         try validateQueue(job.queue)
         switch job.retry {
         case .bool: break
-        case .int(let n) where n >= 0: break
-        default: throw .invalidRetry("expected true, false or a non-negative integer, got \(job.retry.serialized())")
+        case .int(let n) where n >= 0 && n <= Int64(Bounded.maxCount): break
+        default: throw .invalidRetry("expected true, false or an integer in 0...\(Bounded.maxCount), got \(job.retry.serialized())")
         }
+        for key in job.extra.keys where NewJob.runtimeOwnedFields.contains(key) { throw .runtimeField(key) }
     }
 
     public static func validateQueue(_ queue: String) throws(EnqueueError) {
@@ -195,7 +220,7 @@ public struct JobClient: Sendable {
     @discardableResult
     public func enqueueMany(_ jobs: [NewJob], at times: [Double]) throws -> [String] {
         guard jobs.count == times.count else { throw EnqueueError.invalidTime("\(jobs.count) jobs but \(times.count) times") }
-        for time in times where !time.isFinite || time < 0 { throw EnqueueError.invalidTime("\(time) is not an epoch time") }
+        for time in times where Bounded.epochSeconds(time) == nil { throw EnqueueError.invalidTime("\(time) is not an epoch time") }
         let now = Clock.now()
         var jids = [String](repeating: "", count: jobs.count)
         var immediate: [(Int, NewJob)] = []

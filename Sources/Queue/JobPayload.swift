@@ -10,6 +10,8 @@ public enum PayloadError: Error, Sendable, Equatable, CustomStringConvertible {
     case invalidClass(String)
     case missingArgs
     case argsNotArray(String)
+    /// A field the runtime computes with holds a value it refuses (a counter at Int64's limit, say).
+    case field(BoundaryError)
 
     public var description: String {
         switch self {
@@ -20,6 +22,7 @@ public enum PayloadError: Error, Sendable, Equatable, CustomStringConvertible {
         case .invalidClass(let why): return "payload \"class\" is invalid: \(why)"
         case .missingArgs: return "payload has no \"args\""
         case .argsNotArray(let type): return "payload \"args\" must be an array, got \(type)"
+        case .field(let error): return "payload \(error)"
         }
     }
 }
@@ -68,8 +71,22 @@ public struct JobPayload: Sendable, Equatable {
         guard !name.isEmpty else { throw .invalidClass("empty string") }
         guard let args = object["args"] else { throw .missingArgs }
         guard case .array = args else { throw .argsNotArray(args.typeName) }
+        // The run-time counters are the runtime's own (a producer never sets them): a value the runtime could not
+        // add 1 to, or not an integer at all, makes the job unreadable, so it goes to dead with this reason
+        // instead of trapping in the runner or in every process's orphan sweep (review H1).
+        for (field, range) in Self.runtimeCounters {
+            if case .failure(let error) = Bounded.checkedInt(object[field], field: field, in: range) {
+                throw .field(error)
+            }
+        }
         fields = object
     }
+
+    /// The counters the runtime increments, with the range `init(validating:)` checks them against. `retry_count` may
+    /// be -1: Sidekiq's "retry now" (`SortedEntry#retry`, and ours) decrements it after the first failure's 0.
+    public static let runtimeCounters: [(field: String, range: ClosedRange<Int>)] = [
+        ("retry_count", -1...Bounded.maxCount), ("interrupted_count", 0...Bounded.maxCount),
+    ]
 
     public func serialized() -> String { JSONValue.object(fields).serialized() }
 
@@ -96,24 +113,29 @@ public struct JobPayload: Sendable, Equatable {
         case nil, .null?: return .unspecified
         case .bool(true)?: return .enabled
         case .bool(false)?: return .disabled
-        case .int(let n)?: return .limit(Int(clamping: n))
+        case .int(let n)?: return .limit(Bounded.int(n, in: 0...Bounded.maxCount))
         default: return .enabled  // Ruby: any other truthy value (e.g. 5.0) means "retry, default max"
         }
     }
 
-    public var retryCount: Int? { fields["retry_count"]?.intValue.map { Int(clamping: $0) } }
-    /// Epoch seconds, whether the payload holds float seconds or Sidekiq 8's integer milliseconds.
-    public var createdAt: Double? { TimestampUnit.seconds(fields["created_at"]) }
-    public var enqueuedAt: Double? { TimestampUnit.seconds(fields["enqueued_at"]) }
-    public var failedAt: Double? { TimestampUnit.seconds(fields["failed_at"]) }
-    public var retriedAt: Double? { TimestampUnit.seconds(fields["retried_at"]) }
+    /// `retry_count`, clamped into `-1...Bounded.maxCount` (a parsed payload never holds more; one built from
+    /// `fields` by hand may), so `count + 2` never overflows.
+    public var retryCount: Int? { fields["retry_count"]?.intValue.map { Bounded.int($0, in: -1...Bounded.maxCount) } }
+    /// Epoch seconds, whether the payload holds float seconds or Sidekiq 8's integer milliseconds; nil (unknown)
+    /// when absent, not a number, or not a time between 1970 and 9999 (`Bounded.epochSeconds`), so a reader can
+    /// subtract it from now and convert the difference to an integer.
+    public var createdAt: Double? { Bounded.epochSeconds(TimestampUnit.seconds(fields["created_at"])) }
+    public var enqueuedAt: Double? { Bounded.epochSeconds(TimestampUnit.seconds(fields["enqueued_at"])) }
+    public var failedAt: Double? { Bounded.epochSeconds(TimestampUnit.seconds(fields["failed_at"])) }
+    public var retriedAt: Double? { Bounded.epochSeconds(TimestampUnit.seconds(fields["retried_at"])) }
     /// Sidekiq 7.1.3+'s `retry_for`: seconds after the first failure during which failures are retried
-    /// (a finite number; anything else counts as absent).
+    /// (a finite number, clamped into `0...Bounded.maxIntervalSeconds`; anything else counts as absent).
     public var retryFor: Double? {
         guard let seconds = fields["retry_for"]?.doubleValue, seconds.isFinite else { return nil }
-        return seconds
+        return Bounded.seconds(seconds, max: Bounded.maxIntervalSeconds)
     }
-    public var interruptedCount: Int { fields["interrupted_count"]?.intValue.map { Int(clamping: $0) } ?? 0 }
+    /// `interrupted_count`, clamped into `0...Bounded.maxCount` like `retryCount`.
+    public var interruptedCount: Int { fields["interrupted_count"]?.intValue.map { Bounded.int($0, in: 0...Bounded.maxCount) } ?? 0 }
     public var retryQueue: String? { fields["retry_queue"]?.stringValue }
     /// `dead: false` keeps an exhausted job out of the dead set.
     public var allowsDead: Bool { fields["dead"]?.boolValue ?? true }

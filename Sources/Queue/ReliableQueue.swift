@@ -245,13 +245,15 @@ public enum ReliableQueue {
             let members = reply.array ?? []
             if members.isEmpty { return total }
             var arguments: [any RedisArgument] = [set]
-            var invalid: [[UInt8]] = []
+            var invalid: [(raw: [UInt8], reason: String)] = []
             for member in members {
                 guard let raw = member.bytes else { continue }
-                guard var payload = try? JobPayload(parsing: raw) else {
-                    invalid.append(raw)
+                let parsed: JobPayload
+                do { parsed = try JobPayload(parsing: raw) } catch {
+                    invalid.append((raw, error.description))
                     continue
                 }
+                var payload = parsed
                 let queue = payload.queue ?? "default"
                 payload.queue = queue
                 if payload.fields["retry"] == nil { payload.fields["retry"] = .bool(true) }
@@ -263,10 +265,13 @@ public enum ReliableQueue {
                 let moved = try connection.evaluate(Scripts.moveDue, arguments: arguments)
                 total += Int(moved.integer ?? 0)
             }
-            for raw in invalid {
+            for (raw, reason) in invalid {
                 // ZREM first so that only one poller writes the dead entry.
                 let removed = try connection.command("ZREM", set, raw)
-                if removed.integer == 1 { try connection.command("ZADD", Keys.dead, now, raw) }
+                if removed.integer == 1 {
+                    try connection.command("ZADD", Keys.dead, now,
+                                           UnreadableJob.deadEntry(raw: raw, queue: "default", reason: reason, now: now))
+                }
             }
             if members.count < batchSize { return total }
         }
@@ -335,11 +340,15 @@ public enum ReliableQueue {
             var killed = 0
             for job in jobs {
                 guard let raw = job.bytes else { continue }
-                guard var payload = try? JobPayload(parsing: raw) else {
-                    arguments += [raw, "dead", raw]
+                let parsed: JobPayload
+                do { parsed = try JobPayload(parsing: raw) } catch {
+                    // Not a job the runtime can read (review H1: a counter no process could add 1 to crashed every
+                    // sweeper): straight to dead with the reason, whatever its interrupt count.
+                    arguments += [raw, "dead", UnreadableJob.deadEntry(raw: raw, queue: queue, reason: error.description, now: now)]
                     killed += 1
                     continue
                 }
+                var payload = parsed
                 let count = payload.interruptedCount + 1
                 payload.fields["interrupted_count"] = .int(Int64(count))
                 if count >= interruptLimit && interruptLimit > 0 {

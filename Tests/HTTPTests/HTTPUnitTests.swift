@@ -29,6 +29,17 @@ final class HTTPUnitTests: XCTestCase {
         XCTAssertNil(RetryAfter(headerValue: ""))
     }
 
+    func testARetryAfterOfAnyLengthOrDateIsClampedToADay() {
+        let now = Date(timeIntervalSince1970: 784_111_767)
+        // 20 digits read as Int.max trapped `Int(seconds)` in the runner (review M9).
+        XCTAssertEqual(RetryAfter(headerValue: "99999999999999999999"), .seconds(RetryAfter.maxSeconds))
+        XCTAssertEqual(RetryAfter(headerValue: String(repeating: "9", count: 400)), .seconds(RetryAfter.maxSeconds))
+        XCTAssertEqual(RetryAfter(headerValue: "31536000000"), .seconds(RetryAfter.maxSeconds))
+        XCTAssertEqual(RetryAfter(headerValue: "86400"), .seconds(86_400))
+        XCTAssertEqual(RetryAfter(headerValue: "Fri, 31 Dec 9999 23:59:59 GMT")?.delay(from: now), 86_400)
+        XCTAssertEqual(RetryAfter.seconds(Int.max).delay(from: now), 86_400)
+    }
+
     func testClassification() {
         let now = Date(timeIntervalSince1970: 784_111_767)
         XCTAssertEqual(HTTPResponseClass(status: 200), .success)

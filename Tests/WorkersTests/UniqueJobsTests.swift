@@ -72,7 +72,8 @@ final class UniqueJobsTests: XCTestCase {
 
         // Retrying: a failed job keeps its lock in `retry`. Its 5th attempt (retry_count 3 → 4) waits
         // 4⁴ + 15 ≥ 271 s, longer than the 65 s its lock got at fetch: the retry extends the lock past the wait.
-        let fail = NewJob("Fail", args: ["unique"], retry: .int(10), extra: ["retry_count": 3])
+        var fail = NewJob("Fail", args: ["unique"], retry: .int(10))
+        fail.runtimeFields["retry_count"] = 3
         guard case .enqueued(let failing) = try redis.client.enqueueUnique(fail, policy: UniquePolicy(for: 5)) else {
             return XCTFail("first Fail push")
         }
@@ -214,7 +215,9 @@ final class UniqueJobsCrashTests: XCTestCase {
         let policy = UniquePolicy(for: 120)
         let survivor = try redis.client.enqueueUnique(NewJob("Sleep", args: [2500]), policy: policy).jid
         // Interrupted twice already: the next recovery sends it to `dead` (limit 3).
-        let doomed = try redis.client.enqueueUnique(NewJob("Sleep", args: [2600], extra: ["interrupted_count": 2]),
+        var doomedJob = NewJob("Sleep", args: [2600])
+        doomedJob.runtimeFields["interrupted_count"] = 2
+        let doomed = try redis.client.enqueueUnique(doomedJob,
                                                     policy: policy).jid
         let survivorLock = UniqueJobsTests.lock("Sleep", "[2500]")
         let doomedLock = UniqueJobsTests.lock("Sleep", "[2600]")

@@ -111,7 +111,7 @@ public enum Batches {
         jids.reserveCapacity(batch.jobs.count)
         for (index, job) in batch.jobs.enumerated() {
             var job = job
-            job.extra["bid"] = .string(bid)
+            job.runtimeFields["bid"] = .string(bid)
             let jid = Identifiers.jid()
             let payload: JobPayload
             do { payload = try JobClient.payload(for: job, jid: jid, createdAt: now, enqueuedAt: now) } catch {

@@ -14,13 +14,13 @@ extension JobClient {
                               at: Double? = nil) throws -> UniquePush {
         let now = Clock.now()
         let scheduled = at.flatMap { $0 > now ? $0 : nil }
-        if let at, !(at.isFinite && at >= 0) { throw EnqueueError.invalidTime("\(at) is not an epoch time") }
-        guard policy.seconds > 0, policy.seconds.isFinite else {
-            throw EnqueueError.invalidUnique("unique_for must be a positive number of seconds, got \(policy.seconds)")
+        if let at, Bounded.epochSeconds(at) == nil { throw EnqueueError.invalidTime("\(at) is not an epoch time") }
+        guard policy.seconds > 0, policy.seconds <= UniquePolicy.maxSeconds else {
+            throw EnqueueError.invalidUnique("unique_for must be a number of seconds in (0, \(Int(UniquePolicy.maxSeconds))], got \(policy.seconds)")
         }
         var job = job
         let derived = key ?? policy.key?(job.args)
-        for (field, value) in policy.fields(key: derived) { job.extra[field] = value }
+        for (field, value) in policy.fields(key: derived) { job.runtimeFields[field] = value }
         var payload = try Self.payload(for: job, createdAt: now, enqueuedAt: scheduled == nil ? now : nil)
         let lock = UniqueLockKey(payload: payload, policy: policy)  // before the trace fields: they never make a job unique
         // The lock lives on the queue's shard, next to the job it guards (docs/sharding.md).

@@ -151,7 +151,11 @@ public enum UniqueLocks {
     }
 
     /// Milliseconds a lock lives: at least 1 s.
-    static func ttlMilliseconds(_ seconds: Double) -> Int { max(1000, Int((seconds * 1000).rounded(.up))) }
+    /// Milliseconds a lock lives: at least 1 s, at most `UniquePolicy.maxSeconds` plus a scheduled job's delay
+    /// (both clamped where they are read; clamped again here so no value traps, review M1).
+    static func ttlMilliseconds(_ seconds: Double) -> Int {
+        max(1000, Bounded.milliseconds(seconds, maxSeconds: 2 * UniquePolicy.maxSeconds + Bounded.maxIntervalSeconds))
+    }
 
     /// Pushes `payload` (now, or scheduled at `at`) unless `lock` is held; one atomic script.
     /// The lock lives `policy.seconds` (plus the delay for a scheduled job, as Sidekiq Enterprise).

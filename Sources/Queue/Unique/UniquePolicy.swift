@@ -27,12 +27,16 @@ public struct UniquePolicy: Sendable {
         self.key = key
     }
 
-    /// The policy a payload asks for itself (`unique_for` seconds > 0, optional `unique_until`,
-    /// as Sidekiq's Ruby client writes them from `sidekiq_options`), or nil.
+    /// The longest lock a policy may ask for: one year. A payload's `unique_for` above it is clamped to it
+    /// (review M1: `1e300` trapped the fetcher, `1e15` made the settle script's `PEXPIREAT` fail after its `LREM`).
+    public static let maxSeconds: Double = Bounded.maxIntervalSeconds
+
+    /// The policy a payload asks for itself (`unique_for` seconds > 0, clamped to `maxSeconds`, optional
+    /// `unique_until`, as Sidekiq's Ruby client writes them from `sidekiq_options`), or nil.
     public static func requested(by payload: JobPayload) -> UniquePolicy? {
         guard let seconds = payload.fields["unique_for"]?.doubleValue, seconds > 0, seconds.isFinite else { return nil }
         let until = payload.fields["unique_until"]?.stringValue.flatMap(UniqueUntil.init(rawValue:)) ?? .success
-        return UniquePolicy(for: seconds, until: until)
+        return UniquePolicy(for: Bounded.seconds(seconds, max: maxSeconds), until: until)
     }
 
     /// The payload fields that carry this policy (so a worker that fetches the job knows it).

@@ -65,13 +65,19 @@ public enum JobError: Error, Sendable, CustomStringConvertible {
     /// Failed for a reason retrying cannot fix (e.g. configuration): `dead` now.
     case permanent(String)
     /// Failed for now; try again after `seconds` (e.g. a 429's Retry-After). Counts as an attempt.
+    /// The runner waits at most `maxRetryAfterSeconds` (a larger or non-finite value is clamped).
     case retryAfter(seconds: Double, reason: String)
+
+    /// The longest wait a `retryAfter` gets: one day (a provider's 20-digit `Retry-After` must not park a job
+    /// for centuries, review M9).
+    public static let maxRetryAfterSeconds: Double = 86_400
 
     public var description: String {
         switch self {
         case .badInput(let why): return "bad input: \(why)"
         case .permanent(let why): return why
-        case .retryAfter(let seconds, let why): return "\(why) (retry after \(Int(seconds)) s)"
+        case .retryAfter(let seconds, let why):
+            return "\(why) (retry after \(Bounded.int(Bounded.seconds(seconds, max: Self.maxRetryAfterSeconds), in: 0...Int.max)) s)"
         }
     }
 }

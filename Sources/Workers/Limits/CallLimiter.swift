@@ -63,12 +63,16 @@ public final class CallLimiter: Sendable {
         }
     }
 
-    /// Holds the limit back fleet-wide: nobody is admitted for `seconds` (a provider's 429 with Retry-After).
-    /// See `LimitScripts.hold`.
+    /// The longest fleet-wide hold: one hour. A provider's `Retry-After` beyond it (20 digits, or a year) would
+    /// otherwise stop the whole fleet's calls for good (review M9); after an hour one call probes again.
+    public static let maxHoldSeconds: Double = 3_600
+
+    /// Holds the limit back fleet-wide: nobody is admitted for `seconds`, clamped into `0...maxHoldSeconds`
+    /// (a provider's 429 with Retry-After). See `LimitScripts.hold`.
     public func hold(seconds: Double, args: [JSONValue] = []) throws {
         let instance: LimitStore.Instance = (declaration.spec, declaration.instanceKey(args: args))
         try redis.withConnection { connection in
-            try LimitStore.hold(connection, instance, milliseconds: Int((seconds * 1000).rounded(.up)))
+            try LimitStore.hold(connection, instance, milliseconds: Bounded.milliseconds(seconds, maxSeconds: Self.maxHoldSeconds))
         }
     }
 

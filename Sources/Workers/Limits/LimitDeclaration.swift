@@ -33,7 +33,10 @@ public struct LimitDeclaration: Sendable {
         LimitDeclaration(spec: LimitSpec(kind: .bucket, name: name, max: capacity, milliseconds: milliseconds(seconds)), key: key)
     }
 
-    private static func milliseconds(_ seconds: Double) -> Int { Swift.max(1, Int((seconds * 1000).rounded(.up))) }
+    /// A declaration's period in milliseconds: at least 1, at most a year (a period read from configuration).
+    private static func milliseconds(_ seconds: Double) -> Int {
+        Swift.max(1, Bounded.milliseconds(seconds, maxSeconds: Bounded.maxIntervalSeconds))
+    }
 
     /// The Redis instance key for a payload's arguments.
     public func instanceKey(args: [JSONValue]) -> String {

@@ -19,6 +19,8 @@ public final class RuntimeMetrics: Sendable {
     private let handles = Mutex<[String: JobHandles]>([:])
     let busyThreads = Gauge(label: "workers_busy_threads")
     let orphansRecovered = Counter(label: "workers_orphan_jobs_recovered_total")
+    /// 1 while a housekeeper's last shard-map check found another map in use or stranded jobs (`ShardMapCheck`).
+    let shardMapMismatch = Gauge(label: "workers_shard_map_mismatch")
     /// Connection failures by dependency (`Redis` from the runtime's loops, `PostgreSQL` from jobs).
     static func dependencyError(_ dependency: String) {
         Counter(label: "workers_dependency_errors_total", dimensions: [("dependency", dependency)]).increment()

@@ -17,13 +17,18 @@ final class Housekeeper: Sendable {
     private let outages: OutageLog
     private let logger: Logger
     private let thread: RuntimeThread
+    private let shard: Int
+    /// The map this process uses, checked against the shard at every sweep interval (`ShardMapCheck`).
+    private let shardMap: ShardMap?
 
-    /// `shard`: index of the shard `endpoint` is (0 with one Redis); only names the thread. Each
+    /// `shard`: index of the shard `endpoint` is (0 with one Redis). Each
     /// shard has its own housekeeper: its `schedule`/`retry` hold only its queues' jobs, and its
     /// in-flight lists and fetcher heartbeats are there too.
     init(identity: String, configuration: WorkerConfiguration, endpoint: RedisEndpoint, metrics: RuntimeMetrics,
-         outages: OutageLog, logger: Logger, shard: Int = 0) {
+         outages: OutageLog, logger: Logger, shard: Int = 0, shardMap: ShardMap? = nil) {
         thread = RuntimeThread(name: shard == 0 ? "housekeeper" : "housekeeper-\(shard)")
+        self.shard = shard
+        self.shardMap = shardMap
         self.identity = identity
         self.configuration = configuration
         self.endpoint = endpoint
@@ -68,8 +73,24 @@ final class Housekeeper: Sendable {
         }
         if Date() >= nextSweep {
             try sweepOrphans(conn)
+            try checkShardMap(conn)
             nextSweep = Date(timeIntervalSinceNow: configuration.orphanSweepInterval)
         }
+    }
+
+    /// Every sweep interval, whether or not this process holds the sweep lease: another map in use on this shard,
+    /// or jobs stranded on it, log an alert (`shard_map_mismatch`) and set the gauge while they last.
+    private func checkShardMap(_ connection: RedisConnection) throws {
+        guard let shardMap else { return }
+        let finding = try ShardMapCheck.check(connection, map: shardMap, shard: shard,
+                                              freshness: max(120, 4 * configuration.orphanSweepInterval))
+        metrics.shardMapMismatch.record(finding.isEmpty ? 0 : 1)
+        guard !finding.isEmpty else { return }
+        logger.error("shard map mismatch: another map is in use on this shard, or jobs wait where this map sends no worker", metadata: [
+            "alert": "shard_map_mismatch", "shard": "\(shardMap.shards[shard].name)", "map": "\(shardMap.digest)",
+            "other_maps": "\(finding.otherMaps.joined(separator: ","))",
+            "stranded": "\(finding.stranded.map { "\($0.queue)=\($0.jobs) (mapped to \($0.mappedTo))" }.joined(separator: ","))",
+        ])
     }
 
     /// One process in the fleet sweeps per interval (a short lease), taking back the in-flight

@@ -209,8 +209,10 @@ struct JobRunner: Sendable {
         let updated = failed(payload, queue: job.queue, errorClass: errorClass, message: message, now: now)
         let count = (payload.retryCount.map { $0 + 1 }) ?? 0
         if RetryWindow.allowsRetry(payload, retryCount: count, maxRetries: maxRetries, now: now) {
-            var delay = options.backoff.delay(retryCount: count)
-            if case JobError.retryAfter(let seconds, _) = error { delay = max(seconds, 0) }
+            // Both come from outside in the end (a payload's retry_count, a provider's Retry-After): clamped, so the
+            // retry's score and the log line below stay numbers the runtime can convert.
+            var delay = Bounded.seconds(options.backoff.delay(retryCount: count), max: Bounded.maxIntervalSeconds)
+            if case JobError.retryAfter(let seconds, _) = error { delay = Bounded.seconds(seconds, max: JobError.maxRetryAfterSeconds) }
             logger.info("failed; retry scheduled",
                         metadata: ["error": "\(message)", "retry_count": "\(count)", "delay_s": "\(Int(delay))"])
             return Outcome(settlement: .retry(payload: updated, at: Clock.now() + delay), failed: true)
@@ -241,17 +243,9 @@ struct JobRunner: Sendable {
         return payload.serialized()
     }
 
-    /// A payload that is not a job at all is kept in `dead` inside a readable envelope: the reason
-    /// in `error_message` and the original text in `raw_payload`.
+    /// A payload that is not a job at all is kept in `dead` inside a readable envelope (`UnreadableJob`).
     static func wrapUnreadable(_ job: FetchedJob, reason: String) -> String {
-        let now = Clock.now()
-        let fields: JSONObject = [
-            "retry": false, "queue": .string(job.queue), "class": "BadPayload", "args": [],
-            "jid": .string(Identifiers.jid()), "created_at": .double(now), "enqueued_at": .double(now),
-            "error_message": .string(reason), "error_class": "BadPayload", "failed_at": .double(now), "retry_count": 0,
-            "raw_payload": .string(String(decoding: job.raw.prefix(100_000), as: UTF8.self)),
-        ]
-        return JSONValue.object(fields).serialized()
+        UnreadableJob.deadEntry(raw: job.raw, queue: job.queue, reason: reason)
     }
 
     /// The `error_class` of a failure: a fixed name for the runtime's own errors, else the error's

@@ -23,6 +23,8 @@ enum RetryWindow {
     ///   - maxRetries: the count limit that applies without `retry_for`.
     ///   - now: the time of this failure (epoch seconds); it is `failed_at` on a first failure.
     static func allowsRetry(_ payload: JobPayload, retryCount: Int, maxRetries: Int, now: Double) -> Bool {
+        // A count the next read would refuse (`JobPayload.runtimeCounters`) ends the retries here, with the error.
+        guard retryCount < Bounded.maxCount else { return false }
         if let window = payload.retryFor {
             let firstFailure = payload.retryCount == nil ? now : (payload.failedAt ?? now)
             return !(firstFailure + window < now)

@@ -125,5 +125,24 @@ public struct WorkerConfiguration: Sendable {
         }
         guard commitWindow >= 0, commitWindow <= 60 else { throw .invalid("commit window must be within 0...60 s, got \(commitWindow)") }
         guard shutdownTimeout >= 0, pollInterval > 0, orphanSweepInterval > 0 else { throw .invalid("intervals must be positive") }
+        // Every duration is converted to milliseconds or a deadline somewhere; a value of 1e300 or infinity in a
+        // config file would trap there (docs/hostile-input.md). Each gets an upper bound here.
+        let durations: [(String, Double, ClosedRange<Double>)] = [
+            ("prefetch wait", prefetchWait, 0...60), ("idle poll max", idlePollMax, 0...60),
+            ("blocking fetch timeout", blockingFetchTimeout, 0...3_600), ("heartbeat interval", heartbeatInterval, 0...3_600),
+            ("fetcher heartbeat TTL", fetcherHeartbeatTTL, 0...86_400), ("orphan sweep interval", orphanSweepInterval, 0...86_400),
+            ("poll interval", pollInterval, 0...3_600), ("shutdown timeout", shutdownTimeout, 0...86_400),
+            ("default timeout", defaultTimeout ?? 1, 0...Bounded.maxIntervalSeconds),
+        ]
+        for (name, value, range) in durations where !range.contains(value) {
+            throw .invalid("\(name) must be within \(Int(range.lowerBound))...\(Int(range.upperBound)) s, got \(value)")
+        }
+        let counts: [(String, Int, ClosedRange<Int>)] = [
+            ("prefetch", prefetch, 0...100_000), ("fetch batch", fetchBatch, 1...100_000),
+            ("settle backlog", settleBacklog, 1...1_000_000), ("interrupt limit", interruptLimit, 0...1_000),
+        ]
+        for (name, value, range) in counts where !range.contains(value) {
+            throw .invalid("\(name) must be within \(range.lowerBound)...\(range.upperBound), got \(value)")
+        }
     }
 }

@@ -108,7 +108,8 @@ public final class WorkerProcess: @unchecked Sendable {
                                         outages: outages, logger: logger, shard: sharded ? group.shard : nil,
                                         recordsBusyGauge: heartbeats.isEmpty))
             housekeepers.append(Housekeeper(identity: identity, configuration: configuration, endpoint: shardEndpoint,
-                                            metrics: metrics, outages: outages, logger: logger, shard: group.shard))
+                                            metrics: metrics, outages: outages, logger: logger, shard: group.shard,
+                                            shardMap: shardMap))
         }
         self.fetchers = fetchers
         self.heartbeats = heartbeats

@@ -55,21 +55,6 @@ public enum Bounded {
         return value
     }
 
-    /// A JSON integer that must lie in `range`: nil when absent (or JSON null), an error naming `field` when it is
-    /// not an integer or out of range.
-    public static func checkedInt(_ value: JSONValue?, field: String, in range: ClosedRange<Int>) -> Result<Int?, BoundaryError> {
-        switch value {
-        case nil, .null?: return .success(nil)
-        case .int(let n)?:
-            guard n >= Int64(range.lowerBound), n <= Int64(range.upperBound) else {
-                return .failure(BoundaryError(field: field, problem: .outOfRange(String(n), range: range)))
-            }
-            return .success(Int(n))
-        case let other?:
-            return .failure(BoundaryError(field: field, problem: .notAnInteger(other.typeName)))
-        }
-    }
-
     /// A decimal integer from text (a query string, a header, a URL): nil when it is not one; clamped into
     /// `range` when it is one but too large (any number of digits, never a trap).
     public static func int(parsing text: Substring, in range: ClosedRange<Int>) -> Int? {
@@ -125,7 +110,7 @@ public struct BoundaryError: Error, Sendable, Equatable, CustomStringConvertible
 }
 
 extension Comparable {
-    func clamped(to range: ClosedRange<Self>) -> Self {
+    @usableFromInline func clamped(to range: ClosedRange<Self>) -> Self {
         min(max(self, range.lowerBound), range.upperBound)
     }
 }

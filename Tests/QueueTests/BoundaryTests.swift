@@ -1,0 +1,101 @@
+import Queue
+import XCTest
+
+/// `Bounded`, the one way an outside number enters the runtime, and its uses at the wire boundary: a payload's
+/// run-time counters are refused out of range, a producer cannot set the runtime's own fields, client-settable
+/// numbers are clamped (review H1, M1).
+final class BoundaryTests: XCTestCase {
+    func testConversionsAreTotalAndClamped() {
+        let extremes: [Double] = [.nan, .infinity, -.infinity, 1e300, -1e300, Double(Int.max), -Double(Int.max),
+                                  9.3e18, 0, -0.0, 0.5, 1e-300]
+        for value in extremes {
+            let result = Bounded.int(value, in: -10...10)
+            XCTAssertTrue((-10...10).contains(result), "\(value) → \(result)")
+            XCTAssertTrue((0...Int.max).contains(Bounded.int(value, in: 0...Int.max)))
+            XCTAssertTrue((0...3600.0).contains(Bounded.seconds(value, max: 3600)), "\(value)")
+            XCTAssertTrue((0...3_600_000).contains(Bounded.milliseconds(value, maxSeconds: 3600)), "\(value)")
+        }
+        XCTAssertEqual(Bounded.int(Double.nan, in: 3...9), 3)
+        XCTAssertEqual(Bounded.int(Double.infinity, in: 3...9), 9)
+        XCTAssertEqual(Bounded.int(7.9, in: 3...9), 7)
+        XCTAssertEqual(Bounded.int(Int64.min, in: 0...5), 0)
+        XCTAssertEqual(Bounded.milliseconds(0.0001, maxSeconds: 1), 1, "rounded up")
+        XCTAssertNil(Bounded.epochSeconds(-1e300))
+        XCTAssertNil(Bounded.epochSeconds(1e300))
+        XCTAssertNil(Bounded.epochSeconds(-1))
+        XCTAssertEqual(Bounded.epochSeconds(1_700_000_000.5), 1_700_000_000.5)
+    }
+
+    func testDecimalTextOfAnyLengthParsesClampedOrNotAtAll() {
+        XCTAssertEqual(Bounded.int(parsing: "400000000000000000", in: 1...1_000_000), 1_000_000)
+        XCTAssertEqual(Bounded.int(parsing: String(repeating: "9", count: 500), in: 0...Int.max), Int.max)
+        XCTAssertEqual(Bounded.int(parsing: "-" + String(repeating: "9", count: 500), in: -5...5), -5)
+        XCTAssertEqual(Bounded.int(parsing: "42", in: 0...100), 42)
+        XCTAssertEqual(Bounded.int(parsing: "+7", in: 0...100), 7)
+        XCTAssertEqual(Bounded.int(parsing: "-3", in: 0...100), 0)
+        for text in ["", "-", "4e17", "1.5", " 1", "0x10", "١٢"] {
+            XCTAssertNil(Bounded.int(parsing: text, in: 0...100), text)
+        }
+    }
+
+    func testAPayloadWhoseRunTimeCountersAreOutOfRangeIsRefusedWithItsReason() {
+        let refused: [(String, String)] = [
+            (#"{"class":"A","args":[],"retry_count":9223372036854775807}"#,
+             #"payload "retry_count" is 9223372036854775807, outside -1...1000000"#),
+            (#"{"class":"A","args":[],"interrupted_count":-1}"#, #"payload "interrupted_count" is -1, outside 0...1000000"#),
+            (#"{"class":"A","args":[],"retry_count":2.5}"#, #"payload "retry_count" must be an integer, got float"#),
+            (#"{"class":"A","args":[],"interrupted_count":[1]}"#, #"payload "interrupted_count" must be an integer, got array"#),
+        ]
+        for (raw, reason) in refused {
+            XCTAssertThrowsError(try JobPayload(parsing: Array(raw.utf8)), raw) { error in
+                XCTAssertEqual("\(error)", reason)
+            }
+            XCTAssertEqual(UnreadableJob.reason(Array(raw.utf8)), reason)
+        }
+        for raw in [#"{"class":"A","args":[],"retry_count":1000000,"interrupted_count":0}"#,
+                    #"{"class":"A","args":[],"retry_count":null}"#,
+                    #"{"class":"A","args":[],"retry_count":-1}"#] {  // Sidekiq's "retry now" after a first failure
+            XCTAssertNoThrow(try JobPayload(parsing: Array(raw.utf8)), raw)
+        }
+    }
+
+    func testAccessorsNeverHandBackANumberTheRuntimeCannotComputeWith() throws {
+        // A payload built by hand (not parsed) with every extreme still reads within range.
+        let payload = JobPayload(fields: [
+            "class": "A", "args": [], "retry_count": .int(.max), "interrupted_count": .int(.min), "retry": .int(.max),
+            "enqueued_at": .double(-1e300), "created_at": .double(1e300), "failed_at": .int(.max), "retry_for": .double(1e300),
+        ])
+        XCTAssertEqual(payload.retryCount, Bounded.maxCount)
+        XCTAssertEqual(payload.interruptedCount, 0)
+        XCTAssertEqual(payload.retry, .limit(Bounded.maxCount))
+        XCTAssertNil(payload.enqueuedAt)
+        XCTAssertNil(payload.createdAt)
+        XCTAssertNil(payload.failedAt)
+        XCTAssertEqual(payload.retryFor, Bounded.maxIntervalSeconds)
+        let unique = try XCTUnwrap(UniquePolicy.requested(by: JobPayload(fields: ["class": "A", "args": [], "unique_for": .double(1e300)])))
+        XCTAssertEqual(unique.seconds, UniquePolicy.maxSeconds)
+    }
+
+    func testAProducerCannotSetTheRuntimesOwnFields() throws {
+        for field in NewJob.runtimeOwnedFields.sorted() {
+            let job = NewJob("A", extra: [field: .int(9_223_372_036_854_775_807)])
+            XCTAssertThrowsError(try JobClient.payload(for: job, createdAt: 1, enqueuedAt: 1), field) { error in
+                XCTAssertEqual(error as? EnqueueError, .runtimeField(field))
+            }
+        }
+        for field in ["retry_count", "interrupted_count", "bid", "error_message", "error_class", "failed_at", "retried_at"] {
+            XCTAssertTrue(NewJob.runtimeOwnedFields.contains(field), field)
+        }
+        // Client-settable numbers stay, clamped.
+        let payload = try JobClient.payload(for: NewJob("A", extra: ["unique_for": .double(1e300), "tags": ["x"]]),
+                                            createdAt: 1, enqueuedAt: 1)
+        XCTAssertEqual(payload.fields["unique_for"], .double(UniquePolicy.maxSeconds))
+        XCTAssertEqual(payload.fields["tags"], ["x"])
+        XCTAssertThrowsError(try JobClient.payload(for: NewJob("A", retry: .int(.max)), createdAt: 1, enqueuedAt: 1))
+        // The runtime's own path still sets them (a batch's bid).
+        var job = NewJob("A")
+        job.runtimeFields["bid"] = "b1"
+        let batched = try JobClient.payload(for: job, createdAt: 1, enqueuedAt: 1)
+        XCTAssertEqual(batched.fields["bid"], "b1")
+    }
+}
