@@ -55,7 +55,7 @@ final class OutboxFaultTests: XCTestCase {
         for _ in 0..<10 {
             let redis = OutboxShards(map: map, logger: logger)
             defer { redis.close() }
-            _ = try OutboxRelay.relayBatch(database: connection, redis: redis, limit: 500)
+            _ = try? OutboxRelay.relayBatch(database: connection, redis: redis, limit: 500)  // a round may fail; none may repeat
         }
         XCTAssertEqual(try jids(servers.connection(0), "queue:default").sorted(), healthy.sorted(),
                        "each healthy row pushed exactly once while shard b refuses")
