@@ -57,7 +57,7 @@ trap cleanup EXIT
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== redis persistence: appendonly $(R config get appendonly | tail -1), appendfsync $(R config get appendfsync | tail -1)"
 echo "== postgresql persistence: fsync $(Q 'SHOW fsync'), synchronous_commit $(Q 'SHOW synchronous_commit'), wal_sync_method $(Q 'SHOW wal_sync_method')"
-echo "== RATE=$RATE jobs/s for $SECONDS_LOAD s (pgbench, $CLIENTS clients), N=$N rows for the relay throughput, RUNS=$RUNS"
+[ -n "$DURATION" ] || echo "== RATE=$RATE jobs/s for $SECONDS_LOAD s (pgbench, $CLIENTS clients), N=$N rows for the relay throughput, RUNS=$RUNS"
 
 if [ -n "$DURATION" ]; then
   RETENTION="${RETENTION:-600}"
