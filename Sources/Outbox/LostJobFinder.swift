@@ -31,18 +31,20 @@ public struct LostJobSettings: Sendable {
 /// Finds outbox jobs Redis lost (a restart without AOF, a failover to a replica that lagged, an eviction) and
 /// pushes them again.
 ///
-/// A round, holding `pg_try_advisory_xact_lock` so that one relay in the fleet runs it at a time:
-/// 1. deletes rows pushed before the retention window;
-/// 2. reads up to `batchSize` candidates: rows pushed within the window but at least one `interval` ago (most
-///    fresh jobs are still queued or just done: without them most rounds find no candidate and skip step 3),
+/// A round, holding `pg_try_advisory_xact_lock` so that one relay in the fleet runs it at a time (deleting expired
+/// rows is `OutboxRetention`'s job, which runs whether or not the finder does):
+/// 1. reads up to `batchSize` candidates: rows pushed within the window but at least one `interval` ago (most
+///    fresh jobs are still queued or just done: without them most rounds find no candidate and skip step 2),
 ///    of a ledger class, pushed again fewer than `maxPushesAgain` times, with no `job_ledger` row (not done);
-/// 3. asks Redis which of their jids appear in no `queue:*`, `working:queue:*`, `schedule`, `retry` or `dead`
+///    (the test hook `afterCandidates` runs here, between the candidate query and the Redis search);
+/// 2. asks Redis which of their jids appear in no `queue:*`, `working:queue:*`, `schedule`, `retry` or `dead`
 ///    member (`JidSearch`: short paged Lua calls, never one long one; not atomic, so a second pass confirms
 ///    what the first did not find);
-/// 4. reads the ledger again for those (a job that finished between steps 2 and 3 committed its ledger row
+/// 3. reads the ledger again for those (a job that finished between steps 1 and 2 committed its ledger row
 ///    before its acknowledgement removed it from Redis, so it shows up here);
-/// 5. pushes the rest again exactly as the relay does (same jid, `created_at`), and counts it in
-///    `recovered_count` — all in the same transaction.
+/// 4. pushes the rest again exactly as the relay does (same jid, `created_at`), and counts it in
+///    `recovered_count` — all in the same transaction. A shard that is down or refuses costs only its own rows
+///    (they stay candidates for a later round).
 ///
 /// What it cannot see is in docs/outbox.md. Value type; the relay thread owns it and passes its connections.
 struct LostJobFinder {
@@ -50,6 +52,9 @@ struct LostJobFinder {
     let logger: Logger
     /// Where the next round starts (row id); back to 0 after a round that reached the end.
     private var cursor = 0
+    /// Test hook: called on the round's thread with the candidates' jids, after the candidate query and before
+    /// the Redis search (so a test can commit a ledger row exactly there). Nil in production.
+    var afterCandidates: (([String]) -> Void)?
 
     /// Advisory lock key of the finder ("SWKROUTB").
     static let lockKey: Int64 = 0x5357_4B52_4F55_5442
@@ -64,10 +69,10 @@ struct LostJobFinder {
         var checked = 0
         var missing = 0
         var pushedAgain = 0
-        var purged = 0
     }
 
-    mutating func round(database: PostgresConnection, redis: OutboxShards) throws -> Report {
+    mutating func round(database: PostgresConnection, redis: OutboxShards,
+                        maxPayloadBytes: Int = OutboxRelaySettings.defaultMaxPayloadBytes) throws -> Report {
         let settings = self.settings
         var nextCursor = cursor
         let report: Report = try database.transaction { connection in
@@ -75,10 +80,6 @@ struct LostJobFinder {
             guard try connection.queryFirst("SELECT pg_try_advisory_xact_lock($1) AS locked", [Self.lockKey])?
                 .bool("locked") == true else { return report }
             report.ran = true
-            report.purged = try connection.execute("""
-                DELETE FROM job_outbox WHERE id IN (SELECT id FROM job_outbox
-                  WHERE pushed_at < clock_timestamp() - make_interval(secs => $1) LIMIT 10000)
-                """, [settings.retention])
             guard !settings.ledgerClasses.isEmpty else { return report }
             let rows = try connection.query("""
                 SELECT \(OutboxRow.columns) FROM job_outbox o
@@ -94,16 +95,18 @@ struct LostJobFinder {
             nextCursor = rows.count == settings.batchSize ? (rows.last?.id ?? 0) : 0
             report.checked = rows.count
             if rows.isEmpty { return report }
-            let missingInRedis = try redis.missing(rows)  // each row looked for on its queue's shard
+            afterCandidates?(rows.map(\.jid))
+            let missingInRedis = redis.missing(rows)  // each row looked for on its queue's shard
             if missingInRedis.isEmpty { return report }
             let doneSince = Set(try connection.query("SELECT jid FROM job_ledger WHERE jid = ANY($1::text[])",
                                                      [Array(missingInRedis)]).map { try $0.string("jid") })
             let lost = rows.filter { missingInRedis.contains($0.jid) && !doneSince.contains($0.jid) }
             report.missing = lost.count
             if lost.isEmpty { return report }
-            let failed = try redis.push(lost, now: Clock.now())
-            let failedIDs = Set(failed.map { $0.0.id })
-            let pushed = lost.filter { !failedIDs.contains($0.id) }
+            // A row whose shard refuses stays as it was (looked for again next round); one that cannot become a
+            // payload any more is left alone too (it was pushed once, as it was then).
+            let pushed = redis.push(lost, now: Clock.now(), maxPayloadBytes: maxPayloadBytes).pushed
+            if pushed.isEmpty { return report }
             try connection.execute("""
                 UPDATE job_outbox SET recovered_count = recovered_count + 1, recovered_at = clock_timestamp()
                 WHERE id = ANY($1::bigint[])
@@ -116,9 +119,9 @@ struct LostJobFinder {
             logger.debug("outbox: lost-job round", metadata: [
                 "checked": "\(report.checked)", "missing": "\(report.missing)", "pushed_again": "\(report.pushedAgain)"])
         }
-        if report.pushedAgain > 0 || report.purged > 0 {
+        if report.pushedAgain > 0 {
             logger.notice("outbox: jobs Redis lost pushed again", metadata: [
-                "checked": "\(report.checked)", "pushed_again": "\(report.pushedAgain)", "purged": "\(report.purged)"])
+                "checked": "\(report.checked)", "pushed_again": "\(report.pushedAgain)"])
         }
         return report
     }

@@ -79,7 +79,8 @@ struct OutboxRow: Sendable {
         queue = try row.string("queue")
         retry = try row.string("retry")
         extra = try row.string("extra")
-        runAt = try row.decode("run_at", as: Double?.self)
+        // From outside (a row may be inserted without workers_enqueue): ±infinity, NaN or far future clamped.
+        runAt = try row.decode("run_at", as: Double?.self).map { Bounded.seconds($0, max: Bounded.maxEpochSeconds) }
         createdAt = try row.double("created_at")
     }
 
@@ -96,34 +97,44 @@ struct OutboxRow: Sendable {
         return (payload.serialized(), scheduled)
     }
 
-    /// Redis commands that push `rows` (in order: within a queue they run in row order). A row whose
-    /// payload cannot be built is returned in `failed` with the reason, and not pushed.
-    static func pushCommands(_ rows: [OutboxRow], now: Double) -> (commands: [[any RedisArgument]], failed: [(OutboxRow, String)]) {
-        var byQueue: [(queue: String, payloads: [String])] = []
+    /// Redis commands that push `rows` (in order: within a queue they run in row order), each with the rows it
+    /// carries (`SADD queues` carries none). A row whose payload cannot be built, or whose payload is over
+    /// `maxPayloadBytes`, is returned in `refused` with the reason (which names sizes, never content), and not
+    /// pushed.
+    static func pushCommands(_ rows: [OutboxRow], now: Double, maxPayloadBytes: Int)
+        -> (commands: [(command: [any RedisArgument], rows: [OutboxRow])], refused: [(OutboxRow, String)]) {
+        var byQueue: [(queue: String, payloads: [String], rows: [OutboxRow])] = []
         var zadd: [any RedisArgument] = ["ZADD", Keys.schedule]
-        var failed: [(OutboxRow, String)] = []
+        var scheduledRows: [OutboxRow] = []
+        var refused: [(OutboxRow, String)] = []
         for row in rows {
             do {
                 let (json, scheduledAt) = try row.payload(now: now)
+                let bytes = json.utf8.count
+                if bytes > maxPayloadBytes {
+                    throw BoundaryError(field: "payload", problem: .tooLarge(bytes: bytes, limit: maxPayloadBytes))
+                }
                 if let scheduledAt {
                     zadd.append(scheduledAt)
                     zadd.append(json)
+                    scheduledRows.append(row)
                 } else if let index = byQueue.firstIndex(where: { $0.queue == row.queue }) {
                     byQueue[index].payloads.append(json)
+                    byQueue[index].rows.append(row)
                 } else {
-                    byQueue.append((row.queue, [json]))
+                    byQueue.append((row.queue, [json], [row]))
                 }
             } catch {
-                failed.append((row, "\(error)"))
+                refused.append((row, "\(error)"))
             }
         }
-        var commands: [[any RedisArgument]] = []
-        for (queue, payloads) in byQueue {
-            commands.append(["SADD", Keys.queues, queue])
-            commands.append(["LPUSH", Keys.queue(queue)] + payloads)
+        var commands: [(command: [any RedisArgument], rows: [OutboxRow])] = []
+        for (queue, payloads, queueRows) in byQueue {
+            commands.append((["SADD", Keys.queues, queue], []))
+            commands.append((["LPUSH", Keys.queue(queue)] + payloads, queueRows))
         }
-        if zadd.count > 2 { commands.append(zadd) }
-        return (commands, failed)
+        if !scheduledRows.isEmpty { commands.append((zadd, scheduledRows)) }
+        return (commands, refused)
     }
 }
 

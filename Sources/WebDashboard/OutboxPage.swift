@@ -51,11 +51,15 @@ struct OutboxPage: Sendable {
 
     func fragment() -> Fragment {
         let s = summary
+        // Counts stop at OutboxAdmin.exactUpTo (no query reads the whole table); larger totals are estimates.
+        let about = s.estimated ? "≈ " : ""
         let counts = HTML.table(
-            ["Pending", "Oldest pending", "Refused", "Pushed (kept)", "Pushed last hour", "Pushed again", "Last push"],
-            [["<span id=\"outbox-pending\">\(s.pending)</span>", s.oldestPendingAge.map(HTML.duration) ?? "",
-              "<span id=\"outbox-errored\">\(s.errored)</span>", "\(s.pushedKept)", "\(s.pushedLastHour)",
+            ["Live relays", "Pending", "Oldest pending", "Refused", "Pushed (kept)", "Pushed last hour", "Pushed again", "Last push"],
+            [["<span id=\"outbox-live-relays\">\(s.liveRelays)</span>",
+              "<span id=\"outbox-pending\">\(s.pending)</span>", s.oldestPendingAge.map(HTML.duration) ?? "",
+              "<span id=\"outbox-errored\">\(s.errored)</span>", "\(about)\(s.pushedKept)", "\(about)\(s.pushedLastHour)",
               "<span id=\"outbox-recovered\">\(s.recovered)</span>", HTML.time(s.lastPushedAt)]], id: "outbox-summary")
+        let warning = s.noRelayWarning.map { "<p class=\"warning\" id=\"outbox-no-relay\"><strong>\(HTML.escape($0))</strong></p>" } ?? ""
         func rows(_ entries: [OutboxEntry], last: (OutboxEntry) -> [String]) -> [[String]] {
             entries.map { entry in
                 ["\(entry.id)", "<a href=\"/job/\(HTML.urlComponent(entry.jid))\">\(HTML.escape(entry.jid))</a>",
@@ -71,7 +75,9 @@ struct OutboxPage: Sendable {
         }
         return Fragment(title: "Outbox", body: """
             <p class="muted">Jobs enqueued inside PostgreSQL transactions (<code>job_outbox</code>), moved to Redis by the
-            relay; pushed rows are kept for the lost-job finder (docs/outbox.md). This page reloads every 5 s.</p>
+            relay; pushed rows are kept for the lost-job finder (docs/outbox.md). Counts are exact up to
+            \(OutboxAdmin.exactUpTo) rows, estimated (≈) beyond. Reload the page to refresh it.</p>
+            \(warning)
             \(counts)
             \(section("Waiting for the relay (oldest first)", "outbox-pending-rows", ["Run at"],
                       rows(pending) { [HTML.time($0.runAt)] }, empty: "Nothing waiting."))
@@ -79,6 +85,6 @@ struct OutboxPage: Sendable {
                       rows(errored) { [HTML.escape($0.error ?? "")] }, empty: "None refused."))
             \(section("Pushed again by the lost-job finder", "outbox-recovered-rows", ["Times", "Last"],
                       rows(recovered) { ["\($0.recoveredCount)", HTML.time($0.recoveredAt)] }, empty: "None pushed again."))
-            """, refresh: 5)
+            """)
     }
 }

@@ -20,15 +20,37 @@ struct OutboxRelayOptions: ParsableArguments {
     @Option(name: .customLong("lost-job-interval"), help: "Seconds between rounds of the lost-job finder (default 60; 0 turns it off).")
     var lostJobInterval: Double = 60
 
-    @Option(name: .customLong("outbox-retention"), help: "Seconds pushed outbox rows are kept, and so how far back a lost job is found (default 604800 = 7 days).")
+    @Option(name: .customLong("outbox-retention"), help: "Seconds pushed outbox rows are kept, and so how far back a lost job is found (default 604800 = 7 days). Expired rows are deleted by the retention loop, which always runs.")
     var retention: Double = 7 * 86_400
+
+    @Option(name: .customLong("ledger-retention"), help: "Seconds finished job_ledger rows are kept (default 2592000 = 30 days; never less than --outbox-retention). Purged by the same loop.")
+    var ledgerRetention: Double = 30 * 86_400
+
+    @Option(name: .customLong("outbox-retention-interval"), help: "Seconds between retention passes (default 10); a pass deletes in batches until nothing expired is left or its 20 s budget is spent.")
+    var retentionInterval: Double = 10
+
+    @Option(name: .customLong("outbox-max-payload"), help: "Largest job payload, in bytes, the relay pushes (default 1048576); a larger row is marked as an error. SQL's limit is the setting workers.max_payload_bytes.")
+    var maxPayload: Int = OutboxRelaySettings.defaultMaxPayloadBytes
+
+    @Option(name: .customLong("outbox-batch-bytes"), help: "Most bytes of args and extra one relay batch carries (default 16777216).")
+    var batchBytes: Int = OutboxRelaySettings.defaultMaxBatchBytes
 
     func validate() throws {
         if !(1...10_000).contains(batch) { throw ValidationError("--outbox-batch must be within 1...10000") }
-        for value in [pollInterval, lostJobInterval, retention] where !(value.isFinite && value >= 0) {
+        for value in [pollInterval, lostJobInterval, retention, ledgerRetention, retentionInterval]
+        where !(value.isFinite && value >= 0) {
             throw ValidationError("outbox durations must be non-negative numbers")
         }
         if pollInterval < 0.01 { throw ValidationError("--outbox-poll-interval must be at least 0.01") }
+        if retentionInterval < 0.05 { throw ValidationError("--outbox-retention-interval must be at least 0.05") }
+        for (name, value) in [("--outbox-retention", retention), ("--ledger-retention", ledgerRetention)]
+        where !(1...OutboxRetentionSettings.maxRetention).contains(value) {
+            throw ValidationError("\(name) must be within 1...\(Int(OutboxRetentionSettings.maxRetention)) seconds")
+        }
+        for (name, value) in [("--outbox-max-payload", maxPayload), ("--outbox-batch-bytes", batchBytes)]
+        where !(1024...OutboxRelaySettings.maxBytes).contains(value) {
+            throw ValidationError("\(name) must be within 1024...\(OutboxRelaySettings.maxBytes) bytes")
+        }
     }
 
     /// The relay settings; the lost-job finder re-pushes only classes of `registry` that use the ledger.
@@ -36,8 +58,11 @@ struct OutboxRelayOptions: ParsableArguments {
         let ledgerClasses = registry.classNames.filter { registry.options(for: $0)?.usesLedger == true }
         let lostJobs = lostJobInterval > 0
             ? LostJobSettings(interval: lostJobInterval, retention: retention, ledgerClasses: ledgerClasses) : nil
+        let retentionSettings = OutboxRetentionSettings(interval: retentionInterval, outboxRetention: retention,
+                                                        ledgerRetention: ledgerRetention)
         return OutboxRelaySettings(databaseURL: databaseURL, redisURL: redisURL, batchSize: batch,
-                                   pollInterval: pollInterval, lostJobs: lostJobs, shardMap: shardMap)
+                                   pollInterval: pollInterval, lostJobs: lostJobs, shardMap: shardMap,
+                                   retention: retentionSettings, maxPayloadBytes: maxPayload, maxBatchBytes: batchBytes)
     }
 
     /// The relay a worker runs when `--outbox-relay` is given (nil otherwise).

@@ -43,8 +43,10 @@ struct OutboxCommand: ParsableCommand {
                 entries = try kind.map { try OutboxAdmin.entries(connection, $0, limit: limit) } ?? []
             } catch { throw CLIError.runtime("cannot read job_outbox: \(error)") }
             if output.json { return printJSON(Self.json(summary, kind: kind, entries: entries)) }
-            print("pending \(summary.pending)  oldest \(summary.oldestPendingAge.map { Format.duration($0) } ?? "-")  "
-                  + "refused \(summary.errored)  pushed (kept) \(summary.pushedKept)  last hour \(summary.pushedLastHour)  "
+            if let warning = summary.noRelayWarning { print("WARNING: \(warning)") }
+            let about = summary.estimated ? "~" : ""
+            print("relays live \(summary.liveRelays)  pending \(summary.pending)  oldest \(summary.oldestPendingAge.map { Format.duration($0) } ?? "-")  "
+                  + "refused \(summary.errored)  pushed (kept) \(about)\(summary.pushedKept)  last hour \(about)\(summary.pushedLastHour)  "
                   + "pushed again \(summary.recovered)  last push \(Format.time(summary.lastPushedAt))")
             guard let kind else { return }
             if entries.isEmpty { return print("no \(kind.rawValue) rows") }
@@ -61,7 +63,8 @@ struct OutboxCommand: ParsableCommand {
                 "pending": .int(Int64(summary.pending)), "oldest_pending_age": AdminJSON.number(summary.oldestPendingAge),
                 "errored": .int(Int64(summary.errored)), "pushed_kept": .int(Int64(summary.pushedKept)),
                 "pushed_last_hour": .int(Int64(summary.pushedLastHour)), "recovered": .int(Int64(summary.recovered)),
-                "last_pushed_at": Format.iso(summary.lastPushedAt),
+                "last_pushed_at": Format.iso(summary.lastPushedAt), "live_relays": .int(Int64(summary.liveRelays)),
+                "waiting_without_relay": .bool(summary.waitingWithoutRelay), "estimated": .bool(summary.estimated),
             ]
             if let kind {
                 object["list"] = .string(kind.rawValue)
