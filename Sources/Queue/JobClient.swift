@@ -24,7 +24,7 @@ public struct NewJob: Sendable {
     /// history. `workers_enqueue` strips the same list (migration 0016).
     public static let runtimeOwnedFields: Set<String> = [
         "retry_count", "interrupted_count", "bid", "unique_key", "error_message", "error_class", "error_backtrace",
-        "failed_at", "retried_at", "raw_payload",
+        "failed_at", "retried_at", "raw_payload", "overrated", "overrated_at",
     ]
 
     public init(_ className: String, args: [JSONValue] = [], queue: String = "default",

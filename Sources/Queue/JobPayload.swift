@@ -86,6 +86,8 @@ public struct JobPayload: Sendable, Equatable {
     /// be -1: Sidekiq's "retry now" (`SortedEntry#retry`, and ours) decrements it after the first failure's 0.
     public static let runtimeCounters: [(field: String, range: ClosedRange<Int>)] = [
         ("retry_count", -1...Bounded.maxCount), ("interrupted_count", 0...Bounded.maxCount),
+        // A limiter's reschedules so far (Sidekiq Enterprise's `overrated`): `300 × overrated` must not overflow.
+        ("overrated", 0...Bounded.maxCount),
     ]
 
     public func serialized() -> String { JSONValue.object(fields).serialized() }

@@ -45,6 +45,8 @@ final class BoundaryTests: XCTestCase {
             (#"{"class":"A","args":[],"interrupted_count":-1}"#, #"payload "interrupted_count" is -1, outside 0...1000000"#),
             (#"{"class":"A","args":[],"retry_count":2.5}"#, #"payload "retry_count" must be an integer, got float"#),
             (#"{"class":"A","args":[],"interrupted_count":[1]}"#, #"payload "interrupted_count" must be an integer, got array"#),
+            // A limiter's reschedule count: `300 × overrated` trapped at Int64.min.
+            (#"{"class":"A","args":[],"overrated":-9223372036854775808}"#, #"payload "overrated" is -9223372036854775808, outside 0...1000000"#),
         ]
         for (raw, reason) in refused {
             XCTAssertThrowsError(try JobPayload(parsing: Array(raw.utf8)), raw) { error in

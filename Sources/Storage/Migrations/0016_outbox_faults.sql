@@ -17,7 +17,8 @@ $$;
 -- Same signature as 0014 (CREATE OR REPLACE keeps every GRANT given on it). What changed:
 -- * `extra` loses the fields only the runtime writes (a producer setting them could crash or mislead workers:
 --   counters near Int64.max, a foreign batch id, a fake failure): retry_count, interrupted_count, unique_key, bid,
---   error_message, error_class, error_backtrace, failed_at, retried_at, overrated_at. They are stripped
+--   error_message, error_class, error_backtrace, failed_at, retried_at, raw_payload,
+--   overrated, overrated_at (NewJob.runtimeOwnedFields). They are stripped
 --   silently (not refused), like the payload fields the function sets itself (class, args, jid, ...).
 -- * `extra.unique_for`, when a number, is clamped into 0 .. 31536000 (one year).
 -- * `at`: before the epoch (or -infinity) means now; after 9999-12-31T23:59:59Z (or infinity) means then.
@@ -56,7 +57,7 @@ BEGIN
     -- Fields the payload gets from the parameters, then the runtime-owned ones.
     kept := extra - 'class' - 'args' - 'jid' - 'queue' - 'retry' - 'at' - 'created_at' - 'enqueued_at'
                   - 'retry_count' - 'interrupted_count' - 'unique_key' - 'bid' - 'error_message' - 'error_class'
-                  - 'error_backtrace' - 'failed_at' - 'retried_at' - 'overrated_at';
+                  - 'error_backtrace' - 'failed_at' - 'retried_at' - 'raw_payload' - 'overrated' - 'overrated_at';
     IF jsonb_typeof(kept -> 'unique_for') = 'number' THEN
         kept := jsonb_set(kept, '{unique_for}',
                           to_jsonb(least(greatest((kept ->> 'unique_for')::numeric, 0), 31536000)));

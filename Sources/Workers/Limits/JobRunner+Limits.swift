@@ -23,7 +23,7 @@ extension JobRunner {
         }
         switch admission {
         case .admitted(let leases, let atMilliseconds):
-            if let since = payload.fields["overrated_at"]?.doubleValue {
+            if let since = Bounded.epochSeconds(payload.fields["overrated_at"]?.doubleValue) {
                 for declaration in limits.declarations { LimiterMetrics.waited(declaration.spec.name, seconds: Clock.now() - since) }
             }
             for declaration in limits.declarations { LimiterMetrics.admitted(declaration.spec.name) }
@@ -39,13 +39,13 @@ extension JobRunner {
     /// `policy.reschedule` refusals an `OverLimit` failure on the normal retry path.
     func overLimit(_ limit: String, waitSeconds: Double, payload: JobPayload, job: FetchedJob, policy: OverLimitPolicy,
                    options: JobOptions, logger: Logger) -> Outcome {
-        let overrated = Int(payload.fields["overrated"]?.intValue ?? 0)
+        let overrated = Bounded.int(payload.fields["overrated"]?.intValue ?? 0, in: 0...Bounded.maxCount)
         if overrated >= policy.reschedule {
             logger.warning("over limit past its reschedule cap; failing", metadata: ["limit": "\(limit)"])
             return failure(OverLimit(limit: limit, overrated: overrated), payload: payload, job: job,
                            options: options, logger: logger)
         }
-        let delay = max(0, policy.backoff(overrated, waitSeconds))
+        let delay = Bounded.seconds(policy.backoff(overrated, waitSeconds), max: Bounded.maxIntervalSeconds)
         var next = payload
         let now = Clock.now()
         next.fields["overrated"] = .int(Int64(overrated + 1))
