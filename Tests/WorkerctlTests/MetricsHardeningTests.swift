@@ -64,3 +64,37 @@ extension MetricsEndpointTests {
         XCTAssertTrue(scrape.stdout.contains("workers_set_size"), scrape.stdout)
     }
 }
+
+extension MetricsEndpointTests {
+    /// L7: 60,000 names in the `queues` set: `/metrics` exports at most 1,000 queues' gauges and says how many it
+    /// left out; once the names are gone, their gauges are gone from the next scrape.
+    func testManyQueueNamesGiveABoundedScrapeAndVanishedQueuesLoseTheirGauges() throws {
+        let redis = try TestRedis(database: 114)
+        let connection = try redis.connection()
+        for batch in 0..<60 {
+            let names: [any RedisArgument] = (0..<1000).map { "q\(batch * 1000 + $0)" }
+            _ = try connection.send(["SADD", Keys.queues] + names).checked()
+        }
+        try redis.client.enqueueMany((0..<3).map { _ in NewJob("Noop", queue: "idle-big") })
+        let worker = try ChildProcess(executable: TestServices.workerctl,
+                                      arguments: ["worker", "--no-database", "--metrics-port", "0", "--queue", "other"],
+                                      environment: ["REDIS_URL": redis.url, "LOG_LEVEL": "info"])
+        defer { worker.signal(SIGTERM); worker.wait() }
+        let url = try metricsURL(of: worker)
+        let scrape = try get(url)
+        XCTAssertEqual(scrape.code, 200)
+        let sizeLines = scrape.body.split(separator: "\n").filter { $0.hasPrefix("workers_queue_size{") }
+        XCTAssertEqual(sizeLines.count, 1000, "at most 1,000 queues exported")
+        XCTAssertTrue(scrape.body.contains(#"workers_queue_size{queue="idle-big"} 3"#), "the largest queue is among them")
+        XCTAssertTrue(scrape.body.contains("workers_queue_gauges_truncated 59001"), String(scrape.body.suffix(2000)))
+        XCTAssertLessThan(scrape.body.utf8.count, 1_000_000, "a bounded body")
+
+        try redis.command("DEL", Keys.queues)
+        try redis.command("SADD", Keys.queues, "idle-big")
+        let after = try get(url)
+        let remaining = after.body.split(separator: "\n").filter { $0.hasPrefix("workers_queue_size{") }
+        XCTAssertEqual(remaining.count, 1, "the vanished queues' gauges are gone: \(remaining.prefix(3))")
+        XCTAssertTrue(remaining.first?.hasPrefix(#"workers_queue_size{queue="idle-big"} 3"#) ?? false, "\(remaining.prefix(3))")
+        XCTAssertTrue(after.body.contains("workers_queue_gauges_truncated 0"))
+    }
+}
