@@ -69,6 +69,11 @@ extension MetricsEndpointTests {
     /// L7: 60,000 names in the `queues` set: `/metrics` exports at most 1,000 queues' gauges and says how many it
     /// left out; once the names are gone, their gauges are gone from the next scrape.
     func testManyQueueNamesGiveABoundedScrapeAndVanishedQueuesLoseTheirGauges() throws {
+        // Our client accepts only short names of [A-Za-z0-9_.:-]; the 60,000 below come from "another producer".
+        for bad in ["q<i>", "café", "a/b", String(repeating: "q", count: JobClient.maxQueueNameLength + 1)] {
+            XCTAssertThrowsError(try JobClient.validateQueue(bad), bad)
+        }
+        XCTAssertNoThrow(try JobClient.validateQueue("mail.eu-1:low_" + String(repeating: "q", count: 114)))
         let redis = try TestRedis(database: 114)
         let connection = try redis.connection()
         for batch in 0..<60 {
