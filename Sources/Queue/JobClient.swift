@@ -140,10 +140,22 @@ public struct JobClient: Sendable {
         for key in job.extra.keys where NewJob.runtimeOwnedFields.contains(key) { throw .runtimeField(key) }
     }
 
+    /// The longest queue name accepted (review L7: every name becomes a key, a member of `queues`, a metrics label).
+    public static let maxQueueNameLength = 128
+
+    /// A queue name this client accepts: 1 to 128 characters, each an ASCII letter or digit, `_`, `.`, `:` or `-`.
+    /// (Names written by other producers are still read and shown as they are.) The error repeats the name only when
+    /// it is short.
     public static func validateQueue(_ queue: String) throws(EnqueueError) {
         if queue.isEmpty { throw .invalidQueueName("empty") }
+        if queue.utf8.count > maxQueueNameLength {
+            throw .invalidQueueName("\(queue.utf8.count) bytes long, over the limit of \(maxQueueNameLength)")
+        }
         if queue.contains(where: { $0.isWhitespace || $0 == "*" || $0 == "?" || $0 == "[" || $0 == "]" }) {
             throw .invalidQueueName("'\(queue)' contains whitespace or a glob character")
+        }
+        if let bad = queue.unicodeScalars.first(where: { !($0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "_.:-".unicodeScalars.contains($0))) }) {
+            throw .invalidQueueName("'\(queue)' contains '\(bad.escaped(asASCII: true))': use only letters, digits, '_', '.', ':' and '-'")
         }
     }
 

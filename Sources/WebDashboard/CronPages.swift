@@ -58,7 +58,7 @@ extension Pages {
         let history = try store.history(name: name)
         let fields: [(String, String)] = [
             ("Status", record.status.rawValue), ("Cron", record.cron), ("Time zone", record.timezone),
-            ("Class", record.className ?? "-"), ("Queue", record.queue), ("Args", JSONValue.array(record.args).serialized()),
+            ("Class", record.className ?? "-"), ("Queue", record.queue), ("Args", JSONValue.array(record.args.map(ArgsRedactor.redactingSensitiveKeys)).serialized()),
             ("Description", record.description ?? ""), ("Catch-up", record.catchUp ?? "-"), ("Pass tick", record.passTick ?? "-"),
             ("Last tick", record.lastTick ?? "-"), ("Last enqueue", record.lastEnqueueTime ?? "-"),
             ("Next fire (UTC)", record.nextTick(after: now).map(TickFormat.iso8601UTC) ?? "-"),

@@ -1,4 +1,5 @@
 import Foundation
+import Queue
 
 /// Building server-rendered pages. Invariant: every value that did not come from this file's own literals
 /// (a job's args, an error message, a class or queue name, a jid, a hostname) goes through `escape` — the
@@ -60,28 +61,36 @@ enum HTML {
         return "<table\(id.map { " id=\"\(escape($0))\"" } ?? "")><tr>\(head)</tr>\n\(body)</table>"
     }
 
+    /// The one script of the pages: a form with `data-confirm` asks first. The question is read from the attribute
+    /// (HTML-escaped like any value), never written into the script, so no text can become code (review L4).
+    static let confirmHandler = "return confirm(this.dataset.confirm)"
+
     /// A POST form of one button carrying the CSRF token and `fields` (name → value) as hidden inputs.
     static func button(_ label: String, action: String, csrf: String, fields: [(String, String)] = [],
                        confirm: String? = nil) -> String {
         let hidden = ([("csrf", csrf)] + fields).map {
             "<input type=\"hidden\" name=\"\(escape($0.0))\" value=\"\(escape($0.1))\">"
         }.joined()
-        let onsubmit = confirm.map { " onsubmit=\"return confirm('\(escape($0))')\"" } ?? ""
+        let onsubmit = confirm.map { " data-confirm=\"\(escape($0))\" onsubmit=\"\(confirmHandler)\"" } ?? ""
         return "<form class=\"inline\" method=\"post\" action=\"\(escape(action))\"\(onsubmit)>\(hidden)"
             + "<button type=\"submit\" data-action=\"\(escape(label.lowercased()))\">\(escape(label))</button></form>"
     }
 
-    /// Seconds as `1.2 s`, `3 min`, `2 h`, `4 d`.
-    static func duration(_ seconds: Double) -> String {
+    /// Seconds as `1.2 s`, `3 min`, `2 h`, `4 d`; "unknown" for nil or a value that is not finite. Total: any
+    /// Double (a latency from a producer's timestamp) gives text, never a trap (`Bounded.int`).
+    static func duration(_ seconds: Double?) -> String {
+        guard let seconds, seconds.isFinite else { return "unknown" }
         if seconds < 60 { return String(format: "%.1f s", seconds) }
-        if seconds < 3600 { return "\(Int(seconds / 60)) min" }
-        if seconds < 86400 { return "\(Int(seconds / 3600)) h" }
-        return "\(Int(seconds / 86400)) d"
+        if seconds < 3600 { return "\(Bounded.int(seconds / 60, in: 0...Int.max)) min" }
+        if seconds < 86400 { return "\(Bounded.int(seconds / 3600, in: 0...Int.max)) h" }
+        return "\(Bounded.int(seconds / 86400, in: 0...Int.max)) d"
     }
 
-    /// An epoch time as UTC `YYYY-MM-DD HH:MM:SS`.
+    /// An epoch time as UTC `YYYY-MM-DD HH:MM:SS`; "" for nil, "unknown" for a value that is not a time
+    /// (`Bounded.epochSeconds`: a ZSET score of `inf`, a payload's `1e300`).
     static func time(_ epoch: Double?) -> String {
-        guard let epoch else { return "" }
+        guard let raw = epoch else { return "" }
+        guard let epoch = Bounded.epochSeconds(raw) else { return "unknown" }
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")
         formatter.timeZone = TimeZone(identifier: "UTC")

@@ -15,6 +15,18 @@ struct Pages: Sendable {
     let csrf: String
     /// Index of the shard in the server's shard list (0 without sharding).
     let shard: Int
+    /// What this request may read of this shard (review M5): every search, filter and jid lookup of the page takes
+    /// from it, so no GET reads more than `ScanBudget.webEntries` entries or runs past `requestDeadline`.
+    let budget: ScanBudget
+    /// How job arguments and payloads are shown (review M11): secrets and personal data redacted.
+    var redactor: ArgsRedactor = .standard
+
+    /// How long one page may scan Redis (the `ScanBudget` deadline, counted from the request's arrival).
+    static let requestDeadline: Duration = .seconds(10)
+
+    static func requestBudget() -> ScanBudget {
+        ScanBudget(maxEntries: ScanBudget.webEntries, deadline: ContinuousClock.now.advanced(by: requestDeadline))
+    }
 
     /// `HTML.button` with this shard's index among the hidden fields (used by every page file: Pages, CronPages,
     /// BatchPages).
@@ -72,8 +84,12 @@ struct Pages: Sendable {
             """, refresh: 5)
     }
 
+    /// How many queues `/queues` lists (the largest; review L7).
+    static let queueListLimit = 1000
+
     func queues(_ connection: RedisConnection) throws -> Fragment {
-        let rows = try QueueAdmin.list(connection).map { queue -> [String] in
+        let (queues, total) = try QueueAdmin.largest(connection, limit: Self.queueListLimit)
+        let rows = queues.map { queue -> [String] in
             let path = "/queues/\(HTML.urlComponent(queue.name))"
             return ["<a href=\"/jobs/enqueued?queue=\(HTML.urlComponent(queue.name))\">\(HTML.escape(queue.name))</a>",
                     "\(queue.size)", HTML.duration(queue.latency), queue.paused ? "paused" : "",
@@ -81,12 +97,14 @@ struct Pages: Sendable {
                                   : button("Pause", action: path + "/pause", csrf: csrf))
                     + button("Clear", action: path + "/clear", csrf: csrf, confirm: "Delete every job of this queue?")]
         }
+        let cut = total > queues.count
+            ? "<p id=\"cut\">The \(queues.count) largest of \(total) queues (by size); <code>workerctl queues ls</code> lists all.</p>" : ""
         return Fragment(title: "Queues", body: rows.isEmpty ? "<p>No queues.</p>"
-                         : HTML.table(["Queue", "Size", "Latency", "Paused", ""], rows, id: "queues"))
+                         : cut + HTML.table(["Queue", "Size", "Latency", "Paused", ""], rows, id: "queues"))
     }
 
     func jobs(_ connection: RedisConnection, state: JobState, filter: JobFilter, page: PageRequest) throws -> Fragment {
-        let listing = try JobAdmin(connection: connection).list(state, filter: filter, page: page)
+        let listing = try JobAdmin(connection: connection).list(state, filter: filter, page: page, budget: budget)
         let actions = JobAction.allCases.filter { $0.allowedStates.contains(state) }
         let rows = listing.items.map { record -> [String] in
             var cells = [jobLink(record), HTML.escape(record.queue), HTML.escape(argsText(record))]
@@ -124,8 +142,10 @@ struct Pages: Sendable {
             <input name="q" placeholder="text in the job" value="\(HTML.escape(filter.grep ?? ""))">
             <button>Filter</button></form>
             """
+        // After a partial scan the count is of the matches seen so far: the button says "matching" instead.
+        let bulkCount = listing.isPartial ? "matching" : "\(listing.total)"
         let bulk = actions.filter { $0 != .kill || state != .enqueued }.map {
-            button("\($0.rawValue.capitalized) all \(listing.total)", action: "/jobs/\(state.rawValue)/all/\($0.rawValue)",
+            button("\($0.rawValue.capitalized) all \(bulkCount)", action: "/jobs/\(state.rawValue)/all/\($0.rawValue)",
                         csrf: csrf, fields: [("queue", filter.queue ?? ""), ("class", filter.className ?? ""),
                                              ("q", filter.grep ?? "")],
                         confirm: "\($0.rawValue) every \(state.rawValue) job matching the filter?")
@@ -136,6 +156,7 @@ struct Pages: Sendable {
             + (page.number < pages ? " <a href=\"?\(query)&page=\(page.number + 1)\">older →</a>" : "")
         return Fragment(title: "\(state.rawValue.capitalized) jobs (\(listing.total))", body: """
             \(filterForm)
+            \(scanNotice(listing))
             \(listing.total > 0 && state != .busy ? "<p>\(bulk)</p>" : "")
             \(rows.isEmpty ? "<p>No jobs.</p>" : HTML.table(headers, rows, id: "jobs"))
             <p>\(pager)</p>
@@ -144,15 +165,22 @@ struct Pages: Sendable {
 
     func job(_ connection: RedisConnection, jid: String) throws -> Fragment? {
         try JobAdmin.validate(jid: jid)
-        let records = try JobAdmin(connection: connection).find(jid: jid)
-        if records.isEmpty { return nil }
+        let records = try JobAdmin(connection: connection).find(jid: jid, budget: budget)
+        if records.isEmpty {
+            guard budget.exhausted else { return nil }
+            return Fragment(title: "Job \(jid)", body: """
+                <p id="scan">Not found in the \(budget.scanned) entries scanned (the first \(ScanBudget.webEntries) per request).
+                <code>workerctl jobs show JID</code> searches every entry.</p>
+                """)
+        }
         let sections = records.map { record -> String in
             let actions = JobAction.allCases.filter { $0.allowedStates.contains(record.state) }.map {
                 button($0.rawValue.capitalized, action: "/job/\(HTML.urlComponent(jid))/\($0.rawValue)", csrf: csrf,
                             fields: [("state", record.state.rawValue)])
             }.joined()
-            let fields = (record.item ?? [:]).keys.sorted().filter { $0 != "error_backtrace" }.map { key in
-                [HTML.escape(key), "<code>\(HTML.escape(record.item?[key]?.serialized() ?? ""))</code>"]
+            let shown = redactor.item(of: record)
+            let fields = (shown ?? [:]).keys.sorted().filter { $0 != "error_backtrace" }.map { key in
+                [HTML.escape(key), "<code>\(HTML.escape(shown?[key]?.serialized() ?? ""))</code>"]
             }
             var backtrace = ""
             if let payload = record.payload {
@@ -167,28 +195,41 @@ struct Pages: Sendable {
                 <p>\(actions)</p>
                 \(HTML.table(["Field", "Value"], fields, id: "record"))
                 \(backtrace)
-                <h3>Raw</h3><pre>\(HTML.escape(record.rawText))</pre>
+                <h3>Payload <span class="muted">(secrets and personal data redacted)</span></h3><pre>\(HTML.escape(redactor.text(of: record)))</pre>
                 """
         }
         return Fragment(title: "Job \(jid)", body: sections.joined(separator: "\n"))
     }
 
+    /// By jid, else by class (exact, or ActiveJob's wrapped class), across states: the first 50 per state, within
+    /// this request's `budget`. Never by the text of the arguments (review M11): a search term is in the URL (and
+    /// the browser's history), so a receipt or token must not be one; the job lists' `q` filter reads text.
     func search(_ connection: RedisConnection, text: String) throws -> Fragment {
         let admin = JobAdmin(connection: connection)
         var records: [JobRecord] = []
-        if (try? JobAdmin.validate(jid: text)) != nil { records = try admin.find(jid: text) }
+        if (try? JobAdmin.validate(jid: text)) != nil { records = try admin.find(jid: text, budget: budget) }
         if records.isEmpty, !text.isEmpty {
             let firstPage = try PageRequest(number: 1, size: 50)
             for state in [JobState.enqueued, .scheduled, .retry, .dead, .busy] {
-                let byClass = try admin.list(state, filter: JobFilter(className: text), page: firstPage).items
-                records += byClass.isEmpty ? try admin.list(state, filter: JobFilter(grep: text), page: firstPage).items : byClass
+                records += try admin.list(state, filter: JobFilter(className: text), page: firstPage, budget: budget).items
             }
         }
         let rows = records.map { [jobLink($0), HTML.escape($0.location), HTML.escape(argsText($0))] }
+        let notice = budget.exhausted
+            ? "<p id=\"scan\">Scanned \(budget.scanned) entries (the first \(ScanBudget.webEntries) per request) and stopped: narrow the search (a jid, or a class in one state's list with a queue).</p>"
+            : ""
         return Fragment(title: "Search", body: """
-            <p>Jobs whose jid, class or text matches <code>\(HTML.escape(text))</code> (first 50 per state).</p>
+            <p>Jobs whose jid or class is <code>\(HTML.escape(text))</code> (first 50 per state).</p>
+            \(notice)
             \(rows.isEmpty ? "<p>No jobs.</p>" : HTML.table(["Job", "Where", "Arguments"], rows, id: "jobs"))
             """)
+    }
+
+    /// After a scan the budget stopped: how much was read, and what to do.
+    private func scanNotice(_ listing: Page<JobRecord>) -> String {
+        guard listing.isPartial, let scanned = listing.scanned, let available = listing.available else { return "" }
+        return "<p id=\"scan\">Scanned \(scanned) of \(available) entries (the first \(ScanBudget.webEntries) per request): "
+            + "\(listing.total) match among them. Narrow the search (queue, class).</p>"
     }
 
     func processes(_ connection: RedisConnection, now: Double = Clock.now()) throws -> Fragment {
@@ -232,8 +273,9 @@ struct Pages: Sendable {
         return "<a href=\"/job/\(HTML.urlComponent(jid))\">\(name)</a> <span class=\"muted\">\(HTML.escape(jid))</span>"
     }
 
+    /// The record's arguments as shown (`redactor`), cut to 200 characters.
     private func argsText(_ record: JobRecord) -> String {
-        let text = JSONValue.array(record.args ?? []).serialized()
+        let text = JSONValue.array(redactor.args(of: record) ?? []).serialized()
         return text.count > 200 ? String(text.prefix(200)) + "…" : text
     }
 }

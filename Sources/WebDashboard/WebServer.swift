@@ -16,6 +16,9 @@ public struct WebConfiguration: Sendable {
     public var credential: String?
     /// PostgreSQL holding `job_outbox`, for the outbox page; nil: the page says none is configured.
     public var databaseURL: String?
+    /// How job arguments are shown (docs/web.md "Secrets"): the default redacts secrets and personal data; a hook
+    /// per class may hide more.
+    public var redactor: ArgsRedactor = .standard
 
     public init(host: String = "127.0.0.1", port: Int = 9292, shards: ShardMap, credential: String? = nil,
                 databaseURL: String? = nil) {
@@ -26,14 +29,53 @@ public struct WebConfiguration: Sendable {
         self.databaseURL = databaseURL
     }
 
-    /// Loopback hosts: the only ones served without a credential.
+    /// The shortest credential accepted (review L5): 16 characters.
+    public static let minimumCredentialLength = 16
+
+    /// Loopback hosts, the only ones served without a credential: an IPv4 address in 127.0.0.0/8, `::1`, or a name
+    /// every one of whose addresses is one of those (`localhost`). A name is resolved (`getaddrinfo`) as the bind
+    /// will resolve it; a name that does not resolve, or resolves to any other address, is not loopback — so
+    /// `127.example.com` is not loopback, whatever its digits.
     public static func isLoopback(_ host: String) -> Bool {
-        host == "127.0.0.1" || host == "::1" || host == "localhost" || host.hasPrefix("127.")
+        let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        var v4 = in_addr()
+        if inet_pton(AF_INET, bare, &v4) == 1 { return UInt32(bigEndian: v4.s_addr) >> 24 == 127 }
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, bare, &v6) == 1 { return isLoopback(v6) }
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var result: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(bare, nil, &hints, &result) == 0, let first = result else { return false }
+        defer { freeaddrinfo(first) }
+        var entry: UnsafeMutablePointer<addrinfo>? = first
+        var any = false
+        while let current = entry {
+            defer { entry = current.pointee.ai_next }
+            guard let address = current.pointee.ai_addr else { return false }
+            switch Int32(current.pointee.ai_family) {
+            case AF_INET:
+                let ip = address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { $0.pointee.sin_addr }
+                guard UInt32(bigEndian: ip.s_addr) >> 24 == 127 else { return false }
+            case AF_INET6:
+                let ip = address.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { $0.pointee.sin6_addr }
+                guard isLoopback(ip) else { return false }
+            default: return false
+            }
+            any = true
+        }
+        return any
     }
 
-    /// Refuses a host other than loopback without a credential, and an empty credential.
+    private static func isLoopback(_ address: in6_addr) -> Bool {
+        var copy = address
+        return withUnsafeBytes(of: &copy) { bytes in bytes.prefix(15).allSatisfy { $0 == 0 } && bytes[15] == 1 }
+    }
+
+    /// Refuses a host other than loopback without a credential, and a credential shorter than 16 characters.
     public func validate() throws(WebError) {
-        if let credential, credential.isEmpty { throw .emptyCredential }
+        if let credential, credential.count < Self.minimumCredentialLength {
+            throw credential.isEmpty ? .emptyCredential : .weakCredential(minimum: Self.minimumCredentialLength)
+        }
         if credential == nil, !Self.isLoopback(host) { throw .credentialRequired(host: host) }
     }
 }
@@ -41,12 +83,15 @@ public struct WebConfiguration: Sendable {
 public enum WebError: Error, Sendable, CustomStringConvertible, Equatable {
     case credentialRequired(host: String)
     case emptyCredential
+    case weakCredential(minimum: Int)
 
     public var description: String {
         switch self {
         case .credentialRequired(let host):
             return "refusing to serve on \(host) without a credential: set WORKERCTL_WEB_TOKEN or --password-file (only loopback is served without one)"
         case .emptyCredential: return "the web credential is empty"
+        case .weakCredential(let minimum):
+            return "the web credential is too short: use at least \(minimum) characters (e.g. `openssl rand -hex 24`)"
         }
     }
 }
@@ -59,7 +104,8 @@ public enum WebServer {
     public static func run(_ configuration: WebConfiguration, logger: Logger) async throws {
         try configuration.validate()
         let shards = configuration.shards.shards.map {
-            ShardClient(name: $0.name, label: $0.endpoint.description, client: WorkersClient(endpoint: $0.endpoint, maxConnections: 4))
+            ShardClient(name: $0.name, label: $0.endpoint.description,
+                        client: WorkersClient(endpoint: $0.endpoint, maxConnections: 4, maxQueuedCalls: maxQueuedCalls))
         }
         let outbox = configuration.databaseURL.map { OutboxSource(databaseURL: $0) }
         defer {
@@ -67,18 +113,24 @@ public enum WebServer {
             outbox?.shutdown()
         }
         let security = WebSecurity(credential: configuration.credential)
-        let router = makeRouter(shards: shards, security: security, outbox: outbox)
+        let boundPort = BoundPort()
+        let router = makeRouter(shards: shards, security: security, boundPort: boundPort, outbox: outbox,
+                                redactor: configuration.redactor)
         let host = configuration.host
         let app = Application(router: router,
                               configuration: .init(address: .hostname(host, port: configuration.port)),
                               onServerRunning: { channel in
                                   let port = channel.localAddress?.port ?? configuration.port
+                                  boundPort.set(port)
                                   logger.notice("web dashboard listening",
                                                 metadata: ["web_url": "http://\(host.contains(":") ? "[\(host)]" : host):\(port)/"])
                               },
                               logger: logger)
         try await app.runService()
     }
+
+    /// Requests that may wait for a shard's 4 threads; past that the answer is 503 at once (review M5).
+    static let maxQueuedCalls = 32
 
     /// One shard's name, its address for headings, and the client whose threads run its admin calls.
     struct ShardClient: Sendable {
@@ -87,8 +139,11 @@ public enum WebServer {
         let client: WorkersClient
     }
 
-    static func makeRouter(shards: [ShardClient], security: WebSecurity, outbox: OutboxSource? = nil) -> Router<BasicRequestContext> {
+    static func makeRouter(shards: [ShardClient], security: WebSecurity, boundPort: BoundPort,
+                           outbox: OutboxSource? = nil, redactor: ArgsRedactor = .standard) -> Router<BasicRequestContext> {
         let router = Router()
+        router.add(middleware: ResponseHeadersMiddleware())
+        router.add(middleware: OriginMiddleware(security: security, boundPort: boundPort))
         router.add(middleware: CredentialMiddleware(security: security))
         router.add(middleware: AdminErrorMiddleware())
 
@@ -97,8 +152,14 @@ public enum WebServer {
         @Sendable func html(_ render: @escaping @Sendable (Pages, RedisConnection) throws -> Fragment?) async throws -> Response {
             var fragments: [(ShardClient, Fragment)] = []
             for (index, shard) in shards.enumerated() {
-                let pages = Pages(csrf: security.csrfToken, shard: index)
-                if let fragment = try await shard.client.withConnection({ try render(pages, $0) }) { fragments.append((shard, fragment)) }
+                // Each shard's render gets its own budget, counted from now: time spent waiting for a thread counts.
+                let pages = Pages(csrf: security.csrfToken, shard: index, budget: Pages.requestBudget(), redactor: redactor)
+                let fragment = try await onShard(index) { connection -> Fragment? in
+                    // Waited past the deadline (the browser has likely given up): do no work for it.
+                    if pages.budget.isPastDeadline { throw RequestDeadlineExceeded() }
+                    return try render(pages, connection)
+                }
+                if let fragment { fragments.append((shard, fragment)) }
             }
             guard let first = fragments.first?.1 else {
                 return htmlResponse(HTML.page(title: "Not found", body: "<p>Nothing here.</p>"), status: .notFound)
@@ -112,12 +173,21 @@ public enum WebServer {
             return htmlResponse(HTML.page(title: title, body: body, refresh: first.refresh))
         }
 
-        /// The client of the shard a form names (`shard`, the index its page rendered it with).
-        @Sendable func client(_ form: [String: String]) throws -> WorkersClient {
-            guard let index = Int(form["shard"] ?? "0"), shards.indices.contains(index) else {
+        /// The index of the shard a form names (`shard`, the index its page rendered it with; read through Bounded).
+        @Sendable func shardIndex(_ form: [String: String]) throws -> Int {
+            guard let index = Bounded.int(parsing: form["shard"] ?? "0", in: -1...shards.count), shards.indices.contains(index) else {
                 throw HTTPError(.badRequest, message: "unknown shard")
             }
-            return shards[index].client
+            return index
+        }
+
+        /// Runs `body` on a thread of shard `index` with one of its connections. A Redis failure becomes
+        /// `ShardUnavailable` naming the shard (a 503 page, review L3).
+        @Sendable func onShard<T: Sendable>(_ index: Int, _ body: @escaping @Sendable (RedisConnection) throws -> T) async throws -> T {
+            let shard = shards[index]
+            do { return try await shard.client.withConnection(body) } catch let error as RedisError {
+                throw ShardUnavailable(name: shard.name, label: shard.label, error: error)
+            }
         }
 
         router.get("/") { _, _ in try await html { try $0.dashboard($1) } }
@@ -144,7 +214,10 @@ public enum WebServer {
             let query = request.uri.queryParameters
             let filter = JobFilter(queue: nonEmpty(query.get("queue")), className: nonEmpty(query.get("class")),
                                    grep: nonEmpty(query.get("q")))
-            let page = try PageRequest(number: query.get("page").flatMap(Int.init) ?? 1, size: 25)
+            // A page number from the URL is read through Bounded (any digits, never a trap) and clamped into
+            // 1...PageRequest.maxNumber: `?page=400000000000000000` shows an empty last page, not a crash.
+            let number = query.get("page").flatMap { Bounded.int(parsing: $0, in: 1...PageRequest.maxNumber) } ?? 1
+            let page = try PageRequest(number: number, size: 25)
             return try await html { try $0.jobs($1, state: state, filter: filter, page: page) }
         }
         router.get("/job/:jid") { _, context in
@@ -167,7 +240,7 @@ public enum WebServer {
             let form = try await verifiedForm(request, context: context, security: security)
             let name = try pathParameter(context, "name")
             let action = try context.parameters.require("action")
-            try await client(form).withConnection { connection in
+            try await onShard(try shardIndex(form)) { connection in
                 switch action {
                 case "pause": _ = try QueueAdmin.pause(connection, name: name)
                 case "resume": _ = try QueueAdmin.resume(connection, name: name)
@@ -175,14 +248,14 @@ public enum WebServer {
                 default: throw HTTPError(.notFound)
                 }
             }
-            return redirect(form["back"] ?? "/queues")
+            return redirect(form["back"], fallback: "/queues")
         }
         router.post("/job/:jid/:action") { request, context in
             let form = try await verifiedForm(request, context: context, security: security)
             let jid = try pathParameter(context, "jid")
             guard let action = JobAction(rawValue: try context.parameters.require("action")) else { throw HTTPError(.notFound) }
             let state = form["state"].flatMap { JobState(name: $0) }
-            try await client(form).withConnection { connection in
+            try await onShard(try shardIndex(form)) { connection in
                 _ = try JobAdmin(connection: connection).perform(action, jid: jid, in: state.map { [$0] })
             }
             return redirect(state.map { "/jobs/\($0.rawValue)" } ?? "/")
@@ -192,7 +265,7 @@ public enum WebServer {
             guard let state = JobState(name: try context.parameters.require("state")),
                   let action = JobAction(rawValue: try context.parameters.require("action")) else { throw HTTPError(.notFound) }
             let filter = JobFilter(queue: nonEmpty(form["queue"]), className: nonEmpty(form["class"]), grep: nonEmpty(form["q"]))
-            try await client(form).withConnection { connection in
+            try await onShard(try shardIndex(form)) { connection in
                 _ = try JobAdmin(connection: connection).performAll(action, state: state, filter: filter)
             }
             return redirect("/jobs/\(state.rawValue)")
@@ -206,15 +279,15 @@ public enum WebServer {
             case "stop": signal = .stop
             default: throw HTTPError(.notFound)
             }
-            try await client(form).withConnection { _ = try ProcessAdmin.send(signal, to: identity, $0) }
+            try await onShard(try shardIndex(form)) { _ = try ProcessAdmin.send(signal, to: identity, $0) }
             return redirect("/processes")
         }
         router.post("/cron/:name/:action") { request, context in
             let form = try await verifiedForm(request, context: context, security: security)
             let name = try CronAction.validName(try pathParameter(context, "name"))
             guard let action = CronAction(rawValue: try context.parameters.require("action")) else { throw HTTPError(.notFound) }
-            try await client(form).withConnection { try action.perform(CronStore(connection: $0), name: name, now: Date()) }
-            return redirect(form["back"] ?? "/cron")
+            try await onShard(try shardIndex(form)) { try action.perform(CronStore(connection: $0), name: name, now: Date()) }
+            return redirect(form["back"], fallback: "/cron")
         }
         return router
     }
@@ -237,28 +310,116 @@ public enum WebServer {
     }
 
     static func htmlResponse(_ html: String, status: HTTPResponse.Status = .ok) -> Response {
-        Response(status: status, headers: [.contentType: "text/html; charset=utf-8",
-                                           .init("X-Content-Type-Options")!: "nosniff",
-                                           .init("Content-Security-Policy")!: "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; frame-ancestors 'none'"],
+        Response(status: status, headers: [.contentType: "text/html; charset=utf-8"],
                  body: .init(byteBuffer: ByteBuffer(string: html)))
     }
 
-    /// 303 to a path of this dashboard (only a local path is followed: no open redirect).
-    static func redirect(_ path: String) -> Response {
-        let target = path.hasPrefix("/") && !path.hasPrefix("//") ? path : "/"
-        return Response(status: .seeOther, headers: [.location: target])
+    /// A short plain-text answer (refusals before any page is rendered: no CSRF token, nothing from the request).
+    static func textResponse(_ text: String, status: HTTPResponse.Status) -> Response {
+        Response(status: status, headers: [.contentType: "text/plain; charset=utf-8"],
+                 body: .init(byteBuffer: ByteBuffer(string: text + "\n")))
+    }
+
+    /// 303 to `path` when it is one of this dashboard's own pages (`localPath`), else to `fallback` (review L1:
+    /// no open redirect through a form's `back`).
+    static func redirect(_ path: String?, fallback: String = "/") -> Response {
+        Response(status: .seeOther, headers: [.location: path.flatMap(localPath) ?? fallback])
+    }
+
+    /// The first path segments of the dashboard's pages.
+    static let pageRoots: Set<String> = ["", "queues", "jobs", "job", "processes", "cron", "batches", "batch", "limits",
+                                         "unique", "outbox", "search"]
+
+    /// `path` when it is a path of this dashboard: starts with one `/`, its first segment is a page's
+    /// (`pageRoots`), and it holds only URL characters (ASCII letters, digits, `-._~%/?=&+`; so no `\`, no `//`,
+    /// no scheme, no space or control character). nil otherwise (`/\evil.example/x`, `//evil.example`, `https://…`).
+    static func localPath(_ path: String) -> String? {
+        guard path.hasPrefix("/"), !path.contains("//") else { return nil }
+        let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~%/?=&+".unicodeScalars)
+        guard path.unicodeScalars.allSatisfy({ allowed.contains($0) }) else { return nil }
+        let first = path.dropFirst().prefix { $0 != "/" && $0 != "?" }
+        return pageRoots.contains(String(first)) ? path : nil
     }
 
     static func nonEmpty(_ text: String?) -> String? { (text?.isEmpty ?? true) ? nil : text }
 }
 
+/// The headers every answer carries — pages, redirects, refusals and errors alike (an `HTTPError` thrown by a
+/// handler is turned into its response here, so it gets them too): `nosniff`, `Cache-Control: no-store`,
+/// `Referrer-Policy: same-origin`, the CSP (`frame-ancestors 'none'`).
+/// A header name (`HTTPTypes.HTTPField.Name`, reached through Hummingbird's exports).
+typealias FieldName = HTTPFields.Element.Name
+
+struct ResponseHeadersMiddleware: RouterMiddleware {
+    typealias Context = BasicRequestContext
+
+    static let headers: [(FieldName, String)] = [
+        (FieldName("X-Content-Type-Options")!, "nosniff"),
+        // Pages show jobs' payloads and the CSRF token: never kept by a browser or proxy cache (review M11).
+        (.cacheControl, "no-store"),
+        // Not `no-referrer`: under it a browser sends `Origin: null` with the pages' own POSTs, which the origin check
+        // refuses. `same-origin` keeps every URL (a jid, a filter) from other sites and still names the origin here.
+        (FieldName("Referrer-Policy")!, "same-origin"),
+        (FieldName("Content-Security-Policy")!,
+         "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; frame-ancestors 'none'"),
+    ]
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        var response: Response
+        do { response = try await next(request, context) } catch let error as any HTTPResponseError {
+            response = try error.response(from: request, context: context)
+        }
+        for (name, value) in Self.headers { response.headers[name] = value }
+        return response
+    }
+}
+
+/// DNS rebinding and cross-site posts (review M4). Without a credential, every request must name this dashboard
+/// in `Host`: `127.0.0.1`, `localhost` or `[::1]` with the bound port — else 421 (a rebound name is another
+/// site's). Every POST must come from the dashboard's own pages (`WebSecurity.isSameOrigin`: `Sec-Fetch-Site`
+/// same-origin when sent, `Origin` equal to `Host` when sent) — else 403. Both answers are plain text: no page,
+/// no CSRF token, nothing from the request.
+struct OriginMiddleware: RouterMiddleware {
+    typealias Context = BasicRequestContext
+    let security: WebSecurity
+    let boundPort: BoundPort
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        let authority = request.head.authority
+        if security.credential == nil {
+            // A second Host header stays in headerFields (the first became `authority`): refused as ambiguous.
+            guard WebSecurity.isLoopbackAuthority(authority, port: boundPort.port), !request.headers.contains(where: { $0.name.canonicalName == "host" }) else {
+                return WebServer.textResponse(
+                    "misdirected request: without a credential this dashboard answers only to Host 127.0.0.1, localhost or [::1] on its own port",
+                    status: .misdirectedRequest)
+            }
+        }
+        if request.method == .post {
+            let fetchSite = FieldName("Sec-Fetch-Site").flatMap { request.headers[$0] }
+            guard WebSecurity.isSameOrigin(origin: request.headers[.origin], fetchSite: fetchSite, authority: authority) else {
+                return WebServer.textResponse("cross-site request refused: post from the dashboard's own pages", status: .forbidden)
+            }
+        }
+        return try await next(request, context)
+    }
+}
+
 /// Refuses (401, with a Basic challenge so a browser asks) every request without the credential, when one is set.
+/// Guessing is throttled (review L5): past `FailureThrottle.limit` refusals in its window, every request is answered
+/// 429 (with `Retry-After`) without the credential being compared, until the window ends — a guesser learns nothing
+/// more, at the price of locking the dashboard for the rest of that window.
 struct CredentialMiddleware: RouterMiddleware {
     typealias Context = BasicRequestContext
     let security: WebSecurity
+    let throttle = FailureThrottle()
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        guard security.credential != nil else { return try await next(request, context) }
+        if let wait = throttle.blockedFor() {
+            return Response(status: .tooManyRequests, headers: [.retryAfter: String(wait)])
+        }
         guard security.authorizes(request.headers[.authorization]) else {
+            throttle.recordFailure()
             return Response(status: .unauthorized, headers: [.wwwAuthenticate: "Basic realm=\"workerctl web\", charset=\"UTF-8\""])
         }
         return try await next(request, context)
@@ -288,10 +449,40 @@ struct AdminErrorMiddleware: RouterMiddleware {
             case .unusableEntry: return Self.refusal(error.description, status: .conflict)
             case .unexpectedReply: throw error
             }
+        } catch let error as ShardUnavailable {
+            return Self.refusal(error.description, status: .serviceUnavailable)
+        } catch is BlockingThreadsFull {
+            return Self.refusal("The dashboard is busy (too many requests wait for Redis); try again in a moment.",
+                                status: .serviceUnavailable)
+        } catch is RequestDeadlineExceeded {
+            return Self.refusal("The request waited too long for Redis; try again in a moment.", status: .serviceUnavailable)
         }
     }
 
     static func refusal(_ message: String, status: HTTPResponse.Status) -> Response {
         WebServer.htmlResponse(HTML.page(title: "Not done", body: "<p>\(HTML.escape(message))</p>"), status: status)
+    }
+}
+
+/// A page's render started after its deadline (`Pages.requestDeadline`): answered 503, nothing read.
+struct RequestDeadlineExceeded: Error {}
+
+/// A shard's Redis failed while serving a page or an action (down, unreachable, refusing commands): answered 503
+/// with a page naming the shard and its address (review L3). The reason is the connection error's text (an address
+/// and the system's reason, never a password: `RedisEndpoint.description` is redacted); a reply Redis sent is not
+/// repeated (it may hold job data).
+struct ShardUnavailable: Error, CustomStringConvertible {
+    let name: String
+    let label: String
+    let error: RedisError
+
+    var description: String {
+        let reason: String
+        switch error {
+        case .connectionFailed, .io, .invalidURL: reason = error.description
+        case .server(let message): reason = "Redis refused the command (\(message.split(separator: " ").first ?? "error"))"
+        case .unexpectedReply: reason = "Redis sent an unexpected reply"
+        }
+        return "Shard \(name) (\(label)) is unavailable: \(reason). The page is shown again once it answers."
     }
 }

@@ -11,18 +11,24 @@ import Tracing
 /// the order they were submitted. After `shutdown()` the threads finish what is queued, then
 /// exit; later submissions fail with `WorkersClientError.shutDown`.
 ///
+/// Invariant: at most `maxQueued` calls wait for a thread; a call past that fails at once with
+/// `BlockingThreadsFull` (a web server answers 503) instead of growing the queue without bound.
+///
 /// Public so that other blocking clients of an async program (libpq calls of the web dashboard) run the
 /// same way instead of on a second kind of thread pool.
 public final class BlockingThreads: @unchecked Sendable {
     public let count: Int
     public let name: String
+    /// The most calls that may wait for a thread (not counting those running).
+    public let maxQueued: Int
     private let condition = NSCondition()
     private var work: [@Sendable () -> Void] = []
     private var isShutDown = false
 
-    public init(count: Int, name: String) {
+    public init(count: Int, name: String, maxQueued: Int = .max) {
         self.count = max(1, count)
         self.name = name
+        self.maxQueued = max(0, maxQueued)
         for index in 0..<self.count {
             let threadName = "\(name)-\(index)"
             // Named from inside (a name set before start() does not reach the OS thread on Linux; 15 bytes at
@@ -42,7 +48,8 @@ public final class BlockingThreads: @unchecked Sendable {
 
     /// Runs `body` on one of the threads and resumes the caller with its result. A task already
     /// cancelled is not submitted (`CancellationError`); once submitted, the call runs to its end
-    /// (a Redis command cannot be taken back half-way).
+    /// (a Redis command cannot be taken back half-way). Throws `BlockingThreadsFull` when
+    /// `maxQueued` calls already wait.
     public func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try Task.checkCancellation()
         // The caller's span (a task-local) is bound again on the thread, so an enqueue span descends from it.
@@ -54,8 +61,19 @@ public final class BlockingThreads: @unchecked Sendable {
                     return try ServiceContext.withValue(context) { try body() }
                 })
             }
-            if !accepted { continuation.resume(throwing: WorkersClientError.shutDown) }
+            switch accepted {
+            case .accepted: break
+            case .shutDown: continuation.resume(throwing: WorkersClientError.shutDown)
+            case .full: continuation.resume(throwing: BlockingThreadsFull(name: name, queued: maxQueued))
+            }
         }
+    }
+
+    /// Calls waiting for a thread now (not counting those running).
+    public var waiting: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return work.count
     }
 
     /// Stops the threads once the queued work is done. Idempotent.
@@ -66,13 +84,16 @@ public final class BlockingThreads: @unchecked Sendable {
         condition.unlock()
     }
 
-    private func submit(_ item: @escaping @Sendable () -> Void) -> Bool {
+    private enum Submission { case accepted, shutDown, full }
+
+    private func submit(_ item: @escaping @Sendable () -> Void) -> Submission {
         condition.lock()
         defer { condition.unlock() }
-        if isShutDown { return false }
+        if isShutDown { return .shutDown }
+        if work.count >= maxQueued { return .full }
         work.append(item)
         condition.signal()
-        return true
+        return .accepted
     }
 
     private func loop() {
@@ -88,4 +109,18 @@ public final class BlockingThreads: @unchecked Sendable {
             item()
         }
     }
+}
+
+/// `BlockingThreads.run` refused a call: `queued` calls already wait for one of the `name` threads. Says nothing
+/// about the call itself (no argument, no data).
+public struct BlockingThreadsFull: Error, Sendable, Equatable, CustomStringConvertible {
+    public let name: String
+    public let queued: Int
+
+    public init(name: String, queued: Int) {
+        self.name = name
+        self.queued = queued
+    }
+
+    public var description: String { "\(name): \(queued) calls already wait for a thread; try again later" }
 }

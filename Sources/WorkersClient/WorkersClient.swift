@@ -51,11 +51,13 @@ public final class WorkersClient: Sendable {
     let threads: BlockingThreads
 
     /// Opens no connection yet: connections are opened on first use, up to `maxConnections`.
-    public init(endpoint: RedisEndpoint, maxConnections: Int = 8, commandTimeout: Double = 10) {
+    /// `maxQueuedCalls`: how many calls may wait for a thread; past that a call throws `BlockingThreadsFull` at
+    /// once (the web dashboard answers 503). Unbounded by default.
+    public init(endpoint: RedisEndpoint, maxConnections: Int = 8, commandTimeout: Double = 10, maxQueuedCalls: Int = .max) {
         shards = ShardPools(map: ShardMap(single: endpoint), maxConnections: maxConnections, commandTimeout: commandTimeout)
         pool = shards.pools[0]
         jobs = JobClient(pool: pool)
-        threads = BlockingThreads(count: pool.maxConnections, name: "WClient")
+        threads = BlockingThreads(count: pool.maxConnections, name: "WClient", maxQueued: maxQueuedCalls)
     }
 
     /// Several Redis shards (docs/sharding.md): each enqueue goes to its queue's shard, with at most

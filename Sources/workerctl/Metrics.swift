@@ -169,26 +169,56 @@ final class ReadinessProbe: @unchecked Sendable {
     }
 }
 
-/// Queue sizes and latency, and the scheduled/retry/dead sizes, read from Redis at scrape time
-/// (only the scrape thread touches the connection).
+/// Queue sizes and latency, and the scheduled/retry/dead sizes, read from Redis at scrape time.
+///
+/// Bounded (review L7): at most `maxQueues` queues get gauges per scrape — the largest
+/// (`QueueAdmin.largest`); `workers_queue_gauges_truncated` says how many others there are (0 normally). The
+/// gauges of a queue that is gone from the `queues` set, or no longer among the exported, are removed from the
+/// registry, so the scrape's size follows the queues that exist, not every name ever seen.
+///
+/// Threading: only the metrics server's serving thread calls `refresh` (it alone touches `connection` and
+/// `exported`).
 final class QueueGauges: @unchecked Sendable {
+    static let maxQueues = 1000
+
     private let endpoint: RedisEndpoint
     private var connection: RedisConnection?
+    /// The per-queue gauges registered by earlier scrapes, by queue name.
+    private var exported: [String: (size: CoreMetrics.Gauge, latency: CoreMetrics.Gauge?)] = [:]
 
     init(endpoint: RedisEndpoint) { self.endpoint = endpoint }
 
     func refresh() {
         do {
             if connection == nil { connection = try RedisConnection(endpoint: endpoint, commandTimeout: 2) }
-            let stats = try Stats.load(connection!)
-            for queue in stats.queues {
-                Gauge(label: "workers_queue_size", dimensions: [("queue", queue.name)]).record(queue.size)
-                Gauge(label: "workers_queue_latency_seconds", dimensions: [("queue", queue.name)]).record(queue.latency)
+            let connection = connection!
+            let (queues, total) = try QueueAdmin.largest(connection, limit: Self.maxQueues)
+            var current: [String: (size: CoreMetrics.Gauge, latency: CoreMetrics.Gauge?)] = [:]
+            for queue in queues {
+                let size = Gauge(label: "workers_queue_size", dimensions: [("queue", queue.name)])
+                size.record(queue.size)
+                var latency: CoreMetrics.Gauge?
+                if let seconds = queue.latency {
+                    latency = Gauge(label: "workers_queue_latency_seconds", dimensions: [("queue", queue.name)])
+                    latency?.record(seconds)
+                } else {
+                    exported[queue.name]?.latency?.destroy()  // unknown now: no stale value
+                }
+                current[queue.name] = (size, latency)
             }
-            Gauge(label: "workers_set_size", dimensions: [("set", "scheduled")]).record(stats.scheduled)
-            Gauge(label: "workers_set_size", dimensions: [("set", "retry")]).record(stats.retries)
-            Gauge(label: "workers_set_size", dimensions: [("set", "dead")]).record(stats.dead)
-            Gauge(label: "workers_processes").record(stats.processes)
+            for (name, gauges) in exported where current[name] == nil {
+                gauges.size.destroy()
+                gauges.latency?.destroy()
+            }
+            exported = current
+            Gauge(label: "workers_queue_gauges_truncated").record(total - queues.count)
+            let sets = try connection.pipeline([["ZCARD", Keys.schedule], ["ZCARD", Keys.retry], ["ZCARD", Keys.dead],
+                                                ["SCARD", Keys.processes]])
+            for reply in sets { try reply.checked() }
+            Gauge(label: "workers_set_size", dimensions: [("set", "scheduled")]).record(Int(sets[0].integer ?? 0))
+            Gauge(label: "workers_set_size", dimensions: [("set", "retry")]).record(Int(sets[1].integer ?? 0))
+            Gauge(label: "workers_set_size", dimensions: [("set", "dead")]).record(Int(sets[2].integer ?? 0))
+            Gauge(label: "workers_processes").record(Int(sets[3].integer ?? 0))
         } catch {
             connection?.close()
             connection = nil

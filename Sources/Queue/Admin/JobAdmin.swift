@@ -69,16 +69,20 @@ public struct JobAdmin: Sendable {
 
     // MARK: Reading
 
-    /// Every entry with this jid in `states` (in that order). Usually zero or one.
-    public func find(jid: String, in states: [JobState] = JobAdmin.searchOrder) throws -> [JobRecord] {
+    /// Every entry with this jid in `states` (in that order). Usually zero or one. With a `budget`, the search
+    /// reads at most that many entries in all (then `budget.exhausted` says the answer may be incomplete).
+    public func find(jid: String, in states: [JobState] = JobAdmin.searchOrder, budget: ScanBudget? = nil) throws -> [JobRecord] {
         try Self.validate(jid: jid)
         var found: [JobRecord] = []
         for state in states {
             switch state {
             case .scheduled, .retry, .dead:
-                found += try SortedJobSet(state).find(connection, jid: jid)
+                found += try SortedJobSet(state).find(connection, jid: jid, budget: budget)
             case .enqueued:
-                for name in try QueueAdmin.names(connection) { found += try JobQueue(name).find(connection, jid: jid) }
+                for name in try QueueAdmin.names(connection) {
+                    if budget.remaining <= 0 { budget?.stop(); break }
+                    found += try JobQueue(name).find(connection, jid: jid, budget: budget)
+                }
             case .busy:
                 found += try WorkSet.all(connection).filter { $0.jid == jid }
             }
@@ -95,15 +99,24 @@ public struct JobAdmin: Sendable {
     }
 
     /// One page of jobs in `state`. Sorted sets: highest score first; enqueued: queues by name,
-    /// each newest first; busy: oldest start first.
-    public func list(_ state: JobState, filter: JobFilter = JobFilter(), page: PageRequest) throws -> Page<JobRecord> {
+    /// each newest first; busy: oldest start first. A filtered listing reads the entries in chunks and keeps only
+    /// the page; with a `budget` it reads at most that many (then `Page.isPartial`).
+    public func list(_ state: JobState, filter: JobFilter = JobFilter(), page: PageRequest,
+                     budget: ScanBudget? = nil) throws -> Page<JobRecord> {
         switch state {
         case .scheduled, .retry, .dead:
-            return try SortedJobSet(state).page(connection, filter: filter, page: page)
+            return try SortedJobSet(state).page(connection, filter: filter, page: page, budget: budget)
         case .enqueued:
-            if let queue = filter.queue { return try JobQueue(queue).page(connection, filter: filter, page: page) }
+            if let queue = filter.queue { return try JobQueue(queue).page(connection, filter: filter, page: page, budget: budget) }
             if filter.isEmpty { return try enqueuedPage(page) }
-            return paginate(try all(.enqueued, filter: filter), page)
+            let names = try QueueAdmin.names(connection)
+            let sizes = try connection.pipeline(names.map { ["LLEN", Keys.queue($0)] }).map { Int($0.integer ?? 0) }
+            return try Page.filtered(page, filter: filter, available: sizes.reduce(0, +)) { (body) throws(RedisError) in
+                for name in names {
+                    if budget.remaining <= 0 { budget?.stop(); return }
+                    try JobQueue(name).forEach(connection, budget: budget, body)
+                }
+            }
         case .busy:
             return paginate(try all(.busy, filter: filter), page)
         }

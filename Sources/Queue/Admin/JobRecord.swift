@@ -102,11 +102,13 @@ public struct JobRecord: Sendable {
     public var retryCount: Int64? { item?["retry_count"]?.intValue }
     public var errorClass: String? { item?["error_class"]?.stringValue }
     public var errorMessage: String? { item?["error_message"]?.stringValue }
-    /// Times in epoch seconds, from float seconds or Sidekiq 8's integer milliseconds (`TimestampUnit`).
-    public var enqueuedAt: Double? { TimestampUnit.seconds(item?["enqueued_at"]) }
-    public var createdAt: Double? { TimestampUnit.seconds(item?["created_at"]) }
-    public var failedAt: Double? { TimestampUnit.seconds(item?["failed_at"]) }
-    public var retriedAt: Double? { TimestampUnit.seconds(item?["retried_at"]) }
+    /// Times in epoch seconds, from float seconds or Sidekiq 8's integer milliseconds (`TimestampUnit`); nil when
+    /// absent or not a time (`Bounded.epochSeconds`: not finite, before 1970, after 9999), so a producer's
+    /// `"enqueued_at":1e300` reads as unknown, never as a number a reader could trap on.
+    public var enqueuedAt: Double? { Bounded.epochSeconds(TimestampUnit.seconds(item?["enqueued_at"])) }
+    public var createdAt: Double? { Bounded.epochSeconds(TimestampUnit.seconds(item?["created_at"])) }
+    public var failedAt: Double? { Bounded.epochSeconds(TimestampUnit.seconds(item?["failed_at"])) }
+    public var retriedAt: Double? { Bounded.epochSeconds(TimestampUnit.seconds(item?["retried_at"])) }
     /// When it last failed: `retried_at`, else `failed_at`.
     public var lastFailureAt: Double? { retriedAt ?? failedAt }
 
@@ -147,15 +149,23 @@ public struct JobFilter: Sendable, Equatable {
 }
 
 /// A page request: `number` from 1, `size` entries per page.
+///
+/// Invariant: `1 <= number <= maxNumber` and `1 <= size <= maxSize`, so `offset` and `lastIndex` are at most
+/// about 10^9 and no arithmetic on them can overflow (a page number read from a URL goes through
+/// `Bounded.int(parsing:in: 1...maxNumber)` first).
 public struct PageRequest: Sendable, Equatable {
-    public var number: Int
-    public var size: Int
+    public let number: Int
+    public let size: Int
 
     public static let maxSize = 1000
+    /// The highest page number served (10^6): far past any real listing, far below overflow.
+    public static let maxNumber = 1_000_000
 
-    /// Throws `AdminError.invalidArgument` unless `number >= 1` and `1 <= size <= 1000`.
+    /// Throws `AdminError.invalidArgument` unless `1 <= number <= 1000000` and `1 <= size <= 1000`.
     public init(number: Int = 1, size: Int = 25) throws(AdminError) {
-        guard number >= 1 else { throw .invalidArgument("page must be 1 or more, got \(number)") }
+        guard (1...Self.maxNumber).contains(number) else {
+            throw .invalidArgument("page must be within 1...\(Self.maxNumber), got \(number)")
+        }
         guard (1...Self.maxSize).contains(size) else {
             throw .invalidArgument("page size must be within 1...\(Self.maxSize), got \(size)")
         }
@@ -163,37 +173,64 @@ public struct PageRequest: Sendable, Equatable {
         self.size = size
     }
 
-    public var offset: Int { (number - 1) * size }
+    /// Index of the page's first entry. Saturates instead of trapping (it cannot overflow given the invariant).
+    public var offset: Int {
+        let (product, overflow) = (number - 1).multipliedReportingOverflow(by: size)
+        return overflow ? Int.max : product
+    }
+
+    /// Index of the page's last entry (`offset + size - 1`), saturating.
+    public var lastIndex: Int {
+        let (sum, overflow) = offset.addingReportingOverflow(size - 1)
+        return overflow ? Int.max : sum
+    }
 }
 
 /// One page of a listing and the total number of matching entries.
 public struct Page<Element: Sendable>: Sendable {
     public var items: [Element]
     public var request: PageRequest
+    /// Matching entries; of those scanned when `scanned` is set.
     public var total: Int
+    /// For a filtered listing: how many entries were read to find the matches, and how many there were in all.
+    /// `scanned < available` when a `ScanBudget` stopped the scan (`isPartial`).
+    public var scanned: Int?
+    public var available: Int?
 
-    public init(items: [Element], request: PageRequest, total: Int) {
+    public init(items: [Element], request: PageRequest, total: Int, scanned: Int? = nil, available: Int? = nil) {
         self.items = items
         self.request = request
         self.total = total
+        self.scanned = scanned
+        self.available = available
     }
 
     public var pageCount: Int { total == 0 ? 0 : (total + request.size - 1) / request.size }
+
+    /// True when the scan stopped before reading every entry (a `ScanBudget` ran out): `total` counts the matches
+    /// among the first `scanned` of `available`.
+    public var isPartial: Bool {
+        guard let scanned, let available else { return false }
+        return scanned < available
+    }
 }
 
 extension Page where Element == JobRecord {
-    /// The requested page of the records `scan` yields that match `filter`, with the number of all
-    /// matches (the whole scan is read to count them).
-    static func filtered(_ request: PageRequest, filter: JobFilter,
+    /// The requested page of the records `scan` yields that match `filter`, with the number of matches among
+    /// them (the whole scan is read to count them; a `ScanBudget` given to `scan` bounds it). Only the page's
+    /// records are kept, never every match. `available`: the entries the scan could have read.
+    static func filtered(_ request: PageRequest, filter: JobFilter, available: Int? = nil,
                          scan: ((JobRecord) -> Void) throws(RedisError) -> Void) throws(RedisError) -> Page {
         var items: [JobRecord] = []
         var total = 0
+        var scanned = 0
         try scan { record in
+            scanned += 1
             guard filter.matches(record) else { return }
             if total >= request.offset && items.count < request.size { items.append(record) }
             total += 1
         }
-        return Page(items: items, request: request, total: total)
+        return Page(items: items, request: request, total: total, scanned: scanned, available: available.map { max($0, scanned) })
     }
 }
 

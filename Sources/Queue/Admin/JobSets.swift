@@ -21,15 +21,18 @@ public struct SortedJobSet: Sendable {
     }
 
     /// One page, highest score first. Without a filter only the page is read (`ZREVRANGE`);
-    /// with one, the whole set is read in chunks to count the matches.
+    /// with one, the set is read in chunks to count the matches — all of it, or as much as `budget` allows.
     public func page(_ connection: RedisConnection, filter: JobFilter = JobFilter(),
-                     page: PageRequest) throws(RedisError) -> Page<JobRecord> {
+                     page: PageRequest, budget: ScanBudget? = nil) throws(RedisError) -> Page<JobRecord> {
         if filter.isEmpty {
             let total = try size(connection)
-            let items = try range(connection, start: page.offset, stop: page.offset + page.size - 1)
+            let items = try range(connection, start: page.offset, stop: page.lastIndex)
             return Page(items: items, request: page, total: total)
         }
-        return try Page.filtered(page, filter: filter) { (body) throws(RedisError) in try forEachDescending(connection, body) }
+        let available = try size(connection)
+        return try Page.filtered(page, filter: filter, available: available) { (body) throws(RedisError) in
+            try forEachDescending(connection, budget: budget, body)
+        }
     }
 
     /// Every matching entry, highest score first (read in chunks of 500).
@@ -52,13 +55,18 @@ public struct SortedJobSet: Sendable {
 
     /// Walks the set from the highest score down. Entries added or removed meanwhile may be
     /// skipped or seen twice (as with Ruby's `JobSet#each`).
-    func forEachDescending(_ connection: RedisConnection, _ body: (JobRecord) -> Void) throws(RedisError) {
+    /// Reads at most what `budget` has left (all without one), then stops and marks it exhausted.
+    func forEachDescending(_ connection: RedisConnection, budget: ScanBudget? = nil,
+                           _ body: (JobRecord) -> Void) throws(RedisError) {
         var start = 0
         while true {
-            let records = try range(connection, start: start, stop: start + Self.chunk - 1)
+            let allowed = min(Self.chunk, budget.remaining)
+            if allowed <= 0 { budget?.stop(); return }
+            let records = try range(connection, start: start, stop: start + allowed - 1)
+            budget?.consume(records.count)
             records.forEach(body)
-            if records.count < Self.chunk { return }
-            start += Self.chunk
+            if records.count < allowed { return }
+            start += allowed
         }
     }
 
@@ -90,12 +98,20 @@ public struct SortedJobSet: Sendable {
     }
 
     /// Every entry whose parsed `jid` is `jid` (normally zero or one): `ZSCAN key 0 MATCH *jid*
-    /// COUNT 1000` until the cursor comes back to 0, like Ruby's `find_job`.
-    public func find(_ connection: RedisConnection, jid: String) throws(RedisError) -> [JobRecord] {
+    /// COUNT 1000` until the cursor comes back to 0, like Ruby's `find_job`. With a `budget`, each step counts
+    /// as the entries it examines (at most 1000) and the scan stops when the budget runs out.
+    public func find(_ connection: RedisConnection, jid: String, budget: ScanBudget? = nil) throws(RedisError) -> [JobRecord] {
         var cursor = "0"
         var found: [JobRecord] = []
         var seen = Set<[UInt8]>()
+        var left = try budget == nil ? 0 : size(connection)
         repeat {
+            if let budget {
+                if budget.remaining <= 0 { budget.stop(); return found }
+                let step = min(1000, max(1, left))
+                budget.consume(step)
+                left -= step
+            }
             let reply = try connection.command("ZSCAN", key, cursor, "MATCH", "*\(jid)*", "COUNT", 1000)
             guard let parts = reply.array, parts.count == 2, let next = parts[0].string else {
                 throw .unexpectedReply("ZSCAN returned \(reply)")
@@ -144,22 +160,36 @@ public struct JobQueue: Sendable {
         return Self.latency(tail: reply.array?.first?.bytes, now: now)
     }
 
+    /// `knownLatency`, with an unknown latency read as 0.
     static func latency(tail: [UInt8]?, now: Double) -> Double {
+        knownLatency(tail: tail, now: now) ?? 0
+    }
+
+    /// The latency of a queue whose oldest entry is `tail`: 0 when it is empty, not a job or has no time (as
+    /// Ruby); nil (unknown) when its time is not a time (`Bounded.epochSeconds`: `"enqueued_at":-1e300`, `1e300`,
+    /// after 9999). Otherwise at most `now`, finite, never negative.
+    static func knownLatency(tail: [UInt8]?, now: Double) -> Double? {
         guard let tail, let text = UTF8Text.validated(tail),
               let job = (try? JSONValue.parse(text))?.objectValue,
-              let enqueuedAt = TimestampUnit.seconds(job["enqueued_at"]) ?? TimestampUnit.seconds(job["created_at"])
+              let stamp = TimestampUnit.seconds(job["enqueued_at"]) ?? TimestampUnit.seconds(job["created_at"])
         else { return 0 }
+        guard let enqueuedAt = Bounded.epochSeconds(stamp), now.isFinite else { return nil }
         return max(0, now - enqueuedAt)
     }
 
+    /// One page, newest first. Without a filter (but the queue) only the page is read; with one, the list is
+    /// read in chunks to count the matches — all of it, or as much as `budget` allows.
     public func page(_ connection: RedisConnection, filter: JobFilter = JobFilter(),
-                     page: PageRequest) throws(RedisError) -> Page<JobRecord> {
+                     page: PageRequest, budget: ScanBudget? = nil) throws(RedisError) -> Page<JobRecord> {
         if filter.isEmpty || filter == JobFilter(queue: name) {
             let total = try size(connection)
-            let items = try range(connection, start: page.offset, stop: page.offset + page.size - 1)
+            let items = try range(connection, start: page.offset, stop: page.lastIndex)
             return Page(items: items, request: page, total: total)
         }
-        return try Page.filtered(page, filter: filter) { (body) throws(RedisError) in try forEach(connection, body) }
+        let available = try size(connection)
+        return try Page.filtered(page, filter: filter, available: available) { (body) throws(RedisError) in
+            try forEach(connection, budget: budget, body)
+        }
     }
 
     public func all(_ connection: RedisConnection, filter: JobFilter = JobFilter()) throws(RedisError) -> [JobRecord] {
@@ -173,33 +203,40 @@ public struct JobQueue: Sendable {
         return (reply.array ?? []).compactMap { $0.bytes.map { JobRecord(state: .enqueued, raw: $0, listQueue: name) } }
     }
 
-    /// Head (newest) to tail, in chunks of 500.
-    func forEach(_ connection: RedisConnection, _ body: (JobRecord) -> Void) throws(RedisError) {
+    /// Head (newest) to tail, in chunks of 500; at most what `budget` has left (all without one), then stops and
+    /// marks it exhausted.
+    func forEach(_ connection: RedisConnection, budget: ScanBudget? = nil, _ body: (JobRecord) -> Void) throws(RedisError) {
         var start = 0
         while true {
-            let records = try range(connection, start: start, stop: start + Self.chunk - 1)
+            let allowed = min(Self.chunk, budget.remaining)
+            if allowed <= 0 { budget?.stop(); return }
+            let records = try range(connection, start: start, stop: start + allowed - 1)
+            budget?.consume(records.count)
             records.forEach(body)
-            if records.count < Self.chunk { return }
-            start += Self.chunk
+            if records.count < allowed { return }
+            start += allowed
         }
     }
 
     /// A linear scan for `jid` (Ruby's `Queue#find_job`); only entries whose bytes contain the
-    /// jid are parsed.
-    public func find(_ connection: RedisConnection, jid: String) throws(RedisError) -> [JobRecord] {
+    /// jid are parsed. With a `budget`, at most what it has left is read.
+    public func find(_ connection: RedisConnection, jid: String, budget: ScanBudget? = nil) throws(RedisError) -> [JobRecord] {
         let needle = Array(jid.utf8)
         var found: [JobRecord] = []
         var start = 0
         while true {
-            let reply = try connection.command("LRANGE", key, start, start + Self.chunk - 1)
+            let allowed = min(Self.chunk, budget.remaining)
+            if allowed <= 0 { budget?.stop(); return found }
+            let reply = try connection.command("LRANGE", key, start, start + allowed - 1)
             let items = reply.array ?? []
+            budget?.consume(items.count)
             for item in items {
                 guard let raw = item.bytes, ByteSearch.contains(raw, needle) else { continue }
                 let record = JobRecord(state: .enqueued, raw: raw, listQueue: name)
                 if record.jid == jid { found.append(record) }
             }
-            if items.count < Self.chunk { return found }
-            start += Self.chunk
+            if items.count < allowed { return found }
+            start += allowed
         }
     }
 }

@@ -4,8 +4,9 @@ import Foundation
 public struct QueueSummary: Sendable, Equatable {
     public var name: String
     public var size: Int
-    /// Seconds since the oldest job was enqueued (0 when empty).
-    public var latency: Double
+    /// Seconds since the oldest job was enqueued (0 when empty); nil when unknown: the oldest job's time is not a
+    /// time (`JobQueue.knownLatency`).
+    public var latency: Double?
     /// Member of the `paused` set: our workers skip it; Ruby Sidekiq OSS ignores it.
     public var paused: Bool
 }
@@ -32,9 +33,36 @@ public enum QueueAdmin {
         let replies = try connection.pipeline(commands)
         return names.enumerated().map { index, name in
             QueueSummary(name: name, size: Int(replies[2 * index].integer ?? 0),
-                         latency: JobQueue.latency(tail: replies[2 * index + 1].array?.first?.bytes, now: now),
+                         latency: JobQueue.knownLatency(tail: replies[2 * index + 1].array?.first?.bytes, now: now),
                          paused: paused.contains(name))
         }
+    }
+
+    /// The `limit` largest queues (by size, then name), sorted by name, with their latency and paused flag, and how
+    /// many queues there are in all (review L7: a `queues` set of 60,000 names must not make every scrape or page
+    /// hold 60,000 rows). Sizes are read in pipelines of 1,000; latency and paused only for the queues returned.
+    public static func largest(_ connection: RedisConnection, limit: Int,
+                               now: Double = Clock.now()) throws(RedisError) -> (queues: [QueueSummary], total: Int) {
+        let all = try names(connection)
+        if all.count <= limit { return (try list(connection, now: now), all.count) }
+        var sizes: [Int] = []
+        sizes.reserveCapacity(all.count)
+        var start = 0
+        while start < all.count {
+            let chunk = all[start..<min(start + 1000, all.count)]
+            sizes += try connection.pipeline(chunk.map { ["LLEN", Keys.queue($0)] }).map { Int($0.integer ?? 0) }
+            start += 1000
+        }
+        let chosen = zip(all, sizes).sorted { $0.1 != $1.1 ? $0.1 > $1.1 : $0.0 < $1.0 }.prefix(max(0, limit))
+            .sorted { $0.0 < $1.0 }
+        if chosen.isEmpty { return ([], all.count) }
+        let tails = try connection.pipeline(chosen.map { ["LRANGE", Keys.queue($0.0), -1, -1] })
+        let paused = Set(try connection.command("SMEMBERS", Keys.paused).strings)
+        let queues = zip(chosen, tails).map { entry, tail in
+            QueueSummary(name: entry.0, size: entry.1, latency: JobQueue.knownLatency(tail: tail.array?.first?.bytes, now: now),
+                         paused: paused.contains(entry.0))
+        }
+        return (queues, all.count)
     }
 
     public static func summary(_ connection: RedisConnection, name: String, now: Double = Clock.now()) throws(RedisError) -> QueueSummary {
@@ -42,7 +70,7 @@ public enum QueueAdmin {
         let replies = try connection.pipeline([["LLEN", queue.key], ["LRANGE", queue.key, -1, -1],
                                                ["SISMEMBER", Keys.paused, name]])
         return QueueSummary(name: name, size: Int(try replies[0].checked().integer ?? 0),
-                            latency: JobQueue.latency(tail: try replies[1].checked().array?.first?.bytes, now: now),
+                            latency: JobQueue.knownLatency(tail: try replies[1].checked().array?.first?.bytes, now: now),
                             paused: try replies[2].checked().integer == 1)
     }
 

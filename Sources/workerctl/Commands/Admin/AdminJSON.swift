@@ -16,7 +16,7 @@ enum AdminJSON {
             "queue": .string(record.queue),
             "class": string(record.className),
             "display_class": string(record.displayClass),
-            "args": record.args.map { .array($0) } ?? .null,
+            "args": ArgsRedactor.standard.args(of: record).map { .array($0) } ?? .null,
             "score": number(record.score),
             "at": Format.iso(record.score),
             "created_at": number(record.createdAt),
@@ -34,11 +34,12 @@ enum AdminJSON {
         ])
     }
 
-    /// `jobs show`: the summary plus the whole record, the raw text and the decoded backtrace.
+    /// `jobs show`: the summary plus the whole record, its text and the decoded backtrace — args, payload and
+    /// raw with secrets and personal data redacted (`ArgsRedactor`, review M11).
     static func detail(_ record: JobRecord) -> JSONValue {
         guard case .object(var object) = summary(record) else { return .null }
-        object["payload"] = record.item.map { .object($0) } ?? .null
-        object["raw"] = .string(record.rawText)
+        object["payload"] = ArgsRedactor.standard.item(of: record).map { .object($0) } ?? .null
+        object["raw"] = .string(ArgsRedactor.standard.text(of: record))
         let backtrace = decodedBacktrace(record)
         object["error_backtrace"] = backtrace.lines.map { .array($0.map { .string($0) }) } ?? .null
         object["backtrace_error"] = string(backtrace.error)
@@ -65,7 +66,7 @@ enum AdminJSON {
     }
 
     static func queue(_ queue: QueueSummary) -> JSONValue {
-        .object(["name": .string(queue.name), "size": .int(Int64(queue.size)), "latency": .double(queue.latency),
+        .object(["name": .string(queue.name), "size": .int(Int64(queue.size)), "latency": queue.latency.map { .double($0) } ?? .null,
                  "paused": .bool(queue.paused)])
     }
 

@@ -133,9 +133,10 @@ func printJSON(_ value: JSONValue) { print(value.serialized()) }
 // MARK: Formatting for tables
 
 enum Format {
-    /// `2026-11-22 07:01:05` (UTC).
+    /// `2026-11-22 07:01:05` (UTC); `-` for nil, 0 or a value that is not a time (`Bounded.epochSeconds`: a
+    /// ZSET score of `inf`, a payload's `1e300`), never a trap.
     static func time(_ epoch: Double?) -> String {
-        guard let epoch, epoch > 0 else { return "-" }
+        guard let epoch = Bounded.epochSeconds(epoch), epoch > 0 else { return "-" }
         var t = time_t(epoch)
         var parts = tm()
         gmtime_r(&t, &parts)
@@ -145,7 +146,7 @@ enum Format {
 
     /// ISO 8601 UTC with milliseconds, for JSON: `2026-11-22T07:01:05.123Z`.
     static func iso(_ epoch: Double?) -> JSONValue {
-        guard let epoch, epoch.isFinite else { return .null }
+        guard let epoch = Bounded.epochSeconds(epoch) else { return .null }
         var t = time_t(epoch.rounded(.down))
         var parts = tm()
         gmtime_r(&t, &parts)
@@ -155,11 +156,13 @@ enum Format {
                               Int(parts.tm_sec), millis))
     }
 
-    /// `4.2s`, `3m05s`, `2h07m`, `3d04h`.
-    static func duration(_ seconds: Double) -> String {
+    /// `4.2s`, `3m05s`, `2h07m`, `3d04h`; `unknown` for nil or a value that is not finite. Total (`Bounded.int`):
+    /// a latency from a producer's timestamp never traps.
+    static func duration(_ seconds: Double?) -> String {
+        guard let seconds, seconds.isFinite else { return "unknown" }
         let s = max(0, seconds)
         if s < 60 { return String(format: "%.1fs", s) }
-        let whole = Int(s)
+        let whole = Bounded.int(s, in: 0...Int.max)
         if whole < 3600 { return String(format: "%dm%02ds", whole / 60, whole % 60) }
         if whole < 86_400 { return String(format: "%dh%02dm", whole / 3600, (whole % 3600) / 60) }
         return String(format: "%dd%02dh", whole / 86_400, (whole % 86_400) / 3600)
@@ -167,7 +170,7 @@ enum Format {
 
     /// `in 3m05s` or `3m05s ago`.
     static func relative(_ epoch: Double?, now: Double) -> String {
-        guard let epoch, epoch > 0 else { return "-" }
+        guard let epoch = Bounded.epochSeconds(epoch), epoch > 0 else { return "-" }
         return epoch >= now ? "in \(duration(epoch - now))" : "\(duration(now - epoch)) ago"
     }
 

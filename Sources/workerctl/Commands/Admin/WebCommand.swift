@@ -45,7 +45,10 @@ struct WebCommand: ParsableCommand {
             guard let text = try? String(contentsOfFile: passwordFile, encoding: .utf8) else {
                 throw CLIError.usage("cannot read --password-file \(passwordFile)")
             }
-            return text.split(separator: "\n", omittingEmptySubsequences: false).first.map(String.init) ?? ""
+            // The first line, without its line end (a file written on Windows ends it with CR LF) or surrounding
+            // blanks: a `\r` kept in the credential would make every correct password fail.
+            let first = text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" }).first ?? ""
+            return first.trimmingCharacters(in: .whitespacesAndNewlines)
         }
         return ProcessInfo.processInfo.environment["WORKERCTL_WEB_TOKEN"]
     }
