@@ -154,7 +154,7 @@ final class OutboxFaultTests: XCTestCase {
     /// Rows inserted without `workers_enqueue`: one too large is marked `error` (a reason with sizes only) in the
     /// same batch that pushes the others; a byte budget smaller than the rows splits them over several batches.
     func testTheRelayMarksAnOversizedRowAndKeepsBatchesWithinTheirByteBudget() throws {
-        let redis = try TestRedis(database: 104)
+        let redis = try TestRedis(database: 21)
         try redis.flush()
         try connection.execute("""
             INSERT INTO job_outbox (jid, class, args, queue, retry)
@@ -179,7 +179,7 @@ final class OutboxFaultTests: XCTestCase {
     // MARK: H1 (outbox part): runtime-owned fields
 
     func testWorkersEnqueueStripsRuntimeOwnedFieldsAndClampsClientOnes() throws {
-        let redis = try TestRedis(database: 105)
+        let redis = try TestRedis(database: 22)
         try redis.flush()
         let jid = try XCTUnwrap(connection.queryFirst("""
             SELECT workers_enqueue('Noop', '[]', extra => '{"retry_count":9223372036854775807,"interrupted_count":9223372036854775807,
@@ -209,7 +209,7 @@ final class OutboxFaultTests: XCTestCase {
     /// Another transaction holds the oldest row's lock: a relay round pushes every other row meanwhile
     /// (`FOR UPDATE SKIP LOCKED`); with a plain `FOR UPDATE` it would wait for that lock.
     func testARowLockedByAnotherTransactionDoesNotHoldUpTheOthers() throws {
-        let redis = try TestRedis(database: 106)
+        let redis = try TestRedis(database: 23)
         try redis.flush()
         try connection.execute("SELECT workers_enqueue('Noop') FROM generate_series(1, 5)")
         let holder = try database.connect()
@@ -239,7 +239,7 @@ final class OutboxFaultTests: XCTestCase {
     /// A job finishes (its ledger row commits) between the finder's candidate query and its Redis search: the
     /// finder's second ledger read sees it and leaves it alone; a candidate still undone is pushed again.
     func testAJobThatFinishesWhileTheFinderLooksIsNotPushedAgain() throws {
-        let redis = try TestRedis(database: 107)
+        let redis = try TestRedis(database: 24)
         try redis.flush()
         try connection.execute("""
             INSERT INTO job_outbox (jid, class, args, queue, retry, created_at, pushed_at)
@@ -292,7 +292,7 @@ final class OutboxFaultTests: XCTestCase {
     /// Rows wait and no relay runs: the summary (and so `workerctl outbox status` and /outbox) says so. A running
     /// relay's heartbeat makes it live; a stopped relay removes its row.
     func testWaitingRowsWithoutALiveRelayAreReported() throws {
-        let redis = try TestRedis(database: 108)
+        let redis = try TestRedis(database: 25)
         try redis.flush()
         try connection.execute("SELECT workers_enqueue('Noop')")
         let before = try OutboxAdmin.summary(connection)

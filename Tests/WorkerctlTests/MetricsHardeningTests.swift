@@ -44,7 +44,7 @@ extension MetricsEndpointTests {
     /// once: each answers (curl's `-m 15` is only a hang guard). Before, the one serving thread read the first
     /// slow client for as long as it kept sending.
     func testSlowClientsDoNotStallHealthz() throws {
-        let redis = try TestRedis(database: 107)
+        let redis = try TestRedis(database: 26)
         let worker = try ChildProcess(executable: TestServices.workerctl,
                                       arguments: ["worker", "--no-database", "--metrics-port", "0", "--queue", "idle"],
                                       environment: ["REDIS_URL": redis.url, "LOG_LEVEL": "info"])
