@@ -17,14 +17,17 @@ public enum JidSearch {
     public static let pageSize = 1000
 
     /// Lua: KEYS[1] = a container; ARGV[1] = 'list' or 'zset', ARGV[2] = first index, ARGV[3…] = wanted jids.
-    /// Returns {length of the container (-1: not a list/zset), found jid…} for members first … first+pageSize-1.
+    /// Returns {length of the container (-1: not a list/zset), found jid…} for members first … first+pageSize-1,
+    /// counted from the tail of a list (its oldest jobs: producers push at the head): the finder looks for jids of
+    /// old outbox rows, so during a backlog they are found in the first pages instead of after the whole list
+    /// (review L8). A sorted set is read by score from the lowest.
     static let pageScript = RedisScript("""
         local key, kind, first = KEYS[1], ARGV[1], tonumber(ARGV[2])
         if redis.call('TYPE', key).ok ~= kind then return {-1} end
         local length, members
         if kind == 'list' then
           length = redis.call('LLEN', key)
-          members = redis.call('LRANGE', key, first, first + \(pageSize - 1))
+          members = redis.call('LRANGE', key, -(first + \(pageSize)), -(first + 1))
         else
           length = redis.call('ZCARD', key)
           members = redis.call('ZRANGE', key, first, first + \(pageSize - 1))

@@ -113,8 +113,8 @@ public struct JobClient: Sendable {
         try validate(job)
         var fields: JSONObject = ["retry": job.retry, "queue": .string(job.queue)]
         for (key, value) in job.extra where fields[key] == nil && !["class", "args", "jid", "at"].contains(key) {
-            if key == "unique_for", let seconds = value.doubleValue {
-                fields[key] = .double(Bounded.seconds(seconds, max: UniquePolicy.maxSeconds))
+            if key == "unique_for", let seconds = value.doubleValue, !(0...UniquePolicy.maxSeconds).contains(seconds) {
+                fields[key] = .int(Int64(Bounded.seconds(seconds, max: UniquePolicy.maxSeconds)))
             } else {
                 fields[key] = value
             }

@@ -274,6 +274,31 @@ final class OutboxTests: XCTestCase {
         try redis.flush()
     }
 
+    /// During a backlog the finder's candidates (the oldest outbox rows) sit at the tail of their queue, where
+    /// producers' LPUSH put them first: the search reads lists from the tail, so it finds them in the first page
+    /// instead of after the whole backlog (review L8). Counted in Lua calls (`INFO commandstats`), not in time.
+    func testAnOldJobAtTheTailOfABacklogIsFoundInTheFirstPage() throws {
+        let redis = try TestRedis(database: 27)
+        try redis.flush()
+        let page = JidSearch.pageSize
+        // RPUSH in order, so jid(0) is at the head and the last one at the tail; then the oldest at the tail.
+        try fill(redis, "queue:a", 1..<(3 * page))
+        try redis.command("RPUSH", "queue:a", member(jid(0), queue: "a")).checked()
+        let connection = try redis.connection()
+        defer { connection.close() }
+        func scriptCalls() throws -> Int {
+            let stats = try connection.command("INFO", "commandstats").string ?? ""
+            return ["evalsha", "eval"].reduce(0) { total, name in
+                total + (stats.firstMatch(of: try! Regex("cmdstat_\(name):calls=([0-9]+)"))
+                    .flatMap { Int($0.output[1].substring ?? "") } ?? 0)
+            }
+        }
+        let before = try scriptCalls()
+        XCTAssertEqual(try JidSearch.missing([jid(0)], in: connection), [])
+        XCTAssertEqual(try scriptCalls() - before, 1, "the oldest job was found only after reading from the head")
+        try redis.flush()
+    }
+
     /// Figures of docs/outbox.md ("Cost of looking for a jid in Redis"), only with OUTBOX_MEASURE=1: 100,000 jobs
     /// held (97,000 in one queue, 1,000 each in schedule, retry, dead), 1,000 candidates of which 999 sit in the
     /// last containers read and one is missing — the worst case: two whole passes. Prints the total time and the

@@ -91,7 +91,7 @@ final class BoundaryTests: XCTestCase {
         // Client-settable numbers stay, clamped.
         let payload = try JobClient.payload(for: NewJob("A", extra: ["unique_for": .double(1e300), "tags": ["x"]]),
                                             createdAt: 1, enqueuedAt: 1)
-        XCTAssertEqual(payload.fields["unique_for"], .double(UniquePolicy.maxSeconds))
+        XCTAssertEqual(payload.fields["unique_for"], .int(Int64(UniquePolicy.maxSeconds)))
         XCTAssertEqual(payload.fields["tags"], ["x"])
         XCTAssertThrowsError(try JobClient.payload(for: NewJob("A", retry: .int(.max)), createdAt: 1, enqueuedAt: 1))
         // The runtime's own path still sets them (a batch's bid).

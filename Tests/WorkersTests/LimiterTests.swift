@@ -115,7 +115,9 @@ final class LimiterTests: XCTestCase {
         defer { stop(workers) }
         XCTAssertTrue(try eventually { try redis.int("GET", "probe:limits:running:probe-mutex-c") == 1 }, workers[0].stderr)
         let waiting = try redis.client.enqueue(NewJob("LimitProbeMutex", args: [0, "c"]))
-        let capped = try redis.client.enqueue(NewJob("LimitProbeMutex", args: [0, "c"], extra: ["overrated": 5]))
+        var cappedJob = NewJob("LimitProbeMutex", args: [0, "c"])
+        cappedJob.runtimeFields["overrated"] = 5
+        let capped = try redis.client.enqueue(cappedJob)
 
         // The operator's view while the holder runs: `workerctl limits ls --json` (Queue/Admin/LimitAdmin.swift).
         let listed = try WorkerctlRunner(redisURL: redis.url).run(["limits", "ls", "--json"])
