@@ -46,6 +46,8 @@ public enum EnqueueError: Error, Sendable, CustomStringConvertible, Equatable {
     case invalidUnique(String)
     /// `extra` names a field only the runtime writes (`NewJob.runtimeOwnedFields`).
     case runtimeField(String)
+    /// The payload is larger than `JobClient.maxPayloadBytes` (review M10: a 20 MB argument was accepted and run).
+    case tooLarge(bytes: Int, limit: Int)
 
     public var description: String {
         switch self {
@@ -55,6 +57,7 @@ public enum EnqueueError: Error, Sendable, CustomStringConvertible, Equatable {
         case .invalidTime(let why): return "invalid time: \(why)"
         case .invalidUnique(let why): return "invalid uniqueness: \(why)"
         case .runtimeField(let name): return "extra field \"\(name)\" is written by the runtime only"
+        case .tooLarge(let bytes, let limit): return "payload is \(bytes) bytes, over the limit of \(limit)"
         }
     }
 }
@@ -104,6 +107,18 @@ public struct JobClient: Sendable {
             for reply in replies.prefix(commands.count) { try reply.checked() }
             if let replicaWait, let last = replies.last { try replicaWait.check(last, on: connection) }
         }
+    }
+
+    /// The largest payload, in bytes of its JSON, an enqueue accepts: 1 MiB, as `workers_enqueue` and the relay
+    /// (docs/outbox.md). Sidekiq itself has no limit; a job's data belongs in the database, its id in the job.
+    public static let maxPayloadBytes = 1_048_576
+
+    /// `payload` as the JSON text pushed to Redis, refused when it is over `maxPayloadBytes`.
+    public static func serializedWithinLimit(_ payload: JobPayload) throws(EnqueueError) -> String {
+        let text = payload.serialized()
+        let bytes = text.utf8.count
+        if bytes > maxPayloadBytes { throw .tooLarge(bytes: bytes, limit: maxPayloadBytes) }
+        return text
     }
 
     /// Builds the payload Ruby's client would build, in its key order. `job.runtimeFields` are written after
@@ -183,10 +198,11 @@ public struct JobClient: Sendable {
                 spans.append(span)
             }
             jids.append(jid)
+            let text = try Self.serializedWithinLimit(payload)
             if let index = byQueue.firstIndex(where: { $0.queue == job.queue }) {
-                byQueue[index].payloads.append(payload.serialized())
+                byQueue[index].payloads.append(text)
             } else {
-                byQueue.append((job.queue, [payload.serialized()]))
+                byQueue.append((job.queue, [text]))
             }
         }
         do {
@@ -255,7 +271,7 @@ public struct JobClient: Sendable {
             }
             let shard = shards?.map.shardIndex(forQueue: job.queue) ?? 0
             zadds[shard].append(times[index])
-            zadds[shard].append(payload.serialized())
+            zadds[shard].append(try Self.serializedWithinLimit(payload))
             jids[index] = jid
         }
         do {

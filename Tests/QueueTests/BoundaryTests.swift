@@ -1,4 +1,5 @@
 import Queue
+import TestSupport
 import XCTest
 
 /// `Bounded`, the one way an outside number enters the runtime, and its uses at the wire boundary: a payload's
@@ -94,6 +95,17 @@ final class BoundaryTests: XCTestCase {
         XCTAssertEqual(payload.fields["unique_for"], .int(Int64(UniquePolicy.maxSeconds)))
         XCTAssertEqual(payload.fields["tags"], ["x"])
         XCTAssertThrowsError(try JobClient.payload(for: NewJob("A", retry: .int(.max)), createdAt: 1, enqueuedAt: 1))
+        // Larger than the limit: refused before anything is written (review M10).
+        let redis = try TestRedis(database: 28)
+        let huge = NewJob("A", args: [.string(String(repeating: "x", count: JobClient.maxPayloadBytes))])
+        XCTAssertThrowsError(try redis.client.enqueue(huge)) { error in
+            guard case .tooLarge(let bytes, JobClient.maxPayloadBytes)? = error as? EnqueueError else { return XCTFail("\(error)") }
+            XCTAssertGreaterThan(bytes, JobClient.maxPayloadBytes)
+        }
+        XCTAssertThrowsError(try redis.client.enqueue(huge, in: 60))
+        XCTAssertThrowsError(try redis.client.enqueueUnique(huge, policy: UniquePolicy(for: 60)))
+        XCTAssertThrowsError(try redis.client.createBatch(NewBatch(jobs: [huge])))
+        XCTAssertEqual(try redis.command("KEYS", "*").strings, [], "nothing written")
         // The runtime's own path still sets them (a batch's bid).
         var job = NewJob("A")
         job.runtimeFields["bid"] = "b1"

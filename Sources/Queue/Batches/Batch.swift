@@ -117,7 +117,9 @@ public enum Batches {
             do { payload = try JobClient.payload(for: job, jid: jid, createdAt: now, enqueuedAt: now) } catch {
                 throw BatchError.invalidJob(index: index, error)
             }
-            arguments += [job.queue, jid, payload.serialized()]
+            let text: String
+            do { text = try JobClient.serializedWithinLimit(payload) } catch { throw BatchError.invalidJob(index: index, error) }
+            arguments += [job.queue, jid, text]
             jids.append(jid)
         }
         let reply = try connection.evaluate(BatchScripts.create, arguments: arguments)

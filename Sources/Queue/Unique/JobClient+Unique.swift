@@ -22,6 +22,7 @@ extension JobClient {
         let derived = key ?? policy.key?(job.args)
         for (field, value) in policy.fields(key: derived) { job.runtimeFields[field] = value }
         var payload = try Self.payload(for: job, createdAt: now, enqueuedAt: scheduled == nil ? now : nil)
+        _ = try Self.serializedWithinLimit(payload)
         let lock = UniqueLockKey(payload: payload, policy: policy)  // before the trace fields: they never make a job unique
         // The lock lives on the queue's shard, next to the job it guards (docs/sharding.md).
         let shardPool = pool(forQueue: job.queue)
