@@ -49,6 +49,12 @@ struct OutboxPage: Sendable {
         <code>DATABASE_URL</code>) to see the transactional outbox (<code>job_outbox</code>).</p>
         """)
 
+    /// A row's arguments as shown (review M11): secrets and personal data redacted, cut to 200 characters.
+    static func shownArgs(_ args: String) -> String {
+        let text = ArgsRedactor.redactedText(ofArgsJSON: args)
+        return text.count > 200 ? String(text.prefix(200)) + "…" : text
+    }
+
     func fragment() -> Fragment {
         let s = summary
         // Counts stop at OutboxAdmin.exactUpTo (no query reads the whole table); larger totals are estimates.
@@ -64,7 +70,7 @@ struct OutboxPage: Sendable {
             entries.map { entry in
                 ["\(entry.id)", "<a href=\"/job/\(HTML.urlComponent(entry.jid))\">\(HTML.escape(entry.jid))</a>",
                  HTML.escape(entry.className), HTML.escape(entry.queue),
-                 HTML.escape(entry.args.count > 200 ? String(entry.args.prefix(200)) + "…" : entry.args),
+                 HTML.escape(Self.shownArgs(entry.args)),
                  HTML.time(entry.createdAt)] + last(entry)
             }
         }

@@ -45,6 +45,8 @@ extension WebDashboardTests {
         let first = try XCTUnwrap(connection.queryFirst("SELECT workers_enqueue('Evil<b>Class', $1::jsonb) AS jid",
                                                         [JSONValue.array([.string(evil)]).serialized()])).string("jid")
         try connection.execute("SELECT workers_enqueue('ReportJob', '[2]')")
+        // A store token in the arguments is not shown (review M11).
+        try connection.execute(#"SELECT workers_enqueue('ValidateReceiptJob', '[{"purchase_token":"tok-SECRET-123","user_id":"u1"}]')"#)
         // A row no Sidekiq payload can be made of (args not an array: only a hand-written INSERT gets past
         // workers_enqueue's checks). The relay marks it with its error.
         try connection.execute("""
@@ -54,7 +56,9 @@ extension WebDashboardTests {
         let base = try startServer(redis, arguments: ["--database-url", database.url])
         let waiting = try http(base + "outbox")
         XCTAssertEqual(waiting.status, 200, waiting.body)
-        XCTAssertTrue(waiting.body.contains("<span id=\"outbox-pending\">3</span>"), waiting.body)
+        XCTAssertTrue(waiting.body.contains("<span id=\"outbox-pending\">4</span>"), waiting.body)
+        XCTAssertFalse(waiting.body.contains("tok-SECRET-123"), "a store token shown on /outbox")
+        XCTAssertTrue(waiting.body.contains("[redacted]"), waiting.body)
         XCTAssertTrue(waiting.body.contains("Evil&lt;b&gt;Class"), waiting.body)
         XCTAssertFalse(waiting.body.contains("<script") || waiting.body.contains("<b>"), "data rendered as markup")
         XCTAssertTrue(waiting.body.contains(first))
@@ -63,7 +67,7 @@ extension WebDashboardTests {
         let relay = try ChildProcess(executable: TestServices.workerctl, arguments: ["relay", "--outbox-poll-interval", "0.2"],
                                      environment: ["REDIS_URL": redis.url, "DATABASE_URL": database.url])
         defer { relay.signal(SIGTERM); _ = relay.wait() }
-        XCTAssertTrue(eventually { (try? redis.int("LLEN", "queue:default")) == 2 }, relay.stderr)
+        XCTAssertTrue(eventually { (try? redis.int("LLEN", "queue:default")) == 3 }, relay.stderr)
         // What the lost-job finder writes when it pushes a row again (OutboxRelay's finder; its own tests drive it).
         try connection.execute("UPDATE job_outbox SET recovered_count = 1, recovered_at = clock_timestamp() WHERE jid = $1", [first])
 
@@ -82,7 +86,7 @@ extension WebDashboardTests {
         let json = try XCTUnwrap(try JSONValue.parse(status.stdout.trimmingCharacters(in: .whitespacesAndNewlines)).objectValue)
         XCTAssertEqual(json["pending"], 0)
         XCTAssertEqual(json["errored"], 1)
-        XCTAssertEqual(json["pushed_kept"], 2)
+        XCTAssertEqual(json["pushed_kept"], 3)
         XCTAssertEqual(json["recovered"], 1)
         XCTAssertEqual(json["rows"]?.arrayValue?.compactMap { $0.objectValue?["jid"]?.stringValue }, ["aaaaaaaaaaaaaaaaaaaaaaaa"])
 

@@ -72,6 +72,13 @@ public struct ArgsRedactor: Sendable {
         })
     }
 
+    /// Arguments stored as JSON text (an outbox row's `args`) as shown: the default rule applied, serialized; text
+    /// that is not JSON is shown as its length only.
+    public static func redactedText(ofArgsJSON text: String) -> String {
+        guard let value = try? JSONValue.parse(text) else { return "(not JSON: \(text.utf8.count) bytes, not shown)" }
+        return redactingSensitiveKeys(value).serialized()
+    }
+
     /// The payload's text as shown: `item(of:)` serialized; for an entry that is not a JSON object, a note with its
     /// length only (its bytes may be anything, a secret included).
     public func text(of record: JobRecord) -> String {

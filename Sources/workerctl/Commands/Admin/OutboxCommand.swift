@@ -70,7 +70,7 @@ struct OutboxCommand: ParsableCommand {
                 object["list"] = .string(kind.rawValue)
                 object["rows"] = .array(entries.map { entry in
                     .object(["id": .int(Int64(entry.id)), "jid": .string(entry.jid), "class": .string(entry.className),
-                             "queue": .string(entry.queue), "args": (try? JSONValue.parse(entry.args)) ?? .string(entry.args),
+                             "queue": .string(entry.queue), "args": (try? JSONValue.parse(entry.args)).map(ArgsRedactor.redactingSensitiveKeys) ?? .string("(not JSON)"),
                              "created_at": Format.iso(entry.createdAt), "run_at": Format.iso(entry.runAt),
                              "pushed_at": Format.iso(entry.pushedAt), "error": AdminJSON.string(entry.error),
                              "recovered_count": .int(Int64(entry.recoveredCount)), "recovered_at": Format.iso(entry.recoveredAt)])
