@@ -35,10 +35,12 @@ public enum TimestampUnit: Sendable, Equatable {
 
     /// Epoch seconds from one timestamp value in either form; nil if it is not a number.
     public static func seconds(_ value: JSONValue?) -> Double? {
-        switch of(value) {
-        case .seconds?: return value?.doubleValue
-        case .milliseconds?: return value?.doubleValue.map { $0 / 1000 }
-        case nil: return nil
+        // One switch on the value (the same rule as `of(_:)`): the two-step form (unit, then the value again) made
+        // Swift 6.3's release optimizer crash in JobRecord's getters ("Found ownership error", CopyPropagation).
+        switch value {
+        case .double(let seconds)?: return seconds
+        case .int(let n)?: return n.magnitude < 100_000_000_000 ? Double(n) : Double(n) / 1000
+        default: return nil
         }
     }
 

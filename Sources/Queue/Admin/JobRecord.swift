@@ -105,10 +105,15 @@ public struct JobRecord: Sendable {
     /// Times in epoch seconds, from float seconds or Sidekiq 8's integer milliseconds (`TimestampUnit`); nil when
     /// absent or not a time (`Bounded.epochSeconds`: not finite, before 1970, after 9999), so a producer's
     /// `"enqueued_at":1e300` reads as unknown, never as a number a reader could trap on.
-    public var enqueuedAt: Double? { Bounded.epochSeconds(TimestampUnit.seconds(item?["enqueued_at"])) }
-    public var createdAt: Double? { Bounded.epochSeconds(TimestampUnit.seconds(item?["created_at"])) }
-    public var failedAt: Double? { Bounded.epochSeconds(TimestampUnit.seconds(item?["failed_at"])) }
-    public var retriedAt: Double? { Bounded.epochSeconds(TimestampUnit.seconds(item?["retried_at"])) }
+    public var enqueuedAt: Double? { time("enqueued_at") }
+    public var createdAt: Double? { time("created_at") }
+    public var failedAt: Double? { time("failed_at") }
+    public var retriedAt: Double? { time("retried_at") }
+
+    private func time(_ field: String) -> Double? {
+        guard let value = item?[field] else { return nil }
+        return Bounded.epochSeconds(TimestampUnit.seconds(value))
+    }
     /// When it last failed: `retried_at`, else `failed_at`.
     public var lastFailureAt: Double? { retriedAt ?? failedAt }
 
