@@ -34,9 +34,12 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
             self = try SentinelTarget.endpoint(url: url)
             return
         }
-        guard url.hasPrefix("redis://") else { throw .invalidURL("'\(url)' does not start with redis://") }
-        guard let components = URLComponents(string: url) else { throw .invalidURL("cannot parse '\(url)'") }
-        guard let host = components.host, !host.isEmpty else { throw .invalidURL("no host in '\(url)'") }
+        // Every message shows the URL redacted, or a part of it only when the redacted URL shows that part too:
+        // a password may hold any character (`#`, `/`, `?`), and an unparseable URL may put it anywhere.
+        let redacted = Self.redacted(url)
+        guard url.hasPrefix("redis://") else { throw .invalidURL("'\(redacted)' does not start with redis://") }
+        guard let components = URLComponents(string: url) else { throw .invalidURL("cannot parse '\(redacted)'") }
+        guard let host = components.host, !host.isEmpty else { throw .invalidURL("no host in '\(redacted)'") }
         self.host = host
         self.port = components.port ?? 6379
         guard (1...65535).contains(port) else { throw .invalidURL("port \(port) is out of range") }
@@ -46,13 +49,28 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
         } else if let db = Int(path), db >= 0 {
             database = db
         } else {
-            throw .invalidURL("database '\(path)' is not a number")
+            throw .invalidURL("database \(Self.quoted(path, from: url)) is not a number")
         }
         let user = components.percentEncodedUser.flatMap { $0.removingPercentEncoding }
         let password = components.percentEncodedPassword.flatMap { $0.removingPercentEncoding }
         // redis://:password@host means "password only" (Redis < 6 AUTH with one argument).
         self.username = (user?.isEmpty ?? true) ? nil : user
         self.password = password
+    }
+
+    /// `url` without its login, for messages and logs: everything between `://` (the start, without a scheme) and
+    /// the last `@` becomes `…` (`rediss://:pw@h:1/0` → `rediss://…@h:1/0`). The last `@`, not the first one after
+    /// the scheme or before the path, so a password holding `@`, `#`, `/` or `?` is hidden whole; a URL with no
+    /// `@` is returned as it is. Pure.
+    public static func redacted(_ url: String) -> String {
+        guard let at = url.lastIndex(of: "@") else { return url }
+        guard let schemeEnd = url.range(of: "://")?.upperBound, schemeEnd <= at else { return "…" + url[at...] }
+        return url[..<schemeEnd] + "…" + url[at...]
+    }
+
+    /// `'part'` when the redacted `url` shows `part` too (so it holds no secret), else `(hidden)`.
+    static func quoted(_ part: some StringProtocol, from url: String) -> String {
+        redacted(url).contains(part) ? "'\(part)'" : "(hidden)"
     }
 
     /// `host:port/db` (`sentinel:master-name/db` with Sentinels), never the password.
