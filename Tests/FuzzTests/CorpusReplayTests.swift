@@ -70,7 +70,7 @@ final class CorpusReplayTests: XCTestCase {
     /// `Swift runtime failure: arithmetic overflow | PayloadHarness.checkCounters(_:) PayloadHarness.swift:48:23 | …`.
     static func trapReason(_ stderr: String) -> String {
         let lines = stderr.split(separator: "\n")
-        let message = lines.first { $0.contains("Fatal error") || $0.contains("Swift runtime failure") }
+        let message = lines.first { $0.contains("Fatal error") || $0.hasPrefix("*** Swift runtime failure") }
             .map { $0.trimmingCharacters(in: CharacterSet(charactersIn: "* ")) }
         let frames = lines.filter { $0.contains("/Sources/") && $0.contains(".swift:") && !$0.contains("[system]") }
             .prefix(2).map { line -> String in
