@@ -82,6 +82,7 @@ final class KeysAndEndpointTests: XCTestCase {
             "redis+sentinel://:s3cretpw@s1:99999999999999999999/m/0",
             "redis+sentinel://:s3cretpw@/m",
             "http://:s3cretpw@h/0",
+            "rediss://h:1/0?password=s3cretpw",                  // found by fuzzing: the query quoted
         ]
         for url in refused {
             XCTAssertThrowsError(try RedisEndpoint(url: url), url) { error in
@@ -92,6 +93,13 @@ final class KeysAndEndpointTests: XCTestCase {
         XCTAssertEqual(RedisEndpoint.redacted("rediss://:s3cretpw@h:1/0"), "rediss://…@h:1/0")
         XCTAssertEqual(RedisEndpoint.redacted("redis://:s3cret#pw@h:1/0"), "redis://…@h:1/0")
         XCTAssertEqual(RedisEndpoint.redacted("redis://h:1/0"), "redis://h:1/0")
+        XCTAssertEqual(RedisEndpoint.redacted("redis+sentinel://:pw@s1:26379,[::1]:26380/mymaster/2"),
+                       "redis+sentinel://…@s1:26379,[::1]:26380/mymaster/2")
+        XCTAssertEqual(RedisEndpoint.redacted("redis://h?x@y&password=s3cretpw"), "redis://…@y…")
+        XCTAssertThrowsError(try RedisEndpoint(url: "redis+sentinel://u:s3cret/pw@h/m")) { error in
+            XCTAssertFalse("\(error)".contains("s3cret"), "\(error)")
+        }
+        XCTAssertEqual(RedisEndpoint.redacted("rediss://h:1/0?password=s3cretpw"), "rediss://h:1/0…")  // redis-py's form
         XCTAssertThrowsError(try RedisEndpoint(url: "redis://:s3cretpw@h:1/x")) { error in
             XCTAssertEqual("\(error)", "invalid Redis URL: database 'x' is not a number")
         }

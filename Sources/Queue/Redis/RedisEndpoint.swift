@@ -58,19 +58,35 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
         self.password = password
     }
 
-    /// `url` without its login, for messages and logs: everything between `://` (the start, without a scheme) and
-    /// the last `@` becomes `…` (`rediss://:pw@h:1/0` → `rediss://…@h:1/0`). The last `@`, not the first one after
-    /// the scheme or before the path, so a password holding `@`, `#`, `/` or `?` is hidden whole; a URL with no
-    /// `@` is returned as it is. Pure.
+    /// `url` as messages and logs may show it: the scheme, `…@` for any login, then only the leading part that
+    /// reads like `host:port/db` (letters, digits, `-._:[]/,`), and `…` for whatever follows
+    /// (`rediss://:pw@h:1/0` → `rediss://…@h:1/0`, `redis://h/0?password=pw` → `redis://h/0…`).
+    ///
+    /// The login ends at the **last** `@`, so a password holding `@`, `#`, `/` or `?` is hidden whole; a query is
+    /// hidden because other clients (redis-py) read `?password=` there. Total (any text), pure.
     public static func redacted(_ url: String) -> String {
-        guard let at = url.lastIndex(of: "@") else { return url }
-        guard let schemeEnd = url.range(of: "://")?.upperBound, schemeEnd <= at else { return "…" + url[at...] }
-        return url[..<schemeEnd] + "…" + url[at...]
+        var shown = ""
+        var rest = Substring(url)
+        if let schemeEnd = url.range(of: "://"),
+           url[..<schemeEnd.lowerBound].allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "+.-".contains($0)) }) {
+            shown = String(url[..<schemeEnd.upperBound])
+            rest = url[schemeEnd.upperBound...]
+        }
+        if let at = rest.lastIndex(of: "@") {
+            shown += "…@"
+            rest = rest[rest.index(after: at)...]
+        }
+        let address = rest.prefix { $0.isASCII && ($0.isLetter || $0.isNumber || "-._:[]/,".contains($0)) }
+        return shown + address + (address.endIndex < rest.endIndex ? "…" : "")
     }
 
     /// `'part'` when the redacted `url` shows `part` too (so it holds no secret), else `(hidden)`.
     static func quoted(_ part: some StringProtocol, from url: String) -> String {
-        redacted(url).contains(part) ? "'\(part)'" : "(hidden)"
+        // Bytes, not Foundation's `contains` (which traps on some texts holding NUL bytes on Linux).
+        let shown = Array(redacted(url).utf8), needle = Array(part.utf8)
+        let visible = !needle.isEmpty && needle.count <= shown.count
+            && (0...(shown.count - needle.count)).contains { shown[$0..<($0 + needle.count)].elementsEqual(needle) }
+        return visible ? "'\(part)'" : "(hidden)"
     }
 
     /// `host:port/db` (`sentinel:master-name/db` with Sentinels), never the password.
