@@ -693,15 +693,19 @@ public enum PostgresURL {
     ///   holding `?`, `/` or `@` is hidden whole (a URL whose query holds an `@` may lose more than the password);
     /// * every `password=` parameter of the query string (libpq reads one there): `?sslmode=require&password=***`;
     /// * in a libpq keyword/value string (not a URL, refused by `PostgresConnection` with this text in the
-    ///   message), every `password=` word, quoted or not: `host=db password=*** dbname=app`.
+    ///   message), every `password=` word, quoted or not: `host=db password=*** dbname=app`; in a URL without its
+    ///   scheme, the userinfo's as above (`user:***@db/app`).
     /// Parameter names are matched without regard to case. Pure.
     public static func redacted(_ url: String) -> String {
-        guard let schemeEnd = url.range(of: "://") else { return redactingKeywordPasswords(url) }
+        let scheme = url.range(of: "://")
+        let loginStart = scheme?.upperBound ?? url.startIndex
         var text = url
-        if let at = url[schemeEnd.upperBound...].lastIndex(of: "@"),
-           let colon = url[schemeEnd.upperBound..<at].firstIndex(of: ":") {
+        if let at = url[loginStart...].lastIndex(of: "@"), let colon = url[loginStart..<at].firstIndex(of: ":") {
             text = String(url[..<colon]) + ":***" + String(url[at...])
         }
+        // Not a URL: keyword/value, or a URL whose scheme was forgotten (`user:pw@db/app`, hidden above); the
+        // query rule below applies to it too.
+        if scheme == nil { text = redactingKeywordPasswords(text) }
         guard let question = text.firstIndex(of: "?") else { return text }
         let parameters = text[text.index(after: question)...].split(separator: "&", omittingEmptySubsequences: false).map { pair in
             guard let equals = pair.firstIndex(of: "="), pair[..<equals].lowercased() == "password" else { return String(pair) }

@@ -633,6 +633,11 @@ final class PostgresConnectionTests: XCTestCase {
         XCTAssertEqual(PostgresURL.redacted("postgres://user:s3cret/pw@host/db"), "postgres://user:***@host/db")
         XCTAssertEqual(PostgresURL.redacted("host=db user=app password=s3cretpw dbname=app"),
                        "host=db user=app password=*** dbname=app")
+        XCTAssertEqual(PostgresURL.redacted("user:s3cretpw@db/app"), "user:***@db/app")  // found by fuzzing: no scheme
+        XCTAssertEqual(PostgresURL.redacted("db/app?password=s3cretpw"), "db/app?password=***")
+        XCTAssertThrowsError(try PostgresConnection(url: "user:s3cretpw@db/app")) { error in
+            XCTAssertFalse("\(error)".contains("s3cretpw"), "\(error)")
+        }
         XCTAssertThrowsError(try PostgresConnection(url: "host=db password=s3cretpw")) { error in
             XCTAssertFalse("\(error)".contains("s3cretpw"), "\(error)")
         }
