@@ -13,22 +13,22 @@ public enum AdminRecordHarness {
         let record = JobRecord(state: state, raw: raw, score: score,
                                listQueue: state == .enqueued ? "default" : nil,
                                work: state == .busy ? BusyWork(identity: "h:1:n", thread: "t", runAt: score) : nil)
-        _ = record.rawText
-        _ = record.jid
-        _ = record.className
-        _ = record.displayClass
-        _ = record.args
-        _ = record.retryCount
-        _ = record.errorClass
-        _ = record.errorMessage
-        _ = record.enqueuedAt
-        _ = record.createdAt
-        _ = record.lastFailureAt
-        _ = record.location
-        _ = record.invalidReason
-        _ = JobFilter(queue: "default", className: "Noop", grep: "Noop").matches(record)
-        if let payload = record.payload { _ = try? Backtrace.lines(of: payload) }
-        if let value = record.item?["error_backtrace"] { _ = try? Backtrace.decode(value) }
+        FuzzSink.keep(record.rawText)
+        FuzzSink.keep(record.jid)
+        FuzzSink.keep(record.className)
+        FuzzSink.keep(record.displayClass)
+        FuzzSink.keep(record.args)
+        FuzzSink.keep(record.retryCount)
+        FuzzSink.keep(record.errorClass)
+        FuzzSink.keep(record.errorMessage)
+        FuzzSink.keep(record.enqueuedAt)
+        FuzzSink.keep(record.createdAt)
+        FuzzSink.keep(record.lastFailureAt)
+        FuzzSink.keep(record.location)
+        FuzzSink.keep(record.invalidReason)
+        FuzzSink.keep(JobFilter(queue: "default", className: "Noop", grep: "Noop").matches(record))
+        if let payload = record.payload { FuzzSink.keep(try? Backtrace.lines(of: payload)) }
+        if let value = record.item?["error_backtrace"] { FuzzSink.keep(try? Backtrace.decode(value)) }
     }
 }
 
@@ -51,9 +51,9 @@ public enum AdminPagingHarness {
             }
         }
         guard let request = try? PageRequest(number: number, size: size) else { return }
-        _ = request.offset
+        FuzzSink.keep(request.offset)
         for total in [0, 1, 1_000_000] {
-            _ = Page<JobRecord>(items: [], request: request, total: total).pageCount
+            FuzzSink.keep(Page<JobRecord>(items: [], request: request, total: total).pageCount)
         }
     }
 }

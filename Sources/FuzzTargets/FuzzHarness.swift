@@ -86,3 +86,17 @@ struct FuzzInput {
         return Array(bytes)
     }
 }
+
+/// Where a harness puts a value it computes only to exercise the code (`count + 2`, `Int(delay)`, an accessor).
+///
+/// In the optimized fuzz build the optimizer may drop a computation whose result is unused, and with it the trap
+/// the harness is looking for (it did: `PageRequest.offset` for `page=4e17` did not trap under `-O`). Writing a
+/// byte of every value to a global keeps each computation. Single-threaded use only (libFuzzer, the replayer).
+enum FuzzSink {
+    nonisolated(unsafe) static var total = 0
+
+    @inline(never)
+    static func keep<T>(_ value: T) {
+        withUnsafeBytes(of: value) { total &+= Int($0.first ?? 0) }
+    }
+}

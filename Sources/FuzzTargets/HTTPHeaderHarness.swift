@@ -20,17 +20,17 @@ public enum HTTPHeaderHarness {
         let headers = HTTPHeaders([("Retry-After", value)])
         for status in [429, 503] {
             let triage = HTTPResponseClass(status: status, headers: headers, now: now)
-            _ = triage.isRetryable
+            FuzzSink.keep(triage.isRetryable)
             if let delay = triage.retryAfter { check(delay, "HTTPResponseClass(\(status)).retryAfter") }
         }
         let response = HTTPResponse(status: 429, headers: headers, body: Data())
         if let parsed = response.retryAfter { check(parsed.delay(from: now), "HTTPResponse.retryAfter") }
-        _ = FormEncoding.decode(value)
+        FuzzSink.keep(FormEncoding.decode(value))
     }
 
     static func check(_ delay: TimeInterval, _ what: String) {
         guard delay.isFinite, delay >= 0 else { FuzzHarness.violated("\(what) is \(delay)") }
-        _ = Int(delay)         // Job.swift: "retry after \(Int(seconds)) s"; JobRunner's log line
-        _ = Int(delay * 1000)  // CallLimiter: the hold in milliseconds
+        FuzzSink.keep(Int(delay))         // Job.swift: "retry after \(Int(seconds)) s"; JobRunner's log line
+        FuzzSink.keep(Int(delay * 1000))  // CallLimiter: the hold in milliseconds
     }
 }

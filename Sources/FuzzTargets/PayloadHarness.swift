@@ -23,33 +23,33 @@ public enum PayloadHarness {
     }
 
     static func exerciseAccessors(_ payload: JobPayload) {
-        _ = payload.className
-        _ = payload.args
-        _ = payload.jid
-        _ = payload.queue
-        _ = payload.displayClass
-        _ = payload.retryQueue
-        _ = payload.allowsDead
-        _ = payload.errorMessage
-        _ = payload.errorClass
-        _ = payload.timestampUnit
-        _ = payload.retryFor
+        FuzzSink.keep(payload.className)
+        FuzzSink.keep(payload.args)
+        FuzzSink.keep(payload.jid)
+        FuzzSink.keep(payload.queue)
+        FuzzSink.keep(payload.displayClass)
+        FuzzSink.keep(payload.retryQueue)
+        FuzzSink.keep(payload.allowsDead)
+        FuzzSink.keep(payload.errorMessage)
+        FuzzSink.keep(payload.errorClass)
+        FuzzSink.keep(payload.timestampUnit)
+        FuzzSink.keep(payload.retryFor)
         switch payload.retry {
-        case .limit(let n): _ = n < 25  // compared with the retry count (RetryWindow)
+        case .limit(let n): FuzzSink.keep(n < 25)  // compared with the retry count (RetryWindow)
         case .unspecified, .enabled, .disabled: break
         }
         for key in ["created_at", "enqueued_at", "failed_at", "retried_at"] {
-            _ = TimestampUnit.of(payload.fields[key])
+            FuzzSink.keep(TimestampUnit.of(payload.fields[key]))
         }
     }
 
     static func checkCounters(_ payload: JobPayload) {
         if let count = payload.retryCount {
-            _ = count + 2  // JobRunner: the attempt number, `(retryCount ?? -1) + 2`
+            FuzzSink.keep(count + 2)  // JobRunner: the attempt number, `(retryCount ?? -1) + 2`
             guard count <= Bounded.maxCount else { FuzzHarness.violated("retryCount \(count) > Bounded.maxCount") }
         }
         let interrupted = payload.interruptedCount
-        _ = interrupted + 1  // ReliableQueue's recovery: `interruptedCount + 1`
+        FuzzSink.keep(interrupted + 1)  // ReliableQueue's recovery: `interruptedCount + 1`
         guard interrupted <= Bounded.maxCount else {
             FuzzHarness.violated("interruptedCount \(interrupted) > Bounded.maxCount")
         }
@@ -60,9 +60,9 @@ public enum PayloadHarness {
         guard policy.seconds > 0, policy.seconds <= Bounded.maxIntervalSeconds else {
             FuzzHarness.violated("unique_for \(policy.seconds) s outside 0...Bounded.maxIntervalSeconds")
         }
-        _ = Int((policy.seconds * 1000).rounded(.up))  // UniqueLocks' TTL in milliseconds
-        _ = policy.fields(key: payload.fields["unique_key"]?.stringValue)
-        _ = UniqueLockKey(payload: payload, policy: policy).redisKey
+        FuzzSink.keep(Int((policy.seconds * 1000).rounded(.up)))  // UniqueLocks' TTL in milliseconds
+        FuzzSink.keep(policy.fields(key: payload.fields["unique_key"]?.stringValue))
+        FuzzSink.keep(UniqueLockKey(payload: payload, policy: policy).redisKey)
     }
 
     static func checkTimes(_ payload: JobPayload) {
@@ -73,7 +73,7 @@ public enum PayloadHarness {
             guard seconds.isFinite, seconds >= 0, seconds <= Bounded.maxEpochSeconds else {
                 FuzzHarness.violated("\(name) \(seconds) is neither unknown nor within 0...Bounded.maxEpochSeconds")
             }
-            _ = Int(seconds / 86_400)  // a latency in days (the dashboard)
+            FuzzSink.keep(Int(seconds / 86_400))  // a latency in days (the dashboard)
         }
     }
 

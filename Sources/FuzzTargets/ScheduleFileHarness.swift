@@ -11,19 +11,19 @@ public enum ScheduleFileHarness {
         let text = String(decoding: data, as: UTF8.self)
         let file: ScheduleFile
         do { file = try ScheduleFile.parse(yaml: text) } catch {
-            _ = error.description
+            FuzzSink.keep(error.description)
             return
         }
         for entry in file.entries {
-            _ = entry.catchUp.description
-            _ = entry.tickArgument.description
-            _ = entry.withEnabled(!entry.enabled)
+            FuzzSink.keep(entry.catchUp.description)
+            FuzzSink.keep(entry.tickArgument.description)
+            FuzzSink.keep(entry.withEnabled(!entry.enabled))
             guard let next = entry.nextTick(after: now) else {
                 FuzzHarness.violated("entry '\(entry.name)' parses but never fires")
             }
-            _ = entry.previousTick(atOrBefore: now)
-            _ = entry.arguments(forTick: next)
-            _ = TickFormat.iso8601UTC(next)
+            FuzzSink.keep(entry.previousTick(atOrBefore: now))
+            FuzzSink.keep(entry.arguments(forTick: next))
+            FuzzSink.keep(TickFormat.iso8601UTC(next))
         }
     }
 }

@@ -25,7 +25,7 @@ public enum SettlementHarness {
 
     /// JobRunner.failure + failed, for an error that is neither `badInput` nor `permanent`.
     static func settle(_ payload: JobPayload, options: JobOptions) {
-        _ = (payload.retryCount ?? -1) + 2  // the attempt number
+        FuzzSink.keep((payload.retryCount ?? -1) + 2)  // the attempt number
         let maxRetries: Int
         switch payload.retry {
         case .disabled: return
@@ -40,7 +40,7 @@ public enum SettlementHarness {
             updated.setTimestamp("failed_at", now)
             updated.fields["retry_count"] = .int(0)
         }
-        _ = updated.serialized()
+        FuzzSink.keep(updated.serialized())
         let count = payload.retryCount.map { $0 + 1 } ?? 0
         let allowed: Bool
         if let window = payload.retryFor {
@@ -52,8 +52,8 @@ public enum SettlementHarness {
         guard allowed else { return }
         let delay = options.backoff.delay(retryCount: count)
         guard delay.isFinite, delay >= 0 else { FuzzHarness.violated("retry delay \(delay) for retry_count \(count)") }
-        _ = Int(delay)  // "delay_s" in the runner's log line
-        _ = now + delay
+        FuzzSink.keep(Int(delay))  // "delay_s" in the runner's log line
+        FuzzSink.keep(now + delay)
     }
 
     /// ReliableQueue's recovery of one job from a dead process's in-flight list.
@@ -64,6 +64,6 @@ public enum SettlementHarness {
         if count >= interruptLimit && interruptLimit > 0, payload.fields["failed_at"] == nil {
             payload.setTimestamp("failed_at", now)
         }
-        _ = payload.serialized()
+        FuzzSink.keep(payload.serialized())
     }
 }

@@ -111,8 +111,8 @@ public enum RedisURLHarness {
             }
         }
         do {
-            _ = try ShardMap(defaultURL: "redis://127.0.0.1:6379/0", shards: [(name: "b", url: url)],
-                             queues: [(queue: "q", shard: "b")])
+            FuzzSink.keep(try ShardMap(defaultURL: "redis://127.0.0.1:6379/0", shards: [(name: "b", url: url)],
+                                       queues: [(queue: "q", shard: "b")]))
         } catch {
             if let leak = secrets.leaked(in: "\(error)") {
                 FuzzHarness.violated("a ShardMap error shows a password (\(leak.count) characters)")
