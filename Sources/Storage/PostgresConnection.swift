@@ -706,10 +706,13 @@ public enum PostgresURL {
         // Not a URL: keyword/value, or a URL whose scheme was forgotten (`user:pw@db/app`, hidden above); the
         // query rule below applies to it too.
         if scheme == nil { text = redactingKeywordPasswords(text) }
+        // Every `password=` right after a `?` or a `&`, wherever it is (a `?` may also sit before the query).
         guard let question = text.firstIndex(of: "?") else { return text }
         let parameters = text[text.index(after: question)...].split(separator: "&", omittingEmptySubsequences: false).map { pair in
-            guard let equals = pair.firstIndex(of: "="), pair[..<equals].lowercased() == "password" else { return String(pair) }
-            return pair[...equals] + "***"
+            pair.split(separator: "?", omittingEmptySubsequences: false).map { part in
+                guard let equals = part.firstIndex(of: "="), part[..<equals].lowercased() == "password" else { return String(part) }
+                return part[...equals] + "***"
+            }.joined(separator: "?")
         }
         return String(text[...question]) + parameters.joined(separator: "&")
     }

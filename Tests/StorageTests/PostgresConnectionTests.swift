@@ -635,6 +635,7 @@ final class PostgresConnectionTests: XCTestCase {
                        "host=db user=app password=*** dbname=app")
         XCTAssertEqual(PostgresURL.redacted("user:s3cretpw@db/app"), "user:***@db/app")  // found by fuzzing: no scheme
         XCTAssertEqual(PostgresURL.redacted("db/app?password=s3cretpw"), "db/app?password=***")
+        XCTAssertEqual(PostgresURL.redacted("postgres://?user@host/db?password=s3cretpw"), "postgres://?user@host/db?password=***")
         XCTAssertThrowsError(try PostgresConnection(url: "user:s3cretpw@db/app")) { error in
             XCTAssertFalse("\(error)".contains("s3cretpw"), "\(error)")
         }
