@@ -87,6 +87,12 @@ let package = Package(
                                                      .product(name: "Hummingbird", package: "hummingbird"),
                                                      .product(name: "Logging", package: "swift-log")]),
 
+        // Fuzz harnesses (docs/fuzzing.md): one entry point per parser of outside input, none may trap. FuzzRunner
+        // replays corpus files through them (Tests/FuzzTests), or, built by bench/fuzz.sh with -DFUZZING and
+        // -sanitize=fuzzer, is the libFuzzer binary.
+        .target(name: "FuzzTargets", dependencies: ["Queue", "Scheduler", "HTTP", "Storage", "Workers"]),
+        .executableTarget(name: "FuzzRunner", dependencies: ["FuzzTargets"]),
+
         .executableTarget(name: "workerctl", dependencies: [
             "WebDashboard", "Jobs", "BenchJobs", "Workers", "Scheduler", "Queue", "Storage", "HTTP", "Outbox", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), 
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -115,6 +121,8 @@ let package = Package(
         .testTarget(name: "WorkerctlTests", dependencies: ["Queue", "Storage", "TestSupport"]),
         .testTarget(name: "WorkersClientTests", dependencies: ["WorkersClient", "TestSupport"]),
         .testTarget(name: "WebDashboardTests", dependencies: ["WebDashboard", "Queue", "Scheduler", "Storage", "TestSupport"]),
+        // Replays Tests/FuzzCorpus/<harness>/* through the FuzzRunner binary (built by `swift build --build-tests`).
+        .testTarget(name: "FuzzTests", dependencies: ["FuzzTargets"]),
         .testTarget(name: "OutboxTests", dependencies: ["Outbox", "BenchJobs", "Queue", "Storage", "TestSupport"]),
     ]
 )

@@ -317,6 +317,11 @@ private struct FieldParser {
             // `a/n` means from a to the end of the field's range.
             high = parts.count == 2 ? (field == .dayOfWeek ? 6 : range.upperBound) : low
         }
+        // `7/n` in day-of-week would run from 7 to 6: an empty set, an expression that never fires.
+        guard low <= high else {
+            let hint = field == .dayOfWeek && low == 7 ? " (Sunday is 0 in a step: 0/\(step))" : ""
+            throw fail(field, "'\(element)' selects no value\(hint)")
+        }
         for v in stride(from: low, through: high, by: step) { set.insert(v) }
     }
 

@@ -70,6 +70,41 @@ final class KeysAndEndpointTests: XCTestCase {
         }
     }
 
+    /// Issue 32, L2: no Redis URL error shows the password, whatever characters it holds and whichever check
+    /// refuses the URL (the review's `rediss://` and `#` reproductions, and the fuzz corpus's redis-url seeds).
+    func testRedisURLErrorsNeverShowThePassword() {
+        let refused = [
+            "rediss://:s3cretpw@h:1/0",                          // review L2: not redis://
+            "redis://:s3cret#pw@h:1/0",                          // review L2: URLComponents cannot parse it
+            "redis://user:s3cretpw@:1/0",                        // no host
+            "redis://:s3cretpw@h:1/notanumber",                  // database not a number
+            "redis+sentinel://:s3cret/pw@s1/m",                  // '/' in the password: read as a Sentinel address
+            "redis+sentinel://:s3cretpw@s1:99999999999999999999/m/0",
+            "redis+sentinel://:s3cretpw@/m",
+            "http://:s3cretpw@h/0",
+            "rediss://h:1/0?password=s3cretpw",                  // found by fuzzing: the query quoted
+        ]
+        for url in refused {
+            XCTAssertThrowsError(try RedisEndpoint(url: url), url) { error in
+                XCTAssertFalse("\(error)".contains("s3cret"), "\(url) -> \(error)")
+                XCTAssertTrue("\(error)".contains("invalid Redis URL"), "\(error)")
+            }
+        }
+        XCTAssertEqual(RedisEndpoint.redacted("rediss://:s3cretpw@h:1/0"), "rediss://…@h:1/0")
+        XCTAssertEqual(RedisEndpoint.redacted("redis://:s3cret#pw@h:1/0"), "redis://…@h:1/0")
+        XCTAssertEqual(RedisEndpoint.redacted("redis://h:1/0"), "redis://h:1/0")
+        XCTAssertEqual(RedisEndpoint.redacted("redis+sentinel://:pw@s1:26379,[::1]:26380/mymaster/2"),
+                       "redis+sentinel://…@s1:26379,[::1]:26380/mymaster/2")
+        XCTAssertEqual(RedisEndpoint.redacted("redis://h?x@y&password=s3cretpw"), "redis://…@y…")
+        XCTAssertThrowsError(try RedisEndpoint(url: "redis+sentinel://u:s3cret/pw@h/m")) { error in
+            XCTAssertFalse("\(error)".contains("s3cret"), "\(error)")
+        }
+        XCTAssertEqual(RedisEndpoint.redacted("rediss://h:1/0?password=s3cretpw"), "rediss://h:1/0…")  // redis-py's form
+        XCTAssertThrowsError(try RedisEndpoint(url: "redis://:s3cretpw@h:1/x")) { error in
+            XCTAssertEqual("\(error)", "invalid Redis URL: database 'x' is not a number")
+        }
+    }
+
     func testReplicaWaitSettings() throws {
         XCTAssertNil(try ReplicaWait.from(environment: [:]))
         XCTAssertNil(try ReplicaWait.from(environment: ["REDIS_WAIT_REPLICAS": "0"]))

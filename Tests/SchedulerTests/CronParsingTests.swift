@@ -107,6 +107,16 @@ final class CronParsingTests: XCTestCase {
         assertRefused("1h", "expected 5 fields (minute hour day-of-month month day-of-week) or 6 (with leading seconds), got 1")
     }
 
+    /// Found by fuzzing (issue 32, Tests/FuzzCorpus/cron/dow-7-step-empty-set.txt): `7/n` in day-of-week meant
+    /// "from 7 to 6", an empty set, so the expression parsed but never fired (the scheduler skipped it forever,
+    /// silently). Every element must select at least one value.
+    func testAnElementSelectingNoValueIsRefused() {
+        assertRefused("0 0 * * 7/2", "day-of-week: '7/2' selects no value (Sunday is 0 in a step: 0/2)")
+        assertRefused("0 0 * * 7/1", "day-of-week: '7/1' selects no value (Sunday is 0 in a step: 0/1)")
+        XCTAssertEqual(try CronExpression("0 0 * * 0/2").days.weekdays.values, [0, 2, 4, 6])
+        XCTAssertEqual(try CronExpression("0 0 * * 5/1").days.weekdays.values, [5, 6])
+    }
+
     func testErrorCarriesTheField() {
         do {
             _ = try CronExpression("0 0 32 * *")

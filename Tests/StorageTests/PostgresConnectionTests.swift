@@ -623,6 +623,27 @@ final class PostgresConnectionTests: XCTestCase {
         XCTAssertEqual(PostgresURL.redacted("postgresql://host/db"), "postgresql://host/db")
     }
 
+    /// Issue 32, L2: `redacted` hides a `password=` parameter (libpq reads one from the query string) and a password
+    /// holding `?` or `/`, and a libpq keyword/value string's `password=`.
+    func testURLRedactionHidesQueryPasswordsAndOddUserinfo() {
+        XCTAssertEqual(PostgresURL.redacted("postgres://user@host/db?password=s3cretpw"), "postgres://user@host/db?password=***")
+        XCTAssertEqual(PostgresURL.redacted("postgres://u@h/db?sslmode=require&PASSWORD=s3cretpw&application_name=x"),
+                       "postgres://u@h/db?sslmode=require&PASSWORD=***&application_name=x")
+        XCTAssertEqual(PostgresURL.redacted("postgres://user:s3cret?pw@host/db"), "postgres://user:***@host/db")
+        XCTAssertEqual(PostgresURL.redacted("postgres://user:s3cret/pw@host/db"), "postgres://user:***@host/db")
+        XCTAssertEqual(PostgresURL.redacted("host=db user=app password=s3cretpw dbname=app"),
+                       "host=db user=app password=*** dbname=app")
+        XCTAssertEqual(PostgresURL.redacted("user:s3cretpw@db/app"), "user:***@db/app")  // found by fuzzing: no scheme
+        XCTAssertEqual(PostgresURL.redacted("db/app?password=s3cretpw"), "db/app?password=***")
+        XCTAssertEqual(PostgresURL.redacted("postgres://?user@host/db?password=s3cretpw"), "postgres://?user@host/db?password=***")
+        XCTAssertThrowsError(try PostgresConnection(url: "user:s3cretpw@db/app")) { error in
+            XCTAssertFalse("\(error)".contains("s3cretpw"), "\(error)")
+        }
+        XCTAssertThrowsError(try PostgresConnection(url: "host=db password=s3cretpw")) { error in
+            XCTAssertFalse("\(error)".contains("s3cretpw"), "\(error)")
+        }
+    }
+
     func testTimestampFormattingAndParsing() {
         let date = Date(timeIntervalSince1970: 1_763_913_600.5)
         XCTAssertEqual(PostgresTimestamp.format(date), "2025-11-23 16:00:00.500000+00")

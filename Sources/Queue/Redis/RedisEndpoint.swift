@@ -34,9 +34,12 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
             self = try SentinelTarget.endpoint(url: url)
             return
         }
-        guard url.hasPrefix("redis://") else { throw .invalidURL("'\(url)' does not start with redis://") }
-        guard let components = URLComponents(string: url) else { throw .invalidURL("cannot parse '\(url)'") }
-        guard let host = components.host, !host.isEmpty else { throw .invalidURL("no host in '\(url)'") }
+        // Every message shows the URL redacted, or a part of it only when the redacted URL shows that part too:
+        // a password may hold any character (`#`, `/`, `?`), and an unparseable URL may put it anywhere.
+        let redacted = Self.redacted(url)
+        guard url.hasPrefix("redis://") else { throw .invalidURL("'\(redacted)' does not start with redis://") }
+        guard let components = URLComponents(string: url) else { throw .invalidURL("cannot parse '\(redacted)'") }
+        guard let host = components.host, !host.isEmpty else { throw .invalidURL("no host in '\(redacted)'") }
         self.host = host
         self.port = components.port ?? 6379
         guard (1...65535).contains(port) else { throw .invalidURL("port \(port) is out of range") }
@@ -46,13 +49,44 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
         } else if let db = Int(path), db >= 0 {
             database = db
         } else {
-            throw .invalidURL("database '\(path)' is not a number")
+            throw .invalidURL("database \(Self.quoted(path, from: url)) is not a number")
         }
         let user = components.percentEncodedUser.flatMap { $0.removingPercentEncoding }
         let password = components.percentEncodedPassword.flatMap { $0.removingPercentEncoding }
         // redis://:password@host means "password only" (Redis < 6 AUTH with one argument).
         self.username = (user?.isEmpty ?? true) ? nil : user
         self.password = password
+    }
+
+    /// `url` as messages and logs may show it: the scheme, `…@` for any login, then only the leading part that
+    /// reads like `host:port/db` (letters, digits, `-._:[]/,`), and `…` for whatever follows
+    /// (`rediss://:pw@h:1/0` → `rediss://…@h:1/0`, `redis://h/0?password=pw` → `redis://h/0…`).
+    ///
+    /// The login ends at the **last** `@`, so a password holding `@`, `#`, `/` or `?` is hidden whole; a query is
+    /// hidden because other clients (redis-py) read `?password=` there. Total (any text), pure.
+    public static func redacted(_ url: String) -> String {
+        var shown = ""
+        var rest = Substring(url)
+        if let schemeEnd = url.range(of: "://"),
+           url[..<schemeEnd.lowerBound].allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "+.-".contains($0)) }) {
+            shown = String(url[..<schemeEnd.upperBound])
+            rest = url[schemeEnd.upperBound...]
+        }
+        if let at = rest.lastIndex(of: "@") {
+            shown += "…@"
+            rest = rest[rest.index(after: at)...]
+        }
+        let address = rest.prefix { $0.isASCII && ($0.isLetter || $0.isNumber || "-._:[]/,".contains($0)) }
+        return shown + address + (address.endIndex < rest.endIndex ? "…" : "")
+    }
+
+    /// `'part'` when the redacted `url` shows `part` too (so it holds no secret), else `(hidden)`.
+    static func quoted(_ part: some StringProtocol, from url: String) -> String {
+        // Bytes, not Foundation's `contains` (which traps on some texts holding NUL bytes on Linux).
+        let shown = Array(redacted(url).utf8), needle = Array(part.utf8)
+        let visible = !needle.isEmpty && needle.count <= shown.count
+            && (0...(shown.count - needle.count)).contains { shown[$0..<($0 + needle.count)].elementsEqual(needle) }
+        return visible ? "'\(part)'" : "(hidden)"
     }
 
     /// `host:port/db` (`sentinel:master-name/db` with Sentinels), never the password.

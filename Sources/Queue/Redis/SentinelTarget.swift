@@ -55,20 +55,20 @@ public struct SentinelTarget: Sendable, Equatable {
         for item in rest[..<authorityEnd].split(separator: ",", omittingEmptySubsequences: false) {
             sentinels.append(try address(String(item), in: url))
         }
-        guard !sentinels.isEmpty else { throw .invalidURL("no Sentinel in '\(redacted(url))'") }
+        guard !sentinels.isEmpty else { throw .invalidURL("no Sentinel in '\(RedisEndpoint.redacted(url))'") }
         let path = rest[authorityEnd...].split(separator: "/", omittingEmptySubsequences: false).dropFirst()
         guard let name = path.first, !name.isEmpty else {
-            throw .invalidURL("no master name in '\(redacted(url))' (redis+sentinel://host:port,…/master-name/db)")
+            throw .invalidURL("no master name in '\(RedisEndpoint.redacted(url))' (redis+sentinel://host:port,…/master-name/db)")
         }
         var database = 0
         if path.count >= 2, !path[path.startIndex + 1].isEmpty {
             guard let db = Int(path[path.startIndex + 1]), db >= 0 else {
-                throw .invalidURL("database '\(path[path.startIndex + 1])' is not a number")
+                throw .invalidURL("database \(RedisEndpoint.quoted(path[path.startIndex + 1], from: url)) is not a number")
             }
             database = db
         }
         guard path.count <= 2 || path.dropFirst(2).allSatisfy(\.isEmpty) else {
-            throw .invalidURL("unexpected path after the database in '\(redacted(url))'")
+            throw .invalidURL("unexpected path after the database in '\(RedisEndpoint.redacted(url))'")
         }
         let masterName = name.removingPercentEncoding ?? String(name)
         return RedisEndpoint(host: sentinels[0].host, port: sentinels[0].port, database: database,
@@ -80,33 +80,27 @@ public struct SentinelTarget: Sendable, Equatable {
         var host = Substring(text)
         var portText: Substring?
         if host.hasPrefix("[") {  // [IPv6]:port
-            guard let close = host.firstIndex(of: "]") else { throw .invalidURL("bad Sentinel address '\(text)'") }
+            guard let close = host.firstIndex(of: "]") else {
+                throw .invalidURL("bad Sentinel address \(RedisEndpoint.quoted(text, from: url))")
+            }
             let after = host[host.index(after: close)...]
             host = host[host.index(after: host.startIndex)..<close]
             if after.hasPrefix(":") { portText = after.dropFirst() } else if !after.isEmpty {
-                throw .invalidURL("bad Sentinel address '\(text)'")
+                throw .invalidURL("bad Sentinel address \(RedisEndpoint.quoted(text, from: url))")
             }
         } else if let colon = host.lastIndex(of: ":") {
             portText = host[host.index(after: colon)...]
             host = host[..<colon]
         }
-        guard !host.isEmpty else { throw .invalidURL("empty Sentinel host in '\(redacted(url))'") }
+        guard !host.isEmpty else { throw .invalidURL("empty Sentinel host in '\(RedisEndpoint.redacted(url))'") }
         var port = defaultSentinelPort
         if let portText {
             guard let value = Int(portText), (1...65535).contains(value) else {
-                throw .invalidURL("Sentinel port '\(portText)' is not a port number")
+                throw .invalidURL("Sentinel port \(RedisEndpoint.quoted(portText, from: url)) is not a port number")
             }
             port = value
         }
         return Address(host: String(host), port: port)
-    }
-
-    /// The URL without its password, for error messages.
-    private static func redacted(_ url: String) -> String {
-        let rest = url.dropFirst(scheme.count)
-        let slash = rest.firstIndex(of: "/") ?? rest.endIndex
-        guard let at = rest[..<slash].lastIndex(of: "@") else { return url }
-        return scheme + "…@" + rest[rest.index(after: at)...]
     }
 
     /// Asks the Sentinels, in order, for the master's address. Throws `.connectionFailed` naming
