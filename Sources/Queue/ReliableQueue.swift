@@ -308,6 +308,26 @@ public enum ReliableQueue {
         return try settle(connection, unknown)
     }
 
+    /// What the orphan sweep does with one job of a dead process (`identity`) from `queue`'s in-flight list: back to
+    /// its queue with `interrupted_count` + 1, or to dead once interrupted `interruptLimit` times, or straight to dead
+    /// in an `UnreadableJob` envelope with the reason when it is not a job the runtime can read (review H1: a counter
+    /// no process could add 1 to crashed every sweeper). Pure; any thread (the fuzz harness calls it).
+    public static func recovery(of raw: [UInt8], queue: String, identity: String, interruptLimit: Int,
+                                now: Double) -> (toDead: Bool, payload: String) {
+        var payload: JobPayload
+        do { payload = try JobPayload(parsing: raw) } catch {
+            return (true, UnreadableJob.deadEntry(raw: raw, queue: queue, reason: error.description, now: now))
+        }
+        let count = payload.interruptedCount + 1
+        payload.fields["interrupted_count"] = .int(Int64(count))
+        guard count >= interruptLimit && interruptLimit > 0 else { return (false, payload.serialized()) }
+        payload.fields["error_class"] = "Interrupted"
+        payload.fields["error_message"] = .string(
+            "interrupted \(count) times: the worker process died while running it (last owner \(identity))")
+        if payload.fields["failed_at"] == nil { payload.setTimestamp("failed_at", now) }
+        return (true, payload.serialized())
+    }
+
     /// What an orphan sweep found and did.
     public struct RecoveryReport: Sendable, Equatable {
         public var deadProcesses: [String] = []
@@ -340,27 +360,9 @@ public enum ReliableQueue {
             var killed = 0
             for job in jobs {
                 guard let raw = job.bytes else { continue }
-                let parsed: JobPayload
-                do { parsed = try JobPayload(parsing: raw) } catch {
-                    // Not a job the runtime can read (review H1: a counter no process could add 1 to crashed every
-                    // sweeper): straight to dead with the reason, whatever its interrupt count.
-                    arguments += [raw, "dead", UnreadableJob.deadEntry(raw: raw, queue: queue, reason: error.description, now: now)]
-                    killed += 1
-                    continue
-                }
-                var payload = parsed
-                let count = payload.interruptedCount + 1
-                payload.fields["interrupted_count"] = .int(Int64(count))
-                if count >= interruptLimit && interruptLimit > 0 {
-                    payload.fields["error_class"] = "Interrupted"
-                    payload.fields["error_message"] = .string(
-                        "interrupted \(count) times: the worker process died while running it (last owner \(identity))")
-                    if payload.fields["failed_at"] == nil { payload.setTimestamp("failed_at", now) }
-                    arguments += [raw, "dead", payload.serialized()]
-                    killed += 1
-                } else {
-                    arguments += [raw, "requeue", payload.serialized()]
-                }
+                let decision = recovery(of: raw, queue: queue, identity: identity, interruptLimit: interruptLimit, now: now)
+                arguments += [raw, decision.toDead ? "dead" : "requeue", decision.payload]
+                if decision.toDead { killed += 1 }
             }
             let moved = try connection.evaluate(Scripts.recover, arguments: arguments)
             if let count = moved.integer, count >= 0 {

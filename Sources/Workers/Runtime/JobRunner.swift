@@ -197,50 +197,28 @@ struct JobRunner: Sendable {
         default:
             break
         }
-        let maxRetries: Int
-        switch payload.retry {
-        case .disabled:
-            logger.warning("failed; retry disabled, dropped", metadata: ["error": "\(message)"])
-            return Outcome(settlement: .drop, failed: true)
-        case .limit(let n): maxRetries = n
-        case .enabled, .unspecified: maxRetries = options.maxRetries
-        }
+        var retryAfter: Double?
+        if case JobError.retryAfter(let seconds, _) = error { retryAfter = seconds }
         let now = Clock.now()
-        let updated = failed(payload, queue: job.queue, errorClass: errorClass, message: message, now: now)
-        let count = (payload.retryCount.map { $0 + 1 }) ?? 0
-        if RetryWindow.allowsRetry(payload, retryCount: count, maxRetries: maxRetries, now: now) {
-            // Both come from outside in the end (a payload's retry_count, a provider's Retry-After): clamped, so the
-            // retry's score and the log line below stay numbers the runtime can convert.
-            var delay = Bounded.seconds(options.backoff.delay(retryCount: count), max: Bounded.maxIntervalSeconds)
-            if case JobError.retryAfter(let seconds, _) = error { delay = Bounded.seconds(seconds, max: JobError.maxRetryAfterSeconds) }
+        switch RetryDecision.decide(payload, queue: job.queue, errorClass: errorClass, message: message, options: options,
+                                    retryAfter: retryAfter, now: now) {
+        case .drop(let reason):
+            logger.warning("failed; \(reason), dropped", metadata: ["error": "\(message)"])
+            return Outcome(settlement: .drop, failed: true)
+        case .retry(let updated, let delay, let count):
             logger.info("failed; retry scheduled",
                         metadata: ["error": "\(message)", "retry_count": "\(count)", "delay_s": "\(Int(delay))"])
-            return Outcome(settlement: .retry(payload: updated, at: Clock.now() + delay), failed: true)
+            return Outcome(settlement: .retry(payload: updated, at: now + delay), failed: true)
+        case .dead(let updated, let count):
+            logger.warning("retries exhausted; sent to dead", metadata: ["error": "\(message)", "retry_count": "\(count)"])
+            return Outcome(settlement: .dead(payload: updated), failed: true)
         }
-        if !payload.allowsDead {
-            logger.warning("retries exhausted; dead disabled, dropped", metadata: ["error": "\(message)"])
-            return Outcome(settlement: .drop, failed: true)
-        }
-        logger.warning("retries exhausted; sent to dead", metadata: ["error": "\(message)", "retry_count": "\(count)"])
-        return Outcome(settlement: .dead(payload: updated), failed: true)
     }
 
-    /// The payload with Sidekiq's failure bookkeeping: queue, error fields, failed_at/retried_at,
-    /// retry_count. The times are written in the payload's own unit (`TimestampUnit`).
+    /// The payload with Sidekiq's failure bookkeeping (`RetryDecision.failed`).
     func failed(_ payload: JobPayload, queue: String, errorClass: String, message: String,
                 now: Double = Clock.now()) -> String {
-        var payload = payload
-        payload.queue = payload.retryQueue ?? queue
-        payload.fields["error_message"] = .string(String(message.prefix(10_000)))
-        payload.fields["error_class"] = .string(errorClass)
-        if let count = payload.retryCount {
-            payload.setTimestamp("retried_at", now)
-            payload.fields["retry_count"] = .int(Int64(count + 1))
-        } else {
-            payload.setTimestamp("failed_at", now)
-            payload.fields["retry_count"] = .int(0)
-        }
-        return payload.serialized()
+        RetryDecision.failed(payload, queue: queue, errorClass: errorClass, message: message, now: now)
     }
 
     /// A payload that is not a job at all is kept in `dead` inside a readable envelope (`UnreadableJob`).
