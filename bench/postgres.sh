@@ -26,7 +26,7 @@
 # CPU per job of every way: PostgreSQL's (all its processes), Redis's and the client's (the worker, or pgbench), so
 # the figures say where the time goes on a machine where all three share the cores.
 # N: at ~30,000 jobs/s the default 20,000 is 0.7 s, of which the worker's start-up (~50 ms) is part of ours; a run
-# with N=100000 (both sides get the same N) gave the same ratios within the noise (README), so the default stays.
+# with N=100000 (both sides get the same N) gave the same ratios within the noise (docs/benchmarks.md), so the default stays.
 # PIN_POSTGRES=1: PostgreSQL (all its processes) on CPU 0; Redis, the worker, pgbench and the drain clock on the
 # other CPUs (taskset), as when the database has a machine of its own; both sides pinned alike; undone at exit.
 # Uses Redis database DB (default 59) of the private instance and a scratch database pgbench_jobs.

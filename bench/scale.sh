@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/scale.sh — cost as the work grows (issue 19): what a long queue, a large due set, a large dead set and a
-# large schedule cost. Figures and their reading: docs/cost-at-scale.md; the README's "Cost at scale" table.
+# large schedule cost. Figures and their reading: docs/cost-at-scale.md; docs/benchmarks.md's "Cost at scale" table.
 #
 #   bench/scale.sh                         every part, RUNS=3
 #   PARTS="queue poller" N=200000 bench/scale.sh
