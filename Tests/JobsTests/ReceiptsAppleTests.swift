@@ -262,14 +262,21 @@ final class ReceiptsAppleTests: ReceiptsTestCase {
 
     // MARK: Notifications
 
+    /// Apple's transaction ids are numeric strings (developer.apple.com/documentation/appstoreserverapi/transactionid).
+    static func numericTransactionID() -> String { String(UInt64.random(in: 2_000_000_000...9_999_999_999)) }
+
     func notificationArgs(_ signer: TestAppleSigner, type: String, subtype: String? = nil, uuid: String = UUID().uuidString,
-                          expires: Date, status: Int? = nil, revoked: Bool = false, signedAt: Date = Date()) throws -> String {
-        var tx: [String: Any] = ["transactionId": UUID().uuidString.prefix(8).description, "originalTransactionId": "1000000001",
-                                 "bundleId": "com.example", "productId": ReceiptsDatabase.appleProduct,
+                          expires: Date, status: Int? = nil, revoked: Bool = false, signedAt: Date = Date(),
+                          transactionID: String = ReceiptsAppleTests.numericTransactionID(), revocationType: String? = nil,
+                          revocationPercentage: Int? = nil, product: String = ReceiptsDatabase.appleProduct) throws -> String {
+        var tx: [String: Any] = ["transactionId": transactionID, "originalTransactionId": "1000000001",
+                                 "bundleId": "com.example", "productId": product,
                                  "purchaseDate": TestAppleSigner.ms(signedAt.addingTimeInterval(-86400)),
                                  "expiresDate": TestAppleSigner.ms(expires), "environment": "Sandbox",
                                  "signedDate": TestAppleSigner.ms(signedAt)]
         if revoked { tx["revocationDate"] = TestAppleSigner.ms(signedAt); tx["revocationReason"] = 0 }
+        if let revocationType { tx["revocationType"] = revocationType }
+        if let revocationPercentage { tx["revocationPercentage"] = revocationPercentage }
         var data: [String: Any] = ["bundleId": "com.example", "environment": "Sandbox", "appAppleId": 1234,
                                    "signedTransactionInfo": try signer.sign(tx)]
         if let status { data["status"] = status }
@@ -318,6 +325,81 @@ final class ReceiptsAppleTests: ReceiptsTestCase {
         XCTAssertEqual(try db.userStatus(user), "free")
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM store_notifications WHERE outcome = 'stale'"), 1)
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM store_notifications"), 5)
+    }
+
+    /// N3: Apple refunds per transaction. A refund of last month's renewal, while this month is paid and active
+    /// (`data.status` 1, or no status and a refunded period that ended before the one we hold), is recorded as an
+    /// event and leaves the subscription and the user's premium as they are; `data.status` 5 ends the period.
+    func testRefundOfAPastRenewalKeepsTheCurrentPaidPeriod() throws {
+        let signer = try TestAppleSigner()
+        var c = configuration()
+        c.appleRootCertificates = [signer.rootDER]
+        let d = try driver(c)
+        let user = try db.newUser()
+        try register(receipt: "receipt-r", transaction: "1000000001")
+        try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "receipt-r", transaction: "1000000001"))
+        let heldEnd = try db.string("SELECT end_date::text AS v FROM subscriptions WHERE store_transaction_id = '1000000001'")
+
+        // Month 1 (ended 10 days ago) refunded on day 40; Apple says the subscription is active (status 1).
+        try d.run("AppStoreNotificationJob", try notificationArgs(signer, type: "REFUND", expires: Date().addingTimeInterval(-10 * 86400),
+                                                                  status: 1, revoked: true, transactionID: "1000000005",
+                                                                  revocationType: "REFUND_FULL"))
+        XCTAssertEqual(try db.subscriptionStatus(key: "1000000001"), "active")
+        XCTAssertEqual(try db.userStatus(user), "premium")
+        XCTAssertEqual(try db.string("SELECT end_date::text AS v FROM subscriptions WHERE store_transaction_id = '1000000001'"), heldEnd)
+        XCTAssertEqual(try db.scalar("""
+            SELECT count(*) FROM subscription_events WHERE event_type = 'transaction_refunded'
+               AND event_data->>'transaction_id' = '1000000005' AND event_data->>'scope' = 'past_transaction'
+            """), 1)
+
+        // The same without data.status and without Server API credentials: the refunded period ended before ours.
+        try d.run("AppStoreNotificationJob", try notificationArgs(signer, type: "REFUND", expires: Date().addingTimeInterval(-40 * 86400),
+                                                                  revoked: true, transactionID: "1000000004"))
+        XCTAssertEqual(try db.subscriptionStatus(key: "1000000001"), "active")
+        XCTAssertEqual(try db.userStatus(user), "premium")
+
+        // A prorated refund of the current period (status 5, revoked): the period ends, the share is recorded.
+        try d.run("AppStoreNotificationJob", try notificationArgs(signer, type: "REFUND", expires: Date().addingTimeInterval(20 * 86400),
+                                                                  status: 5, revoked: true, transactionID: "1000000001",
+                                                                  revocationType: "REFUND_PRORATED", revocationPercentage: 40_000))
+        XCTAssertEqual(try db.subscriptionStatus(key: "1000000001"), "refunded")
+        XCTAssertEqual(try db.userStatus(user), "free")
+        XCTAssertEqual(try db.scalar("""
+            SELECT count(*) FROM subscription_events WHERE event_type = 'refunded'
+               AND event_data->>'scope' = 'current_period' AND event_data->>'revocation_percentage_milli' = '40000'
+            """), 1)
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM subscriptions WHERE cancelled_at IS NOT NULL"), 1)
+
+        // L13: the refund reversed (status 1, no revocation): active again, and cancelled_at follows the store.
+        try d.run("AppStoreNotificationJob", try notificationArgs(signer, type: "REFUND_REVERSED", expires: Date().addingTimeInterval(20 * 86400),
+                                                                  status: 1, signedAt: Date().addingTimeInterval(1), transactionID: "1000000001"))
+        XCTAssertEqual(try db.subscriptionStatus(key: "1000000001"), "active")
+        XCTAssertEqual(try db.userStatus(user), "premium")
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM subscriptions WHERE cancelled_at IS NOT NULL"), 0)
+    }
+
+    /// L6: a crossgrade keeps Apple's original transaction id; the row follows the product to the app's annual plan.
+    func testCrossgradeMovesTheSubscriptionToThePlanOfTheNewProduct() throws {
+        let signer = try TestAppleSigner()
+        var c = configuration()
+        c.appleRootCertificates = [signer.rootDER]
+        let d = try driver(c)
+        let annual = try fixture.pool.withConnection { c in
+            try c.queryFirst("""
+                INSERT INTO subscription_plans (app_id, name, plan_type, apple_product_id, google_product_id, price)
+                VALUES ($1, 'Premium annual', 'annual', 'com.example.premium.annual', 'premium_annual', 39.99) RETURNING id
+                """, [db.appID])!.uuid("id")
+        }
+        let user = try db.newUser()
+        try register(receipt: "receipt-x", transaction: "1000000001")
+        try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "receipt-x", transaction: "1000000001"))
+        XCTAssertEqual(try db.string("SELECT plan_type AS v FROM subscriptions WHERE store_transaction_id = '1000000001'"), "monthly")
+        try d.run("AppStoreNotificationJob", try notificationArgs(signer, type: "DID_RENEW", expires: Date().addingTimeInterval(365 * 86400),
+                                                                  status: 1, product: "com.example.premium.annual"))
+        XCTAssertEqual(try db.string("SELECT plan_type AS v FROM subscriptions WHERE store_transaction_id = '1000000001'"), "annual")
+        XCTAssertEqual(try db.string("SELECT plan_id::text AS v FROM subscriptions WHERE store_transaction_id = '1000000001'"),
+                       annual.uuidString.lowercased())
+        XCTAssertEqual(try db.userStatus(user), "premium")
     }
 
     func testUnknownSubscriptionIsRecordedUnmatched() throws {

@@ -245,6 +245,11 @@ public struct AppleTransaction: Decodable, Sendable, Equatable {
     public var offerDiscountType: String?
     public var revocationDate: Int64?
     public var revocationReason: Int?
+    /// `REFUND_FULL`, `REFUND_PRORATED` (see `revocationPercentage`) or `FAMILY_REVOKE`
+    /// (developer.apple.com/documentation/appstoreservernotifications/revocationtype).
+    public var revocationType: String?
+    /// The refunded share of a `REFUND_PRORATED` transaction, in thousandths of a percent (Apple's unit).
+    public var revocationPercentage: Int?
     public var environment: String?
     public var signedDate: Int64?
     public var appAccountToken: String?

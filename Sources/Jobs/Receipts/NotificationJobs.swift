@@ -85,9 +85,17 @@ public struct AppStoreNotificationJob: Job {
         } catch {
             throw JobError.permanent("App Store notification \(id): embedded signed data rejected: \(error.description)")
         }
+        // A REFUND names one transaction; the subscription's status as of signedDate decides whether the period the
+        // user holds ends (AppleRefund.swift). Without `data.status`, Get All Subscription Statuses is asked once.
+        var statusCode = notification.data?.status
+        if notification.notificationType == "REFUND", statusCode == nil, let api = services.appStoreAPI,
+           let original = transaction?.originalTransactionId {
+            statusCode = try Self.currentStatusCode(api, originalTransactionID: original, environment: environment ?? "Production",
+                                                    cancellation: context.cancellation)
+        }
         let signedAt = notification.signedDate?.millisecondsDate ?? Date()
         let state = transaction.flatMap {
-            AppleStateDerivation.state(transaction: $0, renewal: renewal, statusCode: notification.data?.status,
+            AppleStateDerivation.state(transaction: $0, renewal: renewal, statusCode: statusCode,
                                        notificationType: notification.notificationType, subtype: notification.subtype,
                                        stateAt: signedAt, now: Date())
         }
@@ -101,6 +109,23 @@ public struct AppStoreNotificationJob: Job {
                 outcomeText = "unmatched"
                 return
             }
+            var eventData = ["source": "app_store_notification", "notification_type": notification.notificationType,
+                             "subtype": notification.subtype ?? "", "transaction_id": state.transactionID,
+                             "status": state.status.rawValue]
+            if notification.notificationType == "REFUND", let refunded = transaction {
+                let scope = AppleRefundScope.decide(statusCode: statusCode, refunded: refunded,
+                                                    heldPeriodEnd: try SubscriptionStore.periodEnd(existing.id, on: c))
+                eventData.merge(AppleRefundScope.eventData(refunded, scope: scope, statusCode: statusCode)) { _, new in new }
+                if scope == .pastTransaction {
+                    // An earlier transaction refunded: the event records it; the period the user holds stands.
+                    try SubscriptionStore.event(existing.id, type: "transaction_refunded", data: eventData,
+                                                idempotencyKey: "apple:notification:\(id)", on: c)
+                    outcomeText = "applied"
+                    try SubscriptionStore.finishNotification(store: .apple, id: id, outcome: outcomeText,
+                                                             subscriptionID: existing.id, on: c)
+                    return
+                }
+            }
             let outcome = try SubscriptionStore.upsert(state, owner: existing.owner, on: c)
             if outcome.applied {
                 try SubscriptionStore.applyEntitlement(subscriptionID: outcome.subscriptionID, userID: existing.userID,
@@ -108,15 +133,24 @@ public struct AppStoreNotificationJob: Job {
             }
             try SubscriptionStore.event(outcome.subscriptionID,
                                         type: Self.eventType(notification.notificationType, subtype: notification.subtype, status: state.status),
-                                        data: ["source": "app_store_notification", "notification_type": notification.notificationType,
-                                               "subtype": notification.subtype ?? "", "transaction_id": state.transactionID,
-                                               "status": state.status.rawValue],
+                                        data: eventData,
                                         idempotencyKey: "apple:notification:\(id)", on: c)
             outcomeText = outcome.applied ? "applied" : "stale"
             try SubscriptionStore.finishNotification(store: .apple, id: id, outcome: outcomeText,
                                                      subscriptionID: outcome.subscriptionID, on: c)
         }
         logger.info("App Store notification handled", metadata: ["outcome": "\(outcomeText)"])
+    }
+
+    /// The App Store's status code of the subscription `originalTransactionID` now (Get All Subscription Statuses),
+    /// or nil when Apple does not know it.
+    static func currentStatusCode(_ api: AppStoreServerAPIClient, originalTransactionID: String, environment: String,
+                                  cancellation: CancellationFlag) throws -> Int? {
+        let httpCancellation = HTTPCancellation(isCancelled: { cancellation.isCancelled })
+        guard case .found(let statuses, _) = try api.subscriptionStatuses(originalTransactionID, environment: environment,
+                                                                           cancellation: httpCancellation) else { return nil }
+        return statuses.data?.flatMap { $0.lastTransactions ?? [] }
+            .first { $0.originalTransactionId == originalTransactionID }?.status
     }
 
     /// Types that say something about the subscription's state; others (TEST, CONSUMPTION_REQUEST, PRICE_INCREASE,

@@ -58,20 +58,25 @@ enum AppleStateDerivation {
     /// The status of a subscription from its latest transaction, its renewal info, the App Store status code
     /// (1 active, 2 expired, 3 billing retry, 4 grace period, 5 revoked; from Get All Subscription Statuses or
     /// a notification's `data.status`) and the notification type, in that order of authority.
+    ///
+    /// The status code outranks the transaction's `revocationDate`: a revoked transaction may be an earlier renewal
+    /// while the subscription is active (`AppleRefundScope`); a revocation decides only when the code says the
+    /// subscription ended (2, 5) or there is no code.
     static func status(transaction t: AppleTransaction, renewal: AppleRenewalInfo?, statusCode: Int?,
                        notificationType: String? = nil, subtype: String? = nil, now: Date) -> SubscriptionStatus {
         if notificationType == "REVOKE" { return .cancelled }
-        if t.revocationDate != nil || notificationType == "REFUND" { return .refunded }
+        let revoked = t.revocationDate != nil || notificationType == "REFUND"
         let expires = t.expiresDate?.millisecondsDate
         let live: SubscriptionStatus = t.isTrial ? .trial : .active
         switch statusCode {
         case 1: return live
-        case 2: return .expired
+        case 2: return revoked ? .refunded : .expired
         case 3: return .onHold
         case 4: return .gracePeriod
-        case 5: return .cancelled
+        case 5: return revoked ? .refunded : .cancelled
         default: break
         }
+        if revoked { return .refunded }
         switch notificationType {
         case "EXPIRED", "GRACE_PERIOD_EXPIRED": return .expired
         case "DID_FAIL_TO_RENEW": return subtype == "GRACE_PERIOD" ? .gracePeriod : .onHold

@@ -69,6 +69,11 @@ enum SubscriptionStore {
         }
     }
 
+    /// The end of the period the subscription row holds (`end_date`).
+    static func periodEnd(_ id: UUID, on c: PostgresConnection) throws -> Date? {
+        try c.queryFirst("SELECT end_date FROM subscriptions WHERE id = $1", [id]).flatMap { try $0.optionalDate("end_date") }
+    }
+
     /// A Google purchase voided (refund or chargeback): refunded now, not entitled.
     static func markRefunded(_ id: UUID, at time: Date, on c: PostgresConnection) throws {
         try c.execute("""
@@ -79,8 +84,9 @@ enum SubscriptionStore {
             """, [id, time])
     }
 
-    /// Inserts or updates the subscription keyed by `state.key` (`store_transaction_id`). Owner, plan and start
-    /// date stay those of the first validation; store facts (status, dates, auto-renew) follow the newest state.
+    /// Inserts or updates the subscription keyed by `state.key` (`store_transaction_id`). Owner and start date stay
+    /// those of the first validation; store facts (status, dates, auto-renew, product, `cancelled_at`) follow the
+    /// newest state, and the plan follows the product (a crossgrade) when one of the app's plans sells it.
     static func upsert(_ state: StoreSubscriptionState, owner: SubscriptionOwner, on c: PostgresConnection) throws -> UpsertOutcome {
         let previous = try c.queryFirst("SELECT status FROM subscriptions WHERE store_transaction_id = $1 FOR UPDATE",
                                         [state.key]).map { try $0.string("status") }
@@ -96,7 +102,18 @@ enum SubscriptionStore {
                 grace_period_end = EXCLUDED.grace_period_end,
                 auto_renew = EXCLUDED.auto_renew,
                 store_product_id = EXCLUDED.store_product_id,
-                cancelled_at = COALESCE(EXCLUDED.cancelled_at, subscriptions.cancelled_at),
+                -- A crossgrade (monthly → annual keeps Apple's original transaction id, Google's token chain) moves
+                -- the row to the plan of the product the store now names, when the app has one.
+                plan_id = COALESCE((SELECT p.id FROM subscription_plans p
+                                    WHERE p.app_id = subscriptions.app_id
+                                      AND CASE EXCLUDED.store WHEN 'apple' THEN p.apple_product_id ELSE p.google_product_id END
+                                          = EXCLUDED.store_product_id), subscriptions.plan_id),
+                plan_type = COALESCE((SELECT p.plan_type FROM subscription_plans p
+                                      WHERE p.app_id = subscriptions.app_id
+                                        AND CASE EXCLUDED.store WHEN 'apple' THEN p.apple_product_id ELSE p.google_product_id END
+                                            = EXCLUDED.store_product_id), subscriptions.plan_type),
+                -- The store's value: a refund reversed or a subscription restarted clears it.
+                cancelled_at = EXCLUDED.cancelled_at,
                 store_state_at = EXCLUDED.store_state_at,
                 updated_at = now()
             WHERE subscriptions.store = EXCLUDED.store
