@@ -59,9 +59,10 @@ enum Delivery: Error, Sendable, CustomStringConvertible {
 struct JobRunnerDriver {
     let runner: JobRunner
 
-    init(registry: JobRegistry, database: JobDatabase) {
-        var logger = Logger(label: "job-runner-driver")
-        logger.logLevel = .critical
+    /// `logger`: where the jobs' records go (e.g. `CapturedLogs.logger`, to assert alerts); silent by default.
+    init(registry: JobRegistry, database: JobDatabase, logger: Logger? = nil) {
+        var logger = logger ?? Logger(label: "job-runner-driver")
+        if logger.label == "job-runner-driver" { logger.logLevel = .critical }
         runner = JobRunner(registry: registry, configuration: WorkerConfiguration(), database: database, logger: logger)
     }
 

@@ -307,8 +307,13 @@ final class ReceiptsGoogleTests: ReceiptsTestCase {
             SELECT count(*) FROM subscriptions WHERE store_transaction_id = 'grace-1'
               AND abs(extract(epoch FROM grace_period_end) - $1) < 1
             """, [graceEnd.timeIntervalSince1970]), 1, "grace_period_end is Google's expiryTime")
-        XCTAssertEqual(try SubscriptionExpirySweepJob.sweep(pool: db.pool, configuration: c, now: graceEnd.addingTimeInterval(-60)), .init())
-        XCTAssertEqual(try SubscriptionExpirySweepJob.sweep(pool: db.pool, configuration: c, now: graceEnd.addingTimeInterval(60)).expired, 1)
+        let stores = try services(c)
+        XCTAssertEqual(try SubscriptionExpirySweepJob.sweep(pool: db.pool, configuration: c, stores: stores,
+                                                            now: graceEnd.addingTimeInterval(-60)), .init())
+        // Past the grace window the sweep asks Google (the source of truth), which now says EXPIRED.
+        try setPurchase("grace-1", state: "SUBSCRIPTION_STATE_EXPIRED", expiry: graceEnd)
+        XCTAssertEqual(try SubscriptionExpirySweepJob.sweep(pool: db.pool, configuration: c, stores: stores,
+                                                            now: graceEnd.addingTimeInterval(60)).expired, 1)
         XCTAssertEqual(try db.subscriptionStatus(key: "grace-1"), "expired")
         XCTAssertEqual(try db.userStatus(user), "free")
     }
@@ -405,25 +410,29 @@ final class ReceiptsGoogleTests: ReceiptsTestCase {
             users[key] = try db.newUser()
             try insertSubscription(user: users[key]!, store: store, key: key, status: status, endOffsetDays: offset, autoRenew: renew)
         }
-        let first = try SubscriptionExpirySweepJob.sweep(pool: db.pool, configuration: c, now: Date())
-        XCTAssertEqual(first, .init(expired: 3, graceStarted: 2))
+        // No store client (stores: nil): renewing rows past their window cannot be confirmed, so they stay (L1).
+        let first = try SubscriptionExpirySweepJob.sweep(pool: db.pool, configuration: c, stores: nil, now: Date())
+        XCTAssertEqual(first, .init(expired: 1, graceStarted: 2, unconfirmed: 2))
         XCTAssertEqual(try db.subscriptionStatus(key: "apple-in-grace"), "grace_period")
         XCTAssertEqual(try db.subscriptionStatus(key: "google-in-grace"), "grace_period")
-        XCTAssertEqual(try db.subscriptionStatus(key: "apple-past-grace"), "expired")
+        XCTAssertEqual(try db.subscriptionStatus(key: "apple-past-grace"), "active")
         XCTAssertEqual(try db.subscriptionStatus(key: "apple-cancelled"), "expired")
-        XCTAssertEqual(try db.subscriptionStatus(key: "google-past-grace"), "expired")
+        XCTAssertEqual(try db.subscriptionStatus(key: "google-past-grace"), "trial")
         XCTAssertEqual(try db.subscriptionStatus(key: "still-running"), "active")
-        XCTAssertEqual(try db.userStatus(users["apple-past-grace"]!), "free")
+        XCTAssertEqual(try db.userStatus(users["apple-past-grace"]!), "premium")
+        XCTAssertEqual(try db.userStatus(users["apple-cancelled"]!), "free")
         XCTAssertEqual(try db.userStatus(users["apple-in-grace"]!), "premium")
-        XCTAssertEqual(try db.events(key: "apple-past-grace"), ["expired"])
-        // Again, now: nothing changes. Four days later: Google's 3-day grace is over, Apple's 16 days are not.
-        XCTAssertEqual(try SubscriptionExpirySweepJob.sweep(pool: db.pool, configuration: c, now: Date()), .init())
-        let later = try SubscriptionExpirySweepJob.sweep(pool: db.pool, configuration: c, now: Date().addingTimeInterval(4 * 86400))
-        XCTAssertEqual(later.expired, 1)
-        XCTAssertEqual(try db.subscriptionStatus(key: "google-in-grace"), "expired")
+        XCTAssertEqual(try db.events(key: "apple-cancelled"), ["expired"])
+        // Again, now: nothing changes but the alert. Four days later Google's 3-day window is over too: unconfirmed.
+        XCTAssertEqual(try SubscriptionExpirySweepJob.sweep(pool: db.pool, configuration: c, stores: nil, now: Date()),
+                       .init(unconfirmed: 2))
+        let later = try SubscriptionExpirySweepJob.sweep(pool: db.pool, configuration: c, stores: nil,
+                                                         now: Date().addingTimeInterval(4 * 86400))
+        XCTAssertEqual(later, .init(unconfirmed: 3))
+        XCTAssertEqual(try db.subscriptionStatus(key: "google-in-grace"), "grace_period")
         XCTAssertEqual(try db.subscriptionStatus(key: "apple-in-grace"), "grace_period")
-        XCTAssertEqual(try db.userStatus(users["google-in-grace"]!), "free")
-        XCTAssertEqual(try db.scalar("SELECT count(*) FROM subscription_events WHERE event_type = 'expired'"), 4)
+        XCTAssertEqual(try db.userStatus(users["google-in-grace"]!), "premium")
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM subscription_events WHERE event_type = 'expired'"), 1)
         // Through the job class.
         try driver(try services(c)).run("SubscriptionExpirySweepJob", "[]")
         XCTAssertThrowsError(try driver(try services(c)).run("SubscriptionExpirySweepJob", "[1]"))

@@ -110,7 +110,7 @@ public enum ReceiptJobs {
         registry.register(ValidateReceiptJob(services: services))
         registry.register(AppStoreNotificationJob(services: services))
         registry.register(PlayNotificationJob(services: services))
-        registry.register(SubscriptionExpirySweepJob(configuration: services.configuration))
+        registry.register(SubscriptionExpirySweepJob(services: services))
         registry.register(GoogleAcknowledgementSweepJob(services: services))
     }
 }

@@ -29,4 +29,13 @@ enum StoreCallLimits {
         options.limits = JobLimits([declaration], overLimit: overLimit)
         return options
     }
+
+    /// A job class that may call both stores in one run (the expiry sweep): one slot of each store's limiter.
+    static func optionsForBothStores(_ base: JobOptions) -> JobOptions {
+        var options = base
+        options.limits = JobLimits(["apple", "google"].map { store in
+            LimitDeclaration.concurrent(name, max: maxConcurrent, lease: lease, key: { _ in store })
+        }, overLimit: overLimit)
+        return options
+    }
 }
