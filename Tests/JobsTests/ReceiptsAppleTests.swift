@@ -172,6 +172,44 @@ final class ReceiptsAppleTests: ReceiptsTestCase {
         XCTAssertEqual(try db.userStatus(owner), "premium")
     }
 
+    /// L2: the same Apple ID resubscribes from another app account (B). Apple keeps the original transaction id; the
+    /// latest renewal's `app_account_token` names B, so the subscription moves to B (alerted), A is free. A receipt
+    /// whose latest renewal names A (or nobody) posted by B stays `RCV-OWNER`.
+    func testLatestTransactionsAppAccountTokenMovesTheSubscription() throws {
+        let a = try db.newUser(), b = try db.newUser()
+        let ms = { (d: Date) in String(Int64(d.timeIntervalSince1970 * 1000)) }
+        func register(_ receipt: String, renewals: [(String, Date, UUID)]) throws {
+            try fakes.admin(.apple, "POST", "apple/receipts", json: [
+                "receipt-data": receipt, "status": 0, "environment": "Production",
+                "latest_receipt_info": renewals.map { id, expires, token in
+                    ["product_id": ReceiptsDatabase.appleProduct, "transaction_id": id, "original_transaction_id": "70000001",
+                     "purchase_date_ms": ms(expires.addingTimeInterval(-30 * 86400)), "expires_date_ms": ms(expires),
+                     "app_account_token": token.uuidString.lowercased()]
+                },
+                "pending_renewal_info": [["original_transaction_id": "70000001", "auto_renew_status": "1"]],
+            ])
+        }
+        let logs = CapturedLogs()
+        var registry = JobRegistry()
+        ReceiptJobs.register(into: &registry, services: try ReceiptServices(configuration: configuration(), http: http))
+        let d = JobRunnerDriver(registry: registry, database: fixture.jobDatabase, logger: logs.logger(label: "l2"))
+        try register("receipt-a", renewals: [("70000001", Date().addingTimeInterval(-5 * 86400), a)])
+        try d.run("ValidateReceiptJob", appleArgs(user: a, receipt: "receipt-a", transaction: "70000001"))
+        // A's account lapsed; B (same Apple ID) resubscribed: the new renewal names B.
+        try register("receipt-b", renewals: [("70000001", Date().addingTimeInterval(-5 * 86400), a),
+                                             ("70000002", Date().addingTimeInterval(25 * 86400), b)])
+        XCTAssertThrowsError(try d.run("ValidateReceiptJob", appleArgs(user: a, receipt: "receipt-b", transaction: "70000002"))) {
+            Failure.isPermanent($0, containing: "RCV-OWNER")  // the latest renewal names B, not A
+        }
+        try d.run("ValidateReceiptJob", appleArgs(user: b, receipt: "receipt-b", transaction: "70000002"))
+        XCTAssertEqual(try db.userStatus(b), "premium")
+        XCTAssertEqual(try db.userStatus(a), "free")
+        XCTAssertEqual(try db.string("SELECT user_id::text AS v FROM subscriptions WHERE store_transaction_id = '70000001'"),
+                       b.uuidString.lowercased())
+        XCTAssertEqual(try db.events(key: "70000001").filter { $0 == "ownership_moved" }.count, 1)
+        XCTAssertEqual(logs.alerts.filter { $0 == "RCV-OWNER-MOVED" }.count, 1)
+    }
+
     func testBadInputIsRejectedBeforeAnyCall() throws {
         let user = try db.newUser()
         let d = try driver(configuration())

@@ -160,7 +160,8 @@ enum VerifyReceiptDerivation {
         let state: StoreSubscriptionState
         /// The product of the entry the claim matched (checked against the plan by the caller).
         let purchasedProduct: String
-        /// The `app_account_token` of that subscription's entries, when the app set one.
+        /// The `app_account_token` of that subscription's latest renewal (else of any of its entries), when the app set
+        /// one: the latest says whose app account made the current period (L2).
         let appAccountToken: String?
     }
 
@@ -212,8 +213,9 @@ enum VerifyReceiptDerivation {
             store: .apple, key: original, transactionID: latestID, originalTransactionID: original, productID: product,
             status: status, startDate: firstPurchase, endDate: cancelled ?? latest.expires,
             trialEndDate: isTrial ? latest.expires : nil, gracePeriodEnd: status == .gracePeriod ? grace : nil,
-            autoRenew: pending.map { $0.auto_renew_status != "0" } ?? true, cancelledAt: cancelled, stateAt: now)
+            autoRenew: pending.map { $0.auto_renew_status != "0" } ?? true, cancelledAt: cancelled, stateAt: now,
+            latestAppAccountToken: latest.app_account_token)
         return Derived(state: state, purchasedProduct: targetProduct,
-                       appAccountToken: renewals.lazy.compactMap(\.app_account_token).first)
+                       appAccountToken: latest.app_account_token ?? renewals.lazy.compactMap(\.app_account_token).first)
     }
 }

@@ -51,6 +51,10 @@ public struct StoreSubscriptionState: Sendable, Equatable {
     public var cancelledAt: Date?
     /// When the store asserted this state (signedDate, or when we read its API): older states never overwrite newer.
     public var stateAt: Date
+    /// Apple: the `appAccountToken` of the subscription's *latest* transaction (Apple-signed, or from Apple's
+    /// verifyReceipt answer), which says whose app account made the current period. Decides a change of owner
+    /// (`SubscriptionOwnership`). Nil for Google and when the app set none.
+    public var latestAppAccountToken: String? = nil
 }
 
 /// Apple's data (verifyReceipt entries, or verified JWS) → `StoreSubscriptionState`.
@@ -107,6 +111,6 @@ enum AppleStateDerivation {
             gracePeriodEnd: status == .gracePeriod ? renewal?.gracePeriodExpiresDate?.millisecondsDate : nil,
             autoRenew: autoRenew && status.isEntitled,
             cancelledAt: t.revocationDate?.millisecondsDate,
-            stateAt: stateAt)
+            stateAt: stateAt, latestAppAccountToken: t.appAccountToken)
     }
 }

@@ -69,6 +69,19 @@ enum SubscriptionStore {
         }
     }
 
+    /// Gives subscription `id` to `newOwner` (L2): the previous owner loses it as their current subscription (back to
+    /// `free` when it was), and an `ownership_moved` event records the change. The caller has checked the proof.
+    static func moveOwner(_ id: UUID, from previous: UUID, to newOwner: UUID, on c: PostgresConnection) throws {
+        try c.execute("UPDATE subscriptions SET user_id = $2, updated_at = now() WHERE id = $1", [id, newOwner])
+        try c.execute("""
+            UPDATE users SET status = CASE WHEN status = 'premium' THEN 'free' ELSE status END, subscription_id = NULL,
+                             updated_at = now()
+            WHERE id = $1 AND subscription_id = $2
+            """, [previous, id])
+        try event(id, type: "ownership_moved", data: ["source": "validation", "reason": "latest transaction's appAccountToken"],
+                  idempotencyKey: "ownership:\(id.uuidString.lowercased()):\(newOwner.uuidString.lowercased())", on: c)
+    }
+
     /// The end of the period the subscription row holds (`end_date`).
     static func periodEnd(_ id: UUID, on c: PostgresConnection) throws -> Date? {
         try c.queryFirst("SELECT end_date FROM subscriptions WHERE id = $1", [id]).flatMap { try $0.optionalDate("end_date") }

@@ -354,10 +354,19 @@ public struct ValidateReceiptJob: Job {
     /// (given the subscription id).
     private func apply(_ state: StoreSubscriptionState, owner: SubscriptionOwner, receiptData: String?, context: JobContext,
                        also: (PostgresConnection, UUID) throws -> Void = { _, _ in }) throws {
+        var movedFrom: UUID?
         try context.transaction { c in
             if let existing = try SubscriptionStore.subscription(store: state.store, key: state.key, on: c),
                let existingUser = existing.userID, existingUser != owner.userID {
-                throw OwnershipConflict()
+                // The same store account subscribing from another app account (Apple keeps the original transaction
+                // id): the latest transaction's Apple-signed appAccountToken says whose the current period is, and
+                // moves the subscription (L2). Without it, a replayed receipt: refused.
+                guard let newOwner = owner.userID,
+                      AppAccountToken.matches(state.latestAppAccountToken, userID: newOwner) == true else {
+                    throw OwnershipConflict()
+                }
+                try SubscriptionStore.moveOwner(existing.id, from: existingUser, to: newOwner, on: c)
+                movedFrom = existingUser
             }
             let outcome = try SubscriptionStore.upsert(state, owner: owner, on: c)
             if outcome.applied {
@@ -372,6 +381,10 @@ public struct ValidateReceiptJob: Job {
             try SubscriptionStore.validatedReceipt(state, owner: owner, subscriptionID: outcome.subscriptionID,
                                                    receiptData: receiptData, on: c)
             try also(c, outcome.subscriptionID)
+        }
+        if movedFrom != nil {
+            context.logger.warning("alert RCV-OWNER-MOVED: the store's latest transaction names this user's app account; the subscription moved from its previous owner",
+                                   metadata: ["alert": "RCV-OWNER-MOVED", "store": "\(state.store.rawValue)"])
         }
     }
 }
