@@ -651,8 +651,11 @@ class AppleService(Service):
         return jresp({
             "status": 0,
             "environment": env,
+            # [VRS] responseBody.Receipt.request_date_ms: "The time the request to the verifyReceipt endpoint was
+            # processed" (Apple's clock; a registration may set it to play a worker whose clock is off).
             "receipt": {"receipt_type": "ProductionSandbox" if env == "Sandbox" else "Production",
-                        "bundle_id": bundle, "in_app": (reg or {}).get("in_app", info)},
+                        "bundle_id": bundle, "in_app": (reg or {}).get("in_app", info),
+                        "request_date_ms": str((reg or {}).get("request_date_ms", int(time.time() * 1000)))},
             "latest_receipt": receipt,
             "latest_receipt_info": info,
             "pending_renewal_info": pending,

@@ -210,6 +210,33 @@ final class ReceiptsAppleTests: ReceiptsTestCase {
         XCTAssertEqual(logs.alerts.filter { $0 == "RCV-OWNER-MOVED" }.count, 1)
     }
 
+    /// L7: `store_state_at` is the store's clock (verifyReceipt's `request_date_ms`), not the worker's. With the
+    /// worker's clock 2 minutes fast, a REFUND Apple signed 1 minute ago still applies (it is newer than the
+    /// validation in Apple's time), instead of being dropped as stale.
+    func testValidationRecordsTheStoresClockSoALaterRefundIsNotStale() throws {
+        let signer = try TestAppleSigner()
+        var c = configuration()
+        c.appleRootCertificates = [signer.rootDER]
+        let d = try driver(c)
+        let user = try db.newUser()
+        let ms = { (d: Date) in String(Int64(d.timeIntervalSince1970 * 1000)) }
+        try fakes.admin(.apple, "POST", "apple/receipts", json: [
+            "receipt-data": "receipt-clock", "status": 0, "environment": "Production",
+            "request_date_ms": Int64(Date().addingTimeInterval(-120).timeIntervalSince1970 * 1000),
+            "latest_receipt_info": [["product_id": ReceiptsDatabase.appleProduct, "transaction_id": "1000000001",
+                                     "original_transaction_id": "1000000001", "purchase_date_ms": ms(Date().addingTimeInterval(-86400)),
+                                     "expires_date_ms": ms(Date().addingTimeInterval(20 * 86400))]],
+            "pending_renewal_info": [["original_transaction_id": "1000000001", "auto_renew_status": "1"]],
+        ])
+        try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "receipt-clock", transaction: "1000000001"))
+        try d.run("AppStoreNotificationJob", try notificationArgs(signer, type: "REFUND", expires: Date().addingTimeInterval(20 * 86400),
+                                                                  status: 5, revoked: true, signedAt: Date().addingTimeInterval(-60),
+                                                                  transactionID: "1000000001"))
+        XCTAssertEqual(try db.subscriptionStatus(key: "1000000001"), "refunded")
+        XCTAssertEqual(try db.userStatus(user), "free")
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM store_notifications WHERE outcome = 'stale'"), 0)
+    }
+
     func testBadInputIsRejectedBeforeAnyCall() throws {
         let user = try db.newUser()
         let d = try driver(configuration())

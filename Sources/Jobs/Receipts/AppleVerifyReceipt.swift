@@ -32,6 +32,8 @@ struct VerifyReceiptResponse: Decodable, Sendable {
     struct Receipt: Decodable, Sendable {
         let bundle_id: String?
         let in_app: [ReceiptTransaction]?
+        /// When Apple processed the request (Apple's clock): the answer's `store_state_at` (L7).
+        let request_date_ms: String?
     }
     let status: Int
     let environment: String?
@@ -213,7 +215,8 @@ enum VerifyReceiptDerivation {
             store: .apple, key: original, transactionID: latestID, originalTransactionID: original, productID: product,
             status: status, startDate: firstPurchase, endDate: cancelled ?? latest.expires,
             trialEndDate: isTrial ? latest.expires : nil, gracePeriodEnd: status == .gracePeriod ? grace : nil,
-            autoRenew: pending.map { $0.auto_renew_status != "0" } ?? true, cancelledAt: cancelled, stateAt: now,
+            autoRenew: pending.map { $0.auto_renew_status != "0" } ?? true, cancelledAt: cancelled,
+            stateAt: r.receipt?.request_date_ms.flatMap(Int64.init)?.millisecondsDate ?? now,
             latestAppAccountToken: latest.app_account_token)
         return Derived(state: state, purchasedProduct: targetProduct,
                        appAccountToken: latest.app_account_token ?? renewals.lazy.compactMap(\.app_account_token).first)
