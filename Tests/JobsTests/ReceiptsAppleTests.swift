@@ -311,6 +311,63 @@ final class ReceiptsAppleTests: ReceiptsTestCase {
                                "/sandbox/inApps/v1/transactions/60000001", "/sandbox/inApps/v1/subscriptions/60000001"])
     }
 
+    /// With Server API credentials the App Store's statuses decide: the expiry sweep asks Get All Subscription
+    /// Statuses before expiring a renewing row (L1), and a REFUND without `data.status` asks it whether the
+    /// subscription is still active (N3) — here it is, so the refunded transaction is a past one even though its
+    /// expiry alone would have looked like the current period's.
+    func testServerAPIStatusesDecideTheSweepAndARefundWithoutStatus() throws {
+        let signer = try TestAppleSigner()
+        let now = Date()
+        let user = try db.newUser()
+        func tx(_ id: String, expires: Date, revoked: Bool = false) -> [String: Any] {
+            var t: [String: Any] = ["transactionId": id, "originalTransactionId": "1000000001", "bundleId": "com.example",
+                                    "appAccountToken": user.uuidString.lowercased(), "productId": ReceiptsDatabase.appleProduct,
+                                    "purchaseDate": TestAppleSigner.ms(now.addingTimeInterval(-86400)),
+                                    "expiresDate": TestAppleSigner.ms(expires), "environment": "Sandbox",
+                                    "signedDate": TestAppleSigner.ms(now)]
+            if revoked { t["revocationDate"] = TestAppleSigner.ms(now) }
+            return t
+        }
+        // Production does not know the sandbox subscription (404 4040010, as Apple answers), sandbox does.
+        for path in ["/inApps/v1/transactions/1000000001", "/inApps/v1/subscriptions/1000000001"] {
+            try fakes.script(.apple, ["match": ["path": path], "status": 404, "times": 5,
+                                      "json": ["errorCode": 4040010, "errorMessage": "Transaction id not found."]])
+        }
+        try fakes.admin(.apple, "POST", "apple/transactions", json: [
+            "transaction_id": "1000000001", "signedTransactionInfo": try signer.sign(tx("1000000001", expires: now.addingTimeInterval(5 * 86400)))])
+        try fakes.admin(.apple, "POST", "apple/subscriptions", json: ["transaction_id": "1000000001", "response": [
+            "environment": "Sandbox", "bundleId": "com.example",
+            "data": [["subscriptionGroupIdentifier": "g", "lastTransactions": [[
+                "originalTransactionId": "1000000001", "status": 1,
+                "signedTransactionInfo": try signer.sign(tx("1000000009", expires: now.addingTimeInterval(25 * 86400))),
+                "signedRenewalInfo": try signer.sign(["originalTransactionId": "1000000001", "autoRenewStatus": 1,
+                                                      "environment": "Sandbox", "signedDate": TestAppleSigner.ms(now)]),
+            ]]]]]])
+        let c = try serverAPIConfiguration(root: signer.rootDER)
+        let d = try driver(c)
+        try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "unused", transaction: "1000000001"))
+        XCTAssertEqual(try db.userStatus(user), "premium")
+
+        // A lost DID_RENEW: our row ended 20 days ago (Apple's 16-day window over). The sweep asks Apple: renewed.
+        try db.pool.withConnection { c in
+            _ = try c.execute("UPDATE subscriptions SET end_date = now() - interval '20 days' WHERE store_transaction_id = '1000000001'")
+        }
+        try d.run("SubscriptionExpirySweepJob", "[]")
+        XCTAssertEqual(try db.subscriptionStatus(key: "1000000001"), "active")
+        XCTAssertEqual(try db.userStatus(user), "premium")
+        XCTAssertEqual(try db.scalar("""
+            SELECT count(*) FROM subscriptions WHERE store_transaction_id = '1000000001' AND end_date > now() + interval '20 days'
+            """), 1)
+
+        // A REFUND without data.status of a transaction whose expiry is past the period we hold: Apple's status (1,
+        // re-read) says the subscription is active, so it is a past transaction's refund.
+        try d.run("AppStoreNotificationJob", try notificationArgs(signer, type: "REFUND", expires: now.addingTimeInterval(40 * 86400),
+                                                                  revoked: true, transactionID: "1000000002"))
+        XCTAssertEqual(try db.subscriptionStatus(key: "1000000001"), "active")
+        XCTAssertEqual(try db.userStatus(user), "premium")
+        XCTAssertTrue(try fakes.requests(.apple).map(\.path).contains("/sandbox/inApps/v1/subscriptions/1000000001"))
+    }
+
     func testServerAPIRejectsDataSignedUnderAnotherRoot() throws {
         let signer = try TestAppleSigner(), other = try TestAppleSigner()
         try fakes.admin(.apple, "POST", "apple/transactions", json: [

@@ -63,6 +63,18 @@ struct AppStoreServerAPIClient: Sendable {
         }
     }
 
+    /// The status and latest signed transaction / renewal info of the subscription `originalTransactionID` (its
+    /// entry in Get All Subscription Statuses' `data[].lastTransactions`), or nil when Apple does not know it in
+    /// `environment`. The signed parts are not verified here: callers verify them.
+    func lastTransaction(of originalTransactionID: String, environment: String,
+                         cancellation: HTTPCancellation?) throws -> (SubscriptionStatusesResponse.LastTransaction, environment: String)? {
+        guard case .found(let statuses, let env) = try subscriptionStatuses(originalTransactionID, environment: environment,
+                                                                           cancellation: cancellation),
+              let last = statuses.data?.flatMap({ $0.lastTransactions ?? [] })
+                .first(where: { $0.originalTransactionId == originalTransactionID }) else { return nil }
+        return (last, env)
+    }
+
     private func get(_ path: String, environments: [String], cancellation: HTTPCancellation?) throws -> Lookup<HTTPResponse> {
         var lastNotFound = "not found"
         for environment in environments {

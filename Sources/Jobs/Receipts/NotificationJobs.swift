@@ -146,11 +146,8 @@ public struct AppStoreNotificationJob: Job {
     /// or nil when Apple does not know it.
     static func currentStatusCode(_ api: AppStoreServerAPIClient, originalTransactionID: String, environment: String,
                                   cancellation: CancellationFlag) throws -> Int? {
-        let httpCancellation = HTTPCancellation(isCancelled: { cancellation.isCancelled })
-        guard case .found(let statuses, _) = try api.subscriptionStatuses(originalTransactionID, environment: environment,
-                                                                           cancellation: httpCancellation) else { return nil }
-        return statuses.data?.flatMap { $0.lastTransactions ?? [] }
-            .first { $0.originalTransactionId == originalTransactionID }?.status
+        try api.lastTransaction(of: originalTransactionID, environment: environment,
+                                cancellation: HTTPCancellation(isCancelled: { cancellation.isCancelled }))?.0.status
     }
 
     /// Types that say something about the subscription's state; others (TEST, CONSUMPTION_REQUEST, PRICE_INCREASE,

@@ -114,9 +114,7 @@ struct SubscriptionStoreCheck: Sendable {
     private func appleServerAPIState(_ row: DueRenewal, api: AppStoreServerAPIClient, verifier: AppleSignedDataVerifier,
                                      now: Date, cancellation: HTTPCancellation?) throws -> StoreSubscriptionState? {
         for environment in services.configuration.appleAllowedEnvironments.sorted(by: { $0 == "Production" && $1 != "Production" }) {
-            guard case .found(let statuses, let env) = try api.subscriptionStatuses(row.key, environment: environment,
-                                                                                   cancellation: cancellation),
-                  let last = statuses.data?.flatMap({ $0.lastTransactions ?? [] }).first(where: { $0.originalTransactionId == row.key }),
+            guard let (last, env) = try api.lastTransaction(of: row.key, environment: environment, cancellation: cancellation),
                   let signed = last.signedTransactionInfo else { continue }
             let transaction = try verifier.verifyTransaction(signed, expectedEnvironment: env)
             let renewal = try last.signedRenewalInfo.map { try verifier.verifyRenewalInfo($0, expectedEnvironment: env) }

@@ -341,7 +341,7 @@ public struct ValidateReceiptJob: Job {
         }
         let now = Date()
         guard var state = AppleStateDerivation.state(transaction: latest, renewal: renewal, statusCode: statusCode,
-                                                     stateAt: now, now: now) else {
+                                                     stateAt: latest.signedDate?.millisecondsDate ?? now, now: now) else {
             throw Rejection(code: "RCV-DATA", status: nil, reason: "the signed transaction lacks product or transaction id")
         }
         if let first = transaction.originalPurchaseDate?.millisecondsDate { state.startDate = first }
