@@ -158,11 +158,13 @@ final class ReceiptsAppReceiptTests: ReceiptsTestCase {
         Failure.dead(try r.run("ValidateReceiptJob", args(user: thief, receipt: forged, transaction: "76100001")),
                      errorClass: "PermanentFailure",
                      messagePrefix: "RCV-RECEIPT: the app receipt's certificate chain is not trusted")
-        // The genuine receipt's content altered (one byte of the transaction id): the signature no longer verifies.
+        // The thief's genuine receipt altered to name the victim's purchase (its transaction and original transaction
+        // ids, one byte each): the signature no longer verifies.
         var bytes = Array(try XCTUnwrap(Data(base64Encoded: try appReceipt(["76100009"]))))
         let digits = Array("76100009".utf8)
-        let at = try XCTUnwrap((0..<(bytes.count - digits.count)).first { Array(bytes[$0..<($0 + digits.count)]) == digits })
-        bytes[at + digits.count - 1] = UInt8(ascii: "1")
+        let places = (0..<(bytes.count - digits.count)).filter { Array(bytes[$0..<($0 + digits.count)]) == digits }
+        XCTAssertEqual(places.count, 2)
+        for at in places { bytes[at + digits.count - 1] = UInt8(ascii: "1") }
         Failure.dead(try r.run("ValidateReceiptJob", args(user: thief, receipt: Data(bytes).base64EncodedString(), transaction: "76100001")),
                      errorClass: "PermanentFailure",
                      messagePrefix: "RCV-RECEIPT: the app receipt's signature does not verify")
