@@ -33,6 +33,12 @@ Admin API (HTTP, JSON), on each HTTP fake's own port and on `smtp_admin` for SMT
                 POST /__admin/apple/subscriptions {"transaction_id": T, "response": {...Get All Subscription
                                                   Statuses body...}}; ids never registered answer 404 4040010
                 GET  /__admin/apple/jwt_refusals  {"refusals": [reason, ...]} why /inApps JWTs were refused
+                POST /__admin/apple/app_receipt   {"bundle_id"?: B, "in_app": [{"transaction_id": T, "product_id"?: P,
+                                                  "original_transaction_id"?: O}], "signer"?: "test"|"forged",
+                                                  "signed_attributes"?: bool} -> {"receipt_data": base64 StoreKit 1
+                                                  app receipt, PKCS #7 signed by that chain}; verifyReceipt decodes
+                                                  the "test" ones (status 0) and refuses "forged" ones (21003)
+                GET  /__admin/apple/receipt_roots {"test": base64 DER root, "forged": base64 DER root}
                 config {"api_jwt": {"issuer": I, "key_id": K, "bundle_id": B, "public_key_pem": PEM}}: /inApps
                 requests must carry an ES256 JWT with these claims, aud "appstoreconnect-v1", unexpired (else 401
                 with an empty body, as Apple); the signature is checked (fakes.py needs the `cryptography` module

@@ -105,6 +105,20 @@ final class ReceiptsAppReceiptTests: ReceiptsTestCase {
         }
     }
 
+    func testReceiptRootsComeFromTheEnvironment() throws {
+        let der = try receiptRoot("test")
+        let pem = "-----BEGIN CERTIFICATE-----\n" + Data(der).base64EncodedString(options: .lineLength64Characters)
+            + "\n-----END CERTIFICATE-----\n"
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("receipt-root-\(UUID().uuidString).pem")
+        try pem.write(to: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(at: file) }
+        let c = try ReceiptsConfiguration.fromEnvironment(["RECEIPTS_APPLE_RECEIPT_ROOT_CA_FILES": file.path])
+        XCTAssertEqual(c.appleReceiptRootCertificates, [der])
+        XCTAssertThrowsError(try ReceiptsConfiguration.fromEnvironment(["RECEIPTS_APPLE_RECEIPT_ROOT_CA_FILES": " , "])) {
+            XCTAssertEqual("\($0)", "RECEIPTS_APPLE_RECEIPT_ROOT_CA_FILES: no file named")
+        }
+    }
+
     /// Apple's own Xcode StoreKit receipt (app-store-server-library-swift resources/xcode, BER with indefinite
     /// lengths, `sha256WithRSAEncryption`): its signature verifies with its signer and it reads as
     /// `ReceiptUtility` reads it (transaction "0"); its self-signed StoreKit certificate is not an Apple chain.
