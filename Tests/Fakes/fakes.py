@@ -33,6 +33,12 @@ Admin API (HTTP, JSON), on each HTTP fake's own port and on `smtp_admin` for SMT
                 POST /__admin/apple/subscriptions {"transaction_id": T, "response": {...Get All Subscription
                                                   Statuses body...}}; ids never registered answer 404 4040010
                 GET  /__admin/apple/jwt_refusals  {"refusals": [reason, ...]} why /inApps JWTs were refused
+                POST /__admin/apple/app_receipt   {"bundle_id"?: B, "in_app": [{"transaction_id": T, "product_id"?: P,
+                                                  "original_transaction_id"?: O}], "signer"?: "test"|"forged",
+                                                  "signed_attributes"?: bool} -> {"receipt_data": base64 StoreKit 1
+                                                  app receipt, PKCS #7 signed by that chain}; verifyReceipt decodes
+                                                  the "test" ones (status 0) and refuses "forged" ones (21003)
+                GET  /__admin/apple/receipt_roots {"test": base64 DER root, "forged": base64 DER root}
                 config {"api_jwt": {"issuer": I, "key_id": K, "bundle_id": B, "public_key_pem": PEM}}: /inApps
                 requests must carry an ES256 JWT with these claims, aud "appstoreconnect-v1", unexpired (else 401
                 with an empty body, as Apple); the signature is checked (fakes.py needs the `cryptography` module
@@ -451,6 +457,129 @@ def admin(service, method, path, query, body):
 
 # ---------------------------------------------------------------- Apple
 
+# StoreKit 1 app receipts signed by the fake's own test CA (POST /__admin/apple/app_receipt).
+#   [RCPT] Apple's receipt fields (developer.apple.com/library/archive/releasenotes/General/ValidateAppStoreReceipt/
+#          Chapters/ReceiptFields.html, "App Receipt Fields" / "In-App Purchase Receipt Fields"; today's summary:
+#          developer.apple.com/documentation/appstorereceipts): the receipt is a PKCS #7 SignedData whose content is
+#          Payload ::= SET OF ReceiptAttribute, ReceiptAttribute ::= SEQUENCE {type INTEGER, version INTEGER, value
+#          OCTET STRING}; type 2 bundle id (UTF8STRING), 12 receipt creation date (IA5STRING, RFC 3339), 17 one
+#          in-app purchase receipt (again a SET OF ReceiptAttribute: 1701 quantity INTEGER, 1702 product id, 1703
+#          transaction id, 1705 original transaction id (UTF8STRING), 1704 purchase date (IA5STRING)).
+#   [RU]   apple/app-store-server-library-swift Sources/AppStoreServerLibrary/ReceiptUtility.swift: reads type 17,
+#          then 1703/1705, from the SignedData's encapsulated content, exactly this layout.
+#   [CHAIN] the receipt carries its chain: Apple Root CA -> Apple Worldwide Developer Relations CA (marker extension
+#          1.2.840.113635.100.6.2.1) -> the receipt signing certificate (1.2.840.113635.100.6.11.1), RSA; no signed
+#          attributes (as an Xcode StoreKit receipt, [RU]'s resources/xcode/xcode-app-receipt-*).
+# The "test" chain's root is what tests configure as trusted (GET /__admin/apple/receipt_roots); "forged" is a
+# look-alike chain (same names, other keys) that no test trusts.
+from cryptography import x509 as _x509
+from cryptography.x509.oid import NameOID as _NameOID
+from cryptography.hazmat.primitives import serialization as _serialization
+from cryptography.hazmat.primitives.asymmetric import rsa as _rsa
+from cryptography.hazmat.primitives.serialization import pkcs7 as _pkcs7
+import datetime as _datetime
+
+_receipt_chains = {}
+_receipt_chains_lock = threading.Lock()
+
+
+def _receipt_chain(name):
+    """(root, intermediate, leaf, leaf_key) of the "test" or "forged" receipt chain, made once per process."""
+    with _receipt_chains_lock:
+        if name in _receipt_chains:
+            return _receipt_chains[name]
+        now = _datetime.datetime.now(_datetime.timezone.utc)
+        keys = [_rsa.generate_private_key(public_exponent=65537, key_size=2048) for _ in range(3)]
+
+        def subject(cn):
+            return _x509.Name([_x509.NameAttribute(_NameOID.COUNTRY_NAME, "US"),
+                               _x509.NameAttribute(_NameOID.ORGANIZATION_NAME, "Fake Apple Inc."),
+                               _x509.NameAttribute(_NameOID.COMMON_NAME, cn)])
+
+        def cert(subj, issuer, key, issuer_key, ca, marker):
+            b = (_x509.CertificateBuilder().subject_name(subj).issuer_name(issuer).public_key(key.public_key())
+                 .serial_number(_x509.random_serial_number())
+                 .not_valid_before(now - _datetime.timedelta(days=2))
+                 .not_valid_after(now + _datetime.timedelta(days=365))
+                 .add_extension(_x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+                 .add_extension(_x509.KeyUsage(digital_signature=not ca, content_commitment=False,
+                                               key_encipherment=False, data_encipherment=False, key_agreement=False,
+                                               key_cert_sign=ca, crl_sign=ca, encipher_only=False,
+                                               decipher_only=False), critical=True))
+            if marker:
+                b = b.add_extension(_x509.UnrecognizedExtension(_x509.ObjectIdentifier(marker), b"\x05\x00"),
+                                    critical=False)
+            return b.sign(issuer_key, _hashes.SHA256())
+
+        root_name = subject("Fake Apple Root CA")
+        wwdr_name = subject("Fake Apple Worldwide Developer Relations Certification Authority")
+        leaf_name = subject("Fake Mac App Store and iTunes Store Receipt Signing")
+        root = cert(root_name, root_name, keys[0], keys[0], True, None)
+        wwdr = cert(wwdr_name, root_name, keys[1], keys[0], True, "1.2.840.113635.100.6.2.1")      # [CHAIN]
+        leaf = cert(leaf_name, wwdr_name, keys[2], keys[1], False, "1.2.840.113635.100.6.11.1")   # [CHAIN]
+        _receipt_chains[name] = (root, wwdr, leaf, keys[2])
+        return _receipt_chains[name]
+
+
+def _der(tag, content):
+    n = len(content)
+    if n < 0x80:
+        length = bytes([n])
+    else:
+        raw = n.to_bytes((n.bit_length() + 7) // 8, "big")
+        length = bytes([0x80 | len(raw)]) + raw
+    return bytes([tag]) + length + content
+
+
+def _der_int(value):
+    return _der(0x02, value.to_bytes(value.bit_length() // 8 + 1, "big"))
+
+
+def _receipt_attribute(kind, value):
+    # [RCPT] ReceiptAttribute ::= SEQUENCE {type INTEGER, version INTEGER, value OCTET STRING}
+    return _der(0x30, _der_int(kind) + _der_int(1) + _der(0x04, value))
+
+
+def _receipt_set(attributes):
+    return _der(0x31, b"".join(sorted(attributes)))   # DER SET OF: elements in ascending order
+
+
+def _utf8(text):
+    return _der(0x0C, text.encode())
+
+
+def _ia5(text):
+    return _der(0x16, text.encode())
+
+
+def app_receipt(bundle_id, purchases, signer="test", creation_date=None, signed_attributes=False):
+    """Base64 app receipt [RCPT] for `bundle_id` with one type-17 record per purchase {product_id, transaction_id,
+    original_transaction_id?, purchase_date?}, signed by chain `signer` (SHA-256, RSA PKCS #1 v1.5)."""
+    created = creation_date or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    attributes = [_receipt_attribute(2, _utf8(bundle_id)), _receipt_attribute(3, _utf8("1")),
+                  _receipt_attribute(12, _ia5(created))]
+    for p in purchases:
+        tx = str(p["transaction_id"])
+        fields = [_receipt_attribute(1701, _der_int(1)),
+                  _receipt_attribute(1702, _utf8(p.get("product_id", AppleService.DEFAULT_PRODUCT))),
+                  _receipt_attribute(1703, _utf8(tx)),
+                  _receipt_attribute(1705, _utf8(str(p.get("original_transaction_id", tx)))),
+                  _receipt_attribute(1704, _ia5(p.get("purchase_date", created)))]
+        attributes.append(_receipt_attribute(17, _receipt_set(fields)))
+    content = _receipt_set(attributes)
+    root, wwdr, leaf, key = _receipt_chain(signer)
+    options = [_pkcs7.PKCS7Options.Binary]
+    if signed_attributes:
+        options.append(_pkcs7.PKCS7Options.NoCapabilities)
+    else:
+        options.append(_pkcs7.PKCS7Options.NoAttributes)
+    der = (_pkcs7.PKCS7SignatureBuilder().set_data(content)
+           .add_signer(leaf, key, _hashes.SHA256(), rsa_padding=_padding.PKCS1v15())
+           .add_certificate(wwdr).add_certificate(root)
+           .sign(_serialization.Encoding.DER, options))
+    return base64.b64encode(der).decode()
+
+
 def bearer(req):
     auth = next((v for k, v in req["headers"].items() if k.lower() == "authorization"), "")
     if not auth.startswith("Bearer "):
@@ -494,6 +623,7 @@ class AppleService(Service):
 
     def reset_service(self):
         self.receipts = {}
+        self.app_receipts = {}   # receipts this fake signed (app_receipt): verifyReceipt decodes them as Apple would
         self.transactions = {}
         self.statuses = {}
         self.jwt_refusals = []
@@ -511,6 +641,20 @@ class AppleService(Service):
             with self.lock:
                 self.statuses[str(payload["transaction_id"])] = payload["response"]
             return jresp({"ok": True})
+        if path == "/__admin/apple/app_receipt" and method == "POST":
+            with self.lock:
+                bundle = payload.get("bundle_id", self.config.get("bundle_id"))
+            signer = payload.get("signer", "test")
+            receipt = app_receipt(bundle, payload.get("in_app", []), signer=signer,
+                                  creation_date=payload.get("creation_date"),
+                                  signed_attributes=bool(payload.get("signed_attributes")))
+            with self.lock:
+                self.app_receipts[receipt] = {"signer": signer, "bundle_id": bundle,
+                                              "in_app": list(payload.get("in_app", []))}
+            return jresp({"receipt_data": receipt})
+        if path == "/__admin/apple/receipt_roots" and method == "GET":
+            return jresp({name: base64.b64encode(_receipt_chain(name)[0].public_bytes(_serialization.Encoding.DER)).decode()
+                          for name in ("test", "forged")})
         if path == "/__admin/apple/jwt_refusals" and method == "GET":
             with self.lock:
                 return jresp({"refusals": list(self.jwt_refusals)})
@@ -593,12 +737,26 @@ class AppleService(Service):
             return jresp({"status": 21000})
         with self.lock:
             reg = self.receipts.get(receipt)
+            signed = self.app_receipts.get(receipt)
             secret = self.config.get("shared_secret")
             product = self.config.get("product_id")
             bundle = self.config.get("bundle_id")
         if secret is not None and body.get("password") != secret:
             # [VRS] 21004: "The shared secret you provided doesn't match the shared secret on file for your account."
             return jresp({"status": 21004, "environment": env})
+        if reg is None and signed is not None:
+            if signed["signer"] != "test":
+                # [VRS] 21003: "The receipt could not be authenticated." (not signed by the App Store's chain)
+                return jresp({"status": 21003, "environment": env})
+            now_ms = int(time.time() * 1000)
+            # [VRS] the decoded receipt's purchases, each as a latest_receipt_info entry (a month from yesterday).
+            reg = {"status": 0, "environment": "Production", "latest_receipt_info": [{
+                "quantity": "1", "product_id": p.get("product_id", product), "transaction_id": str(p["transaction_id"]),
+                "original_transaction_id": str(p.get("original_transaction_id", p["transaction_id"])),
+                "purchase_date_ms": str(now_ms - 86400000), "original_purchase_date_ms": str(now_ms - 86400000),
+                "expires_date_ms": str(now_ms + 29 * 86400000), "in_app_ownership_type": "PURCHASED",
+            } for p in signed["in_app"]]}
+            bundle = signed["bundle_id"]
         if reg is not None:
             reg_env = reg.get("environment", "Production")
             status = int(reg.get("status", 0))

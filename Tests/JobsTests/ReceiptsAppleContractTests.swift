@@ -213,14 +213,19 @@ final class ReceiptsAppleContractTests: ReceiptsTestCase {
         let signer = try TestAppleSigner()
         let r = try runner(try serverAPIConfiguration(signer))
         let user = try db.newUser()
-        try registerTransaction(signer, id: "72000001")   // no appAccountToken; the job sends no signed_transaction
-        Failure.dead(try r.run("ValidateReceiptJob", validateArgs(user: user, transaction: "72000001")),
+        try registerTransaction(signer, id: "72000001")   // no appAccountToken
+        // Neither receipt_data nor signed_transaction: not even a request (the arguments name no proof).
+        Failure.dead(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: nil, transaction: "72000001")),
+                     errorClass: "BadInput", messagePrefix: "arguments do not fit ValidateReceiptJob")
+        // receipt_data that is no app receipt proves nothing either: refused with the reason, before Apple is asked
+        // about anything but the transaction. (A verified receipt holding the id is proof: ReceiptsAppReceiptTests.)
+        Failure.dead(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "unused", transaction: "72000001")),
                      errorClass: "PermanentFailure",
-                     messagePrefix: "RCV-PROOF: transaction 72000001 carries no appAccountToken and no signed_transaction")
+                     messagePrefix: "RCV-RECEIPT: the app receipt is malformed: receipt_data is not base64")
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM subscriptions"), 0)
         XCTAssertEqual(try db.userStatus(user), "free")
         XCTAssertEqual(try db.scalar("""
-            SELECT count(*) FROM iap_receipts WHERE transaction_id = '72000001' AND NOT validated AND validation_error LIKE 'RCV-PROOF:%'
+            SELECT count(*) FROM iap_receipts WHERE transaction_id = '72000001' AND NOT validated AND validation_error LIKE 'RCV-RECEIPT:%'
             """), 1)
     }
 

@@ -14,6 +14,8 @@ public final class ReceiptServices: Sendable {
     let appStoreAPI: AppStoreServerAPIClient?
     /// Nil when no bundle id is configured (signed Apple data cannot be checked).
     let appleVerifier: AppleSignedDataVerifier?
+    /// Verifier of StoreKit 1 app receipts (proof of possession in Server API mode); nil without a bundle id.
+    let appleReceiptVerifier: AppleAppReceiptVerifier?
     public let googleTokens: GoogleAccessTokenProvider?
     let googlePlay: GooglePlayClient?
 
@@ -30,8 +32,11 @@ public final class ReceiptServices: Sendable {
                                                         bundleID: bundle,
                                                         allowedEnvironments: configuration.appleAllowedEnvironments,
                                                         appAppleID: configuration.appleAppAppleID)
+            appleReceiptVerifier = try AppleAppReceiptVerifier(rootCertificatesDER: configuration.appleReceiptRootCertificates,
+                                                               bundleID: bundle)
         } else {
             appleVerifier = nil
+            appleReceiptVerifier = nil
         }
         if let credentials = configuration.appleCredentials, let bundle = configuration.appleBundleID {
             appStoreAPI = AppStoreServerAPIClient(http: http, productionURL: configuration.appleServerAPIProductionURL,

@@ -45,6 +45,9 @@ public struct ReceiptsConfiguration: Sendable {
     public var appleAppAppleID: Int64?
     /// DER of the trusted roots for `x5c` chains. Default: Apple Root CA - G3.
     public var appleRootCertificates: [[UInt8]] = [AppleRootCertificates.appleRootCAG3]
+    /// DER of the trusted roots for StoreKit 1 app receipts (PKCS#7, `AppleAppReceiptVerifier`). Default: Apple Root
+    /// CA (the 2006 RSA root of the receipt-signing chain).
+    public var appleReceiptRootCertificates: [[UInt8]] = [AppleRootCertificates.appleRootCA]
     /// Store environments accepted in signed data (`Production`, `Sandbox`; `Xcode`/`LocalTesting` for tests).
     public var appleAllowedEnvironments: Set<String> = ["Production", "Sandbox"]
     public var appleValidation: AppleValidationMode = .auto
@@ -142,6 +145,14 @@ public struct ReceiptsConfiguration: Sendable {
             }
             guard !roots.isEmpty else { throw .invalid(variable: "RECEIPTS_APPLE_ROOT_CA_FILES", reason: "no file named") }
             c.appleRootCertificates = roots
+        }
+        if let v = reader.string("RECEIPTS_APPLE_RECEIPT_ROOT_CA_FILES") {
+            var roots: [[UInt8]] = []
+            for path in v.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !path.isEmpty {
+                roots.append(try reader.certificate(path: path, variable: "RECEIPTS_APPLE_RECEIPT_ROOT_CA_FILES"))
+            }
+            guard !roots.isEmpty else { throw .invalid(variable: "RECEIPTS_APPLE_RECEIPT_ROOT_CA_FILES", reason: "no file named") }
+            c.appleReceiptRootCertificates = roots
         }
         if let v = reader.string("RECEIPTS_APPLE_ENVIRONMENTS") {
             c.appleAllowedEnvironments = Set(v.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })

@@ -140,7 +140,9 @@ public struct ValidateReceiptJob: Job {
                 logger[metadataKey: "receipt"] = "\(Redact.fingerprint(receipt ?? signedTransaction ?? ""))"
                 let state: StoreSubscriptionState
                 if services.configuration.usesAppStoreServerAPI {
-                    state = try appleServerAPIState(transactionID: transactionID, deviceSignedTransaction: signedTransaction,
+                    state = try appleServerAPIState(transactionID: transactionID, receipt: receipt,
+                                                    originalTransactionID: originalTransactionID,
+                                                    deviceSignedTransaction: signedTransaction,
                                                     userID: userID, product: expectedProduct, cancellation: cancellation)
                 } else {
                     guard let receipt else {
@@ -268,10 +270,23 @@ public struct ValidateReceiptJob: Job {
     }
 
     /// Server API mode. A bare `transaction_id` proves nothing about who bought it (ids are not secret), so the
-    /// purchase must be bound to `userID` by Apple-signed data: the device's signed transaction for this purchase
-    /// (`deviceSignedTransaction`, verified like every JWS) and/or an `appAccountToken` equal to the user's id.
-    /// A token naming someone else → `RCV-OWNER`; neither proof → `RCV-PROOF`.
-    private func appleServerAPIState(transactionID: String, deviceSignedTransaction: String?, userID: UUID, product: String,
+    /// purchase must be bound to `userID` by Apple-signed data:
+    /// - the device's signed transaction for this purchase (`deviceSignedTransaction`, verified like every JWS);
+    /// - else a StoreKit 1 app receipt (`receipt`) whose PKCS#7 signature verifies to Apple's root, for our bundle id,
+    ///   and that contains the transaction (as transaction id 1703 or original transaction id 1705): possession of
+    ///   the buyer's receipt, checked before any request (`AppleAppReceiptVerifier`);
+    /// - and/or an `appAccountToken` equal to the user's id.
+    /// A token naming someone else → `RCV-OWNER`. When the receipt is the proof (no device JWS, no token naming the
+    /// user): a receipt that does not verify → `RCV-RECEIPT` (with the reason), a verified receipt without the
+    /// transaction, or whose record belongs to another subscription than Apple's answer → `RCV-TXN`; no proof at
+    /// all → `RCV-PROOF`.
+    ///
+    /// verifyReceipt fallback: while the Server API cannot answer (`StoreUnavailable`: 5xx without Retry-After,
+    /// timeout, connection failure, our JWT refused, unreadable answer) and a verified receipt holds the
+    /// transaction, the purchase is validated with verifyReceipt in the same attempt. A 429 or a Retry-After is
+    /// obeyed (retried later), not bypassed.
+    private func appleServerAPIState(transactionID: String, receipt: String?, originalTransactionID: String?,
+                                     deviceSignedTransaction: String?, userID: UUID, product: String,
                                      cancellation: HTTPCancellation) throws -> StoreSubscriptionState {
         guard let api = services.appStoreAPI else {
             throw JobError.permanent("App Store Server API credentials are not configured")
@@ -293,6 +308,51 @@ public struct ValidateReceiptJob: Job {
             }
             device = t
         }
+        // Without the device's JWS, a StoreKit 1 app receipt holding the transaction is the proof (checked first too;
+        // its verdict is applied where the proof is needed, below).
+        var receiptProof = AppReceiptProof.none
+        if device == nil, let receipt {
+            guard let receiptVerifier = services.appleReceiptVerifier else {
+                throw UnconfiguredJob.NotConfigured(area: "receipts",
+                                                    problem: "RECEIPTS_APPLE_BUNDLE_ID is not set: app receipts cannot be verified")
+            }
+            do {
+                let appReceipt = try receiptVerifier.verify(base64: receipt)
+                if let record = appReceipt.purchase(transactionID) {
+                    receiptProof = .holds(record)
+                } else {
+                    receiptProof = .refused(Rejection(code: "RCV-TXN", status: nil,
+                                                      reason: "transaction \(transactionID) is not in the app receipt"))
+                }
+            } catch {
+                receiptProof = .refused(Rejection(code: "RCV-RECEIPT", status: nil, reason: error.description))
+            }
+        }
+        do {
+            return try appleServerAPILookup(api: api, verifier: verifier, transactionID: transactionID, device: device,
+                                            receiptProof: receiptProof, userID: userID, product: product,
+                                            cancellation: cancellation)
+        } catch let unavailable as StoreUnavailable {
+            guard let receipt, case .holds = receiptProof else { throw unavailable }
+            return try appleVerifyReceiptState(receipt: receipt, transactionID: transactionID,
+                                               originalTransactionID: originalTransactionID, userID: userID,
+                                               product: product, cancellation: cancellation)
+        }
+    }
+
+    /// What the request's app receipt proves (Server API mode, without the device's JWS).
+    enum AppReceiptProof {
+        case none
+        /// It verified and holds the transaction: this record.
+        case holds(AppleAppReceipt.InAppPurchase)
+        /// The rejection to give if the receipt is the only proof.
+        case refused(Rejection)
+    }
+
+    /// The Server API part of `appleServerAPIState`, once the proofs sent with the job were checked.
+    private func appleServerAPILookup(api: AppStoreServerAPIClient, verifier: AppleSignedDataVerifier, transactionID: String,
+                                      device: AppleTransaction?, receiptProof: AppReceiptProof, userID: UUID,
+                                      product: String, cancellation: HTTPCancellation) throws -> StoreSubscriptionState {
         let signed: String, environment: String
         switch try api.transactionInfo(transactionID, cancellation: cancellation) {
         case .found(let s, let env): (signed, environment) = (s, env)
@@ -320,9 +380,18 @@ public struct ValidateReceiptJob: Job {
         case false?: throw OwnershipConflict(reason: "the transaction's appAccountToken names another user")
         case true?: break
         case nil:
-            guard device != nil else {
+            guard device == nil else { break }
+            switch receiptProof {
+            case .holds(let record):
+                if let original = record.originalTransactionID, original != transaction.originalTransactionId {
+                    throw Rejection(code: "RCV-TXN", status: nil,
+                                    reason: "the app receipt's transaction belongs to another subscription than \(transactionID)")
+                }
+            case .refused(let rejection):
+                throw rejection
+            case .none:
                 throw Rejection(code: "RCV-PROOF", status: nil, reason: "transaction \(transactionID) carries no appAccountToken and "
-                                + "no signed_transaction from the device was sent: nothing binds it to this user")
+                                + "no signed_transaction or receipt_data was sent: nothing binds it to this user")
             }
         }
         let original = transaction.originalTransactionId ?? transactionID
