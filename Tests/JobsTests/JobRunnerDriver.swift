@@ -59,10 +59,13 @@ enum Delivery: Error, Sendable, CustomStringConvertible {
 struct JobRunnerDriver {
     let runner: JobRunner
 
-    init(registry: JobRegistry, database: JobDatabase) {
-        var logger = Logger(label: "job-runner-driver")
-        logger.logLevel = .critical
-        runner = JobRunner(registry: registry, configuration: WorkerConfiguration(), database: database, logger: logger)
+    /// `logger`: the runner's and the jobs' (`context.logger`), e.g. `CapturedLogs.logger` to assert an alert;
+    /// nil = critical only.
+    init(registry: JobRegistry, database: JobDatabase, logger: Logger? = nil) {
+        var quiet = Logger(label: "job-runner-driver")
+        quiet.logLevel = .critical
+        runner = JobRunner(registry: registry, configuration: WorkerConfiguration(), database: database,
+                           logger: logger ?? quiet)
     }
 
     /// One delivery of `payload`.
