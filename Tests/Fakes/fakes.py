@@ -59,10 +59,11 @@ Admin API (HTTP, JSON), on each HTTP fake's own port and on `smtp_admin` for SMT
     Nominatim:  POST /__admin/nominatim/places     {"lat": x, "lon": y, "result": {...jsonv2...}} (exact match
                                                    on 4-decimal rounding) or {"lat":x,"lon":y,"error":"Unable to geocode"}
     Subscription: GET /__admin/subscription/credits  {"credited_by_key": {key: amount}, "applications_by_key":
-                                                      {key: n}, "balances": {user: total}, "earn_requests": n}
+                                                      {key: n}, "balances": {user: total}, "earn_requests": n, ...}
                   POST /__admin/subscription/hold {"key": K, "stage": "before_credit"|"after_credit"}, GET
                   /__admin/subscription/held, POST /__admin/subscription/release: stop the next request with key K
-                  in flight (or after its credit) until released (see SubscriptionService)
+                  in flight (or after its credit) until released; GET/POST /__admin/subscription/clock {"advance": S}
+                  moves the clock key expiry reads (see SubscriptionService)
 
 Script (POST /__admin/script), all fields optional:
     match:   {"method": "POST", "path": "/exact", "prefix": "/pre", "contains": "substring of body"}
@@ -96,9 +97,11 @@ Service behaviours (defaults; see the handlers below):
                   or URL), or a stock library one => 403 "Access blocked" page (usage policy).
                   config: {"rate_limit_per_second": 1 (default) | 0 (off) | N => 429 + Retry-After beyond N
                   answered requests in 1 s, "block_all": true => every request 403, as after an IP block}
-    subscription: POST /subscription/v1/credits/earn {user_id, amount, source, reference_id} (Idempotency-Key
-                  required; replays keep the first response; 409 while the same key is in flight; 422 for a key
-                  reused with another body, or a source outside ad_reward|promo|purchase|unlock)
+    subscription: POST /subscription/v1/credits/earn {amount, source, reference_id | reference} with
+                  `Idempotency-Key: "<sf-string>"` (400 when missing, unparsable or not a String) and `X-User-Id`;
+                  keys scoped per user, expire after 7 days (config key_lifetime_seconds); replays keep the first
+                  response; 409 while the same key is in flight; 422 for a key reused with another body, or a
+                  source outside ad_reward|promo|purchase|unlock)
     smtp:         EHLO/HELO, AUTH PLAIN/LOGIN (any credentials unless config {"username","password"}), MAIL, RCPT,
                   DATA, RSET, NOOP, QUIT; no STARTTLS.
 """
@@ -1284,20 +1287,36 @@ class NominatimService(Service):
 # ---------------------------------------------------------------- Subscription Service
 #
 # An internal service with no public reference: the contract modelled here is the one docs/jobs-geo-ads.md states
-# ("PendingRewardJob", "Idempotency key"), built from these sources:
+# ("The reward contract"), built from these sources:
 #   - seed 004 (shared/seeds/004_*.txt) UC-ADS-4.1 21c: POST /subscription/v1/credits/earn
-#     { amount: 1, source: 'ad_reward', reference_id: ad_request_id }; UC-ADS-4.4 23c: source 'promo' for a
-#     campaign reward; the credits ledger's `source` vocabulary 'ad_reward', 'promo', 'purchase', 'unlock'
-#     (Sources/Storage/Migrations/0002_domain.sql, credit_transactions).
-#   - IETF draft-ietf-httpapi-idempotency-key-header (The Idempotency-Key HTTP Header Field), "Error Scenarios":
-#     400 when the key is missing, 422 when a key is reused with a different payload, 409 Conflict when a request is
-#     retried while the original one with the same key is still being processed; problem details (RFC 9457,
-#     application/problem+json) bodies as in the draft's examples.
+#     { amount: 1, source: 'ad_reward', reference_id: ad_request_id }; UC-ADS-4.4 23c: POST /credits/earn
+#     { amount: 10, source: 'promo', reference: campaign_id }. Neither names the user (not in the path, not in the
+#     body): the contract names it in `X-User-Id`. The credits ledger's `source` vocabulary 'ad_reward', 'promo',
+#     'purchase', 'unlock' (Sources/Storage/Migrations/0002_domain.sql, credit_transactions).
+#   - IETF draft-ietf-httpapi-idempotency-key-header (github.com/ietf-wg-httpapi/idempotency,
+#     draft-ietf-httpapi-idempotency-key-header.md):
+#       * "Syntax": "`Idempotency-Key` is an Item Structured Header [RFC8941]. Its value MUST be a String." The
+#         header is parsed as an RFC 8941 Item (§4.2 "Parsing Structured Fields", §4.2.3 Item, §4.2.5 String =
+#         §3.3.3 sf-string, §4.2.6 Token); a field that fails parsing is ignored (§4.2: "the entire field" fails)
+#         and is then a missing key, and a Token (an unquoted `ad_reward:…`) is not a String: both 400, the
+#         draft's answer for a missing/incorrect key ("Error Scenarios").
+#       * "Security Considerations": "implement a unique composite key as the idempotent cache lookup key …
+#         combining the idempotency key sent by the client with other client specific attributes": the contract's
+#         composite key is (user, key), the user of `X-User-Id` — NOT the credential, so the Ads Service's first
+#         call and our worker's retry (two credentials) are one request.
+#       * "Idempotency Fingerprint": "Field value match for each field in the request payload": the fingerprint is
+#         the body's members and their values (key order and whitespace do not matter); another body under a
+#         used key -> 422 ("Error Scenarios"). 409 Conflict while the original request is still being processed.
+#       * "Idempotency Key Validity and Expiry": "The resource MAY enforce time based idempotency keys, thus, be
+#         able to purge or delete a key upon its expiry": a key is forgotten `key_lifetime_seconds` after its first
+#         use (default 7 days, the contract's figure); the fake's clock moves by admin call, never by sleeping.
+#       * problem details (RFC 9457, application/problem+json) bodies as in the draft's examples.
 #   - the first response is replayed for a repeated key, marked `Idempotent-Replayed: true` (Stripe's API
 #     reference, "Idempotent requests", the header Stripe sends on a replay).
 
 SUBSCRIPTION_SOURCES = ("ad_reward", "promo", "purchase", "unlock")
 IDEMPOTENCY_DOC = "https://datatracker.ietf.org/doc/draft-ietf-httpapi-idempotency-key-header/"
+SUBSCRIPTION_KEY_LIFETIME = 7 * 24 * 3600  # docs/jobs-geo-ads.md, "The reward contract"
 
 
 def problem(status, title, detail):
@@ -1306,31 +1325,122 @@ def problem(status, title, detail):
                     content_type="application/problem+json")
 
 
+class StructuredFieldError(ValueError):
+    pass
+
+
+def parse_sf_item(text):
+    """RFC 8941 §4.2 for a field of type Item: returns (kind, value, params), kind one of "string", "token",
+    "integer", "decimal", "boolean", "bytes"; raises StructuredFieldError where the RFC says "fail parsing"."""
+    s = text.lstrip(" ")  # §4.2 step 2: discard leading SP (OWS around the value is not part of it, RFC 9110 §5.5)
+    i = 0
+
+    def bare(i):
+        if i >= len(s):
+            raise StructuredFieldError("empty item")
+        c = s[i]
+        if c == '"':  # §4.2.5 Parsing a String (sf-string, §3.3.3)
+            out, i = [], i + 1
+            while i < len(s):
+                c = s[i]
+                i += 1
+                if c == "\\":
+                    if i >= len(s) or s[i] not in ('"', "\\"):
+                        raise StructuredFieldError("bad escape in string")
+                    out.append(s[i])
+                    i += 1
+                elif c == '"':
+                    return ("string", "".join(out)), i
+                elif ord(c) < 0x20 or ord(c) > 0x7E:
+                    raise StructuredFieldError("non-printable character in string")
+                else:
+                    out.append(c)
+            raise StructuredFieldError("unterminated string")
+        if c.isascii() and (c.isalpha() or c == "*"):  # §4.2.6 Parsing a Token
+            j = i + 1
+            while j < len(s) and (s[j].isascii() and (s[j].isalnum() or s[j] in "!#$%&'*+-.^_`|~:/")):
+                j += 1
+            return ("token", s[i:j]), j
+        if c == "-" or c.isdigit():  # §4.2.4 Parsing an Integer or Decimal (the limits are not checked)
+            m = re.match(r"-?[0-9]{1,15}(\.[0-9]{1,3})?", s[i:])
+            if not m:
+                raise StructuredFieldError("bad number")
+            t = m.group(0)
+            return (("decimal", float(t)) if "." in t else ("integer", int(t))), i + len(t)
+        if c == "?":  # §4.2.8 Parsing a Boolean
+            if s[i + 1:i + 2] in ("0", "1"):
+                return ("boolean", s[i + 1] == "1"), i + 2
+            raise StructuredFieldError("bad boolean")
+        if c == ":":  # §4.2.7 Parsing a Byte Sequence
+            j = s.find(":", i + 1)
+            if j < 0:
+                raise StructuredFieldError("unterminated byte sequence")
+            try:
+                return ("bytes", base64.b64decode(s[i + 1:j], validate=True)), j + 1
+            except ValueError:
+                raise StructuredFieldError("bad base64")
+        raise StructuredFieldError(f"unexpected character {c!r}")
+
+    (kind, value), i = bare(i)
+    params = {}
+    while i < len(s) and s[i] == ";":  # §4.2.3.2 Parsing Parameters
+        i += 1
+        while i < len(s) and s[i] == " ":
+            i += 1
+        m = re.match(r"[a-z*][a-z0-9_.*-]*", s[i:])
+        if not m:
+            raise StructuredFieldError("bad parameter key")
+        key = m.group(0)
+        i += len(key)
+        if i < len(s) and s[i] == "=":
+            (_, params[key]), i = bare(i + 1)
+        else:
+            params[key] = True
+    if s[i:].strip(" "):  # §4.2 steps 6-7: anything left over fails parsing
+        raise StructuredFieldError("trailing characters")
+    return kind, value, params
+
+
 class SubscriptionService(Service):
     """Admin (besides the common routes):
+        GET  /__admin/subscription/credits   {"credited_by_key": {key: amount}, "applications_by_key": {key: n},
+             "balances": {user: total}, "earn_requests": n, "clients_by_key": {key: [credential names that sent
+             it]}, "expired_keys": n} (keys unquoted, summed over users)
         POST /__admin/subscription/hold {"key": K, "stage": "before_credit" | "after_credit"}
              the next earn request with key K stops at that stage until released: `before_credit` = in flight
              (a concurrent request with K gets 409), `after_credit` = credited and recorded, answer not sent yet
              (a client with a short timeout gives up: the "timed out after the service credited" case).
         GET  /__admin/subscription/held      {"held": [keys of requests stopped right now]}
         POST /__admin/subscription/release   lets every stopped request go on (reset does too)
+        GET  /__admin/subscription/clock     {"now": unix seconds of the fake's clock}
+        POST /__admin/subscription/clock     {"advance": S} or {"now": T}: moves the clock that key expiry reads
+    config: {"api_key": K} one accepted Bearer token, or {"api_keys": {token: client name}} several (the worker's
+            and the Ads Service's credentials); none configured = no Authorization check.
+            {"key_lifetime_seconds": S} (default 7 days).
     """
     name = "subscription"
 
     def default_config(self):
-        return {"api_key": None}
+        return {"api_key": None, "api_keys": None, "key_lifetime_seconds": SUBSCRIPTION_KEY_LIFETIME}
 
     def reset_service(self):
-        self.idempotent = {}  # key -> (body fingerprint, Response)
-        self.in_flight = set()  # keys whose first request is being processed
+        self.idempotent = {}  # (user, key) -> (fingerprint, Response, first use on the fake clock)
+        self.in_flight = set()  # (user, key) whose first request is being processed
         self.credited = {}  # key -> amount
         self.applications = {}  # key -> times the credit was applied (must stay 1)
+        self.clients = {}  # key -> [credential names that sent it]
         self.balances = {}
         self.earn_requests = 0
+        self.expired_keys = 0
+        self.clock_offset = 0.0
         self.next_tx = 1
         self.holds = {}  # key -> stage, armed for the next request with that key
         self.held = {}  # key -> threading.Event, requests stopped now
         self.gate = threading.Event()  # set by release/reset: stopped requests go on
+
+    def now(self):
+        """The fake's clock (caller holds the lock): real time plus what the tests advanced it by."""
+        return time.time() + self.clock_offset
 
     def reset(self):
         with self.lock:
@@ -1343,7 +1453,16 @@ class SubscriptionService(Service):
         if path == "/__admin/subscription/credits":
             with self.lock:
                 return jresp({"credited_by_key": dict(self.credited), "applications_by_key": dict(self.applications),
-                              "balances": dict(self.balances), "earn_requests": self.earn_requests})
+                              "balances": dict(self.balances), "earn_requests": self.earn_requests,
+                              "clients_by_key": {k: list(v) for k, v in self.clients.items()},
+                              "expired_keys": self.expired_keys})
+        if path == "/__admin/subscription/clock":
+            with self.lock:
+                if method == "POST":
+                    if "now" in payload:
+                        self.clock_offset = float(payload["now"]) - time.time()
+                    self.clock_offset += float(payload.get("advance", 0))
+                return jresp({"now": self.now()})
         if path == "/__admin/subscription/hold" and method == "POST":
             stage = payload.get("stage", "before_credit")
             if stage not in ("before_credit", "after_credit") or not payload.get("key"):
@@ -1376,41 +1495,82 @@ class SubscriptionService(Service):
             with self.lock:
                 self.held.pop(key, None)
 
+    def _client(self, headers):
+        """The credential's client name, "" when no check is configured, None when refused (401)."""
+        with self.lock:
+            keys = dict(self.config.get("api_keys") or {})
+            if self.config.get("api_key"):
+                keys[self.config["api_key"]] = "default"
+        if not keys:
+            return ""
+        auth = headers.get("authorization", "")
+        token = auth[len("Bearer "):] if auth.startswith("Bearer ") else None
+        return keys.get(token)
+
     def handle(self, req):
         if req["path"] != "/subscription/v1/credits/earn" or req["method"] != "POST":
             return jresp({"error": "not_found"}, 404)
         headers = {k.lower(): v for k, v in req["headers"].items()}
         with self.lock:
             self.earn_requests += 1
-            api_key = self.config.get("api_key")
-        if api_key and headers.get("authorization") != f"Bearer {api_key}":
+        client = self._client(headers)
+        if client is None:
             return jresp({"error": "unauthorized"}, 401)
-        key = headers.get("idempotency-key", "").strip()
-        if not key:
+        raw_key = headers.get("idempotency-key")
+        if raw_key is None or not raw_key.strip():
             # Draft, "Error Scenarios": a missing key for an operation that requires one is a 400.
             return problem(400, "Idempotency-Key is missing",
                            "This operation is idempotent and it requires correct usage of Idempotency Key.")
         try:
+            kind, key, _ = parse_sf_item(raw_key)
+        except StructuredFieldError as e:
+            # RFC 8941 §4.2: a field that fails parsing is ignored as a whole, so there is no key: 400 as above.
+            return problem(400, "Idempotency-Key is not a Structured Field",
+                           f"Idempotency-Key is an Item Structured Header (RFC 8941) whose value MUST be a String; "
+                           f"parsing failed: {e}.")
+        if kind != "string":
+            # Draft, "Syntax": "Its value MUST be a String" (RFC 8941 §3.3.3 sf-string, i.e. quoted); an unquoted
+            # value parses as a Token (§3.3.4), which a strict server refuses.
+            return problem(400, "Idempotency-Key must be a String",
+                           f"Idempotency-Key is an Item Structured Header whose value MUST be a String "
+                           f"(RFC 8941 sf-string, quoted); got a {kind}.")
+        if not key:
+            return problem(400, "Idempotency-Key is missing", "The Idempotency-Key is an empty String.")
+        user = headers.get("x-user-id", "").strip()
+        if not user:
+            return jresp({"error": "invalid_request", "message": "X-User-Id (the user to credit) is required"}, 400)
+        try:
             body = json.loads(req["raw_body"])
-            user = str(body["user_id"])
+            if not isinstance(body, dict):
+                raise ValueError("body")
             amount = body["amount"]
             if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
                 raise ValueError("amount")
-            reference = body["reference_id"]  # seed 004, UC-ADS-4.1 21c
-            if not isinstance(reference, str) or not reference:
-                raise ValueError("reference_id")
+            # Seed 004: the ad reward names it reference_id (21c), the campaign reward reference (23c).
+            refs = [body[f] for f in ("reference_id", "reference") if f in body]
+            if len(refs) != 1 or not isinstance(refs[0], str) or not refs[0]:
+                raise ValueError("reference")
+            reference = refs[0]
         except (ValueError, KeyError, TypeError):
             return jresp({"error": "invalid_request",
-                          "message": "user_id, a positive integer amount and reference_id are required"}, 422)
+                          "message": "a positive integer amount and one of reference_id / reference are required"}, 422)
         source = body.get("source")
         if source not in SUBSCRIPTION_SOURCES:
             # The ledger knows these sources only (0002_domain.sql; seed 004 uses 'ad_reward' and 'promo').
             return jresp({"error": "invalid_source", "message": f"source must be one of {list(SUBSCRIPTION_SOURCES)}"},
                          422)
-        fingerprint = hashlib.sha256(req["raw_body"]).hexdigest()
+        # Draft, "Idempotency Fingerprint": field value match for each field of the payload (order-insensitive).
+        fingerprint = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        scope = (user, key)  # the contract's composite key: per user, not per credential
         with self.lock:
-            prior = self.idempotent.get(key)
-            if prior is None and key in self.in_flight:
+            prior = self.idempotent.get(scope)
+            lifetime = float(self.config.get("key_lifetime_seconds") or SUBSCRIPTION_KEY_LIFETIME)
+            if prior is not None and self.now() - prior[2] >= lifetime:
+                # Draft, "Idempotency Key Validity and Expiry": the key is purged; the request is a new one.
+                del self.idempotent[scope]
+                self.expired_keys += 1
+                prior = None
+            if prior is None and scope in self.in_flight:
                 # Draft, "Error Scenarios": a retried request while the original is still being processed -> 409.
                 return problem(409, "A request is outstanding for this Idempotency-Key",
                                "A request with the same Idempotency-Key for the same operation is being processed "
@@ -1422,23 +1582,26 @@ class SubscriptionService(Service):
                                    "This operation is idempotent and it requires correct usage of Idempotency Key. "
                                    "Idempotency Key MUST not be reused across different payloads of this operation.")
                 resp = prior[1]
+                self.clients.setdefault(key, []).append(client)
                 # The first answer again, marked as a replay (Stripe: `Idempotent-Replayed: true`).
                 return Response(resp.status, resp.body, dict(resp.headers, **{"Idempotent-Replayed": "true"}))
-            self.in_flight.add(key)
+            self.in_flight.add(scope)
+            first_use = self.now()
         try:
             self._stop_if_held(key, "before_credit")
             with self.lock:
                 self.balances[user] = self.balances.get(user, 0) + amount
                 self.credited[key] = self.credited.get(key, 0) + amount
                 self.applications[key] = self.applications.get(key, 0) + 1
+                self.clients.setdefault(key, []).append(client)
                 tx = f"cr_{self.next_tx:06d}"
                 self.next_tx += 1
-                resp = jresp({"transaction_id": tx, "user_id": body["user_id"], "amount": amount, "source": source,
-                              "reference_id": reference, "balance": self.balances[user]}, 201)
-                self.idempotent[key] = (fingerprint, resp)
+                resp = jresp({"transaction_id": tx, "user_id": user, "amount": amount, "source": source,
+                              "reference": reference, "balance": self.balances[user]}, 201)
+                self.idempotent[scope] = (fingerprint, resp, first_use)
         finally:
             with self.lock:
-                self.in_flight.discard(key)
+                self.in_flight.discard(scope)
         self._stop_if_held(key, "after_credit")
         return resp
 

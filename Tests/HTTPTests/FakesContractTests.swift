@@ -204,13 +204,20 @@ final class FakesContractTests: XCTestCase {
         XCTAssertEqual(try get([("lat", "52.52"), ("lon", "13.405")]).status, 403)
     }
 
+    /// The reward contract's headers (docs/jobs-geo-ads.md): `Idempotency-Key` as an sf-string, the user in
+    /// `X-User-Id`, the seed's body.
+    func earnRequest(_ body: [String: Any], key: String?, user: String = "u9") throws -> HTTPRequest {
+        var headers: HTTPHeaders = ["X-User-Id": user]
+        if let key { headers["Idempotency-Key"] = key }
+        return try HTTPRequest.json(.post, fakes.subscriptionServiceBaseURL + "/subscription/v1/credits/earn",
+                                    object: body, headers: headers)
+    }
+
     func testSubscriptionServiceFailsThenSucceedsAndStaysIdempotent() throws {
-        let url = fakes.subscriptionServiceBaseURL + "/subscription/v1/credits/earn"
         try fakes.script(.subscription, ["match": ["path": "/subscription/v1/credits/earn"], "status": 503,
                                          "times": 2, "json": ["error": "unavailable"]])
-        let request = try HTTPRequest.json(.post, url, object: ["user_id": "u9", "amount": 1, "source": "ad_reward",
-                                                                "reference_id": "ad-request-9"],
-                                           headers: ["Idempotency-Key": "ad-view-9"])
+        let request = try earnRequest(["amount": 1, "source": "ad_reward", "reference_id": "ad-request-9"],
+                                      key: "\"ad-view-9\"")
         XCTAssertEqual(try client.send(request).classification(), .transient(retryAfter: nil))
         XCTAssertEqual(try client.send(request).status, 503)
         XCTAssertEqual(try client.send(request).status, 201)
@@ -218,26 +225,78 @@ final class FakesContractTests: XCTestCase {
 
         // A response lost after the credit was applied: the retry replays, never credits twice.
         try fakes.script(.subscription, ["passthrough": true, "close": true])
-        let lost = try HTTPRequest.json(.post, url, object: ["user_id": "u9", "amount": 10, "source": "promo",
-                                                             "reference_id": "campaign-3"],
-                                        headers: ["Idempotency-Key": "campaign-3"])
+        let lost = try earnRequest(["amount": 10, "source": "promo", "reference": "campaign-3"], key: "\"campaign-3\"")
         // libcurl re-sends once on a fresh connection when a *reused* connection closes before any response
         // byte, so the first call either fails (transport) or already gets the replay.
         if let first = try? client.send(lost) { XCTAssertEqual(first.headers["Idempotent-Replayed"], "true") }
         XCTAssertEqual(try client.send(lost).headers["Idempotent-Replayed"], "true")
         XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey["campaign-3"], 1)
 
-        let noKey = try HTTPRequest.json(.post, url, object: ["user_id": "u9", "amount": 1, "source": "ad_reward",
-                                                              "reference_id": "r"])
+        let noKey = try earnRequest(["amount": 1, "source": "ad_reward", "reference_id": "r"], key: nil)
         XCTAssertEqual(try client.send(noKey).status, 400)
     }
 
+    /// The draft's "Syntax" (an Item Structured Header whose value MUST be a String): a strict RFC 8941 parser
+    /// refuses a Token (the unquoted key) and a field that fails parsing, with 400; the key is the String's value.
+    func testSubscriptionServiceParsesTheKeyAsAStructuredFieldString() throws {
+        let body: [String: Any] = ["amount": 1, "source": "ad_reward", "reference_id": "req-sf"]
+        for (raw, title) in [("ad_reward:req-sf", "Idempotency-Key must be a String"),
+                             ("\"ad_reward:req-sf", "Idempotency-Key is not a Structured Field"),
+                             ("\"ad_reward:req-sf\" x", "Idempotency-Key is not a Structured Field"),
+                             ("42", "Idempotency-Key must be a String")] {
+            let answer = try client.send(try earnRequest(body, key: raw))
+            XCTAssertEqual(answer.status, 400, raw)
+            XCTAssertEqual(try answer.jsonObject()["title"] as? String, title, raw)
+        }
+        XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey, [:])
+        XCTAssertEqual(try client.send(try earnRequest(body, key: "\"ad_reward:req-sf\"")).status, 201)
+        // The same String with an escape and a parameter is the same key (RFC 8941 §4.2.5, §4.2.3.2).
+        let replay = try client.send(try earnRequest(body, key: "\"ad_reward:req-sf\";v=1"))
+        XCTAssertEqual(replay.headers["Idempotent-Replayed"], "true")
+        XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey, ["ad_reward:req-sf": 1])
+        let noUser = try HTTPRequest.json(.post, fakes.subscriptionServiceBaseURL + "/subscription/v1/credits/earn",
+                                          object: body, headers: ["Idempotency-Key": "\"k-nouser\""])
+        XCTAssertEqual(try client.send(noUser).status, 400, "the user to credit is required")
+    }
+
+    /// The contract's scope (per user, not per credential), fingerprint (the members' values, in any order) and key
+    /// lifetime (7 days on the fake's clock, moved by the test).
+    func testSubscriptionServiceScopesKeysPerUserAndExpiresThem() throws {
+        try fakes.configure(.subscription, ["api_keys": ["ads-secret": "ads-service", "worker-secret": "worker"]])
+        func send(_ json: String, user: String, credential: String) throws -> HTTPResponse {
+            var request = HTTPRequest(method: .post, url: fakes.subscriptionServiceBaseURL + "/subscription/v1/credits/earn",
+                                      headers: ["Content-Type": "application/json", "Idempotency-Key": "\"ad_reward:r1\"",
+                                                "X-User-Id": user, "Authorization": "Bearer \(credential)"],
+                                      body: Data(json.utf8))
+            request.timeout = .seconds(5)
+            return try client.send(request)
+        }
+        let seedOrder = #"{"amount": 1, "source": "ad_reward", "reference_id": "r1"}"#
+        let sorted = #"{"amount":1,"reference_id":"r1","source":"ad_reward"}"#
+        XCTAssertEqual(try send(seedOrder, user: "u1", credential: "ads-secret").status, 201)
+        let replay = try send(sorted, user: "u1", credential: "worker-secret")
+        XCTAssertEqual(replay.headers["Idempotent-Replayed"], "true", "another credential, same user: one request")
+        XCTAssertEqual(try send(sorted, user: "u1", credential: "nobody").status, 401)
+        XCTAssertEqual(try send(#"{"amount":1,"reference_id":"r1","source":"ad_reward","user_id":"u1"}"#, user: "u1",
+                                credential: "worker-secret").status, 422, "another set of members: another payload")
+        XCTAssertEqual(try send(sorted, user: "u2", credential: "worker-secret").headers["Idempotent-Replayed"], nil,
+                       "another user's key space")
+        XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey, ["ad_reward:r1": 2])
+
+        try fakes.admin(.subscription, "POST", "subscription/clock", json: ["advance": 7 * 86_400 - 60])
+        XCTAssertEqual(try send(sorted, user: "u1", credential: "worker-secret").headers["Idempotent-Replayed"], "true",
+                       "still remembered just before 7 days")
+        try fakes.admin(.subscription, "POST", "subscription/clock", json: ["advance": 120])
+        XCTAssertEqual(try send(sorted, user: "u1", credential: "worker-secret").status, 201,
+                       "after its lifetime the key is forgotten: a retry now credits again (the hazard L3 names)")
+        XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey, ["ad_reward:r1": 3], "u1, u2, u1 again after expiry")
+    }
+
     /// The Idempotency-Key draft's error scenarios (409 while the same key is in flight, 422 for a key reused with
-    /// another payload) and the seed's vocabulary (unknown `source`, missing `reference_id` → 422).
+    /// another payload) and the seed's vocabulary (unknown `source`, missing reference → 422).
     func testSubscriptionServiceConflictsReuseAndVocabulary() throws {
-        let url = fakes.subscriptionServiceBaseURL + "/subscription/v1/credits/earn"
-        let body: [String: Any] = ["user_id": "u1", "amount": 1, "source": "ad_reward", "reference_id": "req-1"]
-        let request = try HTTPRequest.json(.post, url, object: body, headers: ["Idempotency-Key": "ad_reward:req-1"])
+        let body: [String: Any] = ["amount": 1, "source": "ad_reward", "reference_id": "req-1"]
+        let request = try earnRequest(body, key: "\"ad_reward:req-1\"", user: "u1")
         try fakes.admin(.subscription, "POST", "subscription/hold", json: ["key": "ad_reward:req-1", "stage": "before_credit"])
         let client = self.client
         let firstDone = DispatchSemaphore(value: 0)
@@ -267,18 +326,18 @@ final class FakesContractTests: XCTestCase {
 
         var other = body
         other["amount"] = 2
-        let reused = try client.send(.json(.post, url, object: other, headers: ["Idempotency-Key": "ad_reward:req-1"]))
+        let reused = try client.send(try earnRequest(other, key: "\"ad_reward:req-1\"", user: "u1"))
         XCTAssertEqual(reused.status, 422, "a key reused with another payload")
         XCTAssertEqual(try reused.jsonObject()["title"] as? String, "Idempotency-Key is already used")
 
         var invented = body
         invented["source"] = "campaign_reward"
-        let unknown = try client.send(.json(.post, url, object: invented, headers: ["Idempotency-Key": "k-2"]))
+        let unknown = try client.send(try earnRequest(invented, key: "\"k-2\""))
         XCTAssertEqual(unknown.status, 422)
         XCTAssertEqual(try unknown.jsonObject()["error"] as? String, "invalid_source")
-        var renamed = body
-        renamed["reference"] = renamed.removeValue(forKey: "reference_id")
-        XCTAssertEqual(try client.send(.json(.post, url, object: renamed, headers: ["Idempotency-Key": "k-3"])).status, 422)
+        var unnamed = body
+        unnamed.removeValue(forKey: "reference_id")
+        XCTAssertEqual(try client.send(try earnRequest(unnamed, key: "\"k-3\"")).status, 422)
         XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey, ["ad_reward:req-1": 1])
     }
 }

@@ -49,12 +49,12 @@ final class HTTPClientTests: XCTestCase {
     }
 
     func testPostJSONDecodesAndSendsHeaders() throws {
-        struct Earn: Encodable { let user_id: String; let amount: Int; let source: String; let reference_id: String }
+        // The reward contract (docs/jobs-geo-ads.md): the seed's body, the key as an sf-string, the user in X-User-Id.
+        struct Earn: Encodable { let amount: Int; let source: String; let reference: String }
         struct Credit: Decodable { let transaction_id: String; let amount: Int; let balance: Int }
         let url = fakes.subscriptionServiceBaseURL + "/subscription/v1/credits/earn"
-        let request = try HTTPRequest.json(.post, url, body: Earn(user_id: "u1", amount: 10, source: "promo",
-                                                                  reference_id: "camp/7"),
-                                           headers: ["Idempotency-Key": "reward-7"])
+        let request = try HTTPRequest.json(.post, url, body: Earn(amount: 10, source: "promo", reference: "camp/7"),
+                                           headers: ["Idempotency-Key": "\"reward-7\"", "X-User-Id": "u1"])
         let first = try client.send(request)
         XCTAssertEqual(first.status, 201)
         let credit = try first.decode(Credit.self)
@@ -73,8 +73,8 @@ final class HTTPClientTests: XCTestCase {
 
         let recorded = try fakes.requests(.subscription, path: "/subscription/v1/credits/earn")
         XCTAssertEqual(recorded.first?.header("content-type"), "application/json")
-        XCTAssertEqual(recorded.first?.header("idempotency-key"), "reward-7")
-        XCTAssertEqual(recorded.first?.body, #"{"amount":10,"reference_id":"camp/7","source":"promo","user_id":"u1"}"#)
+        XCTAssertEqual(recorded.first?.header("idempotency-key"), "\"reward-7\"")
+        XCTAssertEqual(recorded.first?.body, #"{"amount":10,"reference":"camp/7","source":"promo"}"#)
     }
 
     func testFormPostForOAuthToken() throws {

@@ -8,16 +8,40 @@ import TestSupport
 import Workers
 import XCTest
 
-/// PendingRewardJob and PendingRewardSweepJob against real Redis (db 26) and PostgreSQL and the
+/// The time `PendingRewardJob` reads (its retry horizon): starts now, moved only by the test. Any thread.
+final class RewardClock: Sendable {
+    private let current = Mutex(Date())
+    var now: Date { current.withLock { $0 } }
+    func advance(_ seconds: Double) { current.withLock { $0 = $0.addingTimeInterval(seconds) } }
+}
+
+/// PendingRewardJob and PendingRewardSweepJob against real Redis (db 35) and PostgreSQL and the
 /// fake Subscription Service.
 final class AdsRewardTests: JobsTestCase {
     override func makeFixture() throws -> JobsFixture {
-        try JobsFixture(prefix: "ads_reward_test", connections: 4, redis: 26, fakes: .shared(reset: [.subscription]))
+        try JobsFixture(prefix: "ads_reward_test", connections: 4, redis: 35, fakes: .shared(reset: [.subscription]))
+    }
+
+    /// The worker's credential and the Ads Service's: the fake accepts both (the key's scope is the user, not the
+    /// credential).
+    static let workerCredential = "worker-secret"
+    static let adsServiceCredential = "ads-service-secret"
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        try fakes.configure(.subscription, ["api_keys": [Self.workerCredential: "worker",
+                                                         Self.adsServiceCredential: "ads-service"]])
     }
 
     var configuration: AdsConfiguration {
-        AdsConfiguration(subscriptionServiceURL: fakes.subscriptionServiceBaseURL, requestTimeout: 0.5)
+        AdsConfiguration(subscriptionServiceURL: fakes.subscriptionServiceBaseURL,
+                         subscriptionAPIKey: Self.workerCredential, requestTimeout: 0.5)
     }
+
+    /// The job's clock; tests move it by each retry's delay (never sleep).
+    let clock = RewardClock()
+    /// What the jobs logged (alerts).
+    let logs = CapturedLogs()
 
     /// PendingRewardJob as a worker runs it (JobRunner: ledger check on redelivery, retries, dead).
     var driver: JobRunnerDriver { driver(requestTimeout: configuration.requestTimeout) }
@@ -27,8 +51,31 @@ final class AdsRewardTests: JobsTestCase {
         var registry = JobRegistry()
         var configuration = self.configuration
         configuration.requestTimeout = requestTimeout
-        AdsJobs.register(into: &registry, configuration: configuration, http: http, redis: redis.pool)
-        return fixture.driver(registry)
+        let clock = self.clock
+        AdsJobs.register(into: &registry, configuration: configuration, http: http, redis: redis.pool,
+                         now: { clock.now })
+        return JobRunnerDriver(registry: registry, database: fixture.jobDatabase,
+                               logger: logs.logger(label: "ads-reward-test", level: .info))
+    }
+
+    /// Delivers `payload` and, while the job asks for a retry, moves the clock by the retry's delay and delivers
+    /// the retry (what the retry poller does when it is due), until the job is acked or `limit` deliveries.
+    /// `before` runs before each delivery (e.g. to end an outage). Returns the delays in order.
+    @discardableResult
+    func deliverUntilSettled(_ payload: JobPayload, limit: Int = 500, before: (Int) throws -> Void = { _ in })
+        throws -> (last: Delivery, delays: [Double]) {
+        var delays: [Double] = []
+        var next = payload
+        for index in 0..<limit {
+            try before(index)
+            let delivery = try driver.deliver(next)
+            guard case .retry(let retry, let delay) = delivery else { return (delivery, delays) }
+            XCTAssertEqual(delivery.errorClass, "RetryLater", "every retry is a delay the job chose")
+            delays.append(delay)
+            clock.advance(delay)
+            next = retry
+        }
+        throw JobRunnerDriver.DriverError("not settled after \(limit) deliveries")
     }
 
     /// Delivers a job on another thread (its request is then held in the fake); `wait` returns its outcome.
@@ -114,12 +161,22 @@ final class AdsRewardTests: JobsTestCase {
         return try redis.pool.withConnection { try UniqueAdmin(connection: $0).show(lock)?.jid }
     }
 
-    /// Fails unless `delivery` is a retry the job asked for because the credit is not applied yet
-    /// (`RewardCreditUnavailable`: transport error, 5xx, …), and returns the payload to deliver next.
+    /// Fails unless `delivery` is a retry the job asked for because the credit is not applied yet (transport
+    /// error, 5xx, a 4xx about the request, …), and returns the payload to deliver next.
     func expectUnavailableRetry(_ delivery: Delivery, file: StaticString = #filePath, line: UInt = #line) throws
         -> JobPayload {
-        try XCTUnwrap(Failure.settled(delivery, in: .retry, errorClass: Failure.className(of: RewardCreditUnavailable.self),
+        try XCTUnwrap(Failure.settled(delivery, in: .retry, errorClass: "RetryLater", containing: ["credit not applied yet"],
                                       file: file, line: line), file: file, line: line)
+    }
+
+    /// The `last_error` / alert check: the reward is failed, `last_error` contains `reason`, and one
+    /// `pending_reward_failed` alert was logged.
+    func assertFailedWithAlert(_ seeded: Seeded, containing reason: String, file: StaticString = #filePath,
+                               line: UInt = #line) throws {
+        let state = try reward(seeded.reward)
+        XCTAssertEqual(state.status, "failed", file: file, line: line)
+        XCTAssertTrue(state.error?.contains(reason) ?? false, state.error ?? "nil", file: file, line: line)
+        XCTAssertEqual(logs.alerts, ["pending_reward_failed"], file: file, line: line)
     }
 
     /// Polls the fake until a request with `key` is stopped by a hold (no sleep-and-hope: the state is asked for).
@@ -138,7 +195,7 @@ final class AdsRewardTests: JobsTestCase {
 
     func release() throws { try fakes.admin(.subscription, "POST", "subscription/release") }
 
-    // MARK: The key is the reward's identity; the body is the seed's
+    // MARK: The reward contract: the key is the reward's identity, as an sf-string; the body is the seed's
 
     func testAdRewardIsCreditedOnceWithNotification() throws {
         let seeded = try seedReward(source: "ad", amount: 1)
@@ -149,9 +206,12 @@ final class AdsRewardTests: JobsTestCase {
         let credits = try fakes.subscriptionCredits()
         XCTAssertEqual(credits.creditedByKey, [seeded.key: 1])
         let request = try XCTUnwrap(try earnRequests().first)
-        XCTAssertEqual(request.header("Idempotency-Key"), seeded.key)
-        // The seed's body (004, UC-ADS-4.1 21c), with sorted keys: the bytes the Ads Service's first call sends.
-        XCTAssertEqual(request.body, "{\"amount\":1,\"reference_id\":\"\(seeded.reference)\",\"source\":\"ad_reward\",\"user_id\":\"\(seeded.user.uuidString.lowercased())\"}")
+        // draft-ietf-httpapi-idempotency-key-header, "Syntax": an Item Structured Header whose value is a String.
+        XCTAssertEqual(request.header("Idempotency-Key"), "\"\(seeded.key)\"")
+        XCTAssertEqual(request.header("X-User-Id"), seeded.user.uuidString.lowercased())
+        XCTAssertEqual(request.header("Authorization"), "Bearer \(Self.workerCredential)")
+        // The seed's body (004, UC-ADS-4.1 21c: { amount: 1, source: 'ad_reward', reference_id }), sorted keys.
+        XCTAssertEqual(request.body, "{\"amount\":1,\"reference_id\":\"\(seeded.reference)\",\"source\":\"ad_reward\"}")
     }
 
     func testCampaignRewardIsSentAsPromoWithTheCampaignKey() throws {
@@ -161,40 +221,83 @@ final class AdsRewardTests: JobsTestCase {
         XCTAssertEqual(try reward(seeded.reward).status, "credited")
         XCTAssertTrue(try claimed(seeded))
         let request = try XCTUnwrap(try earnRequests().first)
-        XCTAssertEqual(request.header("Idempotency-Key"), seeded.key)
-        let body = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(request.body.utf8)) as? [String: Any])
-        XCTAssertEqual(body["source"] as? String, "promo", "seed 004, UC-ADS-4.4 23c")
-        XCTAssertEqual(body["reference_id"] as? String, seeded.campaign!.uuidString.lowercased())
+        XCTAssertEqual(request.header("Idempotency-Key"), "\"\(seeded.key)\"")
+        // The seed's campaign call (004, UC-ADS-4.4 23c): { amount: 10, source: 'promo', reference: campaign_id }.
+        XCTAssertEqual(request.body, "{\"amount\":10,\"reference\":\"\(seeded.campaign!.uuidString.lowercased())\",\"source\":\"promo\"}")
         XCTAssertEqual(try fakes.subscriptionCredits().creditedByKey, [seeded.key: 10])
     }
 
-    /// The seed's trigger (UC-ADS-4.1 21c.1): the Ads Service's own call timed out — after the service
-    /// had credited the user. The retry job sends the same derived key, gets the replay, credits nothing more.
-    func testOriginalCallTimedOutAfterTheServiceCreditedAndTheRetryCreditsNothingMore() throws {
-        let user = try GeoAdsSeed.user(pool)
-        let adRequest = UUID().uuidString.lowercased()
-        let key = "ad_reward:\(adRequest)"  // the contract of docs/jobs-geo-ads.md, "Idempotency key"
-        // 21c: the Ads Service calls with the derived key; the service credits, its answer never arrives in time.
-        try hold(key, "after_credit")
-        let adsService = SubscriptionCreditsClient(http: http, configuration: configuration)
-        let first = adsService.earn(.init(user_id: user.uuidString.lowercased(), amount: 1, source: .adReward,
-                                          reference_id: adRequest), idempotencyKey: key, cancellation: nil)
-        guard case .transient = first else { return XCTFail("the original call should have timed out, got \(first)") }
-        XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey, [key: 1], "the service did credit")
+    /// The Ads Service's own first call, as the seed writes it and the contract completes it — sent by the test with
+    /// its own HTTP client and the Ads Service's credential, not by `SubscriptionCreditsClient`: the key quoted,
+    /// the user in `X-User-Id`, the seed's members in the seed's order.
+    func sendAdsServiceFirstCall(user: UUID, key: String, body: String) -> Int? {
+        var request = HTTPRequest(method: .post, url: fakes.subscriptionServiceBaseURL + "/subscription/v1/credits/earn",
+                                  headers: ["Content-Type": "application/json", "Idempotency-Key": "\"\(key)\"",
+                                            "X-User-Id": user.uuidString.lowercased(),
+                                            "Authorization": "Bearer \(Self.adsServiceCredential)"],
+                                  body: Data(body.utf8))
+        request.timeout = .milliseconds(300)
+        return try? HTTPClient().send(request).status
+    }
 
-        // 21c.2: it records the pending reward (no key given) and enqueues the job.
-        let rewardID = UUID()
-        try pool.withConnection {
-            _ = try $0.execute("INSERT INTO pending_rewards (id, user_id, amount, source, reference) VALUES ($1, $2, 1, 'ad', $3)",
-                               [rewardID, user, adRequest])
+    /// The seed's trigger (UC-ADS-4.1 21c.1): the Ads Service's own call timed out — after the service had credited
+    /// the user. Then the reward job runs through the runner with the worker's credential: the user is credited
+    /// exactly once. Fails if our key were unquoted (a strict parser: 400) or our body differed (422, another
+    /// fingerprint), or if the key's scope included the credential.
+    func testAdsServiceFirstCallTimedOutAfterTheCreditAndTheJobCreditsNothingMore() throws {
+        for source in ["ad", "campaign"] {
+            try fakes.reset(.subscription)
+            try fakes.configure(.subscription, ["api_keys": [Self.workerCredential: "worker",
+                                                             Self.adsServiceCredential: "ads-service"]])
+            let user = try GeoAdsSeed.user(pool)
+            let reference = UUID().uuidString.lowercased()
+            var campaign: UUID?
+            let key: String
+            let body: String
+            if source == "ad" {
+                key = "ad_reward:\(reference)"  // docs/jobs-geo-ads.md, "The reward contract"
+                body = #"{ "amount": 1, "source": "ad_reward", "reference_id": "\#(reference)" }"#
+            } else {
+                let id = UUID()
+                campaign = id
+                try pool.withConnection { connection in
+                    try connection.execute("""
+                        INSERT INTO freemium_campaigns (id, app_id, name, campaign_type, reward_amount, starts_at, ends_at)
+                        VALUES ($1, $2, 'Watch 5', 'watch_ads', 10, now() - interval '1 day', now() + interval '1 day')
+                        """, [id, UUID()])
+                    try connection.execute("""
+                        INSERT INTO campaign_participations (campaign_id, user_id, progress, completed, completed_at)
+                        VALUES ($1, $2, 5, true, now())
+                        """, [id, user])
+                }
+                key = "campaign:\(id.uuidString.lowercased()):\(user.uuidString.lowercased())"
+                body = #"{ "amount": 10, "source": "promo", "reference": "\#(id.uuidString.lowercased())" }"#
+            }
+            // 21c / 23c: the service credits, its answer never arrives in time.
+            try hold(key, "after_credit")
+            XCTAssertNil(sendAdsServiceFirstCall(user: user, key: key, body: body), "the first call timed out")
+            try waitUntilHeld(key)
+            try release()
+            XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey, [key: 1], "the service did credit")
+
+            // 21c.2: it records the pending reward (no key given: the row derives it) and enqueues the job.
+            let rewardID = UUID()
+            try pool.withConnection {
+                _ = try $0.execute("""
+                    INSERT INTO pending_rewards (id, user_id, amount, source, reference, campaign_id)
+                    VALUES ($1, $2, $3, $4, $5, $6)
+                    """, [rewardID, user, source == "ad" ? 1 : 10, source, campaign?.uuidString.lowercased() ?? reference,
+                          campaign])
+            }
+            XCTAssertAck(try driver.deliver(PendingRewardJob.className, args(rewardID)), source)
+            XCTAssertEqual(try reward(rewardID).status, "credited", source)
+            let credits = try fakes.admin(.subscription, "GET", "subscription/credits")
+            XCTAssertEqual(credits["applications_by_key"] as? [String: Int], [key: 1], "\(source): credited once in all")
+            XCTAssertEqual(credits["clients_by_key"] as? [String: [String]], [key: ["ads-service", "worker"]],
+                           "\(source): two clients, one request")
+            XCTAssertEqual(credits["balances"] as? [String: Int], [user.uuidString.lowercased(): source == "ad" ? 1 : 10])
+            XCTAssertEqual(try notifications(user), ["credits_added"])
         }
-        XCTAssertAck(try driver.deliver(PendingRewardJob.className, args(rewardID)))
-        try release()
-        XCTAssertEqual(try reward(rewardID).status, "credited")
-        XCTAssertEqual(try earnRequests().map { $0.header("Idempotency-Key") }, [key, key])
-        XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey, [key: 1], "credited once in all")
-        XCTAssertEqual(try fakes.subscriptionCredits().creditedByKey, [key: 1])
-        XCTAssertEqual(try notifications(user), ["credits_added"])
     }
 
     // MARK: Duplicates, redeliveries, 409
@@ -242,15 +345,15 @@ final class AdsRewardTests: JobsTestCase {
     }
 
     func testACreditedAnswerSettlesARewardAnotherJobGaveUpOn() throws {
-        // Job A's request is being applied; meanwhile job B (a duplicate) gets a 503 on the campaign's only attempt and
-        // marks the reward failed. A's 201 must still record the credit: the user got it.
+        // Job A's request is being applied; meanwhile job B (a duplicate) gets a 422 (an answer about the request: it
+        // counts) on the campaign's only attempt and marks the reward failed. A's 201 must still record the credit.
         let seeded = try seedReward(source: "campaign", amount: 10, maxAttempts: 1)
         try hold(seeded.key, "before_credit")
         let driver = self.driver(requestTimeout: 30)
         let arguments = args(seeded.reward)
         let first = deliverInBackground(driver, arguments)
         try waitUntilHeld(seeded.key)
-        try fakes.script(.subscription, ["status": 503, "json": ["error": "unavailable"]])
+        try fakes.script(.subscription, ["status": 422, "json": ["error": "invalid_request"]])
         XCTAssertAck(try driver.deliver(PendingRewardJob.className, arguments), "B gives up: failed, alert")
         XCTAssertEqual(try reward(seeded.reward).status, "failed")
 
@@ -292,7 +395,7 @@ final class AdsRewardTests: JobsTestCase {
         XCTAssertTrue(try claimed(seeded))
     }
 
-    // MARK: Failures
+    // MARK: Failures: what counts, the schedule, the time cap
 
     func testCampaignRewardSucceedsAfterFailures() throws {
         let seeded = try seedReward(source: "campaign", amount: 10)
@@ -302,29 +405,95 @@ final class AdsRewardTests: JobsTestCase {
             payload = try expectUnavailableRetry(try driver.deliver(payload))
         }
         XCTAssertEqual(try reward(seeded.reward).status, "pending")
+        XCTAssertEqual(try reward(seeded.reward).attempts, 0, "a 503 says nothing about the request: not counted")
         XCTAssertFalse(try claimed(seeded))
         XCTAssertAck(try driver.deliver(payload))
         XCTAssertEqual(try reward(seeded.reward).status, "credited")
-        XCTAssertEqual(try reward(seeded.reward).attempts, 3)
+        XCTAssertEqual(try reward(seeded.reward).attempts, 1)
         XCTAssertTrue(try claimed(seeded))
         XCTAssertEqual(try fakes.subscriptionCredits().creditedByKey, [seeded.key: 10])
     }
 
-    func testCampaignRewardFailsAfterFiveAttempts() throws {
+    /// N5: a Subscription Service outage of 30 hours (credentials refused, rate limited, timeouts, 5xx) uses none of
+    /// the campaign's 5 attempts; the job keeps retrying (at most an hour apart) and credits when it is over.
+    func testCampaignRewardSurvivesAnOutageOfHours() throws {
         let seeded = try seedReward(source: "campaign", amount: 10)
-        try fakes.script(.subscription, ["hang": true, "delay": 2, "times": 5])  // timeouts (request timeout 0.5 s)
-        var payload = try JobRunnerDriver.payload(PendingRewardJob.className, args(seeded.reward))
-        for _ in 1...4 { payload = try expectUnavailableRetry(try driver.deliver(payload)) }
-        XCTAssertAck(try driver.deliver(payload), "the 5th attempt settles it as failed")
+        let start = clock.now
+        let outageScripts: [[String: Any]] = [["status": 401, "times": 3], ["status": 403], ["status": 429, "retry_after": 17, "times": 2],
+                                              ["hang": true, "delay": 2, "times": 2], ["status": 404], ["status": 503, "times": -1]]
+        try fakes.admin(.subscription, "POST", "script", json: outageScripts)
+        let outage: Double = 30 * 3600
+        var ended = false
+        let result = try deliverUntilSettled(try JobRunnerDriver.payload(PendingRewardJob.className, args(seeded.reward))) { _ in
+            XCTAssertEqual(try self.reward(seeded.reward).attempts, 0, "an outage counts no attempt")
+            if !ended, self.clock.now.timeIntervalSince(start) >= outage {
+                try self.fakes.reset(.subscription)  // the service is back
+                ended = true
+            }
+        }
+        XCTAssertAck(result.last)
+        XCTAssertTrue(ended)
+        XCTAssertEqual(try reward(seeded.reward).status, "credited")
+        XCTAssertTrue(try claimed(seeded))
+        XCTAssertEqual(try notifications(seeded.user), ["credits_added"])
+        XCTAssertEqual(logs.alerts, [])
+        XCTAssertLessThanOrEqual(result.delays.max() ?? 0, 3600 * 1.2, "never more than an hour (±20 %) between tries")
+        XCTAssertLessThan(clock.now.timeIntervalSince(start), outage + 3600 * 1.2, "credited within the hour after")
+        XCTAssertEqual(try fakes.subscriptionCredits().creditedByKey, [seeded.key: 10])
+    }
+
+    /// N5: a 422 is an answer about the request, so it counts; the 5 attempts are spread over hours (1 min, 10 min,
+    /// 1 h, 6 h between them); a 503 in between counts nothing; the 5th counted failure → `failed` + alert.
+    func testA422CountsAndTheFiveCampaignAttemptsSpreadOverHours() throws {
+        let seeded = try seedReward(source: "campaign", amount: 10)
+        let rejected: [String: Any] = ["status": 422, "json": ["error": "invalid_request"]]
+        let scripts: [[String: Any]] = [rejected, ["status": 503], rejected, rejected, rejected, rejected]
+        try fakes.admin(.subscription, "POST", "script", json: scripts)
+        let result = try deliverUntilSettled(try JobRunnerDriver.payload(PendingRewardJob.className, args(seeded.reward)))
+        XCTAssertAck(result.last, "the 5th counted attempt settles it as failed")
+        XCTAssertEqual(result.delays.count, 5)
+        XCTAssertEqual(result.delays[0], 60, accuracy: 0.01)
+        XCTAssertEqual(result.delays[1], 20, accuracy: 4.01, "the 503: the outage backoff (10 s × 2¹ ±20 %), not the schedule")
+        XCTAssertEqual(Array(result.delays[2...]), [600, 3600, 21_600])
         let state = try reward(seeded.reward)
-        XCTAssertEqual(state.status, "failed")
         XCTAssertEqual(state.attempts, 5)
-        XCTAssertTrue(state.error?.contains("gave up after 5 attempts") ?? false, state.error ?? "nil")
+        try assertFailedWithAlert(seeded, containing: "gave up after 5 attempts")
+        XCTAssertTrue(state.error?.contains("HTTP 422") ?? false, state.error ?? "nil")
         XCTAssertFalse(try claimed(seeded))
         XCTAssertEqual(try notifications(seeded.user), [])
         XCTAssertAck(try driver.deliver(PendingRewardJob.className, args(seeded.reward)), "a failed reward is left alone")
-        XCTAssertEqual(try earnRequests().count, 5)
+        XCTAssertEqual(try earnRequests().count, 6)
         XCTAssertEqual(try fakes.subscriptionCredits().applicationsByKey, [:])
+    }
+
+    /// L3: retries of any kind stop at the time cap (72 h after the reward was recorded, an hour and more before the
+    /// 7-day key lifetime of the contract): `failed` + alert, no request after it. An ad reward has no count limit,
+    /// so only the cap ends it.
+    func testRetriesStopAtTheHorizonWithAnAlertBeforeTheKeyLifetime() throws {
+        let seeded = try seedReward(source: "ad", amount: 1)
+        let start = clock.now
+        let deadline = start.addingTimeInterval(configuration.retryHorizon)
+        XCTAssertLessThanOrEqual(configuration.retryHorizon + AdsConfiguration.keyLifetimeMargin, configuration.keyLifetime)
+        try fakes.script(.subscription, ["status": 503, "times": -1])
+        var sentAt: [Date] = []
+        let result = try deliverUntilSettled(try JobRunnerDriver.payload(PendingRewardJob.className, args(seeded.reward)),
+                                             limit: 1000) { _ in sentAt.append(self.clock.now) }
+        XCTAssertAck(result.last)
+        try assertFailedWithAlert(seeded, containing: "retry horizon reached")
+        XCTAssertEqual(try earnRequests().count, sentAt.count, "every delivery sent one request")
+        XCTAssertLessThan(sentAt.last!, deadline, "no request at or after the horizon")
+        XCTAssertGreaterThan(sentAt.last!, deadline.addingTimeInterval(-2 * AdsConfiguration.lastAttemptMargin),
+                             "the last try is just before it")
+        XCTAssertEqual(try reward(seeded.reward).attempts, 0)
+
+        // A reward found pending after its horizon (e.g. by the sweep, after the workers were down) is failed without
+        // a request.
+        let stale = try seedReward(source: "ad", amount: 1, ageSeconds: Int(configuration.retryHorizon) + 60)
+        try fakes.reset(.subscription)
+        logs.clear()
+        XCTAssertAck(try driver.deliver(PendingRewardJob.className, args(stale.reward)))
+        try assertFailedWithAlert(stale, containing: "not credited within the retry horizon")
+        XCTAssertEqual(try earnRequests().count, 0)
     }
 
     func testAdRewardKeepsRetryingWithCappedBackoff() throws {
@@ -333,8 +502,8 @@ final class AdsRewardTests: JobsTestCase {
         var payload = try JobRunnerDriver.payload(PendingRewardJob.className, args(seeded.reward))
         for _ in 0..<7 { payload = try expectUnavailableRetry(try driver.deliver(payload)) }
         XCTAssertEqual(try reward(seeded.reward).status, "pending")
-        XCTAssertEqual(try reward(seeded.reward).attempts, 7)
-        XCTAssertEqual(PendingRewardJob.options.maxRetries, 100_000)
+        XCTAssertEqual(try reward(seeded.reward).attempts, 0)
+        XCTAssertEqual(PendingRewardJob.options.maxRetries, 100_000, "the time cap ends the retries, not the count")
         for count in [0, 5, 20, 1000] {
             XCTAssertLessThanOrEqual(PendingRewardJob.options.backoff.delay(retryCount: count), 3600 * 1.2)
         }
@@ -347,15 +516,31 @@ final class AdsRewardTests: JobsTestCase {
         try fakes.script(.subscription, ["status": 429, "retry_after": 17])
         Failure.isRetryAfter(try driver.deliver(PendingRewardJob.className, args(seeded.reward)), seconds: 17)
         XCTAssertEqual(try reward(seeded.reward).status, "pending")
-        XCTAssertEqual(try reward(seeded.reward).attempts, 1)
+        XCTAssertEqual(try reward(seeded.reward).attempts, 0, "429 is not counted")
     }
 
-    func testRejectedRequestFailsTheRewardWithAnAlert() throws {
+    /// An ad reward's rejected request counts and is retried on the schedule (no count limit: "retry until
+    /// success", within the time cap).
+    func testRejectedAdRewardIsRetriedOnTheSchedule() throws {
         let seeded = try seedReward(source: "ad", amount: 1)
-        try fakes.script(.subscription, ["status": 422, "json": ["error": "invalid_request"]])
+        try fakes.script(.subscription, ["status": 422, "json": ["error": "invalid_request"], "times": 6])
+        let result = try deliverUntilSettled(try JobRunnerDriver.payload(PendingRewardJob.className, args(seeded.reward)))
+        XCTAssertAck(result.last)
+        XCTAssertEqual(result.delays, [60, 600, 3600, 21_600, 86_400, 86_400])
+        XCTAssertEqual(try reward(seeded.reward).status, "credited")
+        XCTAssertEqual(try reward(seeded.reward).attempts, 7)
+        XCTAssertEqual(logs.alerts, [])
+    }
+
+    /// A key that cannot be an sf-string (an explicit key the Ads Service stored) is never sent: failed + alert.
+    func testAKeyThatIsNoStructuredFieldStringIsNotSent() throws {
+        let seeded = try seedReward(source: "ad", amount: 1)
+        try pool.withConnection {
+            _ = try $0.execute("UPDATE pending_rewards SET idempotency_key = 'ad_reward:é' WHERE id = $1", [seeded.reward])
+        }
         XCTAssertAck(try driver.deliver(PendingRewardJob.className, args(seeded.reward)))
-        XCTAssertEqual(try reward(seeded.reward).status, "failed")
-        XCTAssertTrue(try reward(seeded.reward).error?.contains("HTTP 422") ?? false)
+        try assertFailedWithAlert(seeded, containing: "cannot be sent as an sf-string")
+        XCTAssertEqual(try earnRequests().count, 0)
     }
 
     func testBadAndMissingRewards() throws {
@@ -498,6 +683,19 @@ final class AdsRewardTests: JobsTestCase {
         XCTAssertEqual(defaults.revenueEstimateDays, 7)
         XCTAssertThrowsError(try AdsConfiguration.fromEnvironment(["ADS_CAMPAIGN_MAX_ATTEMPTS": "0"])) { error in
             XCTAssertEqual((error as? GeoAdsConfigurationError)?.variable, "ADS_CAMPAIGN_MAX_ATTEMPTS", "\(error)")
+        }
+        // The time cap and the key lifetime (the reward contract): 72 h and 7 days, the cap at least an hour short.
+        XCTAssertEqual(defaults.retryHorizon, 72 * 3600)
+        XCTAssertEqual(defaults.keyLifetime, 7 * 86_400)
+        XCTAssertEqual(defaults.attemptDelays, [60, 600, 3600, 21_600, 86_400])
+        XCTAssertNoThrow(try AdsConfiguration.fromEnvironment(["ADS_REWARD_RETRY_HORIZON_SECONDS": "86400",
+                                                               "ADS_SUBSCRIPTION_KEY_LIFETIME_SECONDS": "90000",
+                                                               "ADS_REWARD_ATTEMPT_DELAYS_SECONDS": "30, 300"]))
+        XCTAssertThrowsError(try AdsConfiguration.fromEnvironment(["ADS_SUBSCRIPTION_KEY_LIFETIME_SECONDS": "86400"])) { error in
+            XCTAssertEqual((error as? GeoAdsConfigurationError)?.variable, "ADS_REWARD_RETRY_HORIZON_SECONDS", "\(error)")
+        }
+        XCTAssertThrowsError(try AdsConfiguration.fromEnvironment(["ADS_REWARD_ATTEMPT_DELAYS_SECONDS": "60,x"])) { error in
+            XCTAssertEqual((error as? GeoAdsConfigurationError)?.variable, "ADS_REWARD_ATTEMPT_DELAYS_SECONDS", "\(error)")
         }
         XCTAssertThrowsError(try AdsConfiguration.fromEnvironment(["ADS_REVENUE_ESTIMATE_DAYS": "0"])) { error in
             XCTAssertEqual((error as? GeoAdsConfigurationError)?.variable, "ADS_REVENUE_ESTIMATE_DAYS", "\(error)")

@@ -163,7 +163,7 @@ final class GeoTests: JobsTestCase {
         let keys = try redis.command("KEYS", "geocode:nominatim:*").strings
         XCTAssertEqual(keys, ["geocode:nominatim:en:z13:2:48.86,2.35"])
         let ttl = try redis.int("TTL", keys[0])
-        XCTAssertTrue((86_000...86_400).contains(ttl), "cache TTL \(ttl)")
+        XCTAssertTrue((2_419_000...2_419_200).contains(ttl), "cache TTL \(ttl) (4 weeks)")
     }
 
     func testWithoutConsentNothingIsLookedUpAndTheLocationIsRemoved() throws {
@@ -475,11 +475,36 @@ final class GeoTests: JobsTestCase {
 
     // MARK: - Configuration
 
+    /// N7: a production start (`WORKERS_ENV=production`) with the public OSMF server logs one warning naming the
+    /// usage policy; development, an unset environment, or an own instance in production log none.
+    func testProductionStartWithThePublicServerWarnsOfTheUsagePolicy() throws {
+        func warnings(_ environment: [String: String]) throws -> [CapturedLogs.Entry] {
+            let logs = CapturedLogs()
+            var registry = JobRegistry()
+            try GeoJobs.register(into: &registry, configuration: try GeoConfiguration.fromEnvironment(
+                                    environment.merging(["GEO_CONTACT_EMAIL": "geo@example.org"]) { $1 }),
+                                 http: http, redis: redis.pool, logger: logs.logger(label: "geo-start"))
+            XCTAssertEqual(Set(registry.classNames), Set(GeoJobs.classNames), "the geo jobs still run")
+            return logs.all.filter { $0.level == .warning }
+        }
+        let production = try warnings(["WORKERS_ENV": "production"])
+        XCTAssertEqual(production.count, 1)
+        let warning = try XCTUnwrap(production.first)
+        XCTAssertTrue(warning.message.contains("https://operations.osmfoundation.org/policies/nominatim/"), warning.message)
+        XCTAssertTrue(warning.message.contains("GEO_NOMINATIM_URL is the public OSMF Nominatim server"), warning.message)
+        XCTAssertEqual(warning.metadata["variable"], "GEO_NOMINATIM_URL")
+        XCTAssertEqual(try warnings(["WORKERS_ENV": "Production", "GEO_NOMINATIM_URL": "https://nominatim.openstreetmap.org/"]).count, 1)
+        XCTAssertEqual(try warnings(["WORKERS_ENV": "development"]).count, 0)
+        XCTAssertEqual(try warnings([:]).count, 0)
+        XCTAssertEqual(try warnings(["WORKERS_ENV": "production", "GEO_NOMINATIM_URL": "https://geo.internal.example.com"]).count, 0)
+    }
+
     func testConfigurationFromEnvironment() throws {
         let defaults = try GeoConfiguration.fromEnvironment(["GEO_CONTACT_EMAIL": "geo@example.org"])
         XCTAssertEqual(defaults.nominatimBaseURL, "https://nominatim.openstreetmap.org")
         XCTAssertEqual(defaults.requestsPerSecond, 1)
-        XCTAssertEqual(defaults.cacheTTL, 86_400)
+        XCTAssertEqual(defaults.cacheTTL, 4 * 7 * 86_400, "weeks: a ~1.1 km cell's town does not move")
+        XCTAssertNil(defaults.deploymentEnvironment)
         XCTAssertEqual(defaults.acceptLanguage, "en")
         XCTAssertEqual(defaults.zoom, 13)
         XCTAssertEqual(defaults.blockPause, 3600)

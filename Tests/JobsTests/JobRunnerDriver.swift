@@ -59,11 +59,13 @@ enum Delivery: Error, Sendable, CustomStringConvertible {
 struct JobRunnerDriver {
     let runner: JobRunner
 
-    /// `logger`: where the jobs' records go (e.g. `CapturedLogs.logger`, to assert alerts); silent by default.
+    /// `logger`: the runner's and the jobs' (`context.logger`), e.g. `CapturedLogs.logger` to assert an alert;
+    /// nil = critical only.
     init(registry: JobRegistry, database: JobDatabase, logger: Logger? = nil) {
-        var logger = logger ?? Logger(label: "job-runner-driver")
-        if logger.label == "job-runner-driver" { logger.logLevel = .critical }
-        runner = JobRunner(registry: registry, configuration: WorkerConfiguration(), database: database, logger: logger)
+        var quiet = Logger(label: "job-runner-driver")
+        quiet.logLevel = .critical
+        runner = JobRunner(registry: registry, configuration: WorkerConfiguration(), database: database,
+                           logger: logger ?? quiet)
     }
 
     /// One delivery of `payload`.

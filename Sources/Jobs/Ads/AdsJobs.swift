@@ -1,3 +1,4 @@
+import Foundation
 import HTTP
 import Queue
 import Workers
@@ -6,14 +7,16 @@ import Workers
 /// run's batch jobs `AdRevenueNightlyJob`, `AdRevenueDayCompleteJob`, `AdRevenueDayCheckJob` (AdRevenueDayBatch.swift).
 ///
 /// `redis` is where the sweep enqueues (unique pushes through `JobClient`, whose locks say which
-/// rewards have a live job); jobs get no Redis connection from the runtime.
+/// rewards have a live job); jobs get no Redis connection from the runtime. `now` is `PendingRewardJob`'s clock (its
+/// retry horizon); tests move it.
 public enum AdsJobs {
     public static func register(into registry: inout JobRegistry, configuration: AdsConfiguration, http: HTTPClient,
-                                redis: RedisPool, shards: ShardPools? = nil) {
+                                redis: RedisPool, shards: ShardPools? = nil,
+                                now: @escaping @Sendable () -> Date = { Date() }) {
         // With several shards each enqueue goes to its queue's shard (docs/sharding.md).
         let client = shards.map { JobClient(shards: $0) } ?? JobClient(pool: redis)
         registry.register(PendingRewardJob(client: SubscriptionCreditsClient(http: http, configuration: configuration),
-                                           configuration: configuration))
+                                           configuration: configuration, now: now))
         registry.register(PendingRewardSweepJob(client: client, configuration: configuration))
         registry.register(AdRevenueAggregationJob(configuration: configuration))
         registry.register(AdRevenueNightlyJob(client: client))

@@ -28,7 +28,10 @@ public struct GeoConfiguration: Sendable {
     public var rateLimitMargin: Double
     /// Longest a job waits for its slot before it gives the slot up and retries later.
     public var maxRateLimitWait: Double
-    /// How long a geocoding answer stays in the Redis cache.
+    /// How long a geocoding answer stays in the Redis cache. Default 4 weeks: the answer is the settlement and
+    /// country of a ~1.1 km cell (`cellDecimals` 2), which do not move; what changes is an occasional OSM edit (a
+    /// renamed or newly mapped village), and serving that a few weeks late costs nothing, while every day of TTL
+    /// cut means the cells users keep reporting from are asked again (the usage policy's "periodic requests").
     public var cacheTTL: Int
     /// Decimals kept when rounding coordinates to a cache cell (2 ≈ 1.1 km). The provider is
     /// asked about the cell's centre, never about the raw coordinates.
@@ -44,14 +47,26 @@ public struct GeoConfiguration: Sendable {
     /// Decimals kept in anonymised coordinates (1 ≈ 11 km).
     public var anonymizedDecimals: Int
 
+    /// The deployment environment, `WORKERS_ENV` (`production`, `staging`, `development`, …; nil = not said).
+    /// Only `production` changes anything: the start-up warning of `usagePolicyWarning`.
+    public var deploymentEnvironment: String?
+
+    /// The public OSMF server: the default, for development. Its usage policy
+    /// (https://operations.osmfoundation.org/policies/nominatim/) calls periodic requests from apps bulk geocoding
+    /// ("strongly discouraged") and counts "the sum of traffic by all your users": a production fleet must use an
+    /// own instance or a commercial provider.
     public static let productionNominatimURL = "https://nominatim.openstreetmap.org"
+    public static let publicNominatimHost = "nominatim.openstreetmap.org"
+    public static let nominatimUsagePolicyURL = "https://operations.osmfoundation.org/policies/nominatim/"
+    /// 4 weeks (see `cacheTTL`).
+    public static let defaultCacheTTL = 2_419_200
 
     public init(nominatimBaseURL: String = GeoConfiguration.productionNominatimURL,
                 userAgent: String = "SwiftWorkers-Geo/1.0", contactEmail: String? = nil, acceptLanguage: String = "en",
                 zoom: Int = 13, blockPause: Double = 3600, provider: String = "nominatim", requestsPerSecond: Double = 1, rateLimitMargin: Double = 0.1,
-                maxRateLimitWait: Double = 120, cacheTTL: Int = 86_400, cellDecimals: Int = 2,
+                maxRateLimitWait: Double = 120, cacheTTL: Int = GeoConfiguration.defaultCacheTTL, cellDecimals: Int = 2,
                 maxAccuracyMeters: Double = 1000, requestTimeout: Double = 10, anonymizeAfterDays: Int = 90,
-                anonymizeBatchSize: Int = 1000, anonymizedDecimals: Int = 1) {
+                anonymizeBatchSize: Int = 1000, anonymizedDecimals: Int = 1, deploymentEnvironment: String? = nil) {
         self.nominatimBaseURL = nominatimBaseURL
         self.userAgent = userAgent
         self.contactEmail = contactEmail
@@ -69,6 +84,19 @@ public struct GeoConfiguration: Sendable {
         self.anonymizeAfterDays = anonymizeAfterDays
         self.anonymizeBatchSize = anonymizeBatchSize
         self.anonymizedDecimals = anonymizedDecimals
+        self.deploymentEnvironment = deploymentEnvironment
+    }
+
+    /// The warning a production start logs (`GeoJobs.register`) when the provider is the public OSMF server; nil
+    /// otherwise (development, staging, an unset `WORKERS_ENV`, or another server). Not an error: the geo jobs still
+    /// run, and the fleet-wide 1 request/s limit and the 403 block switch still hold.
+    public var usagePolicyWarning: String? {
+        guard deploymentEnvironment?.lowercased() == "production",
+              URL(string: nominatimBaseURL)?.host?.lowercased() == Self.publicNominatimHost else { return nil }
+        return "GEO_NOMINATIM_URL is the public OSMF Nominatim server in production (WORKERS_ENV=production): its usage "
+            + "policy (\(Self.nominatimUsagePolicyURL)) calls periodic requests from apps bulk geocoding and counts the "
+            + "traffic of all users together; it is for development. Point GEO_NOMINATIM_URL at an own instance or a "
+            + "commercial provider"
     }
 
     /// The User-Agent actually sent: the configured one plus the contact, when given.
@@ -137,13 +165,14 @@ public struct GeoConfiguration: Sendable {
             requestsPerSecond: try env.double("GEO_RATE_LIMIT_PER_SECOND", default: 1, range: 0.001...100),
             rateLimitMargin: try env.double("GEO_RATE_LIMIT_MARGIN_SECONDS", default: 0.1, range: 0...10),
             maxRateLimitWait: try env.double("GEO_RATE_LIMIT_MAX_WAIT_SECONDS", default: 120, range: 1...3600),
-            cacheTTL: try env.int("GEO_CACHE_TTL_SECONDS", default: 86_400, range: 1...2_592_000),
+            cacheTTL: try env.int("GEO_CACHE_TTL_SECONDS", default: defaultCacheTTL, range: 1...31_536_000),
             cellDecimals: try env.int("GEO_CACHE_CELL_DECIMALS", default: 2, range: 0...5),
             maxAccuracyMeters: try env.double("GEO_MAX_ACCURACY_METERS", default: 1000, range: 1...100_000),
             requestTimeout: try env.double("GEO_REQUEST_TIMEOUT_SECONDS", default: 10, range: 0.1...120),
             anonymizeAfterDays: try env.int("GEO_ANONYMIZE_AFTER_DAYS", default: 90, range: 1...3650),
             anonymizeBatchSize: try env.int("GEO_ANONYMIZE_BATCH_SIZE", default: 1000, range: 1...100_000),
-            anonymizedDecimals: try env.int("GEO_ANONYMIZED_DECIMALS", default: 1, range: 0...3))
+            anonymizedDecimals: try env.int("GEO_ANONYMIZED_DECIMALS", default: 1, range: 0...3),
+            deploymentEnvironment: env.string("WORKERS_ENV"))
         try configuration.validate()
         return configuration
     }
