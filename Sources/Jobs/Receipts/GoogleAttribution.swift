@@ -104,9 +104,10 @@ enum NotificationReplay {
             """, [store.rawValue, id, key, json, owesAcknowledgementSince])
     }
 
-    /// Enqueues the replay of every kept notification for `key`, oldest first; returns how many.
+    /// Enqueues the replay of every kept notification for `key` on `queue` (the validation's: the receipts queue),
+    /// oldest first; returns how many.
     @discardableResult
-    static func enqueueReplays(store: Store, key: String, on c: PostgresConnection) throws -> Int {
+    static func enqueueReplays(store: Store, key: String, queue: String, on c: PostgresConnection) throws -> Int {
         let rows = try c.query("""
             WITH kept AS (
                 SELECT notification_id, received_at FROM store_notifications
@@ -121,7 +122,7 @@ enum NotificationReplay {
             .sorted { ($0.1, $0.2) < ($1.1, $1.2) }
         let className = store == .apple ? AppStoreNotificationJob.className : PlayNotificationJob.className
         for (args, _, _) in ordered {
-            _ = try c.queryFirst("SELECT workers_enqueue($1, $2::jsonb) AS jid", [className, args])
+            _ = try c.queryFirst("SELECT workers_enqueue($1, $2::jsonb, $3) AS jid", [className, args, queue])
         }
         return ordered.count
     }

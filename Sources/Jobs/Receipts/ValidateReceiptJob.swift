@@ -377,7 +377,7 @@ public struct ValidateReceiptJob: Job {
             try SubscriptionStore.validatedReceipt(state, owner: owner, subscriptionID: outcome.subscriptionID,
                                                    receiptData: receiptData, on: c)
             try also(c, outcome.subscriptionID)
-            try NotificationReplay.enqueueReplays(store: state.store, key: state.key, on: c)  // L8: notifications that came first
+            try NotificationReplay.enqueueReplays(store: state.store, key: state.key, queue: context.queue, on: c)  // L8: notifications that came first
         }
     }
 }
