@@ -251,3 +251,23 @@ extension ReceiptsGoogleTests {
         XCTAssertEqual(try db.userStatus(user), "free")
     }
 }
+
+extension ReceiptsGoogleTests {
+    /// L8 for a voided purchase: the void of the order that paid the period lands before the first validation
+    /// commits; the validation's replay revokes the period.
+    func testVoidedPurchaseBeforeTheValidationIsReplayed() throws {
+        let d = driver(try services(try configuration()))
+        let user = try db.newUser()
+        let order = "GPA.3372-4150-9088-55555"
+        try setPurchase("void-early", state: "SUBSCRIPTION_STATE_ACTIVE", expiry: Date().addingTimeInterval(20 * 86400),
+                        extra: ["latestSuccessfulOrderId": order])
+        try d.run("PlayNotificationJob", rtdn(messageID: "void-early-m", token: "void-early", voided: true, orderID: order))
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM store_notifications WHERE outcome = 'unmatched' AND store_key = 'void-early'"), 1)
+        try d.run("ValidateReceiptJob", googleArgs(user: user, token: "void-early"))
+        XCTAssertEqual(try db.userStatus(user), "premium")
+        XCTAssertEqual(try relayOutbox(d), ["PlayNotificationJob"])
+        XCTAssertEqual(try db.subscriptionStatus(key: "void-early"), "refunded")
+        XCTAssertEqual(try db.userStatus(user), "free")
+        XCTAssertEqual(try db.events(key: "void-early"), ["subscription_started", "refunded"])
+    }
+}

@@ -249,7 +249,8 @@ public struct PlayNotificationJob: Job {
         let cancellation = HTTPCancellation(isCancelled: { [cancellation = context.cancellation] in cancellation.isCancelled })
 
         if let voided = notification.voidedPurchaseNotification {
-            try applyVoided(voided, packageName: notification.packageName, id: id, eventTime: eventTime, context: context,
+            try applyVoided(voided, packageName: notification.packageName, id: id, eventTime: eventTime,
+                            replay: [["message": ["data": args.message.data, "messageId": id]]], context: context,
                             cancellation: cancellation, logger: logger)
             return
         }
@@ -409,13 +410,18 @@ public struct PlayNotificationJob: Job {
     /// longer entitles) → `refunded`, user `free`; an older renewal order → the current period stands, Google's
     /// state is applied and an `order_voided` event recorded.
     private func applyVoided(_ voided: DeveloperNotification.VoidedPurchaseNotification, packageName: String, id: String,
-                             eventTime: Date, context: JobContext, cancellation: HTTPCancellation, logger: Logger) throws {
+                             eventTime: Date, replay: [[String: Any]], context: JobContext, cancellation: HTTPCancellation,
+                             logger: Logger) throws {
         var logger = logger
         logger[metadataKey: "purchase_token"] = "\(Redact.token(voided.purchaseToken))"
         guard let existing = try context.withConnection({
             try SubscriptionStore.subscription(store: .google, key: voided.purchaseToken, on: $0)
         }) else {
-            try record(id: id, type: "voided_purchase", context: context) { _ in ("unmatched", nil) }
+            // Nothing to revoke yet; kept so that a validation of the token replays it (NotificationReplay).
+            try record(id: id, type: "voided_purchase", context: context) { c in
+                try NotificationReplay.keep(store: .google, id: id, key: voided.purchaseToken, arguments: replay, on: c)
+                return ("unmatched", nil)
+            }
             return
         }
         var purchase: GoogleSubscriptionPurchase?
