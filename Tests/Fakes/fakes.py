@@ -870,6 +870,20 @@ class AppleService(Service):
 #            (cloud.google.com/apis/design/errors, "HTTP mapping")
 #   [OAUTH]  developers.google.com/identity/protocols/oauth2/service-account ("Making the access token request":
 #            JWT bearer grant, RS256, iss/scope/aud/exp/iat, at most 1 h; errors invalid_grant)
+#   [OOAP]   developers.google.com/android-publisher/api-ref/rest/v3/purchases.subscriptionsv2, SubscriptionPurchaseV2
+#            fields `outOfAppPurchaseContext` (OutOfAppPurchaseContext: `expiredExternalAccountIdentifiers`,
+#            `expiredPurchaseToken`, "must only be used to help identify the user if the link between the
+#            purchaseToken and user is stored in your database") and `externalAccountIdentifiers`
+#            (ExternalAccountIdentifiers: `externalAccountId`, `obfuscatedExternalAccountId`,
+#            `obfuscatedExternalProfileId`, as set by the app in BillingFlowParams)
+#   [HOLD]   developer.android.com/google/play/billing/lifecycle/subscriptions ("Account hold": the subscription is
+#            still renewing; the RTDN SUBSCRIPTION_ON_HOLD, then RECOVERED when the payment succeeds), so
+#            lineItems[].autoRenewingPlan.autoRenewEnabled stays true in SUBSCRIPTION_STATE_ON_HOLD
+#   [RTDN]   developer.android.com/google/play/billing/rtdn-reference (DeveloperNotification: version, packageName,
+#            eventTimeMillis, subscriptionNotification {version, notificationType, purchaseToken}); the Pub/Sub push
+#            body {"message": {"data": base64, "messageId", "publishTime"}, "subscription"}
+#            (cloud.google.com/pubsub/docs/push, "Receive messages"). The reference types eventTimeMillis `long`;
+#            its examples write it as a string: `event_time_numeric` sends a number.
 
 GOOGLE_PUBLISHER = "/androidpublisher/v3/applications/"
 
@@ -928,6 +942,8 @@ class GoogleService(Service):
             with self.lock:
                 self.subscriptions[payload["token"]] = {k: v for k, v in payload.items() if k != "token"}
             return jresp({"ok": True})
+        if path == "/__admin/google/out_of_app" and method == "POST":
+            return self.out_of_app(payload)
         if path == "/__admin/google/acknowledgements":
             with self.lock:
                 return jresp({"acknowledgements": dict(self.acks), "attempts": dict(self.ack_attempts)})
@@ -1045,8 +1061,10 @@ class GoogleService(Service):
         line = {
             "productId": product,
             "expiryTime": expiry,
+            # ON_HOLD is still renewing [HOLD]
             "autoRenewingPlan": {"autoRenewEnabled": state in ("SUBSCRIPTION_STATE_ACTIVE",
-                                                               "SUBSCRIPTION_STATE_IN_GRACE_PERIOD")},
+                                                               "SUBSCRIPTION_STATE_IN_GRACE_PERIOD",
+                                                               "SUBSCRIPTION_STATE_ON_HOLD")},
             "offerDetails": {"basePlanId": reg.pop("basePlanId", "monthly"), "offerTags": []},
             "latestSuccessfulOrderId": order,
         }
@@ -1062,8 +1080,40 @@ class GoogleService(Service):
         }
         if state == "SUBSCRIPTION_STATE_CANCELED":
             body["canceledStateContext"] = {"userInitiatedCancellation": {"cancelTime": body["startTime"]}}
+        # Who bought it and what it follows [OOAP]: the registration's shortcuts become Google's objects.
+        obfuscated = reg.pop("obfuscatedExternalAccountId", None)
+        if obfuscated is not None:
+            body["externalAccountIdentifiers"] = {"obfuscatedExternalAccountId": obfuscated}
+        expired_token = reg.pop("expiredPurchaseToken", None)
+        if expired_token is not None:
+            body["outOfAppPurchaseContext"] = {"expiredPurchaseToken": expired_token}
         body.update(reg)  # any other override (testPurchase, linkedPurchaseToken, canceledStateContext, ...)
         return jresp(body)
+
+    def out_of_app(self, payload):
+        """A purchase the app never posted (a resubscribe in the Play Store, a promo code) [OOAP]: registers the
+        purchase like /__admin/google/subscriptions (PENDING acknowledgement) and returns the Pub/Sub push body of the
+        RTDN Google sends for it [RTDN] (notificationType 4 SUBSCRIPTION_PURCHASED unless given), for the test to
+        deliver to PlayNotificationJob."""
+        token = payload["token"]
+        registration = {k: v for k, v in payload.items()
+                        if k not in ("token", "notificationType", "message_id", "event_time_numeric", "packageName")}
+        with self.lock:
+            self.subscriptions[token] = registration
+        millis = int(time.time() * 1000)
+        notification = {
+            "version": "1.0",
+            "packageName": payload.get("packageName", "com.example.app"),
+            "eventTimeMillis": millis if payload.get("event_time_numeric") else str(millis),
+            "subscriptionNotification": {"version": "1.0", "notificationType": payload.get("notificationType", 4),
+                                         "purchaseToken": token,
+                                         "subscriptionId": registration.get("productId", "premium_monthly")},
+        }
+        data = base64.b64encode(json.dumps(notification).encode()).decode()
+        message_id = payload.get("message_id") or "oop-" + hashlib.sha256(token.encode()).hexdigest()[:12]
+        return jresp({"message": {"data": data, "messageId": message_id,
+                                  "publishTime": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())},
+                      "subscription": "projects/demo/subscriptions/rtdn"})
 
     def acknowledge(self, pkg, sub, token):
         """purchases.subscriptions.acknowledge [ACK]: 200 with an empty body for a registered purchase whose

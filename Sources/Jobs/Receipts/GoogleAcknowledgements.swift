@@ -145,7 +145,9 @@ struct GoogleAcknowledger: Sendable {
 
 /// Pays every owed Google acknowledgement that is due (`google_acknowledgements`), `sweepBatchSize` per batch
 /// until none is due. Scheduled every minute (`config/schedule.yaml`); safe to run twice or concurrently (each row
-/// is claimed before its call). Runs without the ledger: its effects are the rows' own settlement.
+/// is claimed before its call). Runs without the ledger: its effects are the rows' own settlement. Then raises the
+/// late `RCV-GOOGLE-UNATTRIBUTED` alert, once per purchase, for out-of-app purchases still unattributed 24 h after
+/// their RTDN (`alertLateUnattributed`, by `ReceiptServices.now`).
 public struct GoogleAcknowledgementSweepJob: Job {
     public static let className = "GoogleAcknowledgementSweepJob"
     public static let options = JobOptions(maxRetries: 3, backoff: .sidekiq, timeout: 600, usesLedger: false)
@@ -179,5 +181,24 @@ public struct GoogleAcknowledgementSweepJob: Job {
             }
         }
         context.logger.info("Google acknowledgement sweep done", metadata: ["settled": "\(settled)", "still_owed": "\(owed)"])
+        try alertLateUnattributed(pool: database.pool, logger: context.logger)
+    }
+
+    /// The second alert for a Google purchase still unattributed (and so unacknowledged)
+    /// `PlayNotificationJob.unattributedAlertDelay` after its RTDN, by the receipt services' clock; once per purchase.
+    func alertLateUnattributed(pool: PostgresPool, logger: Logger) throws {
+        let now = services.now()
+        let late = try pool.withConnection {
+            try NotificationReplay.lateUnattributed(before: now.addingTimeInterval(-PlayNotificationJob.unattributedAlertDelay),
+                                                    now: now, on: $0)
+        }
+        for (id, since) in late {
+            let hours = Int(now.timeIntervalSince(since) / 3600)
+            let message = "alert \(PlayNotificationJob.unattributedAlert): a Google purchase made outside the app is still not "
+                + "attributed to a user \(hours) h after its notification; Google refunds it 3 days after the purchase "
+                + "unless a validation of it (the user's app posting it) grants and acknowledges it"
+            logger.error("\(message)", metadata: ["alert": "\(PlayNotificationJob.unattributedAlert)", "message_id": "\(id)",
+                                    "unattributed_hours": "\(hours)"])
+        }
     }
 }

@@ -23,6 +23,21 @@ public struct GoogleSubscriptionPurchase: Decodable, Sendable {
         /// Set when the subscription was replaced by a new one (its token is the new purchase's `linkedPurchaseToken`).
         public let replacementCancellation: Empty?
     }
+    /// `OutOfAppPurchaseContext`: set on a purchase made outside the app (Play Store resubscribe, promo code) when
+    /// it follows an expired subscription of the same user. Google: `expiredPurchaseToken` "must only be used to help
+    /// identify the user if the link between the purchaseToken and user is stored in your database"
+    /// (developers.google.com/android-publisher/api-ref/rest/v3/purchases.subscriptionsv2#OutOfAppPurchaseContext).
+    public struct OutOfAppPurchaseContext: Decodable, Sendable {
+        public let expiredPurchaseToken: String?
+        public let expiredExternalAccountIdentifiers: ExternalAccountIdentifiers?
+    }
+    /// `ExternalAccountIdentifiers`: what the app set at purchase time (`BillingFlowParams.setObfuscatedAccountId`).
+    /// Ours is `GoogleAccountHash.of(user)` (docs/jobs-receipts.md, "What the Android app sends").
+    public struct ExternalAccountIdentifiers: Decodable, Sendable {
+        public let externalAccountId: String?
+        public let obfuscatedExternalAccountId: String?
+        public let obfuscatedExternalProfileId: String?
+    }
     public let subscriptionState: String?
     public let startTime: String?
     public let acknowledgementState: String?
@@ -30,6 +45,13 @@ public struct GoogleSubscriptionPurchase: Decodable, Sendable {
     public let linkedPurchaseToken: String?
     public let lineItems: [LineItem]?
     public let canceledStateContext: CanceledStateContext?
+    public let outOfAppPurchaseContext: OutOfAppPurchaseContext?
+    public let externalAccountIdentifiers: ExternalAccountIdentifiers?
+
+    /// `externalAccountIdentifiers.obfuscatedExternalAccountId`, nil when absent or empty.
+    public var obfuscatedAccountID: String? {
+        externalAccountIdentifiers?.obfuscatedExternalAccountId.flatMap { $0.isEmpty ? nil : $0 }
+    }
 
     public var needsAcknowledgement: Bool { acknowledgementState == "ACKNOWLEDGEMENT_STATE_PENDING" }
     public var isAcknowledged: Bool { acknowledgementState == "ACKNOWLEDGEMENT_STATE_ACKNOWLEDGED" }
@@ -62,10 +84,17 @@ enum RFC3339 {
 /// ON_HOLD, PAUSED, EXPIRED, PENDING are not. A cancelled-but-running subscription is kept `active` with
 /// `auto_renew = false` and `cancelled_at` set, so the expiry sweep ends it at `end_date`.
 ///
-/// Grace comes from Google: in `SUBSCRIPTION_STATE_IN_GRACE_PERIOD` the line item's `expiryTime` is the end of the
-/// grace period (its length is set per base plan: `gracePeriodDuration`, P0D–P30D), so `grace_period_end` is that
-/// time and nothing is added to it.
+/// Grace comes from Google: in `SUBSCRIPTION_STATE_IN_GRACE_PERIOD` the line item's `expiryTime` is taken as the end
+/// of the grace period (its length is set per base plan: `gracePeriodDuration`, P0D–P30D). Google's v2 reference does
+/// not say that `expiryTime` moves during grace, so while Google says IN_GRACE_PERIOD `grace_period_end` is never in
+/// the past: it is `max(expiryTime, now + graceBridge)`. The bridge keeps the user entitled until Google's next word
+/// (RTDN 1 RECOVERED, 5 ON_HOLD, 13 EXPIRED, or the next validation) instead of the expiry sweep ending a period
+/// Google still entitles.
 enum GoogleStateDerivation {
+    /// How long past `now` a subscription Google calls IN_GRACE_PERIOD stays entitled at least: one day.
+    static let graceBridge: TimeInterval = 86_400
+
+
     static func state(_ p: GoogleSubscriptionPurchase, purchaseToken: String, productID: String,
                       now: Date) -> StoreSubscriptionState? {
         guard let line = p.lineItems?.first(where: { $0.productId == productID }) else { return nil }
@@ -94,7 +123,7 @@ enum GoogleStateDerivation {
             originalTransactionID: purchaseToken,
             productID: productID, status: status, startDate: RFC3339.parse(p.startTime) ?? now, endDate: expiry,
             trialEndDate: isTrial ? expiry : nil,
-            gracePeriodEnd: status == .gracePeriod ? expiry : nil,
+            gracePeriodEnd: status == .gracePeriod ? max(expiry ?? now, now.addingTimeInterval(graceBridge)) : nil,
             autoRenew: cancelledAt == nil && (line.autoRenewingPlan?.autoRenewEnabled ?? true) && status.isEntitled,
             cancelledAt: cancelledAt, stateAt: now)
     }

@@ -105,6 +105,8 @@ public struct AppStoreNotificationJob: Job {
                                                           subtype: notification.subtype, on: c) else { return }
             guard let state, Self.changesState(notification.notificationType) else { outcomeText = "ignored"; return }
             guard let existing = try SubscriptionStore.subscription(store: .apple, key: state.key, on: c) else {
+                try NotificationReplay.keep(store: .apple, id: id, key: state.key,
+                                            arguments: [["signedPayload": arguments.value.signedPayload]], on: c)
                 try SubscriptionStore.finishNotification(store: .apple, id: id, outcome: "unmatched", subscriptionID: nil, on: c)
                 outcomeText = "unmatched"
                 return
@@ -222,17 +224,39 @@ public struct DeveloperNotification: Decodable, Sendable {
     public struct TestNotification: Decodable, Sendable { public let version: String? }
     public let version: String?
     public let packageName: String
-    public let eventTimeMillis: String?
+    /// Google's reference types it `long` while its examples send a string: either is accepted; a value that is
+    /// neither a number nor a numeric string is nil (the job's clock is used instead).
+    public let eventTimeMillis: Int64?
     public let subscriptionNotification: SubscriptionNotification?
     public let voidedPurchaseNotification: VoidedPurchaseNotification?
     public let testNotification: TestNotification?
+
+    enum CodingKeys: String, CodingKey {
+        case version, packageName, eventTimeMillis, subscriptionNotification, voidedPurchaseNotification, testNotification
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        version = try c.decodeIfPresent(String.self, forKey: .version)
+        packageName = try c.decode(String.self, forKey: .packageName)
+        if let number = try? c.decodeIfPresent(Int64.self, forKey: .eventTimeMillis) {
+            eventTimeMillis = number
+        } else {
+            eventTimeMillis = (try? c.decodeIfPresent(String.self, forKey: .eventTimeMillis)).flatMap { Int64($0) }
+        }
+        subscriptionNotification = try c.decodeIfPresent(SubscriptionNotification.self, forKey: .subscriptionNotification)
+        voidedPurchaseNotification = try c.decodeIfPresent(VoidedPurchaseNotification.self, forKey: .voidedPurchaseNotification)
+        testNotification = try c.decodeIfPresent(TestNotification.self, forKey: .testNotification)
+    }
 }
 
 /// Applies a Google Play RTDN: de-duplicated by Pub/Sub `messageId`; the notification only says "something
 /// changed", so the state is read again with `subscriptionsv2.get` and upserted; a `linkedPurchaseToken` ends the
 /// replaced subscription; a voided order revokes the current period only when it paid it (`applyVoided`). Purchases
 /// still unacknowledged and entitled owe an acknowledgement, recorded in the commit and paid after it (here or by
-/// `GoogleAcknowledgementSweepJob`). Unknown purchase tokens are recorded `unmatched`.
+/// `GoogleAcknowledgementSweepJob`). A purchase token we never saw is read from Google too and attributed to a user
+/// (`applyOutOfApp`, `GoogleAttribution`); one Google does not know either is recorded `unmatched`. Both kinds are
+/// kept for a replay when a validation of the token commits (`NotificationReplay`).
 public struct PlayNotificationJob: Job {
     public static let className = "PlayNotificationJob"
     public static let options = StoreCallLimits.options(
@@ -252,11 +276,12 @@ public struct PlayNotificationJob: Job {
             logger.info("duplicate Play notification skipped")
             return
         }
-        let eventTime = notification.eventTimeMillis.flatMap(Int64.init)?.millisecondsDate ?? Date()
+        let eventTime = notification.eventTimeMillis?.millisecondsDate ?? services.now()
         let cancellation = HTTPCancellation(isCancelled: { [cancellation = context.cancellation] in cancellation.isCancelled })
 
         if let voided = notification.voidedPurchaseNotification {
-            try applyVoided(voided, packageName: notification.packageName, id: id, eventTime: eventTime, context: context,
+            try applyVoided(voided, packageName: notification.packageName, id: id, eventTime: eventTime,
+                            replay: [["message": ["data": args.message.data, "messageId": id]]], context: context,
                             cancellation: cancellation, logger: logger)
             return
         }
@@ -265,24 +290,37 @@ public struct PlayNotificationJob: Job {
             return
         }
         logger[metadataKey: "purchase_token"] = "\(Redact.token(sub.purchaseToken))"
-        guard let existing = try context.withConnection({
+        let known = try context.withConnection({
             try SubscriptionStore.subscription(store: .google, key: sub.purchaseToken, on: $0)
-        }) else {
-            try record(id: id, type: "subscription_\(sub.notificationType)", context: context) { _ in ("unmatched", nil) }
-            logger.info("Play notification for an unknown purchase token recorded as unmatched")
-            return
-        }
+        })
+        let type = "subscription_\(sub.notificationType)"
+        // What a replay needs when the purchase cannot be applied now (NotificationReplay): the RTDN itself.
+        let replay: [[String: Any]] = [["message": ["data": args.message.data, "messageId": id]]]
         let play = try services.requireGoogle()
         let purchase: GoogleSubscriptionPurchase
         switch try play.subscription(packageName: notification.packageName, purchaseToken: sub.purchaseToken, cancellation: cancellation) {
         case .found(let p): purchase = p
         case .notFound(let status, let reason):
-            try record(id: id, type: "subscription_\(sub.notificationType)", context: context) { _ in ("ignored", existing.id) }
+            guard let known else {
+                try record(id: id, type: type, context: context) { c in
+                    try NotificationReplay.keep(store: .google, id: id, key: sub.purchaseToken, arguments: replay, on: c)
+                    return ("unmatched", nil)
+                }
+                logger.info("Play notification for a purchase token neither we nor Google know recorded as unmatched",
+                            metadata: ["status": "\(status)"])
+                return
+            }
+            try record(id: id, type: type, context: context) { _ in ("ignored", known.id) }
             logger.warning("Play notification: purchase no longer readable (HTTP \(status)): \(reason)")
             return
         }
+        guard let existing = known else {
+            try applyOutOfApp(purchase, notification: notification, sub: sub, id: id, eventTime: eventTime, replay: replay,
+                              context: context, cancellation: cancellation, logger: logger)
+            return
+        }
         guard var state = GoogleStateDerivation.state(purchase, purchaseToken: sub.purchaseToken, productID: existing.productID,
-                                                      now: Date()) else {
+                                                      now: services.now()) else {
             throw StoreUnavailable("Google Play API", "state \(purchase.subscriptionState ?? "<none>") or product not readable")
         }
         if sub.notificationType == 12 {  // REVOKED: refunded and revoked before it expired
@@ -318,18 +356,103 @@ public struct PlayNotificationJob: Job {
         }
     }
 
+    /// The alert of a Google purchase no user of ours could be found for while Google waits for its acknowledgement
+    /// (Google refunds it 3 days after the purchase): raised at once by the RTDN, and again by
+    /// `GoogleAcknowledgementSweepJob` when it is still unattributed `unattributedAlertDelay` later.
+    static let unattributedAlert = "RCV-GOOGLE-UNATTRIBUTED"
+    /// 24 hours: the second alert leaves two of Google's three days to attribute the purchase.
+    static let unattributedAlertDelay: TimeInterval = 86_400
+
+    /// A purchase token we never saw (N1: a resubscribe in the Play Store, a promo code, a purchase the app never
+    /// posted): attributed by `GoogleAttribution`, then granted like a validation (subscription, entitlement, event,
+    /// receipt row, `GooglePurchaseEffects.endReplaced`) with its acknowledgement owed, all in the ledger transaction;
+    /// or, when no user can be found, recorded `unattributed` (kept for a replay) and alerted.
+    private func applyOutOfApp(_ purchase: GoogleSubscriptionPurchase, notification: DeveloperNotification,
+                               sub: DeveloperNotification.SubscriptionNotification, id: String, eventTime: Date,
+                               replay: [[String: Any]], context: JobContext, cancellation: HTTPCancellation,
+                               logger: Logger) throws {
+        let token = sub.purchaseToken, package = notification.packageName, type = "subscription_\(sub.notificationType)"
+        let now = services.now()
+        let attribution = try context.withConnection { try GoogleAttribution.attribute(purchase, token: token, on: $0) }
+        let found: GoogleAttribution
+        switch attribution {
+        case .success(let a): found = a
+        case .failure(let why):
+            let entitled = (purchase.lineItems ?? []).contains { line in
+                line.productId.map { purchase.entitles(productID: $0, now: now) } ?? false
+            }
+            let owes = purchase.needsAcknowledgement && entitled
+            try record(id: id, type: type, context: context) { c in
+                try NotificationReplay.keep(store: .google, id: id, key: token, arguments: replay,
+                                            owesAcknowledgementSince: owes ? now : nil, on: c)
+                return ("unattributed", nil)
+            }
+            if owes {
+                let message = "alert \(Self.unattributedAlert): a Google purchase made outside the app cannot be attributed to a user "
+                    + "and Google refunds it unless it is acknowledged within 3 days: \(why.reason)"
+                logger.error("\(message)", metadata: ["alert": "\(Self.unattributedAlert)", "notification_type": "\(sub.notificationType)"])
+            } else {
+                logger.info("Play notification for an unattributable purchase that owes no acknowledgement recorded",
+                            metadata: ["reason": "\(why.reason)"])
+            }
+            return
+        }
+        guard var state = GoogleStateDerivation.state(purchase, purchaseToken: token, productID: found.productID, now: now) else {
+            throw StoreUnavailable("Google Play API", "unknown subscriptionState \(purchase.subscriptionState ?? "<none>")")
+        }
+        if sub.notificationType == 12 {  // REVOKED
+            state.status = .refunded
+            state.cancelledAt = state.cancelledAt ?? eventTime
+            state.endDate = min(state.endDate ?? eventTime, eventTime)
+            state.autoRenew = false
+        }
+        let finalState = state
+        let owesAcknowledgement = purchase.needsAcknowledgement && finalState.status.isEntitled
+        try record(id: id, type: type, context: context) { c in
+            // A validation of the same token may have committed since the lookup: its owner stands.
+            let owner = try SubscriptionStore.subscription(store: .google, key: token, on: c)?.owner ?? found.owner
+            try GooglePurchaseEffects.endReplaced(by: purchase, token: token, at: eventTime, on: c)
+            let outcome = try SubscriptionStore.upsert(finalState, owner: owner, on: c)
+            if owesAcknowledgement {
+                try GoogleAcknowledgementStore.owe(purchaseToken: token, packageName: package, productID: found.productID,
+                                                   subscriptionID: outcome.subscriptionID, on: c)
+            }
+            if outcome.applied {
+                try SubscriptionStore.applyEntitlement(subscriptionID: outcome.subscriptionID, userID: owner.userID,
+                                                       entitled: finalState.status.isEntitled, on: c)
+            }
+            try SubscriptionStore.event(outcome.subscriptionID, type: Self.eventType(sub.notificationType),
+                                        data: ["source": "play_notification", "notification_type": "\(sub.notificationType)",
+                                               "status": finalState.status.rawValue, "attributed_by": found.source.rawValue],
+                                        idempotencyKey: "google:notification:\(id)", on: c)
+            try SubscriptionStore.validatedReceipt(finalState, owner: owner, subscriptionID: outcome.subscriptionID,
+                                                   receiptData: token, on: c)
+            return (outcome.applied ? "applied" : "stale", outcome.subscriptionID)
+        }
+        logger.info("Play notification for a purchase made outside the app granted",
+                    metadata: ["status": "\(finalState.status.rawValue)", "attributed_by": "\(found.source.rawValue)"])
+        if owesAcknowledgement, let database = context.database {
+            _ = try services.acknowledger(pool: database.pool).pay(purchaseToken: token, cancellation: cancellation, logger: logger)
+        }
+    }
+
     /// A voided purchase (refund or chargeback of one order). Google's state is read again and the order compared
     /// (`GooglePurchaseEffects.voidRevokesCurrentPeriod`): the voided order paid the current period (or Google no
     /// longer entitles) → `refunded`, user `free`; an older renewal order → the current period stands, Google's
     /// state is applied and an `order_voided` event recorded.
     private func applyVoided(_ voided: DeveloperNotification.VoidedPurchaseNotification, packageName: String, id: String,
-                             eventTime: Date, context: JobContext, cancellation: HTTPCancellation, logger: Logger) throws {
+                             eventTime: Date, replay: [[String: Any]], context: JobContext, cancellation: HTTPCancellation,
+                             logger: Logger) throws {
         var logger = logger
         logger[metadataKey: "purchase_token"] = "\(Redact.token(voided.purchaseToken))"
         guard let existing = try context.withConnection({
             try SubscriptionStore.subscription(store: .google, key: voided.purchaseToken, on: $0)
         }) else {
-            try record(id: id, type: "voided_purchase", context: context) { _ in ("unmatched", nil) }
+            // Nothing to revoke yet; kept so that a validation of the token replays it (NotificationReplay).
+            try record(id: id, type: "voided_purchase", context: context) { c in
+                try NotificationReplay.keep(store: .google, id: id, key: voided.purchaseToken, arguments: replay, on: c)
+                return ("unmatched", nil)
+            }
             return
         }
         var purchase: GoogleSubscriptionPurchase?
@@ -337,7 +460,7 @@ public struct PlayNotificationJob: Job {
                                                                           cancellation: cancellation) {
             purchase = p
         }
-        let now = Date()
+        let now = services.now()
         let revokes = purchase.map {
             GooglePurchaseEffects.voidRevokesCurrentPeriod(voidedOrderID: voided.orderId, purchase: $0, productID: existing.productID, now: now)
         } ?? true

@@ -18,10 +18,15 @@ public final class ReceiptServices: Sendable {
     let appleReceiptVerifier: AppleAppReceiptVerifier?
     public let googleTokens: GoogleAccessTokenProvider?
     let googlePlay: GooglePlayClient?
+    /// The receipt jobs' clock for decisions about time (Google's grace bridge, the unattributed-purchase alert);
+    /// tests set it, production uses `Date.init`.
+    public let now: @Sendable () -> Date
 
-    public init(configuration: ReceiptsConfiguration, http client: HTTPClient) throws {
+    public init(configuration: ReceiptsConfiguration, http client: HTTPClient,
+                now: @escaping @Sendable () -> Date = { Date() }) throws {
         if let problem = configuration.appleSignedDataProblem { throw problem }
         self.configuration = configuration
+        self.now = now
         let http = StoreHTTP(client: client, timeout: configuration.requestTimeout)
         self.http = http
         verifyReceipt = AppleVerifyReceiptClient(http: http, productionURL: configuration.appleVerifyReceiptProductionURL,

@@ -204,11 +204,15 @@ enum SubscriptionStore {
             """, [appID, userID, store.rawValue, receiptData, transactionID, productID, status, error])
     }
 
-    /// Claims a notification id; false when it was handled before (a duplicate).
+    /// Claims a notification id; false when it was handled before (a duplicate). A notification recorded
+    /// `unmatched` or `unattributed` is not final: its redelivery or replay (`NotificationReplay`) takes the row over
+    /// (what it kept for the replay is cleared; the job keeps it again if it is still unmatched).
     static func claimNotification(store: Store, id: String, type: String, subtype: String?, on c: PostgresConnection) throws -> Bool {
         try c.execute("""
             INSERT INTO store_notifications (store, notification_id, notification_type, subtype, outcome)
-            VALUES ($1, $2, $3, $4, 'ignored') ON CONFLICT (store, notification_id) DO NOTHING
+            VALUES ($1, $2, $3, $4, 'ignored') ON CONFLICT (store, notification_id) DO UPDATE
+                SET outcome = 'ignored', store_key = NULL, replay_args = NULL
+                WHERE store_notifications.outcome IN ('unmatched', 'unattributed')
             """, [store.rawValue, id, type, subtype]) == 1
     }
 
@@ -219,7 +223,9 @@ enum SubscriptionStore {
     }
 
     static func notificationSeen(store: Store, id: String, on c: PostgresConnection) throws -> Bool {
-        try c.queryFirst("SELECT 1 AS one FROM store_notifications WHERE store = $1 AND notification_id = $2",
-                         [store.rawValue, id]) != nil
+        try c.queryFirst("""
+            SELECT 1 AS one FROM store_notifications
+            WHERE store = $1 AND notification_id = $2 AND outcome NOT IN ('unmatched', 'unattributed')
+            """, [store.rawValue, id]) != nil
     }
 }

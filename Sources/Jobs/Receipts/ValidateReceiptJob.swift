@@ -167,7 +167,12 @@ public struct ValidateReceiptJob: Job {
                 case .notFound(let status, let reason):
                     throw Rejection(code: "RCV-GOOGLE-\(status)", status: status, reason: "purchase token refused by Google: \(reason)")
                 }
-                guard let state = GoogleStateDerivation.state(purchase, purchaseToken: token, productID: product, now: Date()) else {
+                // The app names the buyer at purchase time (GoogleAccountHash); a purchase naming someone else is not
+                // this user's, whoever posts its token first.
+                if GoogleAccountHash.matches(purchase.obfuscatedAccountID, user: userID) == false {
+                    throw OwnershipConflict(reason: "the purchase's obfuscatedExternalAccountId names another user")
+                }
+                guard let state = GoogleStateDerivation.state(purchase, purchaseToken: token, productID: product, now: services.now()) else {
                     if purchase.lineItems?.contains(where: { $0.productId == product }) != true {
                         throw Rejection(code: "RCV-PRODUCT", status: nil, reason: "the purchase is not for product \(product)")
                     }
@@ -177,7 +182,7 @@ public struct ValidateReceiptJob: Job {
                 // here or by GoogleAcknowledgementSweepJob (docs/jobs-receipts.md, "Google acknowledgement").
                 let owesAcknowledgement = purchase.needsAcknowledgement && state.status.isEntitled
                 try apply(state, owner: owner, receiptData: token, context: context) { c, subscriptionID in
-                    try GooglePurchaseEffects.endReplaced(by: purchase, token: token, at: Date(), on: c)
+                    try GooglePurchaseEffects.endReplaced(by: purchase, token: token, at: services.now(), on: c)
                     if owesAcknowledgement {
                         try GoogleAcknowledgementStore.owe(purchaseToken: token, packageName: package, productID: product,
                                                            subscriptionID: subscriptionID, on: c)
@@ -450,6 +455,7 @@ public struct ValidateReceiptJob: Job {
             try SubscriptionStore.validatedReceipt(state, owner: owner, subscriptionID: outcome.subscriptionID,
                                                    receiptData: receiptData, on: c)
             try also(c, outcome.subscriptionID)
+            try NotificationReplay.enqueueReplays(store: state.store, key: state.key, queue: context.queue, on: c)  // L8: notifications that came first
         }
         if movedFrom != nil {
             context.logger.warning("alert RCV-OWNER-MOVED: the store's latest transaction names this user's app account; the subscription moved from its previous owner",
