@@ -355,6 +355,7 @@ public struct ValidateReceiptJob: Job {
     private func apply(_ state: StoreSubscriptionState, owner: SubscriptionOwner, receiptData: String?, context: JobContext,
                        also: (PostgresConnection, UUID) throws -> Void = { _, _ in }) throws {
         try context.transaction { c in
+            if try ErasedUser.skips(owner.userID, on: c, context) { return }  // erasure stays erased (ErasedUser)
             if let existing = try SubscriptionStore.subscription(store: state.store, key: state.key, on: c),
                let existingUser = existing.userID, existingUser != owner.userID {
                 throw OwnershipConflict()
