@@ -303,7 +303,7 @@ final class ErasedUserDomainJobsTests: JobsTestCase {
         let reward = UUID()
         try pool.withConnection { c in
             try c.execute("""
-                INSERT INTO pending_rewards (id, user_id, amount, source, reference) VALUES ($1, $2, 10, 'ad_reward', $3)
+                INSERT INTO pending_rewards (id, user_id, amount, source, reference) VALUES ($1, $2, 10, 'ad', $3)
                 """, [reward, user, UUID().uuidString.lowercased()])
         }
         try driver().run(PendingRewardJob.className, [.object(["pending_reward_id": .string(reward.uuidString.lowercased())])])
