@@ -25,9 +25,10 @@ final class ErasureStaysErasedTests: ReceiptsTestCase {
     static let receipt = "zqreceipt-erased-blob"
 
     /// The receipt jobs (verifyReceipt against the fake) and the privacy jobs, as one worker registers them.
-    func registry() throws -> JobRegistry {
+    func registry(_ receipts: ReceiptsConfiguration? = nil) throws -> JobRegistry {
         var registry = JobRegistry()
-        ReceiptJobs.register(into: &registry, services: try ReceiptServices(configuration: appleConfiguration(), http: http))
+        ReceiptJobs.register(into: &registry, services: try ReceiptServices(configuration: receipts ?? appleConfiguration(),
+                                                                            http: http))
         let privacy = try PrivacyConfiguration(
             storageDirectory: FileManager.default.temporaryDirectory.appendingPathComponent("erasure-test-\(UUID().uuidString)"),
             urlBase: "https://downloads.example.test/privacy/exports",
@@ -265,6 +266,41 @@ final class ErasureStaysErasedTests: ReceiptsTestCase {
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM iap_receipts"), 0)
         XCTAssertEqual(try tables(holding: Self.receipt), [])
         XCTAssertEqual(try fakes.requests(.apple, path: "/verifyReceipt").count, 1, "the fake would have validated it")
+    }
+
+    /// Store notifications name no user: they reach one through `subscriptions.user_id`, which the erasure clears. A
+    /// notification that read the subscription just before the erasure committed still holds the user's id when it
+    /// grants (the state made here by pointing the detached subscription at the erased user again): the grant does
+    /// not link the erased account (`SubscriptionStore.applyEntitlement`).
+    func testARenewalNotificationDoesNotLinkAnErasedUser() throws {
+        let signer = try TestAppleSigner()
+        var configuration = appleConfiguration()
+        configuration.appleRootCertificates = [signer.rootDER]
+        let driver = fixture.driver(try registry(configuration))
+        let (user, request) = try userWithDueDeletion()
+        try registerValid(receipt: Self.receipt, transaction: "74000001")
+        try driver.run("ValidateReceiptJob", appleArgs(user: user, receipt: Self.receipt, transaction: "74000001"))
+        XCTAssertEqual(try db.userStatus(user), "premium")
+        try erase(user, request: request, driver: driver)
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM users WHERE id = $1 AND subscription_id IS NULL", [user]), 1)
+        try pool.withConnection { _ = try $0.execute("UPDATE subscriptions SET user_id = $1 WHERE store_transaction_id = '74000001'", [user]) }
+
+        let now = Date()
+        let transaction: [String: Any] = [
+            "transactionId": "74000002", "originalTransactionId": "74000001", "bundleId": "com.example",
+            "productId": ReceiptsDatabase.appleProduct, "purchaseDate": TestAppleSigner.ms(now.addingTimeInterval(-3600)),
+            "expiresDate": TestAppleSigner.ms(now.addingTimeInterval(30 * 86400)), "environment": "Sandbox",
+            "signedDate": TestAppleSigner.ms(now)]
+        let payload: [String: Any] = [
+            "notificationType": "DID_RENEW", "notificationUUID": UUID().uuidString, "version": "2.0",
+            "signedDate": TestAppleSigner.ms(now),
+            "data": ["bundleId": "com.example", "environment": "Sandbox", "appAppleId": 1234, "status": 1,
+                     "signedTransactionInfo": try signer.sign(transaction)] as [String: Any]]
+        try driver.run("AppStoreNotificationJob", jsonString([["signedPayload": try signer.sign(payload)]]))
+
+        XCTAssertEqual(try db.events(key: "74000001").last, "renewed", "the accounting row follows the store")
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM users WHERE id = $1 AND subscription_id IS NULL", [user]), 1,
+                       "the erased account is not linked to the subscription again")
     }
 }
 
