@@ -35,7 +35,8 @@ public struct LostJobSettings: Sendable {
 /// rows is `OutboxRetention`'s job, which runs whether or not the finder does):
 /// 1. reads up to `batchSize` candidates: rows pushed within the window but at least one `interval` ago (most
 ///    fresh jobs are still queued or just done: without them most rounds find no candidate and skip step 2),
-///    of a ledger class, pushed again fewer than `maxPushesAgain` times, with no `job_ledger` row (not done);
+///    of a ledger class, pushed again fewer than `maxPushesAgain` times, with no `job_ledger` row (not done),
+///    locked `FOR UPDATE SKIP LOCKED` until the round commits (see "Erased users" below);
 ///    (the test hook `afterCandidates` runs here, between the candidate query and the Redis search);
 /// 2. asks Redis which of their jids appear in no `queue:*`, `working:queue:*`, `schedule`, `retry` or `dead`
 ///    member (`JidSearch`: short paged Lua calls, never one long one; not atomic, so a second pass confirms
@@ -45,6 +46,13 @@ public struct LostJobSettings: Sendable {
 /// 4. pushes the rest again exactly as the relay does (same jid, `created_at`), and counts it in
 ///    `recovered_count` — all in the same transaction. A shard that is down or refuses costs only its own rows
 ///    (they stay candidates for a later round).
+///
+/// Erased users (GDPR erasure, docs/jobs-privacy.md): the account deletion deletes the outbox rows naming the user in
+/// its transaction and purges Redis only after its commit. The lock on the candidates orders the two: a row the
+/// finder holds makes the erasure's DELETE wait until the round committed, so anything the round pushed is in Redis
+/// before the purge looks; a row the erasure is deleting is skipped (`SKIP LOCKED`), and once deleted it is no
+/// candidate. So the finder never brings back a job the erasure purged (and a job that still ran for an erased
+/// user changes nothing: `ErasedUser`). The relay's batches lock their rows the same way.
 ///
 /// What it cannot see is in docs/outbox.md. Value type; the relay thread owns it and passes its connections.
 struct LostJobFinder {
@@ -89,6 +97,7 @@ struct LostJobFinder {
                   AND o.recovered_count < $3 AND o.class = ANY($4::text[])
                   AND NOT EXISTS (SELECT 1 FROM job_ledger l WHERE l.jid = o.jid)
                 ORDER BY o.id LIMIT $5
+                FOR UPDATE OF o SKIP LOCKED
                 """, [cursor, settings.retention, settings.maxPushesAgain, settings.ledgerClasses, settings.batchSize,
                    settings.interval])
                 .map { try OutboxRow(row: $0) }

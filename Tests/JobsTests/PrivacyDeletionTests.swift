@@ -418,19 +418,28 @@ final class PrivacyDeletionTests: PrivacyTestCase {
 
     // MARK: - Scheduling and the sweep
 
-    func testScheduleDeletionEnqueuesThirtyDaysAfterTheRequest() throws {
-        let user = UUID(), request = UUID()
-        let requestedAt = Date(timeIntervalSince1970: (Date().timeIntervalSince1970).rounded(.down))
-        let jid = try PrivacyJobs.scheduleDeletion(client: fixture.redis.client, userID: user, requestID: request,
-                                                   requestedAt: requestedAt)
-        let scheduled = try fixture.redis.payloads(zset: Keys.schedule)
-        XCTAssertEqual(scheduled.count, 1)
-        XCTAssertEqual(scheduled.first?.jid, jid)
-        XCTAssertEqual(scheduled.first?.className, "AccountDeletionJob")
-        XCTAssertEqual(scheduled.first?.args, [.object(["user_id": .string(user.uuidString.lowercased()),
-                                                        "request_id": .string(request.uuidString.lowercased())])])
-        let score = try XCTUnwrap(fixture.redis.command("ZSCORE", Keys.schedule, scheduled[0].serialized()).double)
-        XCTAssertEqual(score, requestedAt.timeIntervalSince1970 + 30 * 86400, accuracy: 0.001)
+    /// L9, GDPR Art. 12(3) "within one month": the deletion is scheduled on the same calendar day of the next month
+    /// (the month's last day when it has none), minus the 2-day margin, in UTC. Fixed dates: 31 Jan → 26 Feb
+    /// (28 Feb − 2 d; 27 Feb in the leap year 2028), 15 Mar → 13 Apr, 31 Dec → 29 Jan.
+    func testScheduleDeletionEnqueuesWithinOneMonthOfTheRequest() throws {
+        func utc(_ text: String) throws -> Date { try XCTUnwrap(ISO8601DateFormatter().date(from: text), text) }
+        let cases = [("2027-01-31T10:00:00Z", "2027-02-26T10:00:00Z"), ("2028-01-31T10:00:00Z", "2028-02-27T10:00:00Z"),
+                     ("2027-03-15T23:30:00Z", "2027-04-13T23:30:00Z"), ("2027-12-31T00:00:00Z", "2028-01-29T00:00:00Z")]
+        XCTAssertEqual(PrivacyJobs.deletionMargin, 2 * 86_400)
+        for (requested, expected) in cases {
+            try fixture.redis.flush()
+            let user = UUID(), request = UUID()
+            let jid = try PrivacyJobs.scheduleDeletion(client: fixture.redis.client, userID: user, requestID: request,
+                                                       requestedAt: try utc(requested))
+            let scheduled = try fixture.redis.payloads(zset: Keys.schedule)
+            XCTAssertEqual(scheduled.count, 1)
+            XCTAssertEqual(scheduled.first?.jid, jid)
+            XCTAssertEqual(scheduled.first?.className, "AccountDeletionJob")
+            XCTAssertEqual(scheduled.first?.args, [.object(["user_id": .string(user.uuidString.lowercased()),
+                                                            "request_id": .string(request.uuidString.lowercased())])])
+            let score = try XCTUnwrap(fixture.redis.command("ZSCORE", Keys.schedule, scheduled[0].serialized()).double)
+            XCTAssertEqual(score, try utc(expected).timeIntervalSince1970, accuracy: 0.001, "requested \(requested)")
+        }
     }
 
     func testSweepEnqueuesDueRequestsWithoutAPendingJob() throws {

@@ -353,6 +353,16 @@ final class PrivacyExportTests: PrivacyTestCase {
                                           "withdraw_consent", "complaint"])
         XCTAssertTrue(rights["complaint"]?.contains("Art. 77") ?? false)
         XCTAssertNotNil(info["automated_decision_making"] as? String)
+        // Art. 15(2), L10: every recipient outside the EEA is named with its country: the stores, the ad network
+        // (AdMob, Google LLC, US) and the OpenStreetMap Foundation (Nominatim, UK).
+        let transfers = try XCTUnwrap(info["third_country_transfers"] as? String)
+        for name in ["Apple", "Google LLC, United States", "AdMob", "Data Privacy Framework", "OpenStreetMap Foundation",
+                     "United Kingdom", "Nominatim"] {
+            XCTAssertTrue(transfers.contains(name), "third_country_transfers names \(name)")
+        }
+        for section in ["ad_requests", "ad_views"] {
+            XCTAssertTrue((categories[section]?["recipients"] as? [String] ?? []).contains { $0.contains("AdMob") }, section)
+        }
         XCTAssertEqual(try fixture.redis.failed(), 0)
     }
 

@@ -273,7 +273,7 @@ enum PrivacySeed {
         return try fixture.sql("""
             INSERT INTO deletion_requests (user_id, reason, requested_at, scheduled_at)
             VALUES ($1, $2, $3, $4) RETURNING id
-            """, [user.id, user.reason, scheduled.addingTimeInterval(-PrivacyJobs.deletionDelay), scheduled]).first!.uuid("id")
+            """, [user.id, user.reason, scheduled.addingTimeInterval(-28 * 86_400), scheduled]).first!.uuid("id")
     }
 }
 

@@ -140,6 +140,8 @@ public struct PendingRewardJob: Job {
     /// Service's answer is what happened to the user.
     func settleCredited(_ reward: Reward, context: JobContext) throws {
         try context.transaction { connection in
+            // Erasure stays erased (ErasedUser); a reward row that arrived after the erasure goes as the erasure's would.
+            if try ErasedUser.skips(reward.userID, on: connection, context) { try connection.execute("DELETE FROM pending_rewards WHERE id = $1", [reward.id]); return }
             try connection.execute("""
                 UPDATE pending_rewards SET status = 'credited', credited_at = now(), attempts = attempts + 1,
                        last_error = NULL, next_attempt_at = NULL, updated_at = now()

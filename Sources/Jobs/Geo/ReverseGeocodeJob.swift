@@ -91,6 +91,7 @@ public struct ReverseGeocodeJob: Job {
             return
         }
         try context.transaction { connection in
+            if try ErasedUser.skips(location.userID, on: connection, context) { return }  // erasure stays erased (ErasedUser)
             // Consent is checked again under the row lock: a revocation during the lookup wins.
             let row = try connection.queryFirst("""
                 SELECT coalesce(p.consent_geolocation, false) AS consent

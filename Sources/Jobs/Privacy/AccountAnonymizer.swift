@@ -18,6 +18,10 @@ public enum DeletionPolicy {
         "campaign_participations.user_id", "pending_rewards.user_id", "notifications.user_id",
     ]
 
+    /// Tables that hold personal data without a foreign key to `users`, so that `verifyCoverage` cannot see them;
+    /// the anonymisation handles each by content: `job_outbox` (job args naming the user; `OutboxJobPurger`).
+    public static let matchedByContent: Set<String> = ["job_outbox.args"]
+
     /// Rows that only describe the person: deleted.
     static let deletedTables = [
         "privacy_settings", "oauth_connections", "game_center_connections", "refresh_tokens", "user_locations",
@@ -126,6 +130,9 @@ struct AccountAnonymizer {
         for table in DeletionPolicy.deletedTables {
             counts[table] = try conn.execute("DELETE FROM \(table) WHERE user_id = $1", [userID])
         }
+        // Jobs enqueued through PostgreSQL keep a copy of their args in job_outbox (no FK to users): removed now,
+        // in this transaction, so the Redis purge after the commit is the last word (OutboxJobPurger).
+        counts["job_outbox"] = try OutboxJobPurger.purge(userID: userID, email: try row.optionalString("email"), on: conn)
         for statement in DeletionPolicy.statements { try conn.execute(statement, [userID]) }
         // The address the Redis purge must look for after the commit (jobs that carry only the address); the
         // deletion job sets it to NULL once the purge succeeded (0013_deletion_purge_email.sql).

@@ -5,18 +5,22 @@ import Storage
 import Workers
 
 /// GDPR Art. 17 erasure: `AccountDeletionJob` with args `[{"user_id": UUID, "request_id": UUID}]`, enqueued by
-/// the Auth Service with `at` = request time + 30 days (and by `DueDeletionSweepJob` as a safety net).
+/// the Auth Service with `at` = `PrivacyJobs.deletionDate(requestedAt:)` (one month minus a 2-day margin), and by
+/// `DueDeletionSweepJob` as a safety net.
 ///
 /// 1. One ledger transaction: lock request and user, re-check (exists and belongs to the user → else dead;
 ///    cancelled or `users.delete_requested` false → no-op; not due → no-op; already completed → skip to 2),
 ///    refuse if a foreign key to `users` is not covered by `DeletionPolicy`, then remove PII, detach
-///    accounting rows, mark the request completed and write an `account_deleted` audit entry.
+///    accounting rows, delete the user's `job_outbox` rows (`OutboxJobPurger`), mark the request completed
+///    and write an `account_deleted` audit entry.
 ///    The transaction also keeps the user's e-mail address in `deletion_requests.purge_email`, for step 2.
 /// 2. After the commit (also on every later run of a completed request): delete the user's export files,
 ///    then their `privacy_exports` rows; purge every job naming the user by id or by that address from the
 ///    in-flight lists of dead processes, `schedule`, `retry`, `dead` and the queues (`RedisJobPurger`);
 ///    then set `purge_email` to NULL. Once the job succeeds, the address is gone from PostgreSQL and Redis:
-///    the job's own args hold only ids, and its audit entry ids and row counts.
+///    the job's own args hold only ids, and its audit entry ids and row counts. The outbox rows went in step 1,
+///    before this purge, so neither the relay nor the lost-job finder can push a purged job again; a domain job
+///    that still runs for the user afterwards changes nothing (`ErasedUser`).
 ///
 /// Idempotent: a second run finds the request completed and step 2 finds nothing left to remove.
 public struct AccountDeletionJob: Job {

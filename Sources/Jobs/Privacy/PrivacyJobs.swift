@@ -8,15 +8,29 @@ import Workers
 /// | class                 | args                                        | enqueued by                          |
 /// |-----------------------|---------------------------------------------|--------------------------------------|
 /// | `PrivacyExportJob`    | `[{"user_id": UUID, "export_id": UUID}]`    | Auth Service, now                    |
-/// | `AccountDeletionJob`  | `[{"user_id": UUID, "request_id": UUID}]`   | Auth Service, `at` = request + 30 d  |
+/// | `AccountDeletionJob`  | `[{"user_id": UUID, "request_id": UUID}]`   | Auth Service, `at` = `deletionDate`  |
 /// | `DueDeletionSweepJob` | `[]`                                        | schedule, daily                      |
 /// | `ExportCleanupJob`    | `[]`                                        | schedule, daily                      |
 public enum PrivacyJobs {
     public static let classNames = [PrivacyExportJob.className, AccountDeletionJob.className,
                                     DueDeletionSweepJob.className, ExportCleanupJob.className]
 
-    /// The delay between a deletion request and its execution (GDPR's "one month", operationally 30 days).
-    public static let deletionDelay: TimeInterval = 30 * 24 * 3600
+    /// How long before the one-month deadline the erasure is scheduled: 2 days. The daily `DueDeletionSweepJob`
+    /// (the safety net for a lost job) may find a due request up to 24 h late, and a run that fails is retried
+    /// within hours; the rest covers a user whose calendar day differs from UTC's (at most 14 h).
+    public static let deletionMargin: TimeInterval = 2 * 86_400
+
+    /// When a request made at `requestedAt` is carried out: GDPR Art. 12(3) gives "one month of receipt of the
+    /// request", which ends on the same calendar day of the next month, or on that month's last day when it has no
+    /// such day (Regulation 1182/71 Art. 3(2)(c)); counted in UTC, minus `deletionMargin`.
+    /// 31 Jan 10:00 → deadline 28 Feb 10:00 (29 Feb in a leap year) → scheduled 26 Feb 10:00; 15 Mar → 13 Apr.
+    public static func deletionDate(requestedAt: Date) -> Date {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        // Foundation clamps to the month's last day (31 Jan + 1 month = 28/29 Feb), as the rule says.
+        let deadline = calendar.date(byAdding: .month, value: 1, to: requestedAt) ?? requestedAt.addingTimeInterval(28 * 86_400)
+        return deadline.addingTimeInterval(-deletionMargin)
+    }
 
     /// Registers the four privacy jobs. `redis` is the job system's own Redis (purging and enqueueing);
     /// `smtp` defaults to a sender built from `configuration.smtp`.
@@ -45,11 +59,12 @@ public enum PrivacyJobs {
                queue: queue)
     }
 
-    /// Schedules the deletion at `requestedAt + 30 days`, as the Auth Service does. Returns the jid.
+    /// Schedules the deletion at `deletionDate(requestedAt:)`, as the Auth Service must (it records the same time
+    /// in `deletion_requests.scheduled_at`, which the sweep and the job's re-check read). Returns the jid.
     @discardableResult
     public static func scheduleDeletion(client: JobClient, userID: UUID, requestID: UUID, requestedAt: Date,
                                         queue: String = "default") throws -> String {
         try client.enqueue(deletionJob(userID: userID, requestID: requestID, queue: queue),
-                           at: requestedAt.timeIntervalSince1970 + deletionDelay)
+                           at: deletionDate(requestedAt: requestedAt).timeIntervalSince1970)
     }
 }

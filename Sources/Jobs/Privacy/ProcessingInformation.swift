@@ -31,8 +31,10 @@ public enum ProcessingInformation {
     }
 
     static let you = "you, through the app"
-    static let erasure = "until you delete your account; erased 30 days after the deletion request (GDPR Art. 17)"
+    static let erasure = "until you delete your account; erased within one month of the deletion request (GDPR Art. 12(3), 17)"
     static let accounting = "detached from you on erasure and kept without your identity for accounting obligations"
+    /// The app's ad network (seed 004: the app shows ads with the Google Mobile Ads SDK, `provider` = "admob").
+    static let adNetwork = "the ad network that served the ad: Google AdMob (Google LLC, United States)"
 
     public static let categories: [String: Category] = [
         "profile": Category(purposes: ["providing your account and signing you in"], legal_basis: "contract (Art. 6(1)(b))",
@@ -88,12 +90,12 @@ public enum ProcessingInformation {
                                   source: "our services"),
         "ad_requests": Category(purposes: ["showing ads", "ad revenue statistics"],
                                 legal_basis: "consent for personalised ads (Art. 6(1)(a)), otherwise legitimate interest (Art. 6(1)(f))",
-                                recipients: ["the ad network that served the ad"],
+                                recipients: [adNetwork],
                                 retention: "by default 2 years; detached from you on erasure",
                                 source: "your use of the app"),
         "ad_views": Category(purposes: ["rewarding ads you watched", "ad revenue statistics"],
                              legal_basis: "contract (Art. 6(1)(b)) for rewards, legitimate interest (Art. 6(1)(f)) for statistics",
-                             recipients: ["the ad network that served the ad"],
+                             recipients: [adNetwork],
                              retention: "by default 2 years; detached from you on erasure",
                              source: "your use of the app"),
         "audit_log": Category(purposes: ["security of your account", "proof of what was done with your requests"],
@@ -114,12 +116,24 @@ public enum ProcessingInformation {
 
     public static let rights = Rights(
         rectification: "Art. 16: ask us to correct inaccurate data",
-        erasure: "Art. 17: delete your account in the app; it is erased 30 days after the request unless you cancel",
+        erasure: "Art. 17: delete your account in the app; it is erased within one month of the request (2 days "
+            + "before the month ends) unless you cancel",
         restriction: "Art. 18: ask us to restrict processing",
         objection: "Art. 21: object to processing based on legitimate interest",
         portability: "Art. 20: this document is machine-readable JSON",
         withdraw_consent: "Art. 7(3): change your privacy settings in the app at any time",
         complaint: "Art. 77: lodge a complaint with a data protection supervisory authority")
+
+    /// Art. 15(2): every recipient outside the EEA named in `categories`, with its country and safeguard. The
+    /// geocoding line describes the default provider, the OpenStreetMap Foundation's public Nominatim server
+    /// (`GEO_NOMINATIM_URL`; an operator who points it at a server in the EEA must change it).
+    public static let thirdCountryTransfers = "Apple (Apple Inc., United States) and Google (Google LLC, United States), "
+        + "as app stores and sign-in providers, may process data outside the EEA under their own safeguards (Art. 46); "
+        + "the ad network, Google AdMob (Google LLC, United States), receives what the ads in the app send it (device "
+        + "advertising identifier, IP address, ad interactions) under the EU-U.S. Data Privacy Framework adequacy "
+        + "decision (Art. 45) and Google's standard contractual clauses (Art. 46); the OpenStreetMap Foundation "
+        + "(United Kingdom) receives positions rounded to about 1 km, without your identity, for geocoding (Nominatim), "
+        + "under the adequacy decision for the United Kingdom (Art. 45)"
 
     /// `{"categories": {...}, "rights": {...}, "automated_decision_making": …, "third_country_transfers": …}`,
     /// keys sorted (the same bytes for every export of a schema version).
@@ -136,8 +150,7 @@ public enum ProcessingInformation {
             categories: categories, rights: rights,
             automated_decision_making: "none: no decision producing legal or similarly significant effects is based "
                 + "solely on automated processing (Art. 22)",
-            third_country_transfers: "Apple and Google, as app stores and sign-in providers, may process data outside "
-                + "the EEA under their own safeguards (Art. 46)")
+            third_country_transfers: thirdCountryTransfers)
         return String(decoding: try encoder.encode(document), as: UTF8.self)
     }
 }

@@ -45,10 +45,7 @@ public struct RedisJobPurger: Sendable {
     /// Removes every job of a dead process's in-flight list, the scheduled, retry and dead sets, and the
     /// queues whose `args` contain `userID` or `email` (any case).
     public func purge(userID: UUID, email: String? = nil) throws -> Report {
-        var needles = [userID.uuidString.lowercased()]
-        if let email = email?.trimmingCharacters(in: .whitespacesAndNewlines).lowercased(), !email.isEmpty {
-            needles.append(email)
-        }
+        let needles = Self.needles(userID: userID, email: email)
         let matches: ([UInt8]) -> Bool = { Self.arguments(of: $0, containAnyOf: needles) }
         var report = Report()
         func note(_ key: String, _ removed: Int) { if removed > 0 { report.removedByKey[key, default: 0] += removed } }
@@ -164,6 +161,16 @@ public struct RedisJobPurger: Sendable {
 
     // MARK: - Matching
 
+    /// What names the person (lowercase): the user id, and the address when given. `OutboxJobPurger` looks for
+    /// the same needles in `job_outbox`, so both places agree on which jobs name the user.
+    static func needles(userID: UUID, email: String?) -> [String] {
+        var needles = [userID.uuidString.lowercased()]
+        if let email = email?.trimmingCharacters(in: .whitespacesAndNewlines).lowercased(), !email.isEmpty {
+            needles.append(email)
+        }
+        return needles
+    }
+
     /// True when `member` parses as a job payload whose `args` hold `id` (lowercase uuid) as a string value,
     /// at any depth, in any letter case.
     static func arguments(of member: [UInt8], contain id: String) -> Bool {
@@ -175,7 +182,12 @@ public struct RedisJobPurger: Sendable {
     /// letters, digits or `. _ % + -`, so `bob@example.org` does not match `jimbob@example.org`.
     static func arguments(of member: [UInt8], containAnyOf needles: [String]) -> Bool {
         guard let payload = try? JobPayload(parsing: member) else { return false }
-        return payload.args.contains { contains($0, needles) }
+        return arguments(payload.args, containAnyOf: needles)
+    }
+
+    /// The same test on parsed `args`.
+    static func arguments(_ args: [JSONValue], containAnyOf needles: [String]) -> Bool {
+        args.contains { contains($0, needles) }
     }
 
     private static func contains(_ value: JSONValue, _ needles: [String]) -> Bool {

@@ -158,11 +158,14 @@ enum SubscriptionStore {
     }
 
     /// Premium for an entitled subscription; back to free when the user's current subscription stops being one.
+    /// Never links an erased user (`anonymized_at`): a store notification that read the subscription just before the
+    /// erasure committed waits here for the erasure's row lock, then finds the account anonymised (ErasedUser).
     static func applyEntitlement(subscriptionID: UUID, userID: UUID?, entitled: Bool, on c: PostgresConnection) throws {
         if entitled, let userID {
             try c.execute("""
                 UPDATE users SET status = 'premium', subscription_id = $2, updated_at = now()
                 WHERE id = $1 AND status <> 'suspended' AND (status <> 'premium' OR subscription_id IS DISTINCT FROM $2)
+                  AND anonymized_at IS NULL
                 """, [userID, subscriptionID])
         } else if !entitled {
             try c.execute("""

@@ -430,6 +430,7 @@ public struct ValidateReceiptJob: Job {
                        also: (PostgresConnection, UUID) throws -> Void = { _, _ in }) throws {
         var movedFrom: UUID?
         try context.transaction { c in
+            if try ErasedUser.skips(owner.userID, on: c, context) { return }  // erasure stays erased (ErasedUser)
             if let existing = try SubscriptionStore.subscription(store: state.store, key: state.key, on: c),
                let existingUser = existing.userID, existingUser != owner.userID {
                 // The same store account subscribing from another app account (Apple keeps the original transaction
