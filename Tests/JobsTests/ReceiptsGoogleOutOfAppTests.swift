@@ -244,10 +244,18 @@ extension ReceiptsGoogleTests {
             SELECT count(*) FROM subscriptions WHERE store_transaction_id = 'grace-past'
               AND abs(extract(epoch FROM grace_period_end) - $1) < 1
             """, [clock.now.addingTimeInterval(GoogleStateDerivation.graceBridge).timeIntervalSince1970]), 1)
-        XCTAssertEqual(try SubscriptionExpirySweepJob.sweep(pool: db.pool, configuration: c, now: clock.now.addingTimeInterval(15 * 60)), .init())
+        let stores = try services(c, clock: clock)
+        XCTAssertEqual(try SubscriptionExpirySweepJob.sweep(pool: db.pool, configuration: c, stores: stores,
+                                                            now: clock.now.addingTimeInterval(15 * 60)), .init())
         XCTAssertEqual(try db.userStatus(user), "premium")
-        XCTAssertEqual(try SubscriptionExpirySweepJob.sweep(pool: db.pool, configuration: c,
-                                                            now: clock.now.addingTimeInterval(GoogleStateDerivation.graceBridge + 60)).expired, 1)
+        // Past the bridge the sweep asks Google (L1); still in grace, the bridge moves on; once Google says EXPIRED it ends.
+        XCTAssertEqual(try SubscriptionExpirySweepJob.sweep(pool: db.pool, configuration: c, stores: stores,
+                                                            now: clock.now.addingTimeInterval(GoogleStateDerivation.graceBridge + 60)),
+                       .init(storeChecked: 1))
+        XCTAssertEqual(try db.userStatus(user), "premium")
+        try setPurchase("grace-past", state: "SUBSCRIPTION_STATE_EXPIRED", expiry: clock.now.addingTimeInterval(-3600))
+        XCTAssertEqual(try SubscriptionExpirySweepJob.sweep(pool: db.pool, configuration: c, stores: stores,
+                                                            now: clock.now.addingTimeInterval(2 * GoogleStateDerivation.graceBridge + 60)).expired, 1)
         XCTAssertEqual(try db.userStatus(user), "free")
     }
 }
