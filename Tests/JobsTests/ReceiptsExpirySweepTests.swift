@@ -15,21 +15,6 @@ import XCTest
 final class ReceiptsExpirySweepTests: ReceiptsTestCase {
     override func makeFixture() throws -> JobsFixture { try JobsFixture(prefix: "receipts_test", fakes: .own([.apple, .google])) }
 
-    func googleConfiguration() throws -> ReceiptsConfiguration {
-        let key = try _RSA.Signing.PrivateKey(keySize: .bits2048)
-        let json = jsonString(["type": "service_account", "project_id": "demo", "private_key_id": "k1",
-                               "private_key": key.pkcs8PEMRepresentation, "client_email": "worker@demo.iam.gserviceaccount.com",
-                               "token_uri": fakes.googleTokenURL])
-        try fakes.configure(.google, ["service_account": ["client_email": "worker@demo.iam.gserviceaccount.com",
-                                                          "public_key_pem": key.publicKey.pemRepresentation]])
-        var c = appleConfiguration()
-        c.googleServiceAccount = try GoogleServiceAccount(json: Secret(json))
-        c.googlePlayAPIURL = fakes.googleAPIBaseURL
-        c.googlePackageNames = ["com.example.app"]
-        c.googleAcknowledgementRetry = .zero
-        return c
-    }
-
     func driver(_ c: ReceiptsConfiguration, logs: CapturedLogs? = nil) throws -> JobRunnerDriver {
         var registry = JobRegistry()
         ReceiptJobs.register(into: &registry, services: try ReceiptServices(configuration: c, http: http))
@@ -59,7 +44,7 @@ final class ReceiptsExpirySweepTests: ReceiptsTestCase {
     }
 
     func testGoogleRenewalTheSweepWasNotToldAboutIsAskedAndKept() throws {
-        let c = try googleConfiguration()
+        let c = try googleConfiguration(appleConfiguration())
         let d = try driver(c)
         let user = try db.newUser()
         try setGooglePurchase("renew-1", state: "SUBSCRIPTION_STATE_ACTIVE", expiry: Date().addingTimeInterval(20 * 86400))

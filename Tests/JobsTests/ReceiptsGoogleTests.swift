@@ -11,21 +11,11 @@ import XCTest
 final class ReceiptsGoogleTests: ReceiptsTestCase {
     override func makeFixture() throws -> JobsFixture { try JobsFixture(prefix: "receipts_test", fakes: .own([.google])) }
 
-    /// A fresh RSA service account; the fake is told its public key and checks every assertion's signature.
+    /// Google against the fakes (`googleConfiguration`), 2 s requests, sweep batches of 2.
     func configuration() throws -> ReceiptsConfiguration {
-        let key = try _RSA.Signing.PrivateKey(keySize: .bits2048)
-        let json = jsonString(["type": "service_account", "project_id": "demo", "private_key_id": "k1",
-                               "private_key": key.pkcs8PEMRepresentation, "client_email": "worker@demo.iam.gserviceaccount.com",
-                               "token_uri": fakes.googleTokenURL])
-        try fakes.configure(.google, ["service_account": ["client_email": "worker@demo.iam.gserviceaccount.com",
-                                                          "public_key_pem": key.publicKey.pemRepresentation]])
-        var c = ReceiptsConfiguration()
-        c.googleServiceAccount = try GoogleServiceAccount(json: Secret(json))
-        c.googlePlayAPIURL = fakes.googleAPIBaseURL
-        c.googlePackageNames = ["com.example.app"]
+        var c = try googleConfiguration()
         c.requestTimeout = .seconds(2)
         c.sweepBatchSize = 2
-        c.googleAcknowledgementRetry = .zero  // an owed acknowledgement is due again at once
         return c
     }
 

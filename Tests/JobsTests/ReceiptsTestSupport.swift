@@ -161,6 +161,23 @@ class ReceiptsTestCase: JobsTestCase {
         db = try ReceiptsDatabase(fixture)
     }
 
+    /// `base` with the Google side against the fake Google servers: a fresh RSA service account (the fake is told
+    /// its public key and checks every assertion's signature), package com.example.app, acknowledgements due at once.
+    func googleConfiguration(_ base: ReceiptsConfiguration = ReceiptsConfiguration()) throws -> ReceiptsConfiguration {
+        let key = try _RSA.Signing.PrivateKey(keySize: .bits2048)
+        let json = jsonString(["type": "service_account", "project_id": "demo", "private_key_id": "k1",
+                               "private_key": key.pkcs8PEMRepresentation, "client_email": "worker@demo.iam.gserviceaccount.com",
+                               "token_uri": fakes.googleTokenURL])
+        try fakes.configure(.google, ["service_account": ["client_email": "worker@demo.iam.gserviceaccount.com",
+                                                          "public_key_pem": key.publicKey.pemRepresentation]])
+        var c = base
+        c.googleServiceAccount = try GoogleServiceAccount(json: Secret(json))
+        c.googlePlayAPIURL = fakes.googleAPIBaseURL
+        c.googlePackageNames = ["com.example.app"]
+        c.googleAcknowledgementRetry = .zero  // an owed acknowledgement is due again at once
+        return c
+    }
+
     /// The Apple side against the fake Apple servers: legacy verifyReceipt (switch `appleValidation` for the App Store
     /// Server API), shared secret "shh", bundle id com.example, app Apple ID 1234 (required with Production signed
     /// data accepted, the default environments), trust anchors `roots`, a 2 s request timeout.

@@ -278,7 +278,7 @@ struct SignedReceipt {
                 guard let sid = fields.next() else { throw AppleAppReceiptError.malformed("missing signer identifier") }
                 let (issuer, serial): (DistinguishedName, Certificate.SerialNumber) = try BER.sequence(sid, identifier: .sequence) { s in
                     guard let issuerNode = s.next() else { throw AppleAppReceiptError.malformed("missing signer issuer") }
-                    let issuer = try DistinguishedName(derEncoded: Array(issuerNode.encodedBytes))
+                    let issuer = try DistinguishedName(derEncoded: issuerNode)
                     let serial = try ArraySlice<UInt8>(berEncoded: &s)
                     return (issuer, Certificate.SerialNumber(bytes: serial))
                 }

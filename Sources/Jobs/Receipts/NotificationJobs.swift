@@ -323,12 +323,7 @@ public struct PlayNotificationJob: Job {
                                                       now: services.now()) else {
             throw StoreUnavailable("Google Play API", "state \(purchase.subscriptionState ?? "<none>") or product not readable")
         }
-        if sub.notificationType == 12 {  // REVOKED: refunded and revoked before it expired
-            state.status = .refunded
-            state.cancelledAt = state.cancelledAt ?? eventTime
-            state.endDate = min(state.endDate ?? eventTime, eventTime)
-            state.autoRenew = false
-        }
+        if sub.notificationType == 12 { state.revoke(at: eventTime) }  // REVOKED: refunded and revoked before it expired
         let finalState = state
         // Owed with the commit, paid after it (here or by GoogleAcknowledgementSweepJob): see ValidateReceiptJob.
         let owesAcknowledgement = purchase.needsAcknowledgement && finalState.status.isEntitled
@@ -400,12 +395,7 @@ public struct PlayNotificationJob: Job {
         guard var state = GoogleStateDerivation.state(purchase, purchaseToken: token, productID: found.productID, now: now) else {
             throw StoreUnavailable("Google Play API", "unknown subscriptionState \(purchase.subscriptionState ?? "<none>")")
         }
-        if sub.notificationType == 12 {  // REVOKED
-            state.status = .refunded
-            state.cancelledAt = state.cancelledAt ?? eventTime
-            state.endDate = min(state.endDate ?? eventTime, eventTime)
-            state.autoRenew = false
-        }
+        if sub.notificationType == 12 { state.revoke(at: eventTime) }  // REVOKED
         let finalState = state
         let owesAcknowledgement = purchase.needsAcknowledgement && finalState.status.isEntitled
         try record(id: id, type: type, context: context) { c in

@@ -57,6 +57,17 @@ public struct StoreSubscriptionState: Sendable, Equatable {
     public var latestAppAccountToken: String? = nil
 }
 
+extension StoreSubscriptionState {
+    /// A purchase the store refunded and revoked at `time` (Google RTDN SUBSCRIPTION_REVOKED, 12): `refunded`, ended
+    /// at `time` at the latest, no longer renewing.
+    mutating func revoke(at time: Date) {
+        status = .refunded
+        cancelledAt = cancelledAt ?? time
+        endDate = min(endDate ?? time, time)
+        autoRenew = false
+    }
+}
+
 /// Apple's data (verifyReceipt entries, or verified JWS) → `StoreSubscriptionState`.
 enum AppleStateDerivation {
     /// The status of a subscription from its latest transaction, its renewal info, the App Store status code
