@@ -5,6 +5,13 @@
 /// Like `Scripts`, the destination keys are built inside the scripts from queue names (Sidekiq's
 /// layout has no hash tags), so they assume a single Redis server, as Sidekiq does.
 enum AdminScripts {
+    /// KEYS[1] working list, KEYS[2] its process's fetcher heartbeat; ARGV[1] member. Removes the member
+    /// only while the process is still dead (-1 when its heartbeat came back). Used by `JobPurge`.
+    static let removeFromDeadWorkingList = RedisScript("""
+        if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
+        return redis.call('LREM', KEYS[1], 0, ARGV[1])
+        """)
+
     /// KEYS[1] = source ZSET. ARGV in triples: raw member, queue, payload to push.
     /// For each member that `ZREM` removed: `SADD queues Q`, `LPUSH queue:Q payload`.
     /// Returns an array of 0/1, one per triple.
