@@ -1,18 +1,41 @@
 // swift-tools-version:6.0
 import PackageDescription
 
-// Layers (each imports only what is below it):
-//   5 workerctl            the operator's binary
-//   3 WorkersClient        library product for services: async pooled enqueue + admin over Queue
-//   4 WebDashboard         `workerctl web`: HTML pages over the Queue admin API and Scheduler's cron store (Hummingbird 2)
-//   4 Jobs                 the domain jobs + registry
-//   4 BenchJobs            bench/test-only jobs and tables (ProbeInsert, probe_rows); registered only on request
-//   3 Workers, Scheduler   runtime (pool, fetch, retry, heartbeat) / cron
-//   3 Outbox               transactional enqueue through PostgreSQL (job_outbox), its relay to Redis
-//   2 Queue, Storage, HTTP wire protocol over hiredis / PostgreSQL over libpq / libcurl
-//   1 CHiredis, CLibPQ, CCurl  system-library shims; CivilDate (calendar arithmetic, no dependencies);
-//     Boundary              Bounded: outside numbers clamped or refused, never a trap (no dependencies);
-//     Telemetry             the tracing switch, W3C context, OTLP tracer and batcher (docs/tracing.md)
+// Floors: a target imports only targets on a lower floor (never its own, never one above). This table is the layer
+// map, machine-readable: scripts/check-floors (run first by scripts/test) reads it with every `import` in Sources/ and
+// Tests/, and fails on an import at or above the importer's floor, on a target missing here, and on a dependency
+// declared below that no file of its target imports. SwiftPM itself does not read this table. Every target is
+// listed, test targets too (floor 6: nothing may import them).
+let floors: [String: Int] = [
+    // 6: the test targets
+    "QueueTests": 6, "StorageTests": 6, "HTTPTests": 6, "WorkersTests": 6, "SchedulerTests": 6, "JobsTests": 6,
+    "WorkerctlTests": 6, "WorkersClientTests": 6, "WebDashboardTests": 6, "FuzzTests": 6, "OutboxTests": 6,
+    // 5: binaries
+    "workerctl": 5,           // the operator's binary
+    "FuzzRunner": 5,          // replays fuzz corpora through FuzzTargets, or is the libFuzzer binary (bench/fuzz.sh)
+    // 4: what is built on the runtime, the client and the scheduler
+    "Jobs": 4,                // the domain jobs + registry
+    "BenchJobs": 4,           // bench/test-only jobs and tables (ProbeInsert, probe_rows); registered only on request
+    "WebDashboard": 4,        // `workerctl web`: HTML pages over the Queue admin API and Scheduler's cron store
+    "FuzzTargets": 4,         // fuzz harnesses, one per parser of outside input (docs/fuzzing.md)
+    "WorkersTestSupport": 4,  // tests' fast in-process worker configuration
+    // 3: runtime, client, outbox, cron
+    "Workers": 3,             // runtime (pool, fetch, retry, heartbeat)
+    "WorkersClient": 3,       // library product for services: async pooled enqueue + admin over Queue
+    "Outbox": 3,              // transactional enqueue through PostgreSQL (job_outbox), its relay to Redis
+    "Scheduler": 3,           // cron
+    "TestSupport": 3,         // tests' service URLs, fake external servers, process helpers
+    // 2: wire protocols
+    "Queue": 2,               // Sidekiq's wire format and key layout over hiredis
+    "Storage": 2,             // PostgreSQL over libpq
+    "HTTP": 2,                // libcurl HTTP client, SMTP sender
+    // 1: no project dependencies
+    "CHiredis": 1, "CLibPQ": 1, "CCurl": 1,  // system-library shims
+    "CivilDate": 1,           // calendar arithmetic
+    "Boundary": 1,            // Bounded: outside numbers clamped or refused, never a trap
+    "Telemetry": 1,           // the tracing switch, W3C context, OTLP tracer and batcher (docs/tracing.md)
+]
+
 let package = Package(
     name: "SwiftWorkers",
     platforms: [.macOS(.v14)],
@@ -52,9 +75,9 @@ let package = Package(
         // Tracing (docs/tracing.md): off unless bootstrapped; the OTLP/HTTP transport lives in HTTP.
         .target(name: "Telemetry", dependencies: [.product(name: "Tracing", package: "swift-distributed-tracing")]),
 
-        .target(name: "Queue", dependencies: ["Boundary", "CHiredis", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
+        .target(name: "Queue", dependencies: ["Boundary", "CHiredis", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"),
                                               .product(name: "Crypto", package: "swift-crypto")]),
-        .target(name: "Storage", dependencies: ["Boundary", "CLibPQ", "CivilDate", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
+        .target(name: "Storage", dependencies: ["CLibPQ", "CivilDate", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
                                                 .product(name: "Crypto", package: "swift-crypto")],
                 resources: [.copy("Migrations")]),
         .target(name: "HTTP", dependencies: ["Boundary", "CCurl", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log")]),
@@ -65,7 +88,7 @@ let package = Package(
         // (docs/outbox.md). Needs both Queue and Storage, so it is not part of the Redis-only WorkersClient.
         .target(name: "Outbox", dependencies: ["Queue", "Storage", .product(name: "Logging", package: "swift-log")]),
 
-        .target(name: "Workers", dependencies: ["Queue", "Storage", "Yams", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
+        .target(name: "Workers", dependencies: ["Queue", "Storage", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
                                                 .product(name: "CoreMetrics", package: "swift-metrics")]),
         .target(name: "Scheduler", dependencies: ["Queue", "CivilDate", "Yams", .product(name: "Logging", package: "swift-log"),
                                                   .product(name: "CoreMetrics", package: "swift-metrics")]),
@@ -120,7 +143,8 @@ let package = Package(
                                                       .product(name: "SwiftASN1", package: "swift-asn1")]),
         .testTarget(name: "WorkerctlTests", dependencies: ["Queue", "Storage", "TestSupport"]),
         .testTarget(name: "WorkersClientTests", dependencies: ["WorkersClient", "TestSupport"]),
-        .testTarget(name: "WebDashboardTests", dependencies: ["WebDashboard", "Queue", "Scheduler", "Storage", "TestSupport"]),
+        // Drives a real `workerctl web` process (and headless Chromium): it imports nothing from WebDashboard.
+        .testTarget(name: "WebDashboardTests", dependencies: ["Queue", "Scheduler", "Storage", "TestSupport"]),
         // Replays Tests/FuzzCorpus/<harness>/* through the FuzzRunner binary (built by `swift build --build-tests`).
         .testTarget(name: "FuzzTests", dependencies: ["FuzzTargets"]),
         .testTarget(name: "OutboxTests", dependencies: ["Outbox", "BenchJobs", "Queue", "Storage", "TestSupport"]),
