@@ -70,7 +70,7 @@ public struct JobLedger: Sendable {
     }
 
     /// One statement that inserts the ledger rows of several jobs at once, for a caller that then runs
-    /// those jobs' bodies directly in the same transaction (group commit's fast path, `JobPool.runGroup`)
+    /// those jobs' bodies directly in the same transaction (group commit's fast path, `GroupCommit.runGroup`)
     /// and commits or rolls back everything together. Read its answer with `claimedJids`.
     ///
     /// Invariants, the same as `runOnce`'s for each row: a jid that already has a committed row is not

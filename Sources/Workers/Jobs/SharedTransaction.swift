@@ -2,7 +2,7 @@ import Storage
 import Synchronization
 
 /// A group-commit job's view of its pool thread's open transaction (`JobOptions.groupCommit`,
-/// `JobPool.runGroup`).
+/// `GroupCommit.runGroup`).
 ///
 /// Thread rules: made by the pool thread for one run and used only by that run, on that thread, while
 /// the run lasts; the pool thread owns `connection` (checked out of the pool) for the whole group.

@@ -11,7 +11,7 @@ import Synchronization
 /// | part          | thread(s)     | Redis connection | file             |
 /// |---------------|---------------|------------------|------------------|
 /// | `Fetcher`     | fetcher       | its own          | Fetcher.swift    |
-/// | `JobPool`     | pool-1…pool-N | none (PostgreSQL from the pool) | JobPool.swift |
+/// | `JobPool`     | pool-1…pool-N | none (PostgreSQL from the pool) | JobPool.swift (+ GroupCommit.swift) |
 /// | `Settler`     | settler       | its own          | Settler.swift    |
 /// | `Heartbeat`   | heartbeat     | its own          | Heartbeat.swift  |
 /// | `Housekeeper` | housekeeper   | its own          | Housekeeper.swift|
