@@ -187,3 +187,50 @@ public struct PostgresDay: PostgresBindable, Hashable, Comparable, CustomStringC
         (lhs.year, lhs.month, lhs.day) < (rhs.year, rhs.month, rhs.day)
     }
 }
+
+/// Statement parameters as C strings for libpq: every value's text, NUL-terminated, one after the other in one
+/// byte array (written by `PostgresBindable.appendPostgresText`, no `String` or C copy per value), immutable once
+/// built. Values are checked here: a NUL byte cannot be sent as text and is refused.
+/// Written by the thread that builds it; read by the thread that sends the statement (the connection's owner).
+final class BoundParameters {
+    /// The values' bytes, each followed by a NUL.
+    private let text: [UInt8]
+    /// Where each parameter's text starts in `text`; nil for SQL NULL.
+    private let starts: [Int?]
+
+    init(_ parameters: [(any PostgresBindable)?], query sql: String) throws {
+        guard parameters.count <= Int(Int32.max) else {
+            throw PostgresError(category: .usage, message: "too many parameters", query: sql)
+        }
+        var text: [UInt8] = []
+        var starts: [Int?] = []
+        starts.reserveCapacity(parameters.count)
+        for (position, parameter) in parameters.enumerated() {
+            let start = text.count
+            guard let parameter, parameter.appendPostgresText(to: &text) else {
+                text.removeSubrange(start...)
+                starts.append(nil)
+                continue
+            }
+            if text[start...].contains(0) {
+                throw PostgresError(category: .usage, message: "parameter $\(position + 1) contains a NUL byte", query: sql)
+            }
+            text.append(0)
+            starts.append(start)
+        }
+        self.text = text
+        self.starts = starts
+    }
+
+    /// Calls `body` with the parameter count and the array of value pointers (NULL = SQL NULL), valid during `body`.
+    func withPointers<T>(_ body: (Int32, UnsafePointer<UnsafePointer<CChar>?>?) -> T) -> T {
+        text.withUnsafeBytes { bytes in
+            let base = bytes.baseAddress?.assumingMemoryBound(to: CChar.self)
+            let pointers: [UnsafePointer<CChar>?] = starts.map { start in
+                guard let start, let base else { return nil }
+                return UnsafePointer(base + start)
+            }
+            return pointers.withUnsafeBufferPointer { buffer in body(Int32(buffer.count), buffer.baseAddress) }
+        }
+    }
+}
