@@ -13,6 +13,9 @@ final class RewardClock: Sendable {
     private let current = Mutex(Date())
     var now: Date { current.withLock { $0 } }
     func advance(_ seconds: Double) { current.withLock { $0 = $0.addingTimeInterval(seconds) } }
+    /// Back to the wall clock: XCTest makes every test's instance (and so its clock) when the suite starts, minutes
+    /// before the test runs, while the rewards a test seeds are stamped with PostgreSQL's `now()`.
+    func reset() { current.withLock { $0 = Date() } }
 }
 
 /// PendingRewardJob and PendingRewardSweepJob against real Redis (db 35) and PostgreSQL and the
@@ -29,6 +32,7 @@ final class AdsRewardTests: JobsTestCase {
 
     override func setUpWithError() throws {
         try super.setUpWithError()
+        clock.reset()
         try fakes.configure(.subscription, ["api_keys": [Self.workerCredential: "worker",
                                                          Self.adsServiceCredential: "ads-service"]])
     }
