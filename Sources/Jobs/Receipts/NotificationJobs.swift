@@ -1,6 +1,7 @@
 import Foundation
 import HTTP
 import Logging
+import Queue
 import Storage
 import Workers
 
@@ -276,7 +277,9 @@ public struct PlayNotificationJob: Job {
             logger.info("duplicate Play notification skipped")
             return
         }
-        let eventTime = notification.eventTimeMillis?.millisecondsDate ?? services.now()
+        // Outside 1970–9999 (a hostile or broken eventTimeMillis) PostgreSQL could not store it: our clock instead.
+        let eventTime = Bounded.epochSeconds(notification.eventTimeMillis.map { Double($0) / 1000 })
+            .map(Date.init(timeIntervalSince1970:)) ?? services.now()
         let cancellation = HTTPCancellation(isCancelled: { [cancellation = context.cancellation] in cancellation.isCancelled })
 
         if let voided = notification.voidedPurchaseNotification {
