@@ -330,9 +330,9 @@ final class ReceiptsGoogleTests: ReceiptsTestCase {
     // MARK: RTDN
 
     func rtdn(messageID: String, type: Int? = nil, token: String, voided: Bool = false, orderID: String = "GPA.1",
-              test: Bool = false) -> String {
+              test: Bool = false, eventTimeMillis: Int64 = Int64(Date().timeIntervalSince1970 * 1000)) -> String {
         var n: [String: Any] = ["version": "1.0", "packageName": "com.example.app",
-                                "eventTimeMillis": String(Int64(Date().timeIntervalSince1970 * 1000))]
+                                "eventTimeMillis": String(eventTimeMillis)]
         if voided { n["voidedPurchaseNotification"] = ["purchaseToken": token, "orderId": orderID, "productType": 1] }
         else if test { n["testNotification"] = ["version": "1.0"] }
         else { n["subscriptionNotification"] = ["version": "1.0", "notificationType": type ?? 2, "purchaseToken": token,
@@ -340,6 +340,21 @@ final class ReceiptsGoogleTests: ReceiptsTestCase {
         let data = try! JSONSerialization.data(withJSONObject: n).base64EncodedString()
         return jsonString([["message": ["data": data, "messageId": messageID, "attributes": [:] as [String: String]],
                             "subscription": "projects/demo/subscriptions/rtdn"]])
+    }
+
+    /// An eventTimeMillis PostgreSQL cannot hold (year -4368 here) is not used as the event's time: the void is applied
+    /// at our clock instead of failing its statement and retrying until dead.
+    func testAPlayNotificationWithAnEventTimeOutsideTheCalendarIsAppliedAtOurClock() throws {
+        let d = driver(try services(try configuration()))
+        let user = try db.newUser()
+        try setPurchase("tok-t", state: "SUBSCRIPTION_STATE_ACTIVE", expiry: Date().addingTimeInterval(10 * 86400),
+                        extra: ["latestSuccessfulOrderId": "GPA.1"])
+        try d.run("ValidateReceiptJob", googleArgs(user: user, token: "tok-t"))
+        try d.run("PlayNotificationJob", rtdn(messageID: "t-1", token: "tok-t", voided: true, eventTimeMillis: -200_000_000_000_000))
+        XCTAssertEqual(try db.subscriptionStatus(key: "tok-t"), "refunded")
+        XCTAssertEqual(try db.scalar("""
+            SELECT count(*) FROM subscriptions WHERE store_transaction_id = 'tok-t' AND cancelled_at > now() - interval '1 hour'
+            """), 1)
     }
 
     func testPlayNotificationsRenewDeduplicateAndVoid() throws {
