@@ -10,6 +10,7 @@ let floors: [String: Int] = [
     // 6: the test targets
     "QueueTests": 6, "StorageTests": 6, "HTTPTests": 6, "WorkersTests": 6, "SchedulerTests": 6, "JobsTests": 6,
     "WorkerctlTests": 6, "WorkersClientTests": 6, "WebDashboardTests": 6, "FuzzTests": 6, "OutboxTests": 6,
+    "MailTests": 6,
     // 5: binaries
     "workerctl": 5,           // the operator's binary
     "FuzzRunner": 5,          // replays fuzz corpora through FuzzTargets, or is the libFuzzer binary (bench/fuzz.sh)
@@ -19,16 +20,17 @@ let floors: [String: Int] = [
     "WebDashboard": 4,        // `workerctl web`: HTML pages over the Queue admin API and Scheduler's cron store
     "FuzzTargets": 4,         // fuzz harnesses, one per parser of outside input (docs/fuzzing.md)
     "WorkersTestSupport": 4,  // tests' fast in-process worker configuration
-    // 3: runtime, client, outbox, cron
+    // 3: runtime, client, outbox, cron, mail
     "Workers": 3,             // runtime (pool, fetch, retry, heartbeat)
     "WorkersClient": 3,       // library product for services: async pooled enqueue + admin over Queue
     "Outbox": 3,              // transactional enqueue through PostgreSQL (job_outbox), its relay to Redis
     "Scheduler": 3,           // cron
+    "Mail": 3,                // SMTP sender and RFC 5322 messages, over HTTP's curl runtime
     "TestSupport": 3,         // tests' service URLs, fake external servers, process helpers
     // 2: wire protocols
     "Queue": 2,               // Sidekiq's wire format and key layout over hiredis
     "Storage": 2,             // PostgreSQL over libpq
-    "HTTP": 2,                // libcurl HTTP client, SMTP sender
+    "HTTP": 2,                // libcurl HTTP client (and the curl runtime Mail sends through)
     // 1: no project dependencies
     "CHiredis": 1, "CLibPQ": 1, "CCurl": 1,  // system-library shims
     "CivilDate": 1,           // calendar arithmetic
@@ -82,6 +84,10 @@ let package = Package(
                 resources: [.copy("Migrations")]),
         .target(name: "HTTP", dependencies: ["Boundary", "CCurl", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log")]),
 
+        // SMTP (the privacy export mail, docs/jobs-privacy.md): libcurl's SMTP client through HTTP's curl runtime
+        // (CurlRuntime, CurlTransferState, CurlFailure: `package` in HTTP).
+        .target(name: "Mail", dependencies: ["HTTP", "CCurl", .product(name: "Logging", package: "swift-log")]),
+
         .target(name: "WorkersClient", dependencies: ["Queue", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), ]),
 
         // Transactional enqueue through PostgreSQL (job_outbox), its relay to Redis and the lost-job finder
@@ -93,7 +99,7 @@ let package = Package(
         .target(name: "Scheduler", dependencies: ["Queue", "CivilDate", "Yams", .product(name: "Logging", package: "swift-log"),
                                                   .product(name: "CoreMetrics", package: "swift-metrics")]),
 
-        .target(name: "Jobs", dependencies: ["Workers", "Queue", "Storage", "HTTP",
+        .target(name: "Jobs", dependencies: ["Workers", "Queue", "Storage", "HTTP", "Mail",
                                              .product(name: "Logging", package: "swift-log"),
                                              .product(name: "Crypto", package: "swift-crypto"),
                                              .product(name: "_CryptoExtras", package: "swift-crypto"),
@@ -131,12 +137,13 @@ let package = Package(
         .testTarget(name: "QueueTests", dependencies: ["Queue", "TestSupport"]),
         .testTarget(name: "StorageTests", dependencies: ["Storage", "CivilDate", "TestSupport"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP", "Telemetry", "TestSupport"]),
+        .testTarget(name: "MailTests", dependencies: ["Mail", "TestSupport"]),
         // Shared by the test targets that run in-process workers: the fast test configuration.
         .target(name: "WorkersTestSupport", dependencies: ["Workers", "TestSupport"], path: "Tests/WorkersTestSupport"),
 
         .testTarget(name: "WorkersTests", dependencies: ["WorkersTestSupport", "Workers", "BenchJobs", "Queue", "Storage", "TestSupport"]),
         .testTarget(name: "SchedulerTests", dependencies: ["Scheduler", "Queue", "TestSupport"]),
-        .testTarget(name: "JobsTests", dependencies: ["WorkersTestSupport", "Jobs", "Workers", "Queue", "Storage", "HTTP", "TestSupport", "Outbox",
+        .testTarget(name: "JobsTests", dependencies: ["WorkersTestSupport", "Jobs", "Workers", "Queue", "Storage", "HTTP", "Mail", "TestSupport", "Outbox",
                                                       .product(name: "Crypto", package: "swift-crypto"),
                                                       .product(name: "_CryptoExtras", package: "swift-crypto"),
                                                       .product(name: "X509", package: "swift-certificates"),

@@ -4,7 +4,8 @@
     python3 bench/script_cost.py [N] [BATCH]      default N=100000 jobs, BATCH=250 (the worker's fetch batch)
     SOURCES=/path/to/other/checkout python3 bench/script_cost.py     the scripts of another tree (an A/B comparison)
 
-Reads the scripts' Lua text from Sources/Queue/Scripts.swift (and BatchScripts.swift's shared functions), so it
+Reads the scripts' Lua text from Sources/Queue/Scripts/ (RuntimeScripts.swift, and BatchScripts.swift's shared
+functions; an older tree's Sources/Queue/Scripts.swift too, for SOURCES=), so it
 measures what is in the tree. For each of 3 runs: N no-op payloads are pushed onto `queue:default` of database 59 of
 the private Redis (scripts/services: 127.0.0.1:$REDIS_PORT, default 6390; flushed first), fetched BATCH at a time
 into an in-flight list by the fetch script, then acknowledged BATCH at a time by the settle script, as the worker
@@ -62,7 +63,9 @@ class Redis:
         raise RuntimeError("bad reply %r" % line)
 
 
-def lua(path, pattern):
+def lua(paths, pattern):
+    """The Lua matched by `pattern` in the first of `paths` (newest layout first) that exists under ROOT."""
+    path = next((p for p in paths if os.path.exists(os.path.join(ROOT, p))), paths[0])
     text = open(os.path.join(ROOT, path)).read()
     match = re.search(pattern, text, re.S)
     if not match:
@@ -70,9 +73,10 @@ def lua(path, pattern):
     return match.group(1)
 
 
-functions = lua("Sources/Queue/Batches/BatchScripts.swift", r'static let functions = """\n(.*?)\n\s*"""')
-fetch = lua("Sources/Queue/Scripts.swift", r'static let fetch = RedisScript\("""\n(.*?)\n\s*"""\)')
-settle = functions + "\n" + lua("Sources/Queue/Scripts.swift",
+RUNTIME = ["Sources/Queue/Scripts/RuntimeScripts.swift", "Sources/Queue/Scripts.swift"]
+functions = lua(["Sources/Queue/Scripts/BatchScripts.swift", "Sources/Queue/Batches/BatchScripts.swift"], r'static let functions = """\n(.*?)\n\s*"""')
+fetch = lua(RUNTIME, r'static let fetch = RedisScript\("""\n(.*?)\n\s*"""\)')
+settle = functions + "\n" + lua(RUNTIME,
                                 r'static let complete = RedisScript\(BatchScripts.functions \+ """\n(.*?)\n\s*"""\)')
 
 r = Redis(int(os.environ.get("REDIS_PORT", "6390")), 59)

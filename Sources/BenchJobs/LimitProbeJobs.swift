@@ -20,14 +20,6 @@ public enum LimitProbes {
         registry.register(LimitProbeBucketJob(redis: pool))
     }
 
-    /// INCR running; raise max if exceeded.
-    static let enter = RedisScript("""
-        local n = redis.call('INCR', KEYS[1])
-        local m = tonumber(redis.call('GET', KEYS[2]) or '0')
-        if n > m then redis.call('SET', KEYS[2], n) end
-        return n
-        """)
-
     static func measured(_ name: String, redis: RedisPool, milliseconds: Int, context: JobContext) throws {
         let running = "probe:limits:running:\(name)"
         _ = try redis.withConnection {

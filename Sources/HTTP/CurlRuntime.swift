@@ -7,7 +7,7 @@ import CCurl
 /// time, so it waits for the first transfer: it loads and configures OpenSSL, about 2.4 MB of resident memory that a
 /// worker running no HTTP job never needs. On an older build it is not thread-safe and must run before other threads
 /// start: `prepareAtStartup()` then runs it at once. Every path that makes a curl handle calls `initialize()` first
-/// (`HTTPClient`'s handle pool, `SMTPSender.send`); a Swift `static let` runs once, other callers wait for it.
+/// (`HTTPClient`'s handle pool, Mail's `SMTPSender.send`); a Swift `static let` runs once, other callers wait for it.
 public enum CurlRuntime {
     private static let initResult: CURLcode = curl_global_init(Int(CURL_GLOBAL_ALL))
 
@@ -30,7 +30,8 @@ public enum CurlRuntime {
 
 extension Duration {
     /// Whole milliseconds, at least 1 for any positive duration (libcurl treats 0 as "no timeout").
-    var curlMilliseconds: Int {
+    /// `package`: Mail's `SMTPSender` sets its timeouts with it too.
+    package var curlMilliseconds: Int {
         let (s, atto) = components
         let ms = s * 1000 + atto / 1_000_000_000_000_000
         if ms <= 0 { return (s > 0 || atto > 0) ? 1 : 0 }

@@ -8,7 +8,8 @@ import Glibc
 ///
 /// Thread rules: created, used by callbacks and read back on the one thread that runs `curl_easy_perform`;
 /// the caller keeps it alive with `withExtendedLifetime` for the whole transfer. Never shared.
-final class CurlTransferState {
+/// `package`: the Mail module's `SMTPSender` drives its transfers with it too.
+package final class CurlTransferState {
     var body = Data()
     var headers = HTTPHeaders()
     let maxBodyBytes: Int
@@ -16,12 +17,12 @@ final class CurlTransferState {
     let cancellation: HTTPCancellation?
     var wasCancelled = false
     /// Upload source (SMTP message), consumed by the read callback.
-    var upload = Data()
+    package var upload = Data()
     var uploadOffset = 0
     /// libcurl's error buffer (CURL_ERROR_SIZE bytes), valid while this object lives.
     let errorBuffer: UnsafeMutablePointer<CChar>
 
-    init(maxBodyBytes: Int = Int.max, cancellation: HTTPCancellation? = nil) {
+    package init(maxBodyBytes: Int = Int.max, cancellation: HTTPCancellation? = nil) {
         self.maxBodyBytes = maxBodyBytes
         self.cancellation = cancellation
         errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
@@ -40,7 +41,7 @@ final class CurlTransferState {
 
     /// Installs the write, header, read and (when a cancellation is set) progress callbacks on `h`.
     /// `h` must not outlive `self` with these options set: reset the handle after the transfer.
-    func install(on h: UnsafeMutableRawPointer, readsUpload: Bool = false) {
+    package func install(on h: UnsafeMutableRawPointer, readsUpload: Bool = false) {
         _ = ccurl_setopt_ptr(h, CURLOPT_ERRORBUFFER, errorBuffer)
         _ = ccurl_setopt_datacb(h, CURLOPT_WRITEFUNCTION) { ptr, size, n, ud in
             let state = CurlTransferState.from(ud)
@@ -110,12 +111,12 @@ final class CurlTransferState {
     }
 }
 
-/// Mapping of `CURLcode`s to our error categories, shared by HTTP and SMTP.
-enum CurlFailure {
+/// Mapping of `CURLcode`s to our error categories, shared by HTTP and SMTP (the Mail module: `package`).
+package enum CurlFailure {
     case invalidURL, timeout, connectionRefused, connectionFailed, tls, transport, cancelled, tooLarge,
          loginDenied, internalError
 
-    static func classify(_ code: CURLcode, handle: UnsafeMutableRawPointer, state: CurlTransferState) -> CurlFailure {
+    package static func classify(_ code: CURLcode, handle: UnsafeMutableRawPointer, state: CurlTransferState) -> CurlFailure {
         if state.wasCancelled || code == CURLE_ABORTED_BY_CALLBACK { return .cancelled }
         if state.bodyTooLarge { return .tooLarge }
         switch code {
@@ -147,7 +148,7 @@ enum CurlFailure {
     }
 
     /// libcurl's message for `code`: the error buffer when filled, else `curl_easy_strerror`.
-    static func message(_ code: CURLcode, state: CurlTransferState) -> String {
+    package static func message(_ code: CURLcode, state: CurlTransferState) -> String {
         let buffer = state.errorMessage
         return buffer.isEmpty ? String(cString: curl_easy_strerror(code)) : buffer
     }

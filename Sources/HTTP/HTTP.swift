@@ -6,7 +6,9 @@
 // - `HTTPResponseClass`  2xx / 429 / 5xx / other-4xx triage for retry decisions (`RetryAfter` parsing).
 // - `HTTPCancellation`   a flag, deadline or closure checked while a transfer runs.
 // - `FormEncoding`       `application/x-www-form-urlencoded` bodies and query strings.
-// - `SMTPSender` / `EmailMessage`   one RFC 5322 plain-text message through `smtp://` or `smtps://`.
+//
+// Mail (the module above) sends SMTP through the same curl runtime: `CurlTransferState`, `CurlFailure`,
+// `Duration.curlMilliseconds` and `String.containsLineBreakOrNUL` are `package` for it.
 //
 // Process rule: `CurlRuntime.prepareAtStartup()` in `main` before threads start; it initialises libcurl at once
 // only where libcurl's initialisation is not thread-safe, otherwise the first transfer does (`CurlRuntime`).

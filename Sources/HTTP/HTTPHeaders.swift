@@ -53,5 +53,6 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence, ExpressibleByDictionar
 
 extension String {
     /// True when the text holds CR, LF or NUL (checked per scalar: "\r\n" is one `Character`).
-    var containsLineBreakOrNUL: Bool { unicodeScalars.contains { $0 == "\r" || $0 == "\n" || $0 == "\0" } }
+    /// `package`: Mail's `EmailMessage` refuses header injection with it too.
+    package var containsLineBreakOrNUL: Bool { unicodeScalars.contains { $0 == "\r" || $0 == "\n" || $0 == "\0" } }
 }

@@ -1,7 +1,7 @@
 import Foundation
-import HTTP
 @testable import Jobs
 import Logging
+import Mail
 @testable import Outbox
 import Queue
 import Storage

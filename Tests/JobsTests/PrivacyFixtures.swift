@@ -1,7 +1,7 @@
 import Foundation
-import HTTP
 import Jobs
 import Logging
+import Mail
 import Queue
 import Storage
 import TestSupport

@@ -1,6 +1,6 @@
 import Foundation
-import HTTP
 @testable import Jobs
+import Mail
 import Queue
 import XCTest
 

@@ -1,6 +1,6 @@
 import Foundation
-import HTTP
 import Logging
+import Mail
 import Storage
 import Workers
 

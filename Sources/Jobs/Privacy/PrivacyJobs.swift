@@ -1,5 +1,5 @@
 import Foundation
-import HTTP
+import Mail
 import Queue
 import Workers
 

@@ -1,4 +1,5 @@
 import Foundation
+import HTTP
 
 /// A mailbox: `address` plus an optional display name.
 public struct EmailAddress: Sendable, Equatable, CustomStringConvertible {

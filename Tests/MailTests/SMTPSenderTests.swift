@@ -1,7 +1,7 @@
 import Foundation
+import Mail
 import TestSupport
 import XCTest
-@testable import HTTP
 
 /// `SMTPSender` against the fake SMTP server in `Tests/Fakes/fakes.py`.
 final class SMTPSenderTests: XCTestCase {

@@ -1,5 +1,6 @@
 import CCurl
 import Foundation
+import HTTP
 import Logging
 
 /// How the SMTP connection is protected.
