@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A cancellation signal checked while a transfer runs (from libcurl's progress callback).
 ///
@@ -6,9 +7,8 @@ import Foundation
 /// Thread rules: `cancel()` and `isCancelled` may be called from any thread. The check closure runs on the
 /// thread performing the transfer, about once per second while idle and more often while data flows, so an
 /// abort takes effect within ~1 s; it must be cheap and must not block.
-public final class HTTPCancellation: @unchecked Sendable {
-    private let lock = NSLock()
-    private var flag = false  // guarded by `lock`
+public final class HTTPCancellation: Sendable {
+    private let flag = Mutex(false)
     private let deadline: ContinuousClock.Instant?
     private let isCancelledCheck: (@Sendable () -> Bool)?
 
@@ -18,10 +18,10 @@ public final class HTTPCancellation: @unchecked Sendable {
     }
 
     /// Requests cancellation; idempotent.
-    public func cancel() { lock.withLock { flag = true } }
+    public func cancel() { flag.withLock { $0 = true } }
 
     public var isCancelled: Bool {
-        if lock.withLock({ flag }) { return true }
+        if flag.withLock({ $0 }) { return true }
         if let deadline, ContinuousClock.now >= deadline { return true }
         return isCancelledCheck?() ?? false
     }

@@ -1,5 +1,6 @@
 import CCurl
 import Foundation
+import Synchronization
 import Logging
 import Telemetry
 import Tracing
@@ -254,11 +255,10 @@ struct EasyHandle: @unchecked Sendable {
 
 /// Idle easy handles plus the share handle they all join.
 ///
-/// Thread rules: `checkout`/`checkin` may be called from any thread (guarded by `lock`); a checked-out handle
-/// belongs to its caller until `checkin`. The share handle's own locking is `ShareLocks`.
+/// Thread rules: `checkout`/`checkin` may be called from any thread (guarded by `idle`'s mutex); a checked-out
+/// handle belongs to its caller until `checkin`. The share handle's own locking is `ShareLocks`.
 final class EasyHandlePool: @unchecked Sendable {
-    private let lock = NSLock()
-    private var idle: [EasyHandle] = []  // guarded by `lock`
+    private let idle = Mutex<[EasyHandle]>([])
     private let maxIdle: Int
     private let share: UnsafeMutableRawPointer?
     private let shareLocks = ShareLocks()
@@ -280,14 +280,16 @@ final class EasyHandlePool: @unchecked Sendable {
     }
 
     deinit {
-        for h in idle { curl_easy_cleanup(h.raw) }
-        idle.removeAll()
+        idle.withLock { handles in
+            for h in handles { curl_easy_cleanup(h.raw) }
+            handles.removeAll()
+        }
         if let share { curl_share_cleanup(share) }
     }
 
     /// An idle handle (its connections still open) or a new one; nil only if libcurl cannot allocate.
     func checkout() -> EasyHandle? {
-        if let h = lock.withLock({ idle.popLast() }) { return h }
+        if let h = idle.withLock({ $0.popLast() }) { return h }
         guard CurlRuntime.initialize() else { return nil }
         return curl_easy_init().map(EasyHandle.init)
     }
@@ -295,7 +297,7 @@ final class EasyHandlePool: @unchecked Sendable {
     /// Resets `h` (keeps its connection and caches) and keeps it for reuse, or frees it when the pool is full.
     func checkin(_ h: EasyHandle) {
         curl_easy_reset(h.raw)
-        let kept = lock.withLock { () -> Bool in
+        let kept = idle.withLock { idle -> Bool in
             guard idle.count < maxIdle else { return false }
             idle.append(h)
             return true
@@ -309,6 +311,7 @@ final class EasyHandlePool: @unchecked Sendable {
 }
 
 /// One lock per `curl_lock_data` kind, for the share handle's lock/unlock callbacks.
+/// NSLock, not `Mutex`: libcurl locks in one callback and unlocks in another, which `Mutex.withLock` cannot express.
 final class ShareLocks: @unchecked Sendable {
     private let locks: [NSLock] = (0..<16).map { _ in NSLock() }
     func lock(_ kind: UInt32) { locks[Int(kind) % locks.count].lock() }

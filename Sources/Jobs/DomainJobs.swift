@@ -6,9 +6,9 @@ import Workers
 /// Registers every domain job from the process environment (`docs/jobs-*.md` list the variables).
 ///
 /// An area whose configuration is incomplete is not left out: its classes are registered as
-/// `UnconfiguredJob`, which fails *retryably* with the configuration problem as the error, so the
-/// jobs wait in `retry` (and stay visible to operators) until a correctly configured worker runs
-/// them, instead of dying as "unknown class".
+/// `UnusableAreaJob`, which fails *retryably* with the configuration problem as the error
+/// (`UnconfiguredJob.NotConfigured`), so the jobs wait in `retry` (and stay visible to operators) until a
+/// correctly configured worker runs them, instead of dying as "unknown class".
 public enum DomainJobs {
     /// What start-up found for one area.
     public struct AreaStatus: Sendable {
@@ -28,7 +28,8 @@ public enum DomainJobs {
             } catch {
                 let problem = "\(error)"
                 for className in classNames {
-                    registry.register(UnconfiguredJob(area: name, problem: problem), as: className)
+                    registry.register(UnusableAreaJob<IgnoredArguments>(failure: UnconfiguredJob.NotConfigured(area: name, problem: problem)),
+                                      as: className)
                 }
                 statuses.append(AreaStatus(area: name, classNames: classNames, problem: problem))
             }
@@ -50,28 +51,5 @@ public enum DomainJobs {
                                  redis: redis, shards: shards)
         }
         return statuses
-    }
-}
-
-/// Stands in for a job whose area is not configured on this worker: every run fails retryably
-/// with the configuration problem (so the job is retried with backoff, not lost or killed).
-public struct UnconfiguredJob: Job {
-    public static let className = "UnconfiguredJob"
-    public static let options = JobOptions(maxRetries: 25)
-    let area: String
-    let problem: String
-
-    public struct NotConfigured: Error, CustomStringConvertible {
-        public let area: String
-        public let problem: String
-        public init(area: String, problem: String) {
-            self.area = area
-            self.problem = problem
-        }
-        public var description: String { "the \(area) jobs are not configured on this worker: \(problem)" }
-    }
-
-    public func perform(_ arguments: IgnoredArguments, context: JobContext) throws {
-        throw NotConfigured(area: area, problem: problem)
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The source of "now" for the scheduler, so that tests (and the runner's tests) control time.
 public protocol WallClock: Sendable {
@@ -12,15 +13,14 @@ public struct SystemClock: WallClock {
 }
 
 /// A clock that only moves when told to (tests).
-public final class ManualClock: WallClock, @unchecked Sendable {
-    private let lock = NSLock()
-    private var current: Date
+public final class ManualClock: WallClock, Sendable {
+    private let current: Mutex<Date>
 
-    public init(_ start: Date) { current = start }
+    public init(_ start: Date) { current = Mutex(start) }
 
-    public func now() -> Date { lock.withLock { current } }
-    public func set(_ date: Date) { lock.withLock { current = date } }
-    public func advance(by interval: TimeInterval) { lock.withLock { current += interval } }
+    public func now() -> Date { current.withLock { $0 } }
+    public func set(_ date: Date) { current.withLock { $0 = date } }
+    public func advance(by interval: TimeInterval) { current.withLock { $0 += interval } }
 }
 
 /// Decides which ticks of an entry are due, given the last tick fired and the time now. Pure: no

@@ -6,10 +6,10 @@ import Queue
 import Storage
 import Workers
 
-/// The Prometheus side of `--metrics-port`: bootstraps swift-metrics with a Prometheus registry,
-/// refreshes the queue gauges from Redis at each scrape, and serves `/metrics`, `/healthz`
-/// (liveness) and `/readyz` (readiness, `ReadinessProbe`) on `--metrics-host`.
-enum MetricsEndpoint {
+/// The Prometheus side of `--metrics-port`: bootstraps swift-metrics with a Prometheus registry and builds the
+/// runtime's `MetricsEndpoint` (served on `--metrics-host`): `/metrics` refreshes the queue gauges from Redis at
+/// each scrape and renders the registry, `/readyz` is `ReadinessProbe`, `/healthz` the process's own health.
+enum PrometheusEndpoint {
     /// The registry the Prometheus factory writes to; set once by `bootstrap` at start-up,
     /// before any other thread exists, and only read afterwards.
     nonisolated(unsafe) private static var registry: PrometheusCollectorRegistry?
@@ -30,47 +30,43 @@ enum MetricsEndpoint {
         return inet_pton(AF_INET, text, &address) == 1
     }
 
-    static func serve(host: String, port: Int, redis: RedisEndpoint,
-                      health: @escaping @Sendable () -> (ok: Bool, detail: String),
-                      readiness: ReadinessProbe) throws -> MetricsServer {
-        guard let registry else { preconditionFailure("MetricsEndpoint.bootstrap() must run first") }
+    /// The endpoint of `--metrics-port` (port 0 picks a free port): a `WorkerProcess` given it starts it, logging
+    /// the address; `listen` starts it for the scheduler. An invalid host or Redis URL is a usage error (exit 2).
+    /// `databaseURL` nil: the process uses no PostgreSQL, so readiness does not check it.
+    static func endpoint(host: String = defaultHost, port: Int, redisURL: String,
+                         databaseURL: String? = nil) throws -> MetricsEndpoint {
+        guard isIPv4Address(host) else { throw CLIError.usage("--metrics-host must be an IPv4 address, got '\(host)'") }
+        let redis: RedisEndpoint
+        do { redis = try RedisEndpoint(url: redisURL) } catch { throw CLIError.usage(error.description) }
+        guard let registry else { preconditionFailure("PrometheusEndpoint.bootstrap() must run first") }
+        let readiness = ReadinessProbe(redis: redis, databaseURL: databaseURL)
         let gauges = QueueGauges(endpoint: redis)
-        return try MetricsServer(host: host, port: port, metrics: {
+        return MetricsEndpoint(host: host, port: port, metrics: {
             gauges.refresh()
             var buffer: [UInt8] = []
             registry.emit(into: &buffer)
             return String(decoding: buffer, as: UTF8.self)
-        }, health: health, readiness: { readiness.check() })
+        }, readiness: { health in readiness.check(process: health) })
     }
 }
 
-extension MetricsEndpoint {
-    /// `serve`, for `--metrics-port`: a server that cannot start is a runtime error (exit 1); the
-    /// address it listens on is logged as `metrics_listen` (host:port) and `metrics_url` (a URL that
-    /// reaches it from this machine: loopback when bound to `0.0.0.0`; port 0 picks a free port).
-    /// `databaseURL` nil: the process uses no PostgreSQL, so readiness does not check it.
-    static func listen(host: String = defaultHost, port: Int, redisURL: String, databaseURL: String? = nil,
-                       logger: Logger,
+extension PrometheusEndpoint {
+    /// `endpoint`, started with `health` for a process that is no `WorkerProcess` (`workerctl scheduler`): a
+    /// server that cannot start is a runtime error (exit 1); the address it listens on is logged as
+    /// `metrics_listen` (host:port) and `metrics_url` (`MetricsEndpoint.start`).
+    static func listen(host: String = defaultHost, port: Int, redisURL: String, logger: Logger,
                        health: @escaping @Sendable () -> (ok: Bool, detail: String)) throws -> MetricsServer {
-        guard isIPv4Address(host) else { throw CLIError.usage("--metrics-host must be an IPv4 address, got '\(host)'") }
-        let endpoint: RedisEndpoint
-        do { endpoint = try RedisEndpoint(url: redisURL) } catch { throw CLIError.usage(error.description) }
-        let readiness = ReadinessProbe(redis: endpoint, databaseURL: databaseURL, process: health)
-        let server: MetricsServer
+        let endpoint = try endpoint(host: host, port: port, redisURL: redisURL)
         do {
-            server = try serve(host: host, port: port, redis: endpoint, health: health, readiness: readiness)
+            return try endpoint.start(health: health, logger: logger)
         } catch let error as MetricsServer.StartError {
             throw CLIError.runtime(error.description)
         }
-        let localHost = host == "0.0.0.0" ? "127.0.0.1" : host
-        logger.info("metrics endpoint listening", metadata: ["metrics_listen": "\(host):\(server.port)",
-                                                            "metrics_url": "http://\(localHost):\(server.port)/metrics"])
-        return server
     }
 }
 
 /// `/readyz`: may this process be sent work now? Ready when the process itself is healthy (the
-/// `/healthz` check: running, not shutting down), Redis answers `PING`, and — for a process that
+/// `/healthz` check, given to `check`: running, not shutting down), Redis answers `PING`, and — for a process that
 /// uses PostgreSQL — PostgreSQL answers and its schema has every migration this build ships
 /// (`Migrator.status`, the check `workerctl worker` makes at start-up).
 ///
@@ -86,17 +82,15 @@ final class ReadinessProbe: @unchecked Sendable {
     private let databaseURL: String?
     private let postgres: PostgresPool?
     private let migrator: Migrator?
-    private let process: @Sendable () -> (ok: Bool, detail: String)
     private var redisConnection: RedisConnection?
 
     /// Seconds a probe waits per step (connect, command, checkout, statement). Kubernetes' default
     /// probe timeout is 1 s: set `timeoutSeconds` above the sum (docs/metrics-and-health.md).
     static let dependencyTimeout = 2
 
-    init(redis: RedisEndpoint, databaseURL: String?, process: @escaping @Sendable () -> (ok: Bool, detail: String)) {
+    init(redis: RedisEndpoint, databaseURL: String?) {
         self.redis = redis
         self.databaseURL = databaseURL
-        self.process = process
         if let databaseURL {
             let options = PostgresConnectionOptions(connectTimeout: Self.dependencyTimeout, applicationName: "workerctl-readyz",
                                                     statementTimeoutMilliseconds: Self.dependencyTimeout * 1000)
@@ -110,7 +104,8 @@ final class ReadinessProbe: @unchecked Sendable {
         }
     }
 
-    func check() -> (ok: Bool, json: String) {
+    /// `health`: the process's own (`/healthz`) answer, reported as the check `process`.
+    func check(process health: (ok: Bool, detail: String)) -> (ok: Bool, json: String) {
         var checks = JSONObject()
         var failures: [String] = []
         func record(_ name: String, _ problem: String?, detail: String? = nil) {
@@ -123,7 +118,6 @@ final class ReadinessProbe: @unchecked Sendable {
             }
             checks[name] = .object(entry)
         }
-        let health = process()
         record("process", health.ok ? nil : health.detail, detail: health.detail)
         record("redis", redisProblem())
         if databaseURL != nil {

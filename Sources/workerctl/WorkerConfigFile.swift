@@ -60,7 +60,7 @@ struct WorkerConfigFile {
             file.pgPreparedStatements = flag
         }
         if let value = map["metrics_host"] {
-            guard let host = value as? String, MetricsEndpoint.isIPv4Address(host) else {
+            guard let host = value as? String, PrometheusEndpoint.isIPv4Address(host) else {
                 throw CLIError.usage("config file \(path): metrics_host must be an IPv4 address such as 127.0.0.1 or 0.0.0.0")
             }
             file.metricsHost = host

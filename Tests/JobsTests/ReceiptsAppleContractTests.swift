@@ -345,4 +345,23 @@ final class ReceiptsAppleContractTests: ReceiptsTestCase {
         XCTAssertNil(try ReceiptsConfiguration.fromEnvironment(["RECEIPTS_APPLE_BUNDLE_ID": "com.example",
                                                                  "RECEIPTS_APPLE_ENVIRONMENTS": "Sandbox"]).appleSignedDataProblem)
     }
+
+    /// A configuration that cannot be turned into clients (an unparsable root certificate): the receipt classes
+    /// are registered as stand-ins (`UnusableAreaJob`) whose every run is retried with the reason, never run and
+    /// never dead; a payload whose arguments can never decode still goes to dead as bad input.
+    func testUnusableReceiptsConfigurationLeavesItsJobsRetryingWithTheReason() throws {
+        var c = appleConfiguration()
+        c.appleRootCertificates = [[0x01, 0x02, 0x03]]
+        XCTAssertThrowsError(try ReceiptServices(configuration: c, http: http))
+        var registry = JobRegistry()
+        ReceiptJobs.register(into: &registry, configuration: c, http: http)
+        XCTAssertEqual(registry.classNames, ReceiptJobs.classNames.sorted())
+        let driver = fixture.driver(registry)
+        for className in [SubscriptionExpirySweepJob.className, GoogleAcknowledgementSweepJob.className] {
+            Failure.retry(try driver.deliver(className, []), errorClass: Failure.className(of: StoreUnavailable.self),
+                          messagePrefix: "receipts temporarily unavailable: receipts configuration unusable: ")
+        }
+        Failure.dead(try driver.deliver(ValidateReceiptJob.className, [42]), errorClass: "BadInput",
+                     messagePrefix: "arguments do not fit BrokenReceiptJob: ")
+    }
 }

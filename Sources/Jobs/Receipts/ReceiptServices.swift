@@ -100,18 +100,19 @@ public enum ReceiptJobs {
     /// `SubscriptionExpirySweepJob` and `GoogleAcknowledgementSweepJob`, sharing one set of store clients (and one Google token cache).
     ///
     /// A configuration that cannot be turned into clients (an unparsable root certificate) is a start-up error:
-    /// it is reported by `ReceiptServices.init`; this function then registers jobs that fail permanently with
-    /// that reason, so the worker still runs the other areas' jobs.
+    /// it is reported by `ReceiptServices.init`; this function then registers stand-ins (`UnusableAreaJob`) whose
+    /// every run fails with that reason (retried, so the jobs wait in `retry`), and the worker still runs the
+    /// other areas' jobs.
     public static func register(into registry: inout JobRegistry, configuration: ReceiptsConfiguration, http: HTTPClient) {
         do {
             register(into: &registry, services: try ReceiptServices(configuration: configuration, http: http))
         } catch {
-            let broken = BrokenReceiptsConfiguration(reason: "receipts configuration unusable: \(error)")
-            registry.register(BrokenReceiptJob<SingleArgument<ValidateReceiptArguments>>(failure: broken), as: ValidateReceiptJob.className)
-            registry.register(BrokenReceiptJob<SingleArgument<AppStoreNotificationArguments>>(failure: broken), as: AppStoreNotificationJob.className)
-            registry.register(BrokenReceiptJob<SingleArgument<PlayNotificationArguments>>(failure: broken), as: PlayNotificationJob.className)
-            registry.register(BrokenReceiptJob<NoArguments>(failure: broken), as: SubscriptionExpirySweepJob.className)
-            registry.register(BrokenReceiptJob<NoArguments>(failure: broken), as: GoogleAcknowledgementSweepJob.className)
+            let broken = StoreUnavailable("receipts", "receipts configuration unusable: \(error)")
+            registry.register(UnusableAreaJob<SingleArgument<ValidateReceiptArguments>>(failure: broken), as: ValidateReceiptJob.className)
+            registry.register(UnusableAreaJob<SingleArgument<AppStoreNotificationArguments>>(failure: broken), as: AppStoreNotificationJob.className)
+            registry.register(UnusableAreaJob<SingleArgument<PlayNotificationArguments>>(failure: broken), as: PlayNotificationJob.className)
+            registry.register(UnusableAreaJob<NoArguments>(failure: broken), as: SubscriptionExpirySweepJob.className)
+            registry.register(UnusableAreaJob<NoArguments>(failure: broken), as: GoogleAcknowledgementSweepJob.className)
         }
     }
 
@@ -122,18 +123,5 @@ public enum ReceiptJobs {
         registry.register(PlayNotificationJob(services: services))
         registry.register(SubscriptionExpirySweepJob(services: services))
         registry.register(GoogleAcknowledgementSweepJob(services: services))
-    }
-}
-
-struct BrokenReceiptsConfiguration: Sendable {
-    let reason: String
-}
-
-/// Stands in for a receipt job whose configuration could not be loaded: every run fails with the reason.
-struct BrokenReceiptJob<Arguments: Decodable & Sendable>: Job {
-    static var className: String { "BrokenReceiptJob" }
-    let failure: BrokenReceiptsConfiguration
-    func perform(_ arguments: Arguments, context: JobContext) throws {
-        throw StoreUnavailable("receipts", failure.reason)
     }
 }

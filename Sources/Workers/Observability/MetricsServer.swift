@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A minimal HTTP/1.1 endpoint for scrapes and probes: `GET /metrics` (Prometheus text),
 /// `GET /healthz` (liveness: the process itself) and `GET /readyz` (readiness: its dependencies,
@@ -18,8 +19,8 @@ import Foundation
 ///   `MSG_NOSIGNAL` (a reset never raises SIGPIPE).
 ///
 /// Threads: `health` is called on the poll thread only; `metrics` and `readiness` on the serving thread only (so
-/// each may keep one connection of its own without a lock). `pending` belongs to the poll thread; `scrapes` is
-/// guarded by `condition`.
+/// each may keep one connection of its own without a lock). `pending` belongs to the poll thread; `scrapes` and
+/// `stopping` are guarded by `condition`. `stop` from any thread, any number of times.
 public final class MetricsServer: @unchecked Sendable {
     public let port: Int
     private let listener: Int32
@@ -41,6 +42,11 @@ public final class MetricsServer: @unchecked Sendable {
 
     private let condition = NSCondition()
     private var scrapes: [(fd: Int32, method: String, path: String)] = []
+    private var stopping = false
+    /// A pipe the poll thread also polls: `stop` writes a byte to wake it (`wake[0]` read end, `wake[1]` write end).
+    private let wake: [Int32]
+    private let stopRequested = Atomic<Bool>(false)
+    private let pollExited = DispatchSemaphore(value: 0)
 
     public enum StartError: Error, CustomStringConvertible {
         case bind(host: String, port: Int, reason: String)
@@ -83,6 +89,13 @@ public final class MetricsServer: @unchecked Sendable {
         _ = withUnsafeMutablePointer(to: &actual) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
         }
+        var wake: [Int32] = [-1, -1]
+        guard pipe(&wake) == 0 else {
+            let reason = String(cString: strerror(errno))
+            close(fd)
+            throw StartError.bind(host: host, port: port, reason: reason)
+        }
+        self.wake = wake
         self.port = Int(UInt16(bigEndian: actual.sin_port))
         self.listener = fd
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
@@ -101,13 +114,32 @@ public final class MetricsServer: @unchecked Sendable {
         var bytes: [UInt8] = []
     }
 
+    /// Stops serving: the poll thread closes the connections it is reading and returns, then the listening socket
+    /// is closed (the port is free when this returns); the serving thread finishes the answer it is writing, if any,
+    /// closes the scrapes still queued and returns. Idempotent.
+    public func stop() {
+        guard !stopRequested.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        var byte: UInt8 = 1
+        _ = write(wake[1], &byte, 1)
+        pollExited.wait()
+        close(listener)
+        close(wake[0])
+        close(wake[1])
+        condition.lock()
+        stopping = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
     private func pollLoop() {
+        defer { pollExited.signal() }
         let clock = ContinuousClock()
         var pending: [Pending] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
             var fds = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0)]
                 + pending.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
+                + [pollfd(fd: wake[0], events: Int16(POLLIN), revents: 0)]
             let now = clock.now
             let timeout = pending.map { now.duration(to: $0.deadline) }.min().map { remaining -> Int32 in
                 let milliseconds = remaining.components.seconds * 1000 + remaining.components.attoseconds / 1_000_000_000_000_000
@@ -115,6 +147,10 @@ public final class MetricsServer: @unchecked Sendable {
             } ?? -1
             if poll(&fds, nfds_t(fds.count), timeout) < 0 {
                 if errno == EINTR { continue }
+                return
+            }
+            if fds[fds.count - 1].revents != 0 {  // `stop`
+                for connection in pending { close(connection.fd) }
                 return
             }
             var kept: [Pending] = []
@@ -196,7 +232,14 @@ public final class MetricsServer: @unchecked Sendable {
     private func serveLoop() {
         while true {
             condition.lock()
-            while scrapes.isEmpty { condition.wait() }
+            while scrapes.isEmpty && !stopping { condition.wait() }
+            if stopping {
+                let left = scrapes
+                scrapes = []
+                condition.unlock()
+                for scrape in left { close(scrape.fd) }
+                return
+            }
             let scrape = scrapes.removeFirst()
             condition.unlock()
             if scrape.path == "/metrics" {

@@ -16,6 +16,7 @@ import Synchronization
 /// | `Heartbeat`   | heartbeat     | its own          | Heartbeat.swift  |
 /// | `Housekeeper` | housekeeper   | its own          | Housekeeper.swift|
 /// | `Watchdog`    | watchdog      | none             | Watchdog.swift   |
+/// | `MetricsEndpoint` (optional) | metrics, metrics-serve | the executable's closures' own | Observability/MetricsEndpoint.swift |
 ///
 /// The parts share only the hand-offs — `JobBuffer` (fetcher → pool), `RunningJobs` (pool →
 /// watchdog, heartbeat, fetcher's reconciliation), `SettlementQueue` (pool, watchdog, fetcher,
@@ -64,14 +65,19 @@ public final class WorkerProcess: @unchecked Sendable {
     let housekeepers: [Housekeeper]
     let watchdog: Watchdog
 
+    /// `/metrics`, `/healthz`, `/readyz`, when asked for: started first by `start`, stopped last by `shutdown`.
+    let metricsEndpoint: MetricsEndpoint?
+    private let metricsServer = Mutex<MetricsServer?>(nil)
+
     private let finished = DispatchSemaphore(value: 0)
     private let shutdownOnce = Mutex<Bool>(false)
     private var signalSources: [DispatchSourceSignal] = []
 
     public init(configuration: WorkerConfiguration, registry: JobRegistry, database: JobDatabase? = nil,
-                logger: Logger = Logger(label: "workers")) throws {
+                logger: Logger = Logger(label: "workers"), metricsEndpoint: MetricsEndpoint? = nil) throws {
         try configuration.validate()
         self.configuration = configuration
+        self.metricsEndpoint = metricsEndpoint
         let shardMap = try configuration.shardMap ?? ShardMap(single: RedisEndpoint(url: configuration.redisURL))
         self.shardMap = shardMap
         let endpoint = shardMap.shards[0].endpoint
@@ -124,6 +130,9 @@ public final class WorkerProcess: @unchecked Sendable {
     public var failedCount: Int { settler.failedCount }
     public var busyCount: Int { running.count }
     public var isQuiet: Bool { flags.isQuiet }
+    /// The port `/metrics`, `/healthz` and `/readyz` listen on while the process runs (the one picked when
+    /// `MetricsEndpoint.port` was 0); nil without an endpoint, before `start` and after `shutdown`.
+    public var metricsPort: Int? { metricsServer.withLock { $0?.port } }
 
     /// Healthy while heartbeats reach Redis (the last one within three intervals) and the process
     /// is not shutting down. For `/healthz`.
@@ -136,11 +145,21 @@ public final class WorkerProcess: @unchecked Sendable {
 
     // MARK: Life cycle
 
-    /// Registers the process (first heartbeat) and starts every thread. Throws if Redis cannot be
-    /// reached at all.
+    /// Starts the metrics endpoint (if any), registers the process (first heartbeat) and starts every thread.
+    /// Throws if the endpoint cannot listen (`MetricsServer.StartError`) or Redis cannot be reached at all
+    /// (the endpoint is then stopped).
     public func start() throws {
-        for heartbeat in heartbeats {  // before the first fetch, on every shard
-            try heartbeat.register { [self] signal in handle(redisSignal: signal) }
+        if let metricsEndpoint {  // first: /healthz answers (503 until the first heartbeat) while Redis is reached
+            let server = try metricsEndpoint.start(health: { [weak self] in self?.health ?? (false, "stopped") }, logger: logger)
+            metricsServer.withLock { $0 = server }
+        }
+        do {
+            for heartbeat in heartbeats {  // before the first fetch, on every shard
+                try heartbeat.register { [self] signal in handle(redisSignal: signal) }
+            }
+        } catch {
+            stopMetricsEndpoint()
+            throw error
         }
         logger.info("worker started", metadata: [
             "concurrency": "\(configuration.concurrency)",
@@ -240,7 +259,15 @@ public final class WorkerProcess: @unchecked Sendable {
             "pickup_p99_ms": "\(Self.milliseconds(pickupLatency.percentile(0.99)))",
             "peak_rss_kb": "\(ProcessFigures.peakRSSKilobytes())",
         ])
+        stopMetricsEndpoint()
         finished.signal()
+    }
+
+    private func stopMetricsEndpoint() {
+        metricsServer.withLock { server in
+            defer { server = nil }
+            return server
+        }?.stop()
     }
 
     /// Most seconds shutdown waits for the heartbeat, housekeeper and watchdog threads once the

@@ -72,7 +72,7 @@ struct WorkerOptions: ParsableArguments {
     mutating func validate() throws {
         if let concurrency, !(1...1000).contains(concurrency) { throw ValidationError("--concurrency must be within 1...1000") }
         if let metricsPort, !(0...65535).contains(metricsPort) { throw ValidationError("--metrics-port must be within 0...65535") }
-        if let metricsHost, !MetricsEndpoint.isIPv4Address(metricsHost) {
+        if let metricsHost, !PrometheusEndpoint.isIPv4Address(metricsHost) {
             throw ValidationError("--metrics-host must be an IPv4 address such as 127.0.0.1 or 0.0.0.0")
         }
         if let commitBatch, !(1...WorkerConfiguration.maxCommitBatch).contains(commitBatch) {
@@ -118,7 +118,7 @@ struct WorkerOptions: ParsableArguments {
         do { try configuration.validate() } catch { throw CLIError.usage("\(error)") }
 
         // Metric handles bind to the factory when created: bootstrap before the process exists.
-        if metricsAddress(file: file) != nil { MetricsEndpoint.bootstrap() }
+        if metricsAddress(file: file) != nil { PrometheusEndpoint.bootstrap() }
         var registry = JobRegistry.builtins()
         if benchJobs {
             BenchJobs.register(into: &registry)
@@ -132,27 +132,30 @@ struct WorkerOptions: ParsableArguments {
         let relay = try outbox.makeRelay(redisURL: configuration.redisURL, noDatabase: noDatabase,
                                          databaseURL: database.resolvedURL(configured: file.databaseURL), registry: registry,
                                          shardMap: configuration.shardMap)
+        let metricsEndpoint = try metricsAddress(file: file).map { address in
+            try PrometheusEndpoint.endpoint(host: address.host, port: address.port, redisURL: configuration.redisURL,
+                                            databaseURL: noDatabase ? nil : database.resolvedURL(configured: file.databaseURL))
+        }
         do {
             return (try WorkerProcess(configuration: configuration, registry: registry, database: jobDatabase,
-                                      logger: Logger(label: "workerctl.worker")), relay)
+                                      logger: Logger(label: "workerctl.worker"), metricsEndpoint: metricsEndpoint), relay)
         } catch let error as RedisError {
             throw CLIError.usage(error.description)
         }
     }
 
-    /// Runs the process (and the metrics endpoint when asked) until SIGTERM/SIGINT (or Sidekiq's
-    /// TERM through Redis) has shut it down.
+    /// Runs the process (and its metrics endpoint, when asked) until SIGTERM/SIGINT (or Sidekiq's
+    /// TERM through Redis) has shut it down. An endpoint that cannot listen is a runtime error (exit 1).
     func run(_ process: WorkerProcess, relay: OutboxRelay? = nil) throws {
-        let file = try loadConfigFile()
-        let server = try metricsAddress(file: file).map { address in
-            try MetricsEndpoint.listen(host: address.host, port: address.port, redisURL: process.configuration.redisURL,
-                                       databaseURL: noDatabase ? nil : database.resolvedURL(configured: file.databaseURL),
-                                       logger: Logger(label: "workerctl.worker"), health: { process.health })
-        }
         relay?.start()
         defer { relay?.stop() }
-        do { try process.run() } catch let error as RedisError { throw CLIError.runtime(error.description) }
-        withExtendedLifetime(server) {}
+        do {
+            try process.run()
+        } catch let error as RedisError {
+            throw CLIError.runtime(error.description)
+        } catch let error as MetricsServer.StartError {
+            throw CLIError.runtime(error.description)
+        }
     }
 
     func loadConfigFile() throws -> WorkerConfigFile {
@@ -163,7 +166,7 @@ struct WorkerOptions: ParsableArguments {
     /// win; the host defaults to loopback). nil: no port anywhere, no endpoint.
     func metricsAddress(file: WorkerConfigFile) -> (host: String, port: Int)? {
         guard let port = metricsPort ?? file.metricsPort else { return nil }
-        return (metricsHost ?? file.metricsHost ?? MetricsEndpoint.defaultHost, port)
+        return (metricsHost ?? file.metricsHost ?? PrometheusEndpoint.defaultHost, port)
     }
 
     /// The domain jobs, configured from the environment (`docs/jobs-*.md`). An area that is not

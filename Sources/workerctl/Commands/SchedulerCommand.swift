@@ -126,7 +126,7 @@ struct SchedulerCommand: ParsableCommand {
     var metricsPort: Int?
 
     @Option(name: .customLong("metrics-host"), help: "IPv4 address the metrics endpoint binds: 127.0.0.1 (default) or 0.0.0.0 (every interface).")
-    var metricsHost = MetricsEndpoint.defaultHost
+    var metricsHost = PrometheusEndpoint.defaultHost
 
     func validate() throws {
         if let metricsPort, !(0...65535).contains(metricsPort) { throw ValidationError("--metrics-port must be within 0...65535") }
@@ -145,12 +145,12 @@ struct SchedulerCommand: ParsableCommand {
         // A SIGHUP before the handlers exist (during the first sync) must not end the process.
         signal(SIGHUP, SIG_IGN)
         // Metric handles bind to the factory when created: bootstrap before the runner exists.
-        if metricsPort != nil { MetricsEndpoint.bootstrap() }
+        if metricsPort != nil { PrometheusEndpoint.bootstrap() }
         let redisURL = redis.resolvedURL()
         let shardMap = try WorkerConfigFile().shardMap(defaultURL: redisURL)
         let runners = try options.makeRunners(file: file, redisURL: redisURL, shardMap: shardMap)
         let server = try metricsPort.map { port in
-            try MetricsEndpoint.listen(host: metricsHost, port: port, redisURL: redisURL, logger: Logger(label: "workerctl.scheduler"),
+            try PrometheusEndpoint.listen(host: metricsHost, port: port, redisURL: redisURL, logger: Logger(label: "workerctl.scheduler"),
                                        health: { combinedHealth(runners) })
         }
         let signals = SchedulerSignals(runners: runners, onStop: { for runner in runners { runner.stop() } })

@@ -10,7 +10,7 @@ struct JobsCommand: ParsableCommand {
             States: enqueued (queue:NAME lists), scheduled, retry, dead (sorted sets), busy (running \
             on a live process). A JID that is not found exits with code 1; bad arguments exit with 2.
             """,
-        subcommands: [List.self, Show.self, Retry.self, Run.self, Kill.self, Delete.self]
+        subcommands: [List.self, Show.self, Action<Retry>.self, Action<Run>.self, Action<Kill>.self, Action<Delete>.self]
     )
 
     static func printTable(_ page: Page<JobRecord>, now: Double) {
@@ -236,42 +236,47 @@ struct JobsCommand: ParsableCommand {
         }
     }
 
-    struct Retry: ParsableCommand {
+    /// What distinguishes one action command (`jobs retry|run|kill|delete`) from the others: its name and help,
+    /// the admin action, and the past-tense verb of its report.
+    protocol ActionKind {
+        static var configuration: CommandConfiguration { get }
+        static var action: JobAction { get }
+        static var verb: String { get }
+    }
+
+    /// One action command: the same options (connection, output, `Target`) and `perform`, named by `Kind`.
+    struct Action<Kind: ActionKind>: ParsableCommand {
+        static var configuration: CommandConfiguration { Kind.configuration }
+        @OptionGroup var connection: ConnectionOptions
+        @OptionGroup var output: OutputOptions
+        @OptionGroup var target: Target
+        func run() throws { try JobsCommand.perform(Kind.action, verb: Kind.verb, target: target, connection: connection, output: output) }
+    }
+
+    enum Retry: ActionKind {
         static let configuration = CommandConfiguration(
             commandName: "retry", abstract: "Put retry, dead or scheduled jobs back in their queue now.",
             discussion: "Like Ruby's SortedEntry#retry: retry_count is decreased by one, so the manual retry does not use up an attempt.")
-        @OptionGroup var connection: ConnectionOptions
-        @OptionGroup var output: OutputOptions
-        @OptionGroup var target: Target
-        func run() throws { try JobsCommand.perform(.retry, verb: "retried", target: target, connection: connection, output: output) }
+        static let action = JobAction.retry, verb = "retried"
     }
 
-    struct Run: ParsableCommand {
+    enum Run: ActionKind {
         static let configuration = CommandConfiguration(
             commandName: "run", abstract: "Enqueue scheduled or retry jobs now, unchanged (Ruby's add_to_queue).")
-        @OptionGroup var connection: ConnectionOptions
-        @OptionGroup var output: OutputOptions
-        @OptionGroup var target: Target
-        func run() throws { try JobsCommand.perform(.run, verb: "enqueued", target: target, connection: connection, output: output) }
+        static let action = JobAction.run, verb = "enqueued"
     }
 
-    struct Kill: ParsableCommand {
+    enum Kill: ActionKind {
         static let configuration = CommandConfiguration(
             commandName: "kill", abstract: "Move enqueued, scheduled or retry jobs to the dead set.",
             discussion: "Like Ruby's DeadSet#kill: ZADD dead now, then the set is trimmed to 180 days and 10,000 entries.")
-        @OptionGroup var connection: ConnectionOptions
-        @OptionGroup var output: OutputOptions
-        @OptionGroup var target: Target
-        func run() throws { try JobsCommand.perform(.kill, verb: "killed", target: target, connection: connection, output: output) }
+        static let action = JobAction.kill, verb = "killed"
     }
 
-    struct Delete: ParsableCommand {
+    enum Delete: ActionKind {
         static let configuration = CommandConfiguration(
             commandName: "delete", abstract: "Delete enqueued, scheduled, retry or dead jobs.")
-        @OptionGroup var connection: ConnectionOptions
-        @OptionGroup var output: OutputOptions
-        @OptionGroup var target: Target
-        func run() throws { try JobsCommand.perform(.delete, verb: "deleted", target: target, connection: connection, output: output) }
+        static let action = JobAction.delete, verb = "deleted"
     }
 }
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import Synchronization
 import WebDashboard
 
 /// `workerctl web`: serves the operator dashboard (docs/web.md). Parsing and the credential's source only; the
@@ -55,9 +56,8 @@ struct WebCommand: ParsableCommand {
 }
 
 /// The server task's error, handed to the command's thread (written once, read after the semaphore).
-private final class FailureBox: @unchecked Sendable {
-    private let lock = NSLock()
-    private var error: (any Error)?
-    func set(_ error: any Error) { lock.withLock { self.error = error } }
-    func get() -> (any Error)? { lock.withLock { error } }
+private final class FailureBox: Sendable {
+    private let error = Mutex<(any Error)?>(nil)
+    func set(_ error: any Error) { self.error.withLock { $0 = error } }
+    func get() -> (any Error)? { error.withLock { $0 } }
 }
