@@ -27,10 +27,9 @@ final class SettleBacklogTests: XCTestCase {
         // Three finished runs the settler has not written yet: the backlog is full.
         let placeholder = FetchedJob(queue: "default", raw: Array("{}".utf8), workingKey: "working:queue:default:none")
         for _ in 0..<3 { settlements.add(.init(job: placeholder, settlement: .ack, failed: false, processed: true)) }
-        let fetcher = Fetcher(identity: "backlog-host:1:abc", configuration: configuration,
-                              endpoint: try RedisEndpoint(url: redis.url), buffer: buffer, running: RunningJobs(),
-                              settlements: settlements, runTime: RunTimeEstimate(), outages: OutageLog(logger: logger),
-                              unique: UniqueGate(registry: JobRegistry(), configuration: configuration), logger: logger)
+        let parts = try RuntimeParts.forTesting(identity: "backlog-host:1:abc", configuration: configuration,
+                                                buffer: buffer, settlements: settlements, logger: logger)
+        let fetcher = Fetcher(parts, unique: UniqueGate(registry: JobRegistry(), configuration: configuration))
         fetcher.start()
         defer { fetcher.stopAndWait() }
         Thread.sleep(forTimeInterval: 0.5)  // a fetch would take a millisecond; half a second of none is "held back"

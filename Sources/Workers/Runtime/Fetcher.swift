@@ -3,7 +3,8 @@ import Logging
 import Queue
 
 /// The fetcher: moves jobs from the queues into this process's in-flight lists
-/// (`ReliableQueue.fetch`, one script call per batch) and hands them to the pool through `buffer`.
+/// (`ReliableQueue.fetch`, one script call per batch) and hands them to the pool through `buffer`. Each pass of its
+/// loop makes one round trip, by mode (`FetchStep`, FetchStep.swift).
 ///
 /// Thread rules: owns the `fetcher` thread and its Redis connections — the one it fetches on, and a second one for
 /// the unique check of jobs that arrive while the first waits in `BLMOVE` (only that thread touches them) — and,
@@ -42,20 +43,19 @@ final class Fetcher: Sendable {
     private let waiterCount: Int
     private let waitersDone = DispatchGroup()
 
-    init(identity: String, configuration: WorkerConfiguration, shard: Int = 0, queues: [QueueWeight]? = nil,
-         endpoint: RedisEndpoint, buffer: JobBuffer,
-         running: RunningJobs, settlements: SettlementQueue, runTime: RunTimeEstimate, outages: OutageLog,
-         unique: UniqueGate, logger: Logger) {
-        self.identity = identity
-        self.configuration = configuration
-        self.endpoint = endpoint
-        self.buffer = buffer
-        self.running = running
-        self.settlements = settlements
-        self.runTime = runTime
-        self.outages = outages
+    /// `shard`: the index in `parts.shardMap` of the Redis it reads; `queues`: the process's queues there (all of
+    /// them by default).
+    init(_ parts: RuntimeParts, shard: Int = 0, queues: [QueueWeight]? = nil, unique: UniqueGate) {
+        identity = parts.identity
+        configuration = parts.configuration
+        endpoint = parts.shardMap.shards[shard].endpoint
+        buffer = parts.buffer
+        running = parts.running
+        settlements = parts.settlements
+        runTime = parts.runTime
+        outages = parts.outages
         self.unique = unique
-        self.logger = logger
+        logger = parts.logger
         self.shard = shard
         self.queues = queues ?? configuration.queues
         thread = RuntimeThread(name: shard == 0 ? "fetcher" : "fetcher-\(shard)")
@@ -85,37 +85,18 @@ final class Fetcher: Sendable {
         waitersDone.wait()
     }
 
+    /// The fetcher thread: one pass at a time, each a fixed sequence — hold back while the settler is behind,
+    /// reconcile after a lost reply, reserve slots, then one `FetchStep` — with the thread's mutable state in
+    /// `LoopState`. A failed pass asks for a reconciliation and reconnects (`reconnect`).
     private func loop() {
-        var link = RedisLink(endpoint: endpoint)
-        /// For the unique-job check of jobs a `fetchThenWait` brought while `link` still waits in `BLMOVE`.
-        var checkLink = RedisLink(endpoint: endpoint)
-        var backoff = ReconnectBackoff()
-        /// Set when the single queue was last seen paused: the plain fetch, with the paused check before any wait, is
-        /// used until it is seen unpaused (so a paused queue has no job taken and given back on every pass).
-        var pausedSeen = false
-        var idleWait = 0.001
-        /// Set when a fetch failed: its reply may have been lost after Redis moved jobs.
-        var mustReconcile = false
+        var state = LoopState(endpoint: endpoint)
         let names = queues.map(\.name)
         let single = names.count == 1 ? names[0] : nil
         while !thread.shouldStop {
-            if settlements.unwrittenCount >= configuration.settleBacklog {
-                // The settler is behind: more jobs now would only wait, finished, in memory and in flight.
-                settlements.waitUntilBelow(configuration.settleBacklog, timeout: 0.1)
-                continue
-            }
+            if waitWhileSettlerIsBehind() { continue }
             do throws(RedisError) {
-                let conn = try link.connected()
-                if gate.takeReconciliationRequest() { mustReconcile = true }
-                if mustReconcile {
-                    // Once no waiter has a wait in flight (FetchGate): a job whose reply is still on its way is not
-                    // "unknown".
-                    let reclaimed = try gate.reconcile { () throws(RedisError) in
-                        try ReliableQueue.reclaimUnknown(conn, identity: identity, queues: names, known: knownInFlight)
-                    }
-                    if reclaimed > 0 { logger.notice("put back jobs a lost fetch reply had left in flight", metadata: ["count": "\(reclaimed)"]) }
-                    mustReconcile = false
-                }
+                let conn = try state.link.connected()
+                try reconcileIfAsked(conn, queues: names, state: &state)
                 let limit = configuration.concurrency + allowedPrefetch()
                 // The fetch's slots, and one for the wait that follows it when one queue is served.
                 var held = gate.reserve(upTo: configuration.fetchBatch + (single == nil ? 0 : 1), limit: limit)
@@ -124,82 +105,143 @@ final class Fetcher: Sendable {
                     continue
                 }
                 defer { gate.release(held) }
-                if let single, !pausedSeen, held >= 2 {
-                    // One round trip: the fetch, the paused check and a wait for the next job, whose jobs go to the
-                    // pool as soon as the fetch's reply is read (docs/architecture.md, "A job's bytes", step 2).
-                    var checkFailure: RedisError?
-                    let asked = held - 1
-                    var brought = 0
-                    let (waited, paused) = try ReliableQueue.fetchThenWait(
-                        conn, identity: identity, queue: single, limit: asked,
-                        timeout: configuration.blockingFetchTimeout) { jobs in
-                        brought = jobs.count
-                        do throws(RedisError) {
-                            try deliver(jobs, checkingOn: checkLink.connected(), releasing: asked)
-                            held -= asked
-                        } catch {
-                            checkFailure = error
-                        }
-                    }
-                    if let checkFailure { throw checkFailure }
-                    outages.succeeded("Redis")
-                    backoff.reset()
-                    pausedSeen = paused
-                    // Waiters wait while this fetch found the queue drained; a full fetch means a backlog, which
-                    // batched fetches move at a fraction of the cost of one wait per job.
-                    gate.noteFetch(caughtUp: brought < asked, paused: paused)
-                    if let waited {
-                        // Taken from a paused queue (the wait was sent before the answer was known): it goes back.
-                        if paused {
-                            settlements.giveBack([waited], logger: logger)
-                        } else {
-                            try deliver([waited], checkingOn: conn, releasing: 1)
-                            held -= 1
-                        }
-                    }
-                    continue
+                switch FetchStep(single: single, pausedSeen: state.pausedSeen, held: held) {
+                case .fetchThenWait(let queue): try fetchThenWait(conn, queue: queue, held: &held, state: &state)
+                case .fetch: try fetch(conn, single: single, held: &held, state: &state)
                 }
-                var jobs = try ReliableQueue.fetch(conn, identity: identity, queues: queueOrder(), limit: held)
-                if jobs.isEmpty, let single {
-                    if try conn.command("SISMEMBER", Keys.paused, single).integer != 0 {
-                        pausedSeen = true
-                        gate.notePaused()
-                        Thread.sleep(forTimeInterval: 0.05)  // paused: look again shortly
-                    } else if pausedSeen {
-                        pausedSeen = false  // unpaused: the next pass fetches and waits in one round trip
-                        gate.noteFetch(caughtUp: false, paused: false)
-                    } else if let job = try ReliableQueue.fetchBlocking(conn, identity: identity, queue: single,
-                                                                        timeout: configuration.blockingFetchTimeout) {
-                        jobs = [job]
-                    }
-                    // A blocking wait that timed out loops straight into the next fetch: no sleep, during which a
-                    // job pushed meanwhile would wait up to 50 ms.
-                }
-                outages.succeeded("Redis")
-                backoff.reset()
-                if jobs.isEmpty {
-                    if single == nil {
-                        Thread.sleep(forTimeInterval: idleWait)
-                        idleWait = min(idleWait * 2, configuration.idlePollMax)
-                    }
-                    continue
-                }
-                idleWait = 0.001
-                try deliver(jobs, checkingOn: conn, releasing: held)
-                held = 0
             } catch {
-                mustReconcile = true
-                let wasConnected = link.isOpen
-                link.drop()
-                checkLink.drop()
-                // A link that broke while idle (e.g. Redis restarted) is not an outage: reconnect at once.
-                if wasConnected, error.isConnectionFailure, (try? link.connected()) != nil {
-                    continue
-                }
-                outages.failed("Redis", error)
-                backoff.wait { !thread.shouldStop }
+                state.mustReconcile = true
+                state.checkLink.drop()
+                reconnect(&state.link, after: error, backoff: &state.backoff)
             }
         }
+    }
+
+    /// The fetcher thread's state between passes (`loop`; only that thread touches it).
+    private struct LoopState {
+        var link: RedisLink
+        /// For the unique-job check of jobs a `fetchThenWait` brought while `link` still waits in `BLMOVE`.
+        var checkLink: RedisLink
+        var backoff = ReconnectBackoff()
+        /// Set when the single queue was last seen paused: the plain fetch, with the paused check before any wait, is
+        /// used until it is seen unpaused (so a paused queue has no job taken and given back on every pass).
+        var pausedSeen = false
+        /// The pause after an empty fetch of several queues: 1 ms, doubling to `idlePollMax` while fetches stay empty.
+        var idleWait = 0.001
+        /// Set when a fetch failed: its reply may have been lost after Redis moved jobs.
+        var mustReconcile = false
+
+        init(endpoint: RedisEndpoint) {
+            link = RedisLink(endpoint: endpoint)
+            checkLink = RedisLink(endpoint: endpoint)
+        }
+    }
+
+    /// Back-pressure: while `settleBacklog` or more settlements wait for the settler, waits (up to 0.1 s) for it to
+    /// catch up and returns true — more jobs now would only wait, finished, in memory and in flight. Fetcher and
+    /// waiter threads, before each fetch or wait.
+    private func waitWhileSettlerIsBehind() -> Bool {
+        guard settlements.unwrittenCount >= configuration.settleBacklog else { return false }
+        settlements.waitUntilBelow(configuration.settleBacklog, timeout: 0.1)
+        return true
+    }
+
+    /// After a lost reply (this thread's, or a waiter's through `gate`): puts back every in-flight job this process
+    /// does not hold in memory, once no waiter has a wait in flight (`FetchGate`).
+    private func reconcileIfAsked(_ conn: RedisConnection, queues names: [String],
+                                  state: inout LoopState) throws(RedisError) {
+        if gate.takeReconciliationRequest() { state.mustReconcile = true }
+        guard state.mustReconcile else { return }
+        // Once no waiter has a wait in flight (FetchGate): a job whose reply is still on its way is not "unknown".
+        let reclaimed = try gate.reconcile { () throws(RedisError) in
+            try ReliableQueue.reclaimUnknown(conn, identity: identity, queues: names, known: knownInFlight)
+        }
+        if reclaimed > 0 { logger.notice("put back jobs a lost fetch reply had left in flight", metadata: ["count": "\(reclaimed)"]) }
+        state.mustReconcile = false
+    }
+
+    /// `FetchStep.fetchThenWait`: one round trip — the fetch, the paused check and a wait for the next job, whose
+    /// jobs go to the pool as soon as the fetch's reply is read (docs/architecture.md, "A job's bytes", step 2).
+    /// `held` (≥ 2) drops by each hand-over's slots.
+    private func fetchThenWait(_ conn: RedisConnection, queue single: String, held: inout Int,
+                               state: inout LoopState) throws(RedisError) {
+        var checkFailure: RedisError?
+        let asked = held - 1
+        var brought = 0
+        let (waited, paused) = try ReliableQueue.fetchThenWait(
+            conn, identity: identity, queue: single, limit: asked,
+            timeout: configuration.blockingFetchTimeout) { jobs in
+            brought = jobs.count
+            do throws(RedisError) {
+                try deliver(jobs, checkingOn: state.checkLink.connected(), releasing: asked)
+                held -= asked
+            } catch {
+                checkFailure = error
+            }
+        }
+        if let checkFailure { throw checkFailure }
+        redisAnswered(&state.backoff)
+        state.pausedSeen = paused
+        // Waiters wait while this fetch found the queue drained; a full fetch means a backlog, which
+        // batched fetches move at a fraction of the cost of one wait per job.
+        gate.noteFetch(caughtUp: brought < asked, paused: paused)
+        if let waited {
+            // Taken from a paused queue (the wait was sent before the answer was known): it goes back.
+            if paused {
+                settlements.giveBack([waited], logger: logger)
+            } else {
+                try deliver([waited], checkingOn: conn, releasing: 1)
+                held -= 1
+            }
+        }
+    }
+
+    /// `FetchStep.fetch`: one batched fetch of up to `held` jobs in `queueOrder()`. With one queue, a fetch that
+    /// brought nothing goes on to the paused probe and, unless that ends the pass, a blocking fetch. With several,
+    /// an empty fetch backs off (`idleWait`). `held` drops to 0 once the jobs are handed over.
+    private func fetch(_ conn: RedisConnection, single: String?, held: inout Int,
+                       state: inout LoopState) throws(RedisError) {
+        var jobs = try ReliableQueue.fetch(conn, identity: identity, queues: queueOrder(), limit: held)
+        if jobs.isEmpty, let single, try !probePaused(conn, queue: single, state: &state) {
+            if let job = try fetchBlocking(conn, queue: single) { jobs = [job] }
+        }
+        redisAnswered(&state.backoff)
+        if jobs.isEmpty {
+            if single == nil {
+                Thread.sleep(forTimeInterval: state.idleWait)
+                state.idleWait = min(state.idleWait * 2, configuration.idlePollMax)
+            }
+            return
+        }
+        state.idleWait = 0.001
+        try deliver(jobs, checkingOn: conn, releasing: held)
+        held = 0
+    }
+
+    /// The paused probe, after an empty fetch of the one queue served: true when it ends the pass — the queue is
+    /// paused (noted in `gate`; look again shortly) or was just seen unpaused (the next pass fetches and waits in one
+    /// round trip); false when a blocking fetch should follow.
+    private func probePaused(_ conn: RedisConnection, queue single: String,
+                             state: inout LoopState) throws(RedisError) -> Bool {
+        if try conn.command("SISMEMBER", Keys.paused, single).integer != 0 {
+            state.pausedSeen = true
+            gate.notePaused()
+            Thread.sleep(forTimeInterval: 0.05)  // paused: look again shortly
+            return true
+        }
+        if state.pausedSeen {
+            state.pausedSeen = false  // unpaused: the next pass fetches and waits in one round trip
+            gate.noteFetch(caughtUp: false, paused: false)
+            return true
+        }
+        return false
+    }
+
+    /// The blocking fetch (`BLMOVE`, up to `blockingFetchTimeout`) of the one queue served, after an empty fetch of an
+    /// unpaused queue. A wait that timed out loops straight into the next fetch: no sleep, during which a job pushed
+    /// meanwhile would wait up to 50 ms.
+    private func fetchBlocking(_ conn: RedisConnection, queue single: String) throws(RedisError) -> FetchedJob? {
+        try ReliableQueue.fetchBlocking(conn, identity: identity, queue: single, timeout: configuration.blockingFetchTimeout)
     }
 
     /// A waiter (one queue served, `WorkerConfiguration.blockingWaiters` of them): its own connection waits in
@@ -213,10 +255,7 @@ final class Fetcher: Sendable {
         let queue = queues[0].name
         while !thread.shouldStop {
             guard gate.waitUntilWaitingPays(timeout: 0.1) else { continue }
-            if settlements.unwrittenCount >= configuration.settleBacklog {
-                settlements.waitUntilBelow(configuration.settleBacklog, timeout: 0.1)
-                continue
-            }
+            if waitWhileSettlerIsBehind() { continue }
             let limit = configuration.concurrency + allowedPrefetch()
             // The last free slot stays the fetcher's: waiters never leave it without room to fetch.
             var held = gate.reserve(upTo: 1, limit: limit, keepFree: 1)
@@ -229,8 +268,7 @@ final class Fetcher: Sendable {
                 let conn = try link.connected()
                 let (job, paused) = try ReliableQueue.waitForJob(conn, identity: identity, queue: queue,
                                                                  timeout: configuration.blockingFetchTimeout)
-                outages.succeeded("Redis")
-                backoff.reset()
+                redisAnswered(&backoff)
                 if paused { gate.notePaused() }
                 guard let job else { continue }
                 if paused {
@@ -245,14 +283,26 @@ final class Fetcher: Sendable {
                 gate.requestReconciliation()
                 gate.release(held)
                 held = 0
-                let wasConnected = link.isOpen
-                link.drop()
-                // A link that broke while waiting (e.g. Redis restarted) is not an outage: reconnect at once.
-                if wasConnected, error.isConnectionFailure, (try? link.connected()) != nil { continue }
-                outages.failed("Redis", error)
-                backoff.wait { !thread.shouldStop }
+                reconnect(&link, after: error, backoff: &backoff)
             }
         }
+    }
+
+    /// A round trip on this thread's link succeeded: ends a reported Redis outage and resets the back-off.
+    private func redisAnswered(_ backoff: inout ReconnectBackoff) {
+        outages.succeeded("Redis")
+        backoff.reset()
+    }
+
+    /// After a failed round trip on `link` (fetcher and waiters): drops the link. A link that broke while idle or
+    /// waiting (e.g. Redis restarted) is not an outage: it is reopened at once. Otherwise the outage is reported and
+    /// the back-off waited out (cut short by a stop request).
+    private func reconnect(_ link: inout RedisLink, after error: RedisError, backoff: inout ReconnectBackoff) {
+        let wasConnected = link.isOpen
+        link.drop()
+        if wasConnected, error.isConnectionFailure, (try? link.connected()) != nil { return }
+        outages.failed("Redis", error)
+        backoff.wait { !thread.shouldStop }
     }
 
     /// Hands fetched jobs to the pool, giving back `slots` reserved slots (`FetchGate.handOver`): duplicates of live

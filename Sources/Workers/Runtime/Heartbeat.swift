@@ -36,21 +36,20 @@ final class Heartbeat: @unchecked Sendable {
     /// Time of the last heartbeat Redis accepted (0 before the first).
     private let lastBeat = Atomic<Double>(0)
 
-    init(identity: String, configuration: WorkerConfiguration, endpoint: RedisEndpoint, running: RunningJobs,
-         flags: LifeCycleFlags, metrics: RuntimeMetrics, startedAt: Double, outages: OutageLog, logger: Logger,
-         shard: Int? = nil, recordsBusyGauge: Bool = true) {
+    /// `shard`: with several shards, the index in `parts.shardMap` of the Redis it writes to; nil with one Redis.
+    init(_ parts: RuntimeParts, shard: Int? = nil, recordsBusyGauge: Bool = true) {
         self.shard = shard
         self.recordsBusyGauge = recordsBusyGauge
         thread = RuntimeThread(name: shard.map { "heartbeat-\($0)" } ?? "heartbeat")
-        self.identity = identity
-        self.configuration = configuration
-        self.endpoint = endpoint
-        self.running = running
-        self.flags = flags
-        self.metrics = metrics
-        self.startedAt = startedAt
-        self.outages = outages
-        self.logger = logger
+        identity = parts.identity
+        configuration = parts.configuration
+        endpoint = parts.shardMap.shards[shard ?? 0].endpoint
+        running = parts.running
+        flags = parts.flags
+        metrics = parts.metrics
+        startedAt = parts.startedAt
+        outages = parts.outages
+        logger = parts.logger
     }
 
     var lastBeatAt: Double { lastBeat.load(ordering: .relaxed) }

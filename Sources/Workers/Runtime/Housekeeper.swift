@@ -19,22 +19,21 @@ final class Housekeeper: Sendable {
     private let thread: RuntimeThread
     private let shard: Int
     /// The map this process uses, checked against the shard at every sweep interval (`ShardMapCheck`).
-    private let shardMap: ShardMap?
+    private let shardMap: ShardMap
 
-    /// `shard`: index of the shard `endpoint` is (0 with one Redis). Each
+    /// `shard`: index in `parts.shardMap` of the shard it keeps (0 with one Redis). Each
     /// shard has its own housekeeper: its `schedule`/`retry` hold only its queues' jobs, and its
     /// in-flight lists and fetcher heartbeats are there too.
-    init(identity: String, configuration: WorkerConfiguration, endpoint: RedisEndpoint, metrics: RuntimeMetrics,
-         outages: OutageLog, logger: Logger, shard: Int = 0, shardMap: ShardMap? = nil) {
+    init(_ parts: RuntimeParts, shard: Int = 0) {
         thread = RuntimeThread(name: shard == 0 ? "housekeeper" : "housekeeper-\(shard)")
         self.shard = shard
-        self.shardMap = shardMap
-        self.identity = identity
-        self.configuration = configuration
-        self.endpoint = endpoint
-        self.metrics = metrics
-        self.outages = outages
-        self.logger = logger
+        shardMap = parts.shardMap
+        identity = parts.identity
+        configuration = parts.configuration
+        endpoint = parts.shardMap.shards[shard].endpoint
+        metrics = parts.metrics
+        outages = parts.outages
+        logger = parts.logger
     }
 
     func start() { thread.start { [self] in loop() } }
@@ -81,7 +80,6 @@ final class Housekeeper: Sendable {
     /// Every sweep interval, whether or not this process holds the sweep lease: another map in use on this shard,
     /// or jobs stranded on it, log an alert (`shard_map_mismatch`) and set the gauge while they last.
     private func checkShardMap(_ connection: RedisConnection) throws {
-        guard let shardMap else { return }
         let finding = try ShardMapCheck.check(connection, map: shardMap, shard: shard,
                                               freshness: max(120, 4 * configuration.orphanSweepInterval))
         metrics.shardMapMismatch.record(finding.isEmpty ? 0 : 1)

@@ -32,19 +32,18 @@ final class JobPool: Sendable {
     private let threadSerial = Atomic<Int>(0)
     private let threadsDone = DispatchGroup()
 
-    init(runner: JobRunner, configuration: WorkerConfiguration, buffer: JobBuffer, running: RunningJobs,
-         settlements: SettlementQueue, runTime: RunTimeEstimate, metrics: RuntimeMetrics,
-         pickupLatency: LatencyHistogram, runTimes: LatencyHistogram, logger: Logger) {
+    /// `pickupLatency` and `runTimes`: the process's histograms (`WorkerProcess.pickupLatency`, `.runTime`).
+    init(_ parts: RuntimeParts, runner: JobRunner, pickupLatency: LatencyHistogram, runTimes: LatencyHistogram) {
         self.runner = runner
-        self.configuration = configuration
-        self.buffer = buffer
-        self.running = running
-        self.settlements = settlements
-        self.runTime = runTime
-        self.metrics = metrics
+        configuration = parts.configuration
+        buffer = parts.buffer
+        running = parts.running
+        settlements = parts.settlements
+        runTime = parts.runTime
+        metrics = parts.metrics
         self.pickupLatency = pickupLatency
         self.runTimes = runTimes
-        self.logger = logger
+        logger = parts.logger
     }
 
     /// Starts one more pool thread. It exits once the buffer is closed and empty, or retires after

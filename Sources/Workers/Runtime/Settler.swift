@@ -30,15 +30,15 @@ final class Settler: Sendable {
     private let processedTotal = Atomic<Int>(0)
     private let failedTotal = Atomic<Int>(0)
 
-    init(settlements: SettlementQueue, flags: LifeCycleFlags, endpoints: [RedisEndpoint], deadLimits: DeadSetLimits,
-         replicaWait: ReplicaWait? = nil, outages: OutageLog) {
+    /// One connection per shard of `parts.shardMap`; dead-set limits and the replica wait from the configuration.
+    init(_ parts: RuntimeParts) {
+        settlements = parts.settlements
+        flags = parts.flags
+        endpoints = parts.shardMap.shards.map(\.endpoint)
         precondition(!endpoints.isEmpty, "a settler needs at least one Redis")
-        self.settlements = settlements
-        self.flags = flags
-        self.endpoints = endpoints
-        self.deadLimits = deadLimits
-        self.replicaWait = replicaWait
-        self.outages = outages
+        deadLimits = parts.configuration.deadLimits
+        replicaWait = parts.configuration.replicaWait
+        outages = parts.outages
     }
 
     /// Runs written so far (successes and failures), and failures, in this process.

@@ -17,13 +17,12 @@ final class Watchdog: Sendable {
     private let metrics: RuntimeMetrics
     private let thread = RuntimeThread(name: "watchdog")
 
-    init(running: RunningJobs, settlements: SettlementQueue, pool: JobPool, flags: LifeCycleFlags,
-         metrics: RuntimeMetrics) {
-        self.running = running
-        self.settlements = settlements
+    init(_ parts: RuntimeParts, pool: JobPool) {
+        running = parts.running
+        settlements = parts.settlements
         self.pool = pool
-        self.flags = flags
-        self.metrics = metrics
+        flags = parts.flags
+        metrics = parts.metrics
     }
 
     func start() { thread.start { [self] in loop() } }

@@ -21,7 +21,8 @@ import Synchronization
 /// The parts share only the hand-offs — `JobBuffer` (fetcher → pool), `RunningJobs` (pool →
 /// watchdog, heartbeat, fetcher's reconciliation), `SettlementQueue` (pool, watchdog, fetcher,
 /// shutdown → settler) — plus `LifeCycleFlags` (written here only) and the pool's `RunTimeEstimate`
-/// (read by the fetcher).
+/// (read by the fetcher). `init` builds what they share once, as a `RuntimeParts` (RuntimeParts.swift),
+/// and gives it to each part's init.
 ///
 /// With several shards (`WorkerConfiguration.shardMap`, docs/sharding.md) the fetcher, heartbeat
 /// and housekeeper exist once per shard holding some of this process's queues, each with its own
@@ -91,38 +92,29 @@ public final class WorkerProcess: @unchecked Sendable {
         self.logger = logger
         let buffer = JobBuffer(capacity: configuration.concurrency + configuration.prefetch)
         self.buffer = buffer
-        let outages = OutageLog(logger: logger)
-        let runTimeEstimate = RunTimeEstimate()
-        pool = JobPool(runner: JobRunner(registry: registry, configuration: configuration, database: database, logger: logger,
-                                         limiter: JobLimiter(endpoint: endpoint, logger: logger)),
-                       configuration: configuration, buffer: buffer, running: running, settlements: settlements,
-                       runTime: runTimeEstimate, metrics: metrics, pickupLatency: pickupLatency, runTimes: runTime,
-                       logger: logger)
+        // What every part shares, set before any thread starts (RuntimeParts).
+        let parts = RuntimeParts(identity: identity, configuration: configuration, shardMap: shardMap, startedAt: startedAt,
+                                 buffer: buffer, running: running, settlements: settlements, runTime: RunTimeEstimate(),
+                                 outages: OutageLog(logger: logger), flags: flags, metrics: metrics, logger: logger)
+        pool = JobPool(parts, runner: JobRunner(registry: registry, configuration: configuration, database: database, logger: logger,
+                                                limiter: JobLimiter(endpoint: endpoint, logger: logger)),
+                       pickupLatency: pickupLatency, runTimes: runTime)
         let unique = UniqueGate(registry: registry, configuration: configuration)
         let sharded = !shardMap.isSingle
         var fetchers: [Fetcher] = []
         var heartbeats: [Heartbeat] = []
         var housekeepers: [Housekeeper] = []
         for group in groups {
-            let shardEndpoint = shardMap.shards[group.shard].endpoint
             let queues = configuration.queues.filter { group.queues.contains($0.name) }
-            fetchers.append(Fetcher(identity: identity, configuration: configuration, shard: group.shard, queues: queues,
-                                    endpoint: shardEndpoint, buffer: buffer, running: running, settlements: settlements,
-                                    runTime: runTimeEstimate, outages: outages, unique: unique, logger: logger))
-            heartbeats.append(Heartbeat(identity: identity, configuration: configuration, endpoint: shardEndpoint,
-                                        running: running, flags: flags, metrics: metrics, startedAt: startedAt,
-                                        outages: outages, logger: logger, shard: sharded ? group.shard : nil,
-                                        recordsBusyGauge: heartbeats.isEmpty))
-            housekeepers.append(Housekeeper(identity: identity, configuration: configuration, endpoint: shardEndpoint,
-                                            metrics: metrics, outages: outages, logger: logger, shard: group.shard,
-                                            shardMap: shardMap))
+            fetchers.append(Fetcher(parts, shard: group.shard, queues: queues, unique: unique))
+            heartbeats.append(Heartbeat(parts, shard: sharded ? group.shard : nil, recordsBusyGauge: heartbeats.isEmpty))
+            housekeepers.append(Housekeeper(parts, shard: group.shard))
         }
         self.fetchers = fetchers
         self.heartbeats = heartbeats
         self.housekeepers = housekeepers
-        settler = Settler(settlements: settlements, flags: flags, endpoints: shardMap.shards.map(\.endpoint),
-                          deadLimits: configuration.deadLimits, replicaWait: configuration.replicaWait, outages: outages)
-        watchdog = Watchdog(running: running, settlements: settlements, pool: pool, flags: flags, metrics: metrics)
+        settler = Settler(parts)
+        watchdog = Watchdog(parts, pool: pool)
     }
 
     /// Jobs run so far (successes and failures) and failures, in this process.
