@@ -26,7 +26,7 @@ final class SettleBacklogTests: XCTestCase {
         let settlements = SettlementQueue()
         // Three finished runs the settler has not written yet: the backlog is full.
         let placeholder = FetchedJob(queue: "default", raw: Array("{}".utf8), workingKey: "working:queue:default:none")
-        for _ in 0..<3 { settlements.add(.init(job: placeholder, settlement: .ack, failed: false, processed: true)) }
+        for _ in 0..<3 { settlements.add(.init(job: placeholder, settlement: .ack, counts: .processed)) }
         let fetcher = Fetcher(identity: "backlog-host:1:abc", configuration: configuration,
                               endpoint: try RedisEndpoint(url: redis.url), buffer: buffer, running: RunningJobs(),
                               settlements: settlements, runTime: RunTimeEstimate(), outages: OutageLog(logger: logger),
