@@ -2,9 +2,9 @@ import Foundation
 import Queue
 import Workers
 
-/// The runner's settlement of a failed run (`RetryDecision.decide`, what `JobRunner.failure` settles with) and the
-/// orphan sweep's recovery of a dead process's job (`ReliableQueue.recovery(of:…)`), for a hostile payload: the
-/// runtime's own pure functions, called as the runtime calls them.
+/// The runner's settlement of a failed run (`RetryDecision.decide`, what `RetryPolicy.settlement(after:…)` settles
+/// with) and the orphan sweep's recovery of a dead process's job (`ReliableQueue.recovery(of:…)`), for a hostile
+/// payload: the runtime's own pure functions, called as the runtime calls them.
 ///
 /// Checked: no trap for any payload, with each backoff kind, with and without a `Retry-After`; a retry's delay is
 /// finite, within the clamp, and converts to whole seconds (`Int(delay)`, the runner's log line).

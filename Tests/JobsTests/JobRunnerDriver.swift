@@ -76,7 +76,10 @@ struct JobRunnerDriver {
         let started = Clock.now()
         let execution = Execution(job: job, payload: try? parsed.get(), threadID: "driver", startedAt: started,
                                   timeout: runner.timeout(for: try? parsed.get()))
-        switch runner.run(job, payload: parsed, execution: execution).settlement {
+        guard case .settled(let settlement, _) = runner.run(job, payload: parsed, execution: execution) else {
+            throw DriverError("the runner asked for a redo, which only group commit's fast path does")
+        }
+        switch settlement {
         case .ack: return .ack
         case .drop: return .drop
         case .retry(let text, let at):

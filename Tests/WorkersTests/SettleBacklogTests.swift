@@ -26,7 +26,7 @@ final class SettleBacklogTests: XCTestCase {
         let settlements = SettlementQueue()
         // Three finished runs the settler has not written yet: the backlog is full.
         let placeholder = FetchedJob(queue: "default", raw: Array("{}".utf8), workingKey: "working:queue:default:none")
-        for _ in 0..<3 { settlements.add(.init(job: placeholder, settlement: .ack, failed: false, processed: true)) }
+        for _ in 0..<3 { settlements.add(.init(job: placeholder, settlement: .ack, counts: .processed)) }
         let parts = try RuntimeParts.forTesting(identity: "backlog-host:1:abc", configuration: configuration,
                                                 buffer: buffer, settlements: settlements, logger: logger)
         let fetcher = Fetcher(parts, unique: UniqueGate(registry: JobRegistry(), configuration: configuration))

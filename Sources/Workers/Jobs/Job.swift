@@ -122,28 +122,3 @@ public struct JobOptions: Sendable {
         self.groupCommit = groupCommit
     }
 }
-
-/// Delay before the next attempt, given the retry count so far (0 after the first failure).
-public enum Backoff: Sendable {
-    /// Sidekiq: `count⁴ + 15 + rand(0…9) × (count + 1)` seconds.
-    case sidekiq
-    /// `min(cap, base × 2^count)` with ±`jitter` (fraction) random spread.
-    case exponential(base: Double, cap: Double, jitter: Double)
-    /// A fixed list of delays; the last one repeats.
-    case schedule([Double])
-
-    public func delay(retryCount count: Int) -> Double {
-        switch self {
-        case .sidekiq:
-            let c = Double(count)
-            return c * c * c * c + 15 + Double(Int.random(in: 0...9)) * (c + 1)
-        case .exponential(let base, let cap, let jitter):
-            let raw = min(cap, base * pow(2, Double(min(count, 60))))
-            let spread = raw * jitter
-            return max(0, raw + Double.random(in: -spread...spread))
-        case .schedule(let delays):
-            guard let last = delays.last else { return 15 }
-            return count < delays.count ? delays[count] : last
-        }
-    }
-}

@@ -7,11 +7,11 @@ extension JobRunner {
     enum LimitDecision {
         /// Run, holding these concurrency leases until the run ends; admitted at `admittedAt` (Redis time, s).
         case run([LimitLease], admittedAt: Double)
-        /// Do not run: settle with this outcome (rescheduled, or failed past the reschedule cap).
-        case settle(Outcome)
+        /// Do not run: settle with this result (rescheduled, or failed past the reschedule cap).
+        case settle(RunResult)
     }
 
-    /// Admits `payload` through `limits`, or decides its over-limit outcome (Sidekiq Enterprise's OverLimit:
+    /// Admits `payload` through `limits`, or decides its over-limit result (Sidekiq Enterprise's OverLimit:
     /// `OverLimitPolicy`). A Redis error is a normal failure of the run (retried with backoff).
     func admit(_ payload: JobPayload, job: FetchedJob, limits: JobLimits, limiter: JobLimiter, logger: Logger) -> LimitDecision {
         let options = registry.options(for: payload.className) ?? JobOptions()
@@ -19,7 +19,7 @@ extension JobRunner {
         do {
             admission = try limiter.admit(limits, payload: payload)
         } catch {
-            return .settle(failure(error, payload: payload, job: job, options: options, logger: logger))
+            return .settle(.failed(settlement(after: error, payload: payload, job: job, options: options, logger: logger)))
         }
         switch admission {
         case .admitted(let leases, let atMilliseconds):
@@ -38,12 +38,12 @@ extension JobRunner {
     /// rescheduled after `policy.backoff`, with `overrated` + 1 and no failure bookkeeping; past
     /// `policy.reschedule` refusals an `OverLimit` failure on the normal retry path.
     func overLimit(_ limit: String, waitSeconds: Double, payload: JobPayload, job: FetchedJob, policy: OverLimitPolicy,
-                   options: JobOptions, logger: Logger) -> Outcome {
+                   options: JobOptions, logger: Logger) -> RunResult {
         let overrated = Bounded.int(payload.fields["overrated"]?.intValue ?? 0, in: 0...Bounded.maxCount)
         if overrated >= policy.reschedule {
             logger.warning("over limit past its reschedule cap; failing", metadata: ["limit": "\(limit)"])
-            return failure(OverLimit(limit: limit, overrated: overrated), payload: payload, job: job,
-                           options: options, logger: logger)
+            return .failed(settlement(after: OverLimit(limit: limit, overrated: overrated), payload: payload, job: job,
+                                      options: options, logger: logger))
         }
         let delay = Bounded.seconds(policy.backoff(overrated, waitSeconds), max: Bounded.maxIntervalSeconds)
         var next = payload
@@ -53,6 +53,7 @@ extension JobRunner {
         LimiterMetrics.overLimit(limit, rescheduledIn: delay)
         logger.debug("over limit; rescheduled", metadata: ["limit": "\(limit)", "overrated": "\(overrated + 1)",
                                                           "delay_s": "\(delay)"])
-        return Outcome(settlement: .schedule(payload: next.serialized(), at: now + delay), failed: false, counted: false)
+        // Not a run: no `stat:*` counter, no run metrics.
+        return .settled(.schedule(payload: next.serialized(), at: now + delay), counts: [])
     }
 }

@@ -16,7 +16,15 @@ final class Execution: Sendable {
     /// The raw payload as text for the process's workers hash (what `Sidekiq::Workers` shows).
     var payloadText: String { String(decoding: job.raw, as: UTF8.self) }
     let payload: JobPayload?
-    private let state = Atomic<Int>(0)  // 0 running, 1 finished, 2 abandoned
+    private let state = Atomic<State>(.running)
+
+    /// Who has claimed the run: nobody yet (`running`), the pool thread (`finished`) or the watchdog / shutdown
+    /// (`abandoned`). Leaves `running` once, by one compare-and-exchange. Raw values: the `Atomic`'s storage.
+    enum State: Int, AtomicRepresentable {
+        case running = 0
+        case finished = 1
+        case abandoned = 2
+    }
 
     init(job: FetchedJob, payload: JobPayload?, threadID: String, startedAt: Double, timeout: Double) {
         self.job = job
@@ -27,11 +35,14 @@ final class Execution: Sendable {
     }
 
     /// The pool thread's claim when the run returns. False if the run was abandoned meanwhile.
-    func finish() -> Bool { state.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing).exchanged }
+    func finish() -> Bool {
+        state.compareExchange(expected: .running, desired: .finished, ordering: .acquiringAndReleasing).exchanged
+    }
 
     /// The watchdog's (or shutdown's) claim on a run that overran. False if it finished first.
     func abandon() -> Bool {
-        let won = state.compareExchange(expected: 0, desired: 2, ordering: .acquiringAndReleasing).exchanged
+        let won = state.compareExchange(expected: .running, desired: .abandoned,
+                                        ordering: .acquiringAndReleasing).exchanged
         if won { cancellation.cancel() }
         return won
     }

@@ -320,7 +320,7 @@ final class Fetcher: Sendable {
         }
         let sorted = try unique.check(try connection(), jobs)
         for duplicate in sorted.duplicates {
-            settlements.add(.init(job: duplicate.job, settlement: .drop, failed: false, processed: false))
+            settlements.add(.init(job: duplicate.job, settlement: .drop, counts: []))
             unique.reportDropped(jid: duplicate.jid, className: duplicate.className, queue: duplicate.job.queue,
                                  holder: duplicate.holder, logger: logger)
         }

@@ -182,7 +182,7 @@ struct GroupCommit {
                 continue
             }
             ran.record(failed: false)
-            jobPool.settle(.init(job: member.taken.job, settlement: .ack, failed: false, processed: true), heldIn: slot)
+            jobPool.settle(.init(job: member.taken.job, settlement: .ack, counts: .processed), heldIn: slot)
         }
         return .settled(next: next)
     }
@@ -237,20 +237,16 @@ struct GroupCommit {
             }
             guard connection.isOpen, connection.isInTransaction else { throw GroupCommitBroken() }
             if let row {
-                let succeeded: Bool
-                if case .ack = ran.outcome.settlement { succeeded = !ran.outcome.failed } else { succeeded = false }
-                guard succeeded, !row.bodyFailed, !connection.isTransactionFailed else {
+                guard case .settled(.ack, _) = ran.result, !row.bodyFailed, !connection.isTransactionFailed else {
                     rollBack(connection)
                     throw FastPathUndone(reason: "job \(claim?.jid ?? "-") did not succeed")
                 }
                 members[index].ran = ran.metrics
-            } else if case .ack = ran.outcome.settlement {
+            } else if case .settled(.ack, _) = ran.result {
                 members[index].ran = ran.metrics
             } else {
                 // Failed in its own savepoint, which was rolled back: settled now, as on the savepoint path.
-                if ran.outcome.counted { ran.metrics.record(failed: ran.outcome.failed) }
-                jobPool.settle(.init(job: taken.job, settlement: ran.outcome.settlement, failed: ran.outcome.failed,
-                                     processed: ran.outcome.counted), heldIn: slot)
+                jobPool.settle(taken.job, after: ran, heldIn: slot)
                 members.remove(at: index)
                 index -= 1
             }
@@ -318,8 +314,8 @@ struct GroupCommit {
             ran?.record(failed: true)
             guard let payload = taken.payload else { continue }  // only parsed jobs share commits
             let options = runner.registry.options(for: payload.className) ?? JobOptions()
-            let outcome = runner.failure(error, payload: payload, job: taken.job, options: options, logger: logger)
-            jobPool.settle(.init(job: taken.job, settlement: outcome.settlement, failed: true, processed: true), heldIn: slot)
+            let settlement = runner.settlement(after: error, payload: payload, job: taken.job, options: options, logger: logger)
+            jobPool.settle(.init(job: taken.job, settlement: settlement, counts: [.processed, .failed]), heldIn: slot)
         }
     }
 
@@ -345,12 +341,10 @@ struct GroupCommit {
                         retire = true
                         break
                     }
-                    if case .ack = ran.outcome.settlement {
+                    if case .settled(.ack, _) = ran.result {
                         awaiting.append((taken, ran.metrics))
                     } else {
-                        if ran.outcome.counted { ran.metrics.record(failed: ran.outcome.failed) }
-                        jobPool.settle(.init(job: taken.job, settlement: ran.outcome.settlement, failed: ran.outcome.failed,
-                                             processed: ran.outcome.counted), heldIn: slot)
+                        jobPool.settle(taken.job, after: ran, heldIn: slot)
                     }
                     guard connection.isOpen, connection.isInTransaction, !connection.isTransactionFailed else {
                         throw GroupCommitBroken()
@@ -367,7 +361,7 @@ struct GroupCommit {
         }
         for (taken, ran) in awaiting {
             ran?.record(failed: false)
-            jobPool.settle(.init(job: taken.job, settlement: .ack, failed: false, processed: true), heldIn: slot)
+            jobPool.settle(.init(job: taken.job, settlement: .ack, counts: .processed), heldIn: slot)
         }
         if retire { jobPool.giveBack(jobs[next...].map(\.job), heldIn: slot) }
         return retire

@@ -82,10 +82,21 @@ final class JobPool: Sendable {
             guard let ran = runOne(taken, slot: slot, threadID: threadID, metricHandles: &metricHandles) else {
                 return
             }
-            if ran.outcome.counted { ran.metrics.record(failed: ran.outcome.failed) }
-            settle(.init(job: taken.job, settlement: ran.outcome.settlement, failed: ran.outcome.failed,
-                         processed: ran.outcome.counted), heldIn: slot)
+            settle(taken.job, after: ran, heldIn: slot)
         }
+    }
+
+    /// Records a finished run's figures (none for a job that did not run: over a limit) and queues its settlement
+    /// (`settle(_:heldIn:)`). A `.redo` comes only from a run in a group's claimed transaction, which `GroupCommit`
+    /// handles before; were one to reach here, its job goes back to its queue rather than being lost. Internal for
+    /// this thread's `GroupCommit`.
+    func settle(_ job: FetchedJob, after ran: (result: RunResult, metrics: RunMetrics), heldIn slot: RunningJobs.Slot) {
+        guard case .settled(let settlement, let counts) = ran.result else {
+            giveBack([job], heldIn: slot)
+            return
+        }
+        if counts.contains(.processed) { ran.metrics.record(failed: counts.contains(.failed)) }
+        settle(.init(job: job, settlement: settlement, counts: counts), heldIn: slot)
     }
 
     /// Queues `item`, then drops its job from the slot's `held` list — in that order: a reconciliation reads `held`
@@ -114,7 +125,7 @@ final class JobPool: Sendable {
         }
     }
 
-    /// A finished run's Prometheus figures, recorded by the caller once the outcome is final (a
+    /// A finished run's Prometheus figures, recorded by the caller once the result is final (a
     /// group-commit job's success is final only after its group's COMMIT). Internal for `GroupCommit`.
     struct RunMetrics {
         let handles: RuntimeMetrics.JobHandles
@@ -127,7 +138,7 @@ final class JobPool: Sendable {
     /// replacement is already running. Internal for `GroupCommit`, which runs a group's jobs in `sharedTransaction`.
     func runOne(_ taken: TakenJob, slot: RunningJobs.Slot, threadID: String,
                 metricHandles: inout [String: RuntimeMetrics.JobHandles],
-                sharedTransaction: SharedTransaction? = nil) -> (outcome: JobRunner.Outcome, metrics: RunMetrics)? {
+                sharedTransaction: SharedTransaction? = nil) -> (result: RunResult, metrics: RunMetrics)? {
         let job = taken.job
         let payload = taken.payload
         let execution = Execution(job: job, payload: payload, threadID: threadID, startedAt: Clock.now(),
@@ -141,7 +152,7 @@ final class JobPool: Sendable {
             pickupLatency.record(seconds: waited)
             handles.pickup.recordNanoseconds(Int64(max(0, waited) * 1e9))
         }
-        let outcome = runner.run(job, payload: taken.parsed, execution: execution, sharedTransaction: sharedTransaction)
+        let result = runner.run(job, payload: taken.parsed, execution: execution, sharedTransaction: sharedTransaction)
         let seconds = Clock.now() - execution.startedAt
         runTimes.record(seconds: seconds)
         let runMetrics = RunMetrics(handles: handles, seconds: seconds)
@@ -152,6 +163,6 @@ final class JobPool: Sendable {
             return nil
         }
         slot.clear(execution)
-        return (outcome, runMetrics)
+        return (result, runMetrics)
     }
 }

@@ -5,8 +5,8 @@ import Storage
 import Telemetry
 import Tracing
 
-/// Turns one fetched job into a settlement: parse, look up, decode, run, and on failure apply
-/// Sidekiq's retry rules (§6 of the wire doc). Stateless apart from its configuration; any pool
+/// Turns one fetched job into a settlement (`RunResult`): parse, look up, decode, run, and on failure apply
+/// Sidekiq's retry rules (`RetryPolicy`, §6 of the wire doc). Stateless apart from its configuration; any pool
 /// thread may call it.
 struct JobRunner: Sendable {
     let registry: JobRegistry
@@ -15,14 +15,6 @@ struct JobRunner: Sendable {
     let logger: Logger
     /// Admits jobs through their class's limits (docs/limiters.md); nil: limits are not enforced.
     var limiter: JobLimiter? = nil
-
-    /// What a run produced.
-    struct Outcome {
-        let settlement: Settlement
-        let failed: Bool
-        /// False when the job did not run at all (over a limit): no `stat:*` counter, no run metrics.
-        var counted: Bool = true
-    }
 
     /// The timeout for a payload (its class's, else the process default, else 30 min).
     func timeout(for payload: JobPayload?) -> Double {
@@ -52,7 +44,7 @@ struct JobRunner: Sendable {
     /// bound as the thread's `ServiceContext` around the whole run, so the job's HTTP calls, SQL transactions
     /// and enqueues are its children. While off: one atomic load, no span, nothing bound.
     func run(_ job: FetchedJob, payload parsed: Result<JobPayload, PayloadError>, execution: Execution,
-             sharedTransaction: SharedTransaction? = nil) -> Outcome {
+             sharedTransaction: SharedTransaction? = nil) -> RunResult {
         guard JobTracing.isEnabled, case .success(let payload) = parsed else {
             return execute(job, payload: parsed, execution: execution, sharedTransaction: sharedTransaction)
         }
@@ -63,19 +55,20 @@ struct JobRunner: Sendable {
         span.attributes["job.jid"] = payload.jid ?? "-"
         span.attributes["job.attempt"] = Int64((payload.retryCount ?? -1) + 2)
         span.attributes["messaging.system"] = "sidekiq"
-        let outcome = ServiceContext.withValue(span.context) {
+        let result = ServiceContext.withValue(span.context) {
             execute(job, payload: parsed, execution: execution, sharedTransaction: sharedTransaction)
         }
-        span.attributes["job.outcome"] = Self.outcomeName(outcome)
-        if outcome.failed { span.setStatus(SpanStatus(code: .error)) }
+        span.attributes["job.outcome"] = Self.outcomeName(result)
+        if result.isFailure { span.setStatus(SpanStatus(code: .error)) }
         span.end()
-        return outcome
+        return result
     }
 
     /// The `job.outcome` span attribute: how the run was settled.
-    static func outcomeName(_ outcome: Outcome) -> String {
-        switch outcome.settlement {
-        case .ack: return outcome.failed ? "failed" : "success"
+    static func outcomeName(_ result: RunResult) -> String {
+        guard case .settled(let settlement, _) = result else { return "failed" }  // a redo: the group runs again
+        switch settlement {
+        case .ack: return "success"
         case .retry: return "retry"
         case .dead: return "dead"
         case .drop: return "dropped"
@@ -85,12 +78,12 @@ struct JobRunner: Sendable {
     }
 
     private func execute(_ job: FetchedJob, payload parsed: Result<JobPayload, PayloadError>, execution: Execution,
-                         sharedTransaction: SharedTransaction?) -> Outcome {
+                         sharedTransaction: SharedTransaction?) -> RunResult {
         let payload: JobPayload
         switch parsed {
         case .failure(let error):
             logger.warning("bad payload sent to dead", metadata: ["queue": "\(job.queue)", "reason": "\(error)"])
-            return Outcome(settlement: .dead(payload: Self.wrapUnreadable(job, reason: error.description)), failed: true)
+            return .failed(.dead(payload: Self.wrapUnreadable(job, reason: error.description)))
         case .success(let value):
             payload = value
         }
@@ -109,8 +102,8 @@ struct JobRunner: Sendable {
             prepared = try registry.prepare(payload)
         } catch {
             jobLogger().warning("bad input sent to dead", metadata: ["reason": "\(error.description)"])
-            return Outcome(settlement: .dead(payload: failed(payload, queue: job.queue, errorClass: "BadInput",
-                                                          message: error.description)), failed: true)
+            return .failed(.dead(payload: payload.recordingFailure(queue: job.queue, errorClass: "BadInput",
+                                                                   message: error.description)))
         }
 
         // A job that may have run before (interrupted, or retried after a failure) is checked against the
@@ -124,10 +117,11 @@ struct JobRunner: Sendable {
                     ?? database.isApplied(jid: jidValue)
                 if applied {
                     jobLogger().info("already applied; acknowledged without running")
-                    return Outcome(settlement: .ack, failed: false)
+                    return .acknowledged
                 }
             } catch {
-                return failure(error, payload: payload, job: job, options: prepared.options, logger: jobLogger())
+                return .failed(settlement(after: error, payload: payload, job: job, options: prepared.options,
+                                          logger: jobLogger()))
             }
         }
 
@@ -137,7 +131,7 @@ struct JobRunner: Sendable {
         if let limiter, !prepared.options.limits.isEmpty {
             switch admit(payload, job: job, limits: prepared.options.limits, limiter: limiter, logger: jobLogger()) {
             case .run(let held, let at): (leases, admittedAt) = (held, at)
-            case .settle(let outcome): return outcome
+            case .settle(let result): return result
             }
         }
         defer { limiter?.release(leases) }
@@ -153,30 +147,32 @@ struct JobRunner: Sendable {
             if logger.logLevel <= .debug {
                 jobLogger().debug("done", metadata: ["ms": "\(Int((Clock.now() - started) * 1000))"])
             }
-            return Outcome(settlement: .ack, failed: false)
+            return .acknowledged
         } catch CallLimitError.overLimit(let limit, let waitSeconds) {
             // A limit on the job's calls (`CallLimiter`) refused: rescheduled like a job over its declared limits.
             return overLimit(limit, waitSeconds: waitSeconds, payload: payload, job: job,
                              policy: prepared.options.limits.overLimit, options: prepared.options, logger: jobLogger())
         } catch where sharedTransaction?.claimedRow != nil {
             // Group commit's fast path: the pool thread rolls the group back and runs this job again in a
-            // savepoint, where a failure is logged and settled; this outcome is never settled.
+            // savepoint, where a failure is logged and settled; a redo is never settled.
             jobLogger().debug("failed on group commit's fast path; its group runs again with savepoints",
                             metadata: ["error": "\(Self.message(error))"])
-            return Outcome(settlement: .ack, failed: true, counted: false)
+            return .redo
         } catch {
-            return failure(error, payload: payload, job: job, options: prepared.options, logger: jobLogger())
+            return .failed(settlement(after: error, payload: payload, job: job, options: prepared.options,
+                                      logger: jobLogger()))
         }
     }
 
-    /// Settlement for a run that overran its timeout (decided by the watchdog).
-    func timedOut(_ execution: Execution) -> Outcome {
+    /// Settlement for a run that overran its timeout (decided by the watchdog); a failed run.
+    func timedOut(_ execution: Execution) -> Settlement {
         guard let payload = execution.payload else {
-            return Outcome(settlement: .dead(payload: Self.wrapUnreadable(execution.job, reason: "timed out")), failed: true)
+            return .dead(payload: Self.wrapUnreadable(execution.job, reason: "timed out"))
         }
         let options = registry.options(for: payload.className) ?? JobOptions()
         let seconds = Int(execution.deadline - execution.startedAt)
-        return failure(JobTimeout(seconds: seconds), payload: payload, job: execution.job, options: options, logger: logger)
+        return settlement(after: JobTimeout(seconds: seconds), payload: payload, job: execution.job, options: options,
+                          logger: logger)
     }
 
     struct JobTimeout: Error, CustomStringConvertible {
@@ -184,41 +180,14 @@ struct JobRunner: Sendable {
         var description: String { "job ran longer than its timeout of \(seconds) s" }
     }
 
-    /// Applies Sidekiq's retry rules to a failed run.
-    func failure(_ error: any Error, payload: JobPayload, job: FetchedJob, options: JobOptions, logger: Logger) -> Outcome {
+    /// The settlement of a run that failed with `error`: Sidekiq's retry rules (`RetryPolicy.settlement(after:…)`),
+    /// the error named for this registry (`errorClassName`). Counts a lost PostgreSQL connection as a dependency error.
+    func settlement(after error: any Error, payload: JobPayload, job: FetchedJob, options: JobOptions,
+                    logger: Logger) -> Settlement {
         let errorClass = errorClassName(error)
-        let message = Self.message(error)
         if error.isPostgresConnectionFailure { RuntimeMetrics.dependencyError("PostgreSQL") }
-        switch error {
-        case JobError.badInput, JobError.permanent:
-            logger.warning("failed permanently; sent to dead", metadata: ["error": "\(message)"])
-            return Outcome(settlement: .dead(payload: failed(payload, queue: job.queue, errorClass: errorClass, message: message)),
-                           failed: true)
-        default:
-            break
-        }
-        var retryAfter: Double?
-        if case JobError.retryAfter(let seconds, _) = error { retryAfter = seconds }
-        let now = Clock.now()
-        switch RetryDecision.decide(payload, queue: job.queue, errorClass: errorClass, message: message, options: options,
-                                    retryAfter: retryAfter, now: now) {
-        case .drop(let reason):
-            logger.warning("failed; \(reason), dropped", metadata: ["error": "\(message)"])
-            return Outcome(settlement: .drop, failed: true)
-        case .retry(let updated, let delay, let count):
-            logger.info("failed; retry scheduled",
-                        metadata: ["error": "\(message)", "retry_count": "\(count)", "delay_s": "\(Int(delay))"])
-            return Outcome(settlement: .retry(payload: updated, at: now + delay), failed: true)
-        case .dead(let updated, let count):
-            logger.warning("retries exhausted; sent to dead", metadata: ["error": "\(message)", "retry_count": "\(count)"])
-            return Outcome(settlement: .dead(payload: updated), failed: true)
-        }
-    }
-
-    /// The payload with Sidekiq's failure bookkeeping (`RetryDecision.failed`).
-    func failed(_ payload: JobPayload, queue: String, errorClass: String, message: String,
-                now: Double = Clock.now()) -> String {
-        RetryDecision.failed(payload, queue: queue, errorClass: errorClass, message: message, now: now)
+        return RetryPolicy.settlement(after: error, errorClass: errorClass, payload: payload, queue: job.queue,
+                                      options: options, logger: logger)
     }
 
     /// A payload that is not a job at all is kept in `dead` inside a readable envelope (`UnreadableJob`).

@@ -12,12 +12,13 @@ import Queue
 /// an item is counted `pending` from `add` until the settler has written it, so a drained queue
 /// means Redis has every settlement.
 final class SettlementQueue: @unchecked Sendable {
+    /// A job and what its run came to (`RunResult.settled`): its settlement and the `stat:*` counters it moves.
     struct Item {
         let job: FetchedJob
         let settlement: Settlement
-        let failed: Bool
-        /// Counts as a processed run (bad input and failures count too, as in Sidekiq).
-        let processed: Bool
+        /// `.processed` for a run that ended (bad input and failures count too, as in Sidekiq), with `.failed` for a
+        /// failure; none for a job that did not run (given back, dropped as a duplicate, over a limit).
+        let counts: RunCounts
     }
 
     private let condition = NSCondition()
@@ -66,8 +67,7 @@ final class SettlementQueue: @unchecked Sendable {
     /// processed run).
     func giveBack(_ jobs: [FetchedJob], logger: Logger) {
         for job in jobs {
-            add(.init(job: job, settlement: .requeue(payload: String(decoding: job.raw, as: UTF8.self)),
-                      failed: false, processed: false))
+            add(.init(job: job, settlement: .requeue(payload: String(decoding: job.raw, as: UTF8.self)), counts: []))
         }
         if !jobs.isEmpty { logger.info("put back \(jobs.count) fetched jobs that had not started") }
     }

@@ -60,8 +60,8 @@ final class Settler: Sendable {
                 if thread.shouldStop { return }
                 continue
             }
-            let processed = batch.reduce(0) { $0 + ($1.processed ? 1 : 0) }
-            let failed = batch.reduce(0) { $0 + ($1.failed ? 1 : 0) }
+            let processed = batch.reduce(0) { $0 + ($1.counts.contains(.processed) ? 1 : 0) }
+            let failed = batch.reduce(0) { $0 + ($1.counts.contains(.failed) ? 1 : 0) }
             if links.count == 1 {
                 // One Redis: the whole batch in one script call (no grouping on the hot path).
                 guard write(batch, on: &links[0], backoff: &backoff) else { return }
@@ -86,9 +86,7 @@ final class Settler: Sendable {
         while true {
             do {
                 _ = try link.withRetryOnStaleLink { conn in
-                    try ReliableQueue.settle(conn, items.map {
-                        ($0.job, $0.settlement, RunCounts(processed: $0.processed, failed: $0.failed))
-                    }, deadLimits: deadLimits)
+                    try ReliableQueue.settle(conn, items.map { ($0.job, $0.settlement, $0.counts) }, deadLimits: deadLimits)
                 }
                 outages.succeeded("Redis")
                 backoff.reset()

@@ -36,11 +36,11 @@ final class Watchdog: Sendable {
             Thread.sleep(forTimeInterval: 0.1)
             let now = Clock.now()
             for execution in running.all where now > execution.deadline && execution.abandon() {
-                let outcome = pool.runner.timedOut(execution)
+                let settlement = pool.runner.timedOut(execution)
                 metrics.jobTimeouts.increment()
                 // Queued before `remove` drops it from its thread's held list: a reconciliation reading in between
-                // sees it in one of them.
-                settlements.add(.init(job: execution.job, settlement: outcome.settlement, failed: true, processed: true))
+                // sees it in one of them. Counted as a failed run.
+                settlements.add(.init(job: execution.job, settlement: settlement, counts: [.processed, .failed]))
                 running.remove(execution)
                 if !flags.isStopping { pool.spawnThread() }
             }

@@ -215,7 +215,7 @@ public final class WorkerProcess: @unchecked Sendable {
         if !pool.waitForThreads(timeout: configuration.shutdownTimeout) {
             for execution in running.all where execution.abandon() {
                 settlements.add(.init(job: execution.job, settlement: .requeue(payload: Self.interrupted(execution.job)),
-                                      failed: true, processed: true))
+                                      counts: [.processed, .failed]))
                 running.remove(execution)  // after it is queued (a reconciliation reading in between sees it)
                 logger.warning("job unfinished at shutdown; put back", metadata: [
                     "jid": "\(execution.payload?.jid ?? "-")", "class": "\(execution.payload?.className ?? "-")"])
