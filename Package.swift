@@ -157,3 +157,12 @@ let package = Package(
         .testTarget(name: "OutboxTests", dependencies: ["Outbox", "BenchJobs", "Queue", "Storage", "TestSupport"]),
     ]
 )
+
+// Upcoming language features, as swift-jobs builds (issue 35): existential types spelled `any P`, and a member
+// visible only where its module is imported by the file that uses it.
+for target in package.targets where target.type != .system {
+    target.swiftSettings = (target.swiftSettings ?? []) + [
+        .enableUpcomingFeature("ExistentialAny"),
+        .enableUpcomingFeature("MemberImportVisibility"),
+    ]
+}

@@ -1,6 +1,7 @@
 import Foundation
 import Storage
 import Workers
+import Logging
 
 /// Erasure stays erased (GDPR Art. 17; docs/jobs-privacy.md, "After the erasure"): a domain job that names a
 /// user whose account was anonymised (`users.anonymized_at IS NOT NULL`) changes nothing.

@@ -1,3 +1,4 @@
+import Foundation
 /// The Redis key layout, as Sidekiq 6.4.1 and gitlab-sidekiq-fetcher write it (no prefix).
 /// See `shared/docs/sidekiq-wire-format.md` §1.
 public enum Keys {

@@ -206,7 +206,7 @@ public final class PostgresPool: @unchecked Sendable {
 
     // MARK: - Checkin
 
-    private func checkin(_ connection: PostgresConnection, failure: Error?) {
+    private func checkin(_ connection: PostgresConnection, failure: (any Error)?) {
         var reusable = connection.isOpen && !(failure?.isPostgresConnectionFailure ?? false)
         if reusable, connection.isInTransaction {
             // A body that left a transaction open (e.g. it issued BEGIN itself): never leak it to the next job.
@@ -258,7 +258,7 @@ public final class PostgresPool: @unchecked Sendable {
         condition.unlock()
     }
 
-    private func recordConnectFailure(_ error: Error) {
+    private func recordConnectFailure(_ error: any Error) {
         condition.lock()
         state.consecutiveConnectFailures += 1
         let exponent = min(state.consecutiveConnectFailures - 1, 20)

@@ -4,6 +4,7 @@ import HTTP
 import Logging
 import Queue
 import Workers
+import Telemetry
 
 struct WorkerCtl: ParsableCommand {
     static let configuration = CommandConfiguration(

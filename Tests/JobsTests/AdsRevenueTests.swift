@@ -5,6 +5,7 @@ import Storage
 import TestSupport
 import Workers
 import XCTest
+import HTTP
 
 /// AdRevenueAggregationJob, the purge and RevenueReport against a real PostgreSQL.
 final class AdsRevenueTests: JobsTestCase {

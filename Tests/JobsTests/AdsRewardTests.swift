@@ -7,6 +7,7 @@ import Synchronization
 import TestSupport
 import Workers
 import XCTest
+import Logging
 
 /// The time `PendingRewardJob` reads (its retry horizon): starts now, moved only by the test. Any thread.
 final class RewardClock: Sendable {

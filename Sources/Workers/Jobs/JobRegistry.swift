@@ -91,7 +91,7 @@ public struct JobRegistry: Sendable {
 /// `JSONDecoder`'s.
 enum ArgumentsDecoding {
     static func decode<T: Decodable>(_ type: T.Type, from args: [JSONValue]) throws -> T {
-        if let accepting = T.self as? AnyArguments.Type, let value = accepting.init() as? T { return value }
+        if let accepting = T.self as? any AnyArguments.Type, let value = accepting.init() as? T { return value }
         if let value = try? JSONValueDecoder().decode(T.self, from: .array(args)) { return value }
         let data = Data(JSONValue.array(args).serialized().utf8)
         return try JSONDecoder().decode(T.self, from: data)

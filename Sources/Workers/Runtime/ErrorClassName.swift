@@ -1,3 +1,4 @@
+import Foundation
 /// The `error_class` written into Sidekiq's retry and dead records, in the form Ruby tools and
 /// people read: a class path joined with `::`, without Swift's module prefix, generic parameters or
 /// private discriminators; a job type's own name is replaced by its Sidekiq class name.

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import Queue
 import Synchronization
+import CoreMetrics
 
 /// The heartbeat: every `heartbeatInterval`, Sidekiq's process registry (`processes`, the process
 /// hash), the workers hash (what each pool thread runs), the fetcher heartbeat whose expiry lets

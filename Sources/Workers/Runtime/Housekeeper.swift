@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Queue
+import CoreMetrics
 
 /// The housekeeper: moves due jobs from `retry` and `schedule` to their queues (about every
 /// `pollInterval`, jittered), and, holding a short fleet-wide lease (`orphanSweepLock`), takes back

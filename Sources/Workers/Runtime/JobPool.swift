@@ -3,6 +3,7 @@ import Logging
 import Queue
 import Storage
 import Synchronization
+import CoreMetrics
 
 /// The pool: `concurrency` threads that take jobs from `buffer`, run them through the `JobRunner`
 /// and queue their settlements; group-commit jobs share one PostgreSQL transaction per thread

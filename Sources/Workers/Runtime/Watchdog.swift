@@ -1,5 +1,6 @@
 import Foundation
 import Queue
+import CoreMetrics
 
 /// The watchdog: ten times a second, fails every run that passed its deadline (a timeout
 /// settlement, retried as Sidekiq would) and starts a pool thread in place of the one still stuck

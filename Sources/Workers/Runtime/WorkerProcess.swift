@@ -72,7 +72,7 @@ public final class WorkerProcess: @unchecked Sendable {
 
     private let finished = DispatchSemaphore(value: 0)
     private let shutdownOnce = Mutex<Bool>(false)
-    private var signalSources: [DispatchSourceSignal] = []
+    private var signalSources: [any DispatchSourceSignal] = []
 
     public init(configuration: WorkerConfiguration, registry: JobRegistry, database: JobDatabase? = nil,
                 logger: Logger = Logger(label: "workers"), metricsEndpoint: MetricsEndpoint? = nil) throws {

@@ -102,7 +102,7 @@ struct RelayCommand: ParsableCommand {
                                                           shardMap: try WorkerConfigFile().shardMap(defaultURL: redis.resolvedURL())),
                                 logger: Logger(label: "workerctl.relay"))
         let stopped = DispatchSemaphore(value: 0)
-        var sources: [DispatchSourceSignal] = []
+        var sources: [any DispatchSourceSignal] = []
         for number in [SIGTERM, SIGINT] {
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())

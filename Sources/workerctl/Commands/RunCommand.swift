@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Workers
+import Scheduler
 
 struct RunCommand: ParsableCommand {
     static let configuration = CommandConfiguration(

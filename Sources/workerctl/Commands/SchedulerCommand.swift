@@ -80,7 +80,7 @@ func combinedHealth(_ runners: [SchedulerRunner]) -> (ok: Bool, detail: String) 
 /// reload source is ours alone in both commands. SIGHUP's default action (terminate) is replaced
 /// as soon as this value exists.
 final class SchedulerSignals {
-    private var sources: [DispatchSourceSignal] = []
+    private var sources: [any DispatchSourceSignal] = []
 
     convenience init(runner: SchedulerRunner, onStop: (@Sendable () -> Void)? = nil) {
         self.init(runners: [runner], onStop: onStop)

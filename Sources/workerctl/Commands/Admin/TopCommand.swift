@@ -216,7 +216,7 @@ final class TerminalMode {
 final class SignalPipe {
     let readEnd: Int32
     private let writeEnd: Int32
-    private var sources: [DispatchSourceSignal] = []
+    private var sources: [any DispatchSourceSignal] = []
 
     init(signals: [Int32]) {
         var fds: [Int32] = [-1, -1]
