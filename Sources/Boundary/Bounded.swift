@@ -114,3 +114,11 @@ extension Comparable {
         min(max(self, range.lowerBound), range.upperBound)
     }
 }
+
+extension Duration {
+    /// This duration in seconds (`Double`), for the places that compute with epoch seconds (Redis scores).
+    public var inSeconds: Double {
+        let parts = components
+        return Double(parts.seconds) + Double(parts.attoseconds) / 1e18
+    }
+}

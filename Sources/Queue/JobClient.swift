@@ -44,6 +44,8 @@ public enum EnqueueError: Error, Sendable, CustomStringConvertible, Equatable {
     case invalidRetry(String)
     case invalidTime(String)
     case invalidUnique(String)
+    /// Typed arguments that do not encode to `args` (`JobArguments.sidekiqArgs()`).
+    case invalidArguments(String)
     /// `extra` names a field only the runtime writes (`NewJob.runtimeOwnedFields`).
     case runtimeField(String)
     /// The payload is larger than `JobClient.maxPayloadBytes` (review M10: a 20 MB argument was accepted and run).
@@ -56,6 +58,7 @@ public enum EnqueueError: Error, Sendable, CustomStringConvertible, Equatable {
         case .invalidRetry(let why): return "invalid retry: \(why)"
         case .invalidTime(let why): return "invalid time: \(why)"
         case .invalidUnique(let why): return "invalid uniqueness: \(why)"
+        case .invalidArguments(let why): return "invalid arguments: \(why)"
         case .runtimeField(let name): return "extra field \"\(name)\" is written by the runtime only"
         case .tooLarge(let bytes, let limit): return "payload is \(bytes) bytes, over the limit of \(limit)"
         }

@@ -1,4 +1,5 @@
 @_exported import Queue
+import Foundation
 
 /// What the async client itself refuses (Redis and input errors come through as `RedisError`
 /// and `EnqueueError`).
@@ -120,6 +121,44 @@ public final class WorkersClient: Sendable {
                               at: Double? = nil) async throws -> UniquePush {
         let jobs = jobs
         return try await threads.run { try jobs.enqueueUnique(job, policy: policy, key: key, at: at) }
+    }
+
+    // MARK: Typed enqueue (`JobArguments`: the same type the worker's job decodes)
+
+    /// Enqueues `arguments` as a job of `A.className` on `queue` (default `A.queue`) now; its jid. The arguments
+    /// are encoded exactly as the job decodes them (`JobArguments.sidekiqArgs()`) and checked like every other
+    /// enqueue (runtime-owned fields, numbers, payload size).
+    @discardableResult
+    public func enqueue<A: JobArguments>(_ arguments: A, queue: String? = nil) async throws -> String {
+        try await enqueue(NewJob(arguments, queue: queue))
+    }
+
+    /// Enqueues `arguments` to run at `date`; a date not in the future is pushed now.
+    @discardableResult
+    public func enqueue<A: JobArguments>(_ arguments: A, queue: String? = nil, at date: Date) async throws -> String {
+        try await enqueue(NewJob(arguments, queue: queue), at: date.timeIntervalSince1970)
+    }
+
+    /// Enqueues `arguments` to run `delay` from now.
+    @discardableResult
+    public func enqueue<A: JobArguments>(_ arguments: A, queue: String? = nil, in delay: Duration) async throws -> String {
+        try await enqueue(NewJob(arguments, queue: queue), in: delay.inSeconds)
+    }
+
+    /// Enqueues several jobs of one class now in one round trip; their jids in order.
+    @discardableResult
+    public func enqueueMany<A: JobArguments>(_ arguments: [A], queue: String? = nil) async throws -> [String] {
+        var newJobs: [NewJob] = []
+        newJobs.reserveCapacity(arguments.count)
+        for each in arguments { newJobs.append(try NewJob(each, queue: queue)) }
+        return try await enqueueMany(newJobs)
+    }
+
+    /// Enqueues `arguments` as a unique job (docs/unique-jobs.md): `.enqueued(jid)`, or `.duplicate(of: jid)` of
+    /// the live job holding the same lock. `key` defaults to one computed from the class and arguments.
+    public func enqueueUnique<A: JobArguments>(_ arguments: A, policy: UniquePolicy, key: String? = nil,
+                                               queue: String? = nil, at date: Date? = nil) async throws -> UniquePush {
+        try await enqueueUnique(NewJob(arguments, queue: queue), policy: policy, key: key, at: date?.timeIntervalSince1970)
     }
 
     // MARK: Admin

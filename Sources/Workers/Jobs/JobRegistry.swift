@@ -43,10 +43,11 @@ public struct JobRegistry: Sendable {
         // Whether the arguments validate themselves is a property of the type: asked once here, not per job (a
         // protocol cast per run cost ~2 % of a no-op drain's worker CPU in a `perf` profile).
         let validates = J.Arguments.self is any ValidatedArguments.Type
+        let layout = (J.Arguments.self as? any JobArguments.Type)?.layout ?? .positional
         entries[key] = { payload in
             let arguments: J.Arguments
             do {
-                arguments = try ArgumentsDecoding.decode(J.Arguments.self, from: payload.args)
+                arguments = try ArgumentsDecoding.decode(J.Arguments.self, from: payload.args, layout: layout)
             } catch {
                 throw DispatchError.undecodableArguments(className: J.className, reason: ArgumentsDecoding.describe(error))
             }
@@ -90,10 +91,21 @@ public struct JobRegistry: Sendable {
 /// declines, with `JSONDecoder` itself — so a value it cannot give and every error (a dead job's reason) are
 /// `JSONDecoder`'s.
 enum ArgumentsDecoding {
-    static func decode<T: Decodable>(_ type: T.Type, from args: [JSONValue]) throws -> T {
+    /// `layout` (`JobArguments.layout`, `.positional` for arguments that are not `JobArguments`): `.singleHash`
+    /// decodes `T` from the only element of `args` and refuses any other count.
+    static func decode<T: Decodable>(_ type: T.Type, from args: [JSONValue], layout: JobArgumentsLayout = .positional) throws -> T {
         if let accepting = T.self as? any AnyArguments.Type, let value = accepting.init() as? T { return value }
-        if let value = try? JSONValueDecoder().decode(T.self, from: .array(args)) { return value }
-        let data = Data(JSONValue.array(args).serialized().utf8)
+        let root: JSONValue
+        switch layout {
+        case .positional: root = .array(args)
+        case .singleHash:
+            guard args.count == 1 else {
+                throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "expected one hash argument, got \(args.count) arguments"))
+            }
+            root = args[0]
+        }
+        if let value = try? JSONValueDecoder().decode(T.self, from: root) { return value }
+        let data = Data(root.serialized().utf8)
         return try JSONDecoder().decode(T.self, from: data)
     }
 

@@ -1,0 +1,68 @@
+import Foundation
+
+/// The typed contract of one job class, shared by the code that enqueues it and the job that runs it (as River's
+/// `JobArgs` and swift-jobs' `JobParameters`): the Sidekiq class it names, its default queue, and its arguments,
+/// whose `Codable` conformance IS the wire form of `args` — the client encodes with it (`NewJob(_:)`,
+/// `WorkersClient.enqueue(_:)`) and the worker decodes with it (`Job.Arguments`), so both sides agree by
+/// construction. Producers in other languages keep sending the same JSON (docs/enqueueing.md).
+///
+/// Where the arguments sit in `args` is the type's `layout`: `.singleHash` (default) travels as `args: [{…}]`,
+/// Sidekiq's convention of one hash argument, for a type with keyed `Codable` (synthesized, with `CodingKeys` for
+/// snake_case names); `.positional` hands the whole `args` array to the type's `Codable` (an unkeyed container),
+/// for classes whose producers send positional arguments.
+///
+/// Validation belongs in `init(from:)`: a value that decodes is valid, so the job never checks it again; a value
+/// that fails there is bad input (dead at once, the error's description as the reason).
+public protocol JobArguments: Codable, Sendable {
+    /// The payload's `class` (e.g. `"ValidateReceiptJob"`), under which the worker registers the job.
+    static var className: String { get }
+    /// The queue a typed enqueue uses when the caller names none. Default: `"default"`.
+    static var queue: String { get }
+    /// How these arguments sit in the payload's `args` array. Default: `.singleHash`.
+    static var layout: JobArgumentsLayout { get }
+}
+
+/// How a `JobArguments` type maps onto the payload's `args` array (see `JobArguments`).
+public enum JobArgumentsLayout: Sendable, Equatable {
+    /// `args: [{…}]`: the type encodes to one JSON object, the only element of `args`.
+    case singleHash
+    /// `args: […]`: the type encodes to the whole array (its `Codable` uses an unkeyed container).
+    case positional
+}
+
+extension JobArguments {
+    public static var queue: String { "default" }
+    public static var layout: JobArgumentsLayout { .singleHash }
+
+    /// These arguments as the payload's `args`, exactly as `Job.Arguments` decodes them. Throws
+    /// `EnqueueError.invalidArguments` when the encoder refuses a value (a NaN or infinite number) or the encoded
+    /// form does not fit `layout` (an object for `.singleHash`, an array for `.positional`).
+    public func sidekiqArgs() throws(EnqueueError) -> [JSONValue] {
+        let encoded: JSONValue
+        do {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]  // the same arguments, the same bytes
+            encoded = try JSONValue.parse(data: encoder.encode(self))
+        } catch {
+            throw .invalidArguments("\(Self.className): \(error)")
+        }
+        switch (Self.layout, encoded) {
+        case (.singleHash, .object): return [encoded]
+        case (.positional, .array(let elements)): return elements
+        case (.singleHash, _):
+            throw .invalidArguments("\(Self.className) has layout singleHash but encodes to \(encoded.typeName), not an object")
+        case (.positional, _):
+            throw .invalidArguments("\(Self.className) has layout positional but encodes to \(encoded.typeName), not an array")
+        }
+    }
+}
+
+extension NewJob {
+    /// A job of `A.className` with `arguments` encoded as its `args` (`JobArguments.sidekiqArgs()`), on `queue`
+    /// (default `A.queue`). Goes through the same checks as every other job when enqueued (runtime-owned fields,
+    /// numbers, payload size).
+    public init<A: JobArguments>(_ arguments: A, queue: String? = nil, retry: JSONValue = .bool(true),
+                                 extra: JSONObject = [:]) throws(EnqueueError) {
+        self.init(A.className, args: try arguments.sidekiqArgs(), queue: queue ?? A.queue, retry: retry, extra: extra)
+    }
+}

@@ -1,0 +1,63 @@
+import Foundation
+import Queue
+@testable import Workers
+import XCTest
+
+/// The typed contract's wire form: what `JobArguments.sidekiqArgs()` writes is what the registry's decoding reads,
+/// in both layouts, and values the encoder or the layout cannot carry are refused at enqueue, not at run time.
+final class JobArgumentsLayoutTests: XCTestCase {
+    struct Welcome: JobArguments, Equatable {
+        static let className = "Welcome"
+        let userID: Int64
+        let locale: String
+        enum CodingKeys: String, CodingKey { case userID = "user_id", locale }
+    }
+
+    struct Pair: JobArguments, Equatable {
+        static let className = "Pair"
+        static let layout = JobArgumentsLayout.positional
+        let name: String
+        let count: Int
+        init(name: String, count: Int) { (self.name, self.count) = (name, count) }
+        init(from decoder: any Decoder) throws {
+            var container = try decoder.unkeyedContainer()
+            name = try container.decode(String.self)
+            count = try container.decode(Int.self)
+        }
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.unkeyedContainer()
+            try container.encode(name)
+            try container.encode(count)
+        }
+    }
+
+    struct Ratio: JobArguments { static let className = "Ratio"; let value: Double }
+
+    func testSingleHashArgumentsTravelAsOneObjectAndDecodeBack() throws {
+        let arguments = Welcome(userID: 9_007_199_254_740_993, locale: "fr")
+        let args = try arguments.sidekiqArgs()
+        XCTAssertEqual(args, [.object(["locale": "fr", "user_id": .int(9_007_199_254_740_993)])])
+        XCTAssertEqual(try ArgumentsDecoding.decode(Welcome.self, from: args, layout: .singleHash), arguments)
+        XCTAssertThrowsError(try ArgumentsDecoding.decode(Welcome.self, from: args + args, layout: .singleHash))
+    }
+
+    func testPositionalArgumentsTravelAsTheWholeArray() throws {
+        let arguments = Pair(name: "a", count: 3)
+        let args = try arguments.sidekiqArgs()
+        XCTAssertEqual(args, ["a", .int(3)])
+        XCTAssertEqual(try ArgumentsDecoding.decode(Pair.self, from: args, layout: .positional), arguments)
+    }
+
+    func testNonFiniteNumbersAreRefusedAtEnqueue() {
+        XCTAssertThrowsError(try NewJob(Ratio(value: .nan))) { error in
+            guard case EnqueueError.invalidArguments = error else { return XCTFail("\(error)") }
+        }
+    }
+
+    func testTypedNewJobNamesTheClassAndDefaultQueue() throws {
+        let job = try NewJob(Welcome(userID: 1, locale: "en"))
+        XCTAssertEqual(job.className, "Welcome")
+        XCTAssertEqual(job.queue, "default")
+        XCTAssertEqual(try NewJob(Welcome(userID: 1, locale: "en"), queue: "mail").queue, "mail")
+    }
+}
