@@ -18,7 +18,7 @@ public enum DomainJobs {
         public let problem: String?
     }
 
-    public static func register(into registry: inout JobRegistry, environment: [String: String],
+    package static func register(into registry: inout JobRegistry, environment: [String: String],
                                 redis: RedisPool, http: HTTPClient, shards: ShardPools? = nil) -> [AreaStatus] {
         var statuses: [AreaStatus] = []
         func area(_ name: String, _ classNames: [String], _ body: (inout JobRegistry) throws -> Void) {

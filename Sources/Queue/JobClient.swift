@@ -81,18 +81,23 @@ public enum EnqueueError: Error, Sendable, CustomStringConvertible, Equatable {
 public struct JobClient: Sendable {
     /// The default shard's pool (the only Redis without sharding).
     public let pool: RedisPool
-    public let replicaWait: ReplicaWait?
+    package let replicaWait: ReplicaWait?
     /// Nil with one Redis: every call takes today's single-pool path.
-    public let shards: ShardPools?
+    package let shards: ShardPools?
 
-    public init(pool: RedisPool, replicaWait: ReplicaWait? = nil) {
+    /// A blocking client over `pool` (from async code use `WorkersClient`).
+    public init(pool: RedisPool) {
+        self.init(pool: pool, replicaWait: nil)
+    }
+
+    package init(pool: RedisPool, replicaWait: ReplicaWait?) {
         self.pool = pool
         self.replicaWait = replicaWait
         self.shards = nil
     }
 
     /// Routes each job to its queue's shard. With a one-shard map this is `init(pool:)`.
-    public init(shards: ShardPools, replicaWait: ReplicaWait? = nil) {
+    package init(shards: ShardPools, replicaWait: ReplicaWait? = nil) {
         self.pool = shards.pools[0]
         self.replicaWait = replicaWait
         self.shards = shards.map.isSingle ? nil : shards

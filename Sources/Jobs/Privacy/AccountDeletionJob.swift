@@ -40,7 +40,7 @@ public struct AccountDeletionJob: Job {
     let purger: RedisJobPurger
 
     /// `shards`: with several Redis shards, the purge covers every one (docs/sharding.md).
-    public init(configuration: PrivacyConfiguration, redis: RedisPool, shards: ShardPools? = nil) {
+    package init(configuration: PrivacyConfiguration, redis: RedisPool, shards: ShardPools? = nil) {
         self.store = ExportFileStore(directory: configuration.storageDirectory)
         self.purger = shards.map { RedisJobPurger(shards: $0) } ?? RedisJobPurger(pool: redis)
     }

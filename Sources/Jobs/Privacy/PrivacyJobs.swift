@@ -34,7 +34,7 @@ public enum PrivacyJobs {
 
     /// Registers the four privacy jobs. `redis` is the job system's own Redis (purging and enqueueing);
     /// `smtp` defaults to a sender built from `configuration.smtp`.
-    public static func register(into registry: inout JobRegistry, configuration: PrivacyConfiguration,
+    package static func register(into registry: inout JobRegistry, configuration: PrivacyConfiguration,
                                 redis: RedisPool, smtp: SMTPSender? = nil, shards: ShardPools? = nil) {
         let sender = smtp ?? SMTPSender(configuration: configuration.smtp)
         registry.register(PrivacyExportJob(configuration: configuration, smtp: sender))

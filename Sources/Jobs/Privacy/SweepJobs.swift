@@ -21,7 +21,7 @@ public struct DueDeletionSweepJob: Job {
 
     /// `shards`: with several Redis shards, pending requests are looked for on every shard and each job is
     /// enqueued on its queue's shard (docs/sharding.md).
-    public init(configuration: PrivacyConfiguration, redis: RedisPool, shards: ShardPools? = nil) {
+    package init(configuration: PrivacyConfiguration, redis: RedisPool, shards: ShardPools? = nil) {
         self.purger = shards.map { RedisJobPurger(shards: $0) } ?? RedisJobPurger(pool: redis)
         self.client = shards.map { JobClient(shards: $0) } ?? JobClient(pool: redis)
         self.queue = configuration.queue
