@@ -52,21 +52,24 @@ public final class WorkersClient: Sendable {
 
     /// Opens no connection yet: connections are opened on first use, up to `maxConnections`.
     /// `maxQueuedCalls`: how many calls may wait for a thread; past that a call throws `BlockingThreadsFull` at
-    /// once (the web dashboard answers 503). Unbounded by default.
-    public init(endpoint: RedisEndpoint, maxConnections: Int = 8, commandTimeout: Double = 10, maxQueuedCalls: Int = .max) {
+    /// once (the web dashboard answers 503). Unbounded by default. `middleware` is applied to every job enqueued
+    /// (`EnqueueMiddleware`); none by default.
+    public init(endpoint: RedisEndpoint, maxConnections: Int = 8, commandTimeout: Double = 10, maxQueuedCalls: Int = .max,
+                middleware: [any EnqueueMiddleware] = []) {
         shards = ShardPools(map: ShardMap(single: endpoint), maxConnections: maxConnections, commandTimeout: commandTimeout)
         pool = shards.pools[0]
-        jobs = JobClient(pool: pool)
+        jobs = JobClient(pool: pool, middleware: middleware)
         threads = BlockingThreads(count: pool.maxConnections, name: "WClient", maxQueued: maxQueuedCalls)
     }
 
     /// Several Redis shards (docs/sharding.md): each enqueue goes to its queue's shard, with at most
     /// `maxConnections` connections per shard (and as many threads per shard); the admin calls read
     /// every shard (see "Shards" above).
-    public init(shards map: ShardMap, maxConnections: Int = 8, commandTimeout: Double = 10) {
+    public init(shards map: ShardMap, maxConnections: Int = 8, commandTimeout: Double = 10,
+                middleware: [any EnqueueMiddleware] = []) {
         shards = ShardPools(map: map, maxConnections: maxConnections, commandTimeout: commandTimeout)
         pool = shards.pools[0]
-        jobs = JobClient(shards: shards)
+        jobs = JobClient(shards: shards, middleware: middleware)
         threads = BlockingThreads(count: pool.maxConnections * map.shards.count, name: "WClient")
     }
 
@@ -74,8 +77,10 @@ public final class WorkersClient: Sendable {
     public var shardNames: [String] { shards.map.shards.map(\.name) }
 
     /// `redis://[user:password@]host[:port][/db]`.
-    public convenience init(url: String, maxConnections: Int = 8, commandTimeout: Double = 10) throws(RedisError) {
-        self.init(endpoint: try RedisEndpoint(url: url), maxConnections: maxConnections, commandTimeout: commandTimeout)
+    public convenience init(url: String, maxConnections: Int = 8, commandTimeout: Double = 10,
+                            middleware: [any EnqueueMiddleware] = []) throws(RedisError) {
+        self.init(endpoint: try RedisEndpoint(url: url), maxConnections: maxConnections, commandTimeout: commandTimeout,
+                  middleware: middleware)
     }
 
     deinit { threads.shutdown() }
