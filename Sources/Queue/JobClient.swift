@@ -84,23 +84,37 @@ public struct JobClient: Sendable {
     package let replicaWait: ReplicaWait?
     /// Nil with one Redis: every call takes today's single-pool path.
     package let shards: ShardPools?
+    /// Applied to every job this client enqueues, in order, before validation (`EnqueueMiddleware`).
+    public let middleware: [any EnqueueMiddleware]
 
-    /// A blocking client over `pool` (from async code use `WorkersClient`).
-    public init(pool: RedisPool) {
-        self.init(pool: pool, replicaWait: nil)
+    /// A blocking client over `pool` (from async code use `WorkersClient`). `middleware`: see `EnqueueMiddleware`;
+    /// empty by default (then a job is not copied).
+    public init(pool: RedisPool, middleware: [any EnqueueMiddleware] = []) {
+        self.init(pool: pool, replicaWait: nil, middleware: middleware)
     }
 
-    package init(pool: RedisPool, replicaWait: ReplicaWait?) {
+    package init(pool: RedisPool, replicaWait: ReplicaWait?, middleware: [any EnqueueMiddleware] = []) {
         self.pool = pool
         self.replicaWait = replicaWait
         self.shards = nil
+        self.middleware = middleware
     }
 
     /// Routes each job to its queue's shard. With a one-shard map this is `init(pool:)`.
-    package init(shards: ShardPools, replicaWait: ReplicaWait? = nil) {
+    package init(shards: ShardPools, replicaWait: ReplicaWait? = nil, middleware: [any EnqueueMiddleware] = []) {
         self.pool = shards.pools[0]
         self.replicaWait = replicaWait
         self.shards = shards.map.isSingle ? nil : shards
+        self.middleware = middleware
+    }
+
+    /// `job` as this client's middleware leaves it (each in order), not yet validated. Every enqueue path calls
+    /// it exactly once per job, before `payload(for:)`.
+    func prepared(_ job: NewJob) throws -> NewJob {
+        if middleware.isEmpty { return job }
+        var job = job
+        for step in middleware { try step.prepare(&job) }
+        return job
     }
 
     /// The pool of the Redis holding `queue`.
@@ -198,6 +212,7 @@ public struct JobClient: Sendable {
         var byQueue: [(queue: String, payloads: [String])] = []
         var spans: [any Span] = []  // one producer span per job, only while tracing is on (docs/tracing.md)
         for job in jobs {
+            let job = try prepared(job)
             let jid = Identifiers.jid()
             var payload = try Self.payload(for: job, jid: jid, createdAt: now, enqueuedAt: now)
             if JobTracing.isEnabled {
@@ -267,9 +282,10 @@ public struct JobClient: Sendable {
         if let shards { zadds = Array(repeating: ["ZADD", Keys.schedule], count: shards.pools.count) }
         for (index, job) in jobs.enumerated() {
             if times[index] <= now {
-                immediate.append((index, job))
+                immediate.append((index, job))  // the middleware is applied by `enqueueMany(_:)`
                 continue
             }
+            let job = try prepared(job)
             let jid = Identifiers.jid()
             var payload = try Self.payload(for: job, jid: jid, createdAt: now, enqueuedAt: nil)
             if JobTracing.isEnabled {
