@@ -60,4 +60,30 @@ final class JobArgumentsLayoutTests: XCTestCase {
         XCTAssertEqual(job.queue, "default")
         XCTAssertEqual(try NewJob(Welcome(userID: 1, locale: "en"), queue: "mail").queue, "mail")
     }
+
+    // The helpers' `Codable` witnesses are their protocol extensions', not synthesized ones (a synthesized
+    // `init(from:)` would want a keyed container, and `encode(to:)` would write `{"value": …}`).
+    struct Nothing: NoJobArguments, Equatable { static let className = "Nothing" }
+    struct Message: SingleJobArgument, Equatable { static let className = "Message"; let value: String }
+
+    func testArgumentHelpersUseTheirProtocolsCodingNotSynthesis() throws {
+        XCTAssertEqual(try Nothing().sidekiqArgs(), [])
+        XCTAssertEqual(try ArgumentsDecoding.decode(Nothing.self, from: [], layout: Nothing.layout), Nothing())
+        XCTAssertThrowsError(try ArgumentsDecoding.decode(Nothing.self, from: [1], layout: Nothing.layout))
+        XCTAssertEqual(try Message(value: "boom").sidekiqArgs(), ["boom"])
+        XCTAssertEqual(try ArgumentsDecoding.decode(Message.self, from: ["boom"], layout: Message.layout), Message(value: "boom"))
+        XCTAssertThrowsError(try ArgumentsDecoding.decode(Message.self, from: ["a", "b"], layout: Message.layout))
+        XCTAssertEqual(try FailJob.Arguments(value: "boom").sidekiqArgs(), ["boom"])
+        XCTAssertEqual(try NoopJob.Arguments().sidekiqArgs(), [])
+        XCTAssertEqual(try SleepJob.Arguments(milliseconds: 5).sidekiqArgs(), [.int(5)])
+        XCTAssertThrowsError(try SleepJob.Arguments(milliseconds: -1))
+    }
+
+    /// Noop's arguments are never decoded: any `args` runs (the benchmark's fast path).
+    func testIgnoredArgumentsAcceptAnyArgs() throws {
+        let registry = JobRegistry.builtins()
+        let payload = try JobClient.payload(for: NewJob("Noop", args: [.object(["x": 1]), "y", .double(2.5)]),
+                                            jid: "a00000000000000000000001", createdAt: 1, enqueuedAt: 1)
+        XCTAssertEqual(try registry.prepare(payload).className, "Noop")
+    }
 }
