@@ -132,11 +132,20 @@ extension JobArguments {
         case .positional: root = .array(args)
         case .singleHash:
             guard args.count == 1 else {
-                throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "expected one hash argument, got \(args.count) arguments"))
+                throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "expected exactly one argument, got \(args.count)"))
             }
             root = args[0]
         }
         return try JSONDecoder().decode(Self.self, from: Data(root.serialized().utf8))
+    }
+}
+
+extension JobArguments {
+    /// A key function over a payload's raw `args` computed from these typed arguments, for the places that take
+    /// one (a limiter's instance key, `LimitDeclaration.concurrent(…, key:)`): `args` are decoded as `Self`
+    /// (`decode(args:)`), and arguments that do not decode give nil (bad input: the job goes dead when it runs).
+    public static func key<K>(_ body: @escaping @Sendable (Self) -> K?) -> @Sendable ([JSONValue]) -> K? {
+        { args in (try? decode(args: args)).flatMap(body) }
     }
 }
 

@@ -86,4 +86,23 @@ final class JobArgumentsLayoutTests: XCTestCase {
                                             jid: "a00000000000000000000001", createdAt: 1, enqueuedAt: 1)
         XCTAssertEqual(try registry.prepare(payload).className, "Noop")
     }
+
+    /// An `IgnoredJobArguments` type is never decoded: the registry prepares its jobs from one value made at
+    /// registration (this type's `init(from:)` would refuse every payload).
+    struct NeverDecoded: IgnoredJobArguments {
+        static let className = "NeverDecoded"
+        init() {}
+        init(from decoder: any Decoder) throws { throw JobError.badInput("decoded") }
+    }
+    struct NeverDecodedJob: Job {
+        func perform(_ arguments: NeverDecoded, context: JobContext) throws {}
+    }
+
+    func testIgnoredArgumentsAreNeverDecoded() throws {
+        var registry = JobRegistry()
+        registry.register(NeverDecodedJob())
+        let payload = try JobClient.payload(for: NewJob("NeverDecoded", args: ["anything", 1]),
+                                            jid: "a00000000000000000000002", createdAt: 1, enqueuedAt: 1)
+        XCTAssertEqual(try registry.prepare(payload).className, "NeverDecoded")
+    }
 }

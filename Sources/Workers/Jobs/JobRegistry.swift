@@ -100,13 +100,18 @@ enum ArgumentsDecoding {
         case .positional: root = .array(args)
         case .singleHash:
             guard args.count == 1 else {
-                throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "expected one hash argument, got \(args.count) arguments"))
+                throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "expected exactly one argument, got \(args.count)"))
             }
             root = args[0]
         }
         if let value = try? JSONValueDecoder().decode(T.self, from: root) { return value }
         let data = Data(root.serialized().utf8)
-        return try JSONDecoder().decode(T.self, from: data)
+        do {
+            return try JSONDecoder().decode(T.self, from: data)
+        } catch let error as DecodingError where layout == .singleHash {
+            // Paths name the place in `args` (`args[0].user_id`), as for positional arguments.
+            throw error.inFirstArgument
+        }
     }
 
     /// A one-line explanation of a decoding error: what was expected where.
@@ -127,6 +132,30 @@ enum ArgumentsDecoding {
             return "\(path(context.codingPath)): \(context.debugDescription)"
         @unknown default:
             return "\(error)"
+        }
+    }
+}
+
+extension DecodingError {
+    /// The same error with `[0]` in front of its coding path (a `.singleHash` type decodes from `args[0]`).
+    var inFirstArgument: DecodingError {
+        struct First: CodingKey {
+            var stringValue: String { "0" }
+            var intValue: Int? { 0 }
+            init() {}
+            init?(stringValue: String) { nil }
+            init?(intValue: Int) { nil }
+        }
+        func moved(_ context: Context) -> Context {
+            Context(codingPath: [First()] + context.codingPath, debugDescription: context.debugDescription,
+                    underlyingError: context.underlyingError)
+        }
+        switch self {
+        case .typeMismatch(let type, let context): return .typeMismatch(type, moved(context))
+        case .valueNotFound(let type, let context): return .valueNotFound(type, moved(context))
+        case .keyNotFound(let key, let context): return .keyNotFound(key, moved(context))
+        case .dataCorrupted(let context): return .dataCorrupted(moved(context))
+        @unknown default: return self
         }
     }
 }
