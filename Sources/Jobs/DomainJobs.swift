@@ -28,7 +28,7 @@ public enum DomainJobs {
             } catch {
                 let problem = "\(error)"
                 for className in classNames {
-                    registry.register(UnusableAreaJob<IgnoredArguments>(failure: UnconfiguredJob.NotConfigured(area: name, problem: problem)),
+                    registry.register(UnusableAreaJob<UnconfiguredArguments>(failure: UnconfiguredJob.NotConfigured(area: name, problem: problem)),
                                       as: className)
                 }
                 statuses.append(AreaStatus(area: name, classNames: classNames, problem: problem))

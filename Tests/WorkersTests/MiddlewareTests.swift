@@ -125,9 +125,9 @@ final class MiddlewareTests: XCTestCase {
 
 /// Records the tenant the job sees in its payload and in its logger's metadata.
 struct TenantJob: Job {
-    static let className = "Tenant"
+    struct Arguments: NoJobArguments { static let className = "Tenant" }
     let recorder: Recorder
-    func perform(_ arguments: NoArguments, context: JobContext) throws {
+    func perform(_ arguments: Arguments, context: JobContext) throws {
         let fromPayload = context.payload.fields["tenant"]?.stringValue ?? "-"
         let fromLogger = context.logger[metadataKey: "tenant"].map { "\($0)" } ?? "-"
         recorder.append("payload=\(fromPayload) logger=\(fromLogger)")

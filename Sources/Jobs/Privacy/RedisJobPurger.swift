@@ -1,5 +1,6 @@
 import Foundation
 import Queue
+import Workers
 
 /// Finds and removes the job payloads that name one person, wherever a job can sit in our Redis job state: the
 /// places and the removal are Queue's (`JobPurge`, Queue/Admin); this type supplies the predicate.
