@@ -44,8 +44,13 @@ let package = Package(
     products: [
         .executable(name: "workerctl", targets: ["workerctl"]),
         // For Swift services (Vapor, Hummingbird): enqueue and admin, async, pooled; no worker runtime.
-        // See Examples/EnqueueFromHummingbird.
+        // See Examples/AppService (EnqueueFromHummingbird).
         .library(name: "WorkersClient", targets: ["WorkersClient"]),
+        // For Swift services that run their own jobs: the worker runtime (Job, JobRegistry, WorkerProcess), run
+        // under a ServiceGroup (docs/embedding.md). See Examples/AppService (AppWorker).
+        .library(name: "Workers", targets: ["Workers"]),
+        // For services that enqueue inside their PostgreSQL transaction (docs/outbox.md).
+        .library(name: "Outbox", targets: ["Outbox"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -57,8 +62,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1", from: "1.3.0"),
         .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
-        // The HTTP server of `workerctl web` (docs/web.md); also used by Examples/EnqueueFromHummingbird.
+        // The HTTP server of `workerctl web` (docs/web.md); also used by Examples/AppService.
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.0.0"),
+        // Service conformances of WorkerProcess and WorkersClient (docs/embedding.md); Hummingbird depends on it too.
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
         .systemLibrary(name: "CHiredis", path: "Sources/CHiredis", pkgConfig: "hiredis",
@@ -88,14 +95,16 @@ let package = Package(
         // (CurlRuntime, CurlTransferState, CurlFailure: `package` in HTTP).
         .target(name: "Mail", dependencies: ["HTTP", "CCurl", .product(name: "Logging", package: "swift-log")]),
 
-        .target(name: "WorkersClient", dependencies: ["Queue", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), ]),
+        .target(name: "WorkersClient", dependencies: ["Queue", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"),
+                                                      .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
 
         // Transactional enqueue through PostgreSQL (job_outbox), its relay to Redis and the lost-job finder
         // (docs/outbox.md). Needs both Queue and Storage, so it is not part of the Redis-only WorkersClient.
         .target(name: "Outbox", dependencies: ["Queue", "Storage", .product(name: "Logging", package: "swift-log")]),
 
         .target(name: "Workers", dependencies: ["Queue", "Storage", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
-                                                .product(name: "CoreMetrics", package: "swift-metrics")]),
+                                                .product(name: "CoreMetrics", package: "swift-metrics"),
+                                                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
         .target(name: "Scheduler", dependencies: ["Queue", "CivilDate", "Yams", .product(name: "Logging", package: "swift-log"),
                                                   .product(name: "CoreMetrics", package: "swift-metrics")]),
 
@@ -141,7 +150,8 @@ let package = Package(
         // Shared by the test targets that run in-process workers: the fast test configuration.
         .target(name: "WorkersTestSupport", dependencies: ["Workers", "TestSupport"], path: "Tests/WorkersTestSupport"),
 
-        .testTarget(name: "WorkersTests", dependencies: ["WorkersTestSupport", "Workers", "BenchJobs", "Queue", "Storage", "TestSupport"]),
+        .testTarget(name: "WorkersTests", dependencies: ["WorkersTestSupport", "Workers", "BenchJobs", "Queue", "Storage", "TestSupport",
+                                                         .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
         .testTarget(name: "SchedulerTests", dependencies: ["Scheduler", "Queue", "TestSupport"]),
         .testTarget(name: "JobsTests", dependencies: ["WorkersTestSupport", "Jobs", "Workers", "WorkersClient", "Queue", "Storage", "HTTP", "Mail", "TestSupport", "Outbox",
                                                       .product(name: "Crypto", package: "swift-crypto"),
@@ -149,7 +159,8 @@ let package = Package(
                                                       .product(name: "X509", package: "swift-certificates"),
                                                       .product(name: "SwiftASN1", package: "swift-asn1")]),
         .testTarget(name: "WorkerctlTests", dependencies: ["Queue", "Storage", "TestSupport"]),
-        .testTarget(name: "WorkersClientTests", dependencies: ["WorkersClient", "TestSupport"]),
+        .testTarget(name: "WorkersClientTests", dependencies: ["WorkersClient", "TestSupport",
+                                                               .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
         // Drives a real `workerctl web` process (and headless Chromium): it imports nothing from WebDashboard.
         .testTarget(name: "WebDashboardTests", dependencies: ["Queue", "Scheduler", "Storage", "TestSupport"]),
         // Replays Tests/FuzzCorpus/<harness>/* through the FuzzRunner binary (built by `swift build --build-tests`).

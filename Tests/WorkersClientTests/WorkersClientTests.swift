@@ -132,11 +132,11 @@ final class WorkersClientTests: XCTestCase {
         XCTAssertEqual(keys, 0)
     }
 
-    // MARK: - Examples/EnqueueFromHummingbird
+    // MARK: - Examples/AppService (EnqueueFromHummingbird)
 
     /// The example service's binary, which `scripts/test` builds before running the tests.
     var exampleBinary: URL {
-        TestServices.repositoryRoot.appendingPathComponent("Examples/EnqueueFromHummingbird/.build/debug/EnqueueFromHummingbird")
+        TestServices.repositoryRoot.appendingPathComponent("Examples/AppService/.build/debug/EnqueueFromHummingbird")
     }
 
     func post(_ url: String) throws -> (code: Int, body: String) {

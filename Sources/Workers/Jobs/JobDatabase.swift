@@ -1,3 +1,4 @@
+import Logging
 import Storage
 
 /// PostgreSQL for jobs: the exactly-once ledger and the pool it draws from. Shared by every pool
@@ -9,6 +10,14 @@ public struct JobDatabase: Sendable {
     public init(pool: PostgresPool) {
         self.pool = pool
         self.ledger = JobLedger(pool: pool)
+    }
+
+    /// A pool of at most `maxConnections` sessions to `url` (`postgres://…`), for a service that runs workers in its
+    /// own executable without naming Storage's types. Opens no connection yet (the first job that needs one does).
+    /// The schema (`job_ledger`, …) is `workerctl migrate`'s; give the pool at least the worker's `concurrency`.
+    public init(url: String, maxConnections: Int, logger: Logger) {
+        self.init(pool: PostgresPool(configuration: PostgresPoolConfiguration(url: url, maxConnections: maxConnections),
+                                     logger: logger))
     }
 
     public func isApplied(jid: String) throws -> Bool { try ledger.isApplied(jid: jid) }

@@ -17,7 +17,7 @@ public enum DispatchError: Error, Sendable, CustomStringConvertible {
 }
 
 /// A job with its arguments decoded, ready to run.
-public struct PreparedJob: Sendable {
+package struct PreparedJob: Sendable {
     public let className: String
     public let options: JobOptions
     let body: @Sendable (JobContext) throws -> Void
@@ -74,7 +74,7 @@ public struct JobRegistry: Sendable {
     public func options(for className: String) -> JobOptions? { optionsByName[className] }
 
     /// Looks the payload's class up and decodes its arguments.
-    public func prepare(_ payload: JobPayload) throws(DispatchError) -> PreparedJob {
+    package func prepare(_ payload: JobPayload) throws(DispatchError) -> PreparedJob {
         guard let make = entries[payload.className] else { throw .unknownClass(payload.className) }
         do {
             return try make(payload)

@@ -110,6 +110,14 @@ public struct WorkerConfiguration: Sendable {
 
     public init() {}
 
+    /// The defaults, with the three settings every embedding service chooses (docs/embedding.md); the other
+    /// properties stay settable.
+    public init(redisURL: String, queues: [QueueWeight] = [QueueWeight(name: "default")], concurrency: Int = 10) {
+        self.redisURL = redisURL
+        self.queues = queues
+        self.concurrency = concurrency
+    }
+
     public func validate() throws(ConfigurationError) {
         guard (1...1000).contains(concurrency) else { throw .invalid("concurrency must be within 1...1000, got \(concurrency)") }
         guard !queues.isEmpty else { throw .invalid("at least one queue is needed") }

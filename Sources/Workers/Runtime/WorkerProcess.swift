@@ -33,7 +33,7 @@ import Synchronization
 /// Invariant: a job leaves this process's in-flight list only through the settler (or another
 /// process's orphan sweep once our heartbeat has expired), so a crash at any point loses nothing.
 ///
-/// Thread rules: `start`/`run` once, from one thread. `quietDown` and `shutdown` from any thread,
+/// Thread rules: `start`/`runHandlingSignals` (or the `Service` `run()`) once, from one thread. `quietDown` and `shutdown` from any thread,
 /// any number of times (signal handlers start a thread of their own for them). The read-only
 /// properties from any thread.
 public final class WorkerProcess: @unchecked Sendable {
@@ -52,11 +52,11 @@ public final class WorkerProcess: @unchecked Sendable {
     let flags = LifeCycleFlags()
     let startedAt = Clock.now()
     /// Time from `enqueued_at` to the start of the run, for every job this process ran.
-    public let pickupLatency = LatencyHistogram()
+    package let pickupLatency = LatencyHistogram()
     /// Run time of every job this process ran.
-    public let runTime = LatencyHistogram()
+    package let runTime = LatencyHistogram()
     /// Counters, timers and gauges for a metrics backend.
-    public let metrics = RuntimeMetrics()
+    package let metrics = RuntimeMetrics()
 
     let pool: JobPool
     /// One per served shard, in `servedShards` order (so are `heartbeats` and `housekeepers`).
@@ -171,8 +171,10 @@ public final class WorkerProcess: @unchecked Sendable {
     }
 
     /// Starts, handles SIGTERM/SIGINT (shut down), SIGTSTP (quiet) and SIGTTIN (dump), and returns
-    /// once the process has shut down.
-    public func run() throws {
+    /// once the process has shut down: the blocking entry point of an executable that owns its signals
+    /// (`workerctl worker`). Under a `ServiceGroup`, use the `Service` conformance's `run()` instead
+    /// (WorkerProcess+Service.swift), which installs no signal handler.
+    public func runHandlingSignals() throws {
         try start()
         installSignalHandlers()
         waitUntilStopped()

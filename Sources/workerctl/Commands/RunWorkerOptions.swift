@@ -150,7 +150,7 @@ struct WorkerOptions: ParsableArguments {
         relay?.start()
         defer { relay?.stop() }
         do {
-            try process.run()
+            try process.runHandlingSignals()
         } catch let error as RedisError {
             throw CLIError.runtime(error.description)
         } catch let error as MetricsServer.StartError {

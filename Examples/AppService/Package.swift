@@ -1,0 +1,34 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// A service of its own that uses the root package's library products (by path), built by scripts/test so CI keeps
+// it compiling; one package for both executables, so CI builds Hummingbird and the root package once:
+// - EnqueueFromHummingbird: a Hummingbird 2 service that enqueues through WorkersClient (no worker runtime linked);
+// - AppWorker: two jobs of the service's own, enqueued typed and run in its own process by the Workers product under
+//   a ServiceGroup (swift-service-lifecycle), with /metrics, /healthz and /readyz. scripts/test runs its demo.
+let package = Package(
+    name: "AppService",
+    platforms: [.macOS(.v14)],
+    dependencies: [
+        .package(name: "SwiftWorkers", path: "../.."),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.0.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.5.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.1.0"),
+    ],
+    targets: [
+        .executableTarget(name: "EnqueueFromHummingbird", dependencies: [
+            .product(name: "WorkersClient", package: "SwiftWorkers"),
+            .product(name: "Hummingbird", package: "hummingbird"),
+        ]),
+        .executableTarget(name: "AppWorker", dependencies: [
+            .product(name: "Workers", package: "SwiftWorkers"),
+            .product(name: "WorkersClient", package: "SwiftWorkers"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "Metrics", package: "swift-metrics"),
+            .product(name: "Prometheus", package: "swift-prometheus"),
+        ]),
+    ]
+)

@@ -1,0 +1,7 @@
+// The names a service using the `Outbox` library product writes in its own code (docs/outbox.md, "From Swift"): the
+// job it enqueues and the PostgreSQL connection (and pool) it enqueues on. Queue and Storage are not products, so
+// the product re-exports these declarations alone, not the modules.
+@_exported import struct Queue.NewJob
+@_exported import enum Queue.EnqueueError
+@_exported import class Storage.PostgresConnection
+@_exported import class Storage.PostgresPool
