@@ -68,8 +68,17 @@ for run in $(seq 1 "$RUNS"); do
   done
 done
 R flushdb >/dev/null
+# Two decimals for the per-job figures (bench/lib.sh's `report` rounds values over 100 to integers).
+per_job() {
+  python3 - "$FIGURES/per_job_$1" "$1" "$N" <<'PY'
+import statistics, sys
+values = [float(v) for v in open(sys.argv[1]) if v.strip()]
+print("%s: allocations per job (%s no-op jobs): median %.2f (min %.2f – max %.2f, %d runs)" % (
+    sys.argv[2], sys.argv[3], statistics.median(values), min(values), max(values), len(values)))
+PY
+}
 echo "== results: median of $RUNS runs (min–max)"
-report per_job_A allocs/job "A: allocations per job ($N no-op jobs)"
-report per_job_B allocs/job "B: allocations per job ($N no-op jobs)"
+per_job A
+per_job B
 report idle_A allocs/s "A: idle allocations per second"
 report idle_B allocs/s "B: idle allocations per second"

@@ -1,3 +1,4 @@
+import BenchJobs
 import Foundation
 import Logging
 import Queue
@@ -31,13 +32,16 @@ final class MiddlewareTests: XCTestCase {
     }
 
     /// A worker with the built-in jobs and `TenantJob`, running `middleware`.
-    func start(_ middleware: [any JobMiddleware]) throws -> WorkerProcess {
+    func start(_ middleware: [any JobMiddleware], commitBatch: Int? = nil) throws -> WorkerProcess {
         var registry = JobRegistry.builtins()
         registry.register(TenantJob(recorder: recorder))
         registry.register(RecordJob(recorder: recorder))
+        BenchJobs.register(into: &registry)
+        var configuration = WorkerConfiguration.forTests(redis: redis, concurrency: 2)
+        if let commitBatch { configuration.commitBatch = commitBatch }
         var logger = Logger(label: "middleware-test")
         logger.logLevel = .critical
-        let process = try WorkerProcess(configuration: .forTests(redis: redis, concurrency: 2), registry: registry,
+        let process = try WorkerProcess(configuration: configuration, registry: registry,
                                         database: JobDatabase(pool: pool), logger: logger, middleware: middleware)
         try process.start()
         processes.append(process)
@@ -96,6 +100,35 @@ final class MiddlewareTests: XCTestCase {
         XCTAssertEqual(retry.errorMessage, "refused by the middleware")
         XCTAssertEqual(try redis.failed(), 1)
         XCTAssertEqual(recorder.all, [], "the job never ran")
+    }
+
+    func testRedeliveryFoundAppliedAndBadInputNeverEnterTheChain() throws {
+        try BenchSchema.create(pool: pool)
+        // A redelivery (interrupted once) whose first delivery committed: the ledger check acknowledges it unrun.
+        var payload = try JobClient.payload(for: NewJob("ProbeInsert", args: ["again"]), createdAt: Clock.now(),
+                                            enqueuedAt: Clock.now())
+        payload.fields["interrupted_count"] = .int(1)
+        let jid = try XCTUnwrap(payload.jid)
+        _ = try JobLedger(pool: pool).runOnce(jid: jid, jobClass: "ProbeInsert", queue: "default") { connection in
+            try connection.execute("INSERT INTO probe_rows (jid, note) VALUES ($1, 'first')", [jid])
+        }
+        try redis.command("LPUSH", "queue:default", payload.serialized())
+        try redis.client.enqueue(NewJob("NoSuchJob"))  // bad input: dead before any middleware
+        let counter = Around(name: "seen", recorder: recorder)
+        _ = try start([counter], commitBatch: 1)  // one job per transaction: the runner's own ledger check
+        XCTAssertTrue(try eventually { try redis.processed() == 2 })
+        XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 1)
+        XCTAssertEqual(recorder.all, [], "neither run entered the chain")
+    }
+
+    func testNextCalledTwiceRunsTheJobOnceAndTellsTheMiddleware() throws {
+        try redis.client.enqueue(NewJob("Record", args: ["once"]))
+        let twice = Twice()
+        _ = try start([twice])
+        XCTAssertTrue(try eventually { try redis.processed() == 1 })
+        XCTAssertEqual(recorder.all, ["once"])
+        XCTAssertEqual(twice.errors, [.nextCalledTwice(middleware: "WorkersTests.Twice")])
+        XCTAssertEqual(try redis.failed(), 0, "the middleware caught the misuse: the run succeeded")
     }
 
     func testEnqueueMiddlewareCannotAddRuntimeOwnedFieldsOrOversizePayloadsOnAnyEnqueuePath() throws {
@@ -182,6 +215,16 @@ struct Around: JobMiddleware {
 struct Refuse: JobMiddleware {
     struct Refusal: Error, CustomStringConvertible { var description: String { "refused by the middleware" } }
     func run(_ context: JobContext, next: (JobContext) throws -> Void) throws { throw Refusal() }
+}
+
+/// Calls `next` twice, and keeps the error of the second call.
+final class Twice: JobMiddleware {
+    private let caught = Mutex<[JobMiddlewareError]>([])
+    var errors: [JobMiddlewareError] { caught.withLock { $0 } }
+    func run(_ context: JobContext, next: (JobContext) throws -> Void) throws {
+        try next(context)
+        do { try next(context) } catch let error as JobMiddlewareError { caught.withLock { $0.append(error) } }
+    }
 }
 
 /// Sets an extra field on every job.
