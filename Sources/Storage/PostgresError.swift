@@ -129,7 +129,7 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
 extension Error {
     /// True when `self` is a `PostgresError` for a lost or impossible connection.
     /// (Named with the `Postgres` prefix so it cannot clash with the Redis layer's helpers.)
-    public var isPostgresConnectionFailure: Bool {
+    package var isPostgresConnectionFailure: Bool {
         (self as? PostgresError)?.isConnectionFailure ?? false
     }
 

@@ -144,7 +144,7 @@ public enum Backoff: Sendable {
 extension JobPayload {
     /// The payload with Sidekiq's failure bookkeeping: queue, error fields, failed_at/retried_at,
     /// retry_count. The times are written in the payload's own unit (`TimestampUnit`).
-    public func recordingFailure(queue: String, errorClass: String, message: String,
+    package func recordingFailure(queue: String, errorClass: String, message: String,
                                  now: Double = Clock.now()) -> String {
         var payload = self
         payload.queue = payload.retryQueue ?? queue

@@ -1,0 +1,19 @@
+// The names a job author writes next to `Job` (docs/writing-jobs.md), re-exported by the `Workers` product so that
+// `import Workers` is enough to write, register and run a job: its arguments' contract and helpers, the payload and
+// JSON values a job or a middleware reads, the uniqueness and limit policies it declares, and the PostgreSQL
+// connection its `context.transaction` hands it. Queue and Storage are not products: these declarations alone are
+// re-exported, not the modules (the whole enqueue and admin API is the `WorkersClient` product's).
+@_exported import protocol Queue.JobArguments
+@_exported import enum Queue.JobArgumentsLayout
+@_exported import protocol Queue.NoJobArguments
+@_exported import protocol Queue.SingleJobArgument
+@_exported import struct Queue.JobPayload
+@_exported import enum Queue.JSONValue
+@_exported import struct Queue.JSONObject
+@_exported import struct Queue.UniquePolicy
+@_exported import enum Queue.UniqueUntil
+@_exported import struct Queue.NewJob
+@_exported import enum Queue.EnqueueError
+@_exported import struct Queue.RedisEndpoint
+@_exported import class Queue.RedisPool
+@_exported import class Storage.PostgresConnection
