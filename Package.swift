@@ -153,7 +153,7 @@ let package = Package(
         .testTarget(name: "WorkersTests", dependencies: ["WorkersTestSupport", "Workers", "BenchJobs", "Queue", "Storage", "TestSupport",
                                                          .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
         .testTarget(name: "SchedulerTests", dependencies: ["Scheduler", "Queue", "TestSupport"]),
-        .testTarget(name: "JobsTests", dependencies: ["WorkersTestSupport", "Jobs", "Workers", "Queue", "Storage", "HTTP", "Mail", "TestSupport", "Outbox",
+        .testTarget(name: "JobsTests", dependencies: ["WorkersTestSupport", "Jobs", "Workers", "WorkersClient", "Queue", "Storage", "HTTP", "Mail", "TestSupport", "Outbox",
                                                       .product(name: "Crypto", package: "swift-crypto"),
                                                       .product(name: "_CryptoExtras", package: "swift-crypto"),
                                                       .product(name: "X509", package: "swift-certificates"),

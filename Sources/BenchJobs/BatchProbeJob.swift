@@ -1,4 +1,5 @@
 import Foundation
+import Queue
 import Workers
 
 /// A test job for batches: `args = [outcome, milliseconds]`. It sleeps `milliseconds` (0...10000,
@@ -8,24 +9,34 @@ import Workers
 /// intervals. No database: a run repeated after a SIGKILL really runs twice, which is what the
 /// batch counting must absorb. Registered only with `--bench-jobs`, like `ProbeInsert`.
 public struct BatchProbeJob: Job {
-    public static let className = "BatchProbe"
     public static let options = JobOptions(maxRetries: 25, backoff: .schedule([0]), timeout: 60)
     public init() {}
 
-    public struct Arguments: Decodable, Sendable, ValidatedArguments {
+    /// `[outcome, milliseconds?]`; a value is valid by construction (`JobError.badInput` otherwise).
+    public struct Arguments: JobArguments, Equatable {
+        public static let className = "BatchProbe"
+        public static let layout = JobArgumentsLayout.positional
         public let outcome: String
         public let milliseconds: Int
+        public init(outcome: String, milliseconds: Int = 0) throws(JobError) {
+            guard ["ok", "flaky", "doomed"].contains(outcome) else { throw .badInput("outcome must be ok, flaky or doomed") }
+            guard (0...10_000).contains(milliseconds) else { throw .badInput("milliseconds must be within 0...10000") }
+            self.outcome = outcome
+            self.milliseconds = milliseconds
+        }
         public init(from decoder: any Decoder) throws {
             var container = try decoder.unkeyedContainer()
-            outcome = try container.decode(String.self)
-            milliseconds = container.isAtEnd ? 0 : try container.decode(Int.self)
+            let outcome = try container.decode(String.self)
+            let milliseconds = container.isAtEnd ? 0 : try container.decode(Int.self)
             if !container.isAtEnd {
                 throw DecodingError.dataCorruptedError(in: container, debugDescription: "expected at most two arguments")
             }
+            try self.init(outcome: outcome, milliseconds: milliseconds)
         }
-        public func validate() throws(JobError) {
-            guard ["ok", "flaky", "doomed"].contains(outcome) else { throw .badInput("outcome must be ok, flaky or doomed") }
-            guard (0...10_000).contains(milliseconds) else { throw .badInput("milliseconds must be within 0...10000") }
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.unkeyedContainer()
+            try container.encode(outcome)
+            try container.encode(milliseconds)
         }
     }
 

@@ -40,14 +40,19 @@ public enum LimitProbes {
 
 /// `args: [milliseconds]`: at most 3 running fleet-wide (lease 2 s).
 public struct LimitProbeConcurrentJob: Job {
-    public static let className = "LimitProbeConcurrent"
+    /// `[milliseconds]`.
+    public struct Arguments: SingleJobArgument, Equatable {
+        public static let className = "LimitProbeConcurrent"
+        public let value: Int
+        public init(value: Int) { self.value = value }
+    }
     public static var options: JobOptions {
         var options = JobOptions(maxRetries: 0)
         options.limits = JobLimits([.concurrent("probe-concurrent", max: 3, lease: 2)], overLimit: LimitProbes.quickBackoff)
         return options
     }
     let redis: RedisPool
-    public func perform(_ arguments: SingleArgument<Int>, context: JobContext) throws {
+    public func perform(_ arguments: Arguments, context: JobContext) throws {
         try LimitProbes.measured("probe-concurrent", redis: redis, milliseconds: arguments.value, context: context)
     }
 }
@@ -55,7 +60,6 @@ public struct LimitProbeConcurrentJob: Job {
 /// `args: [milliseconds, key]`: one at a time per key (lease 2 s); rescheduled 1.5 s later when over, at most
 /// 5 times (then the normal retry path, next try in an hour).
 public struct LimitProbeMutexJob: Job {
-    public static let className = "LimitProbeMutex"
     public static var options: JobOptions {
         var options = JobOptions(maxRetries: 5, backoff: .schedule([3600]))
         options.limits = JobLimits([.concurrent("probe-mutex", max: 1, lease: 2, key: { $0.last?.stringValue })],
@@ -63,13 +67,21 @@ public struct LimitProbeMutexJob: Job {
         return options
     }
     let redis: RedisPool
-    public struct Arguments: Decodable, Sendable {
-        let milliseconds: Int
-        let key: String
+    public struct Arguments: JobArguments, Equatable {
+        public static let className = "LimitProbeMutex"
+        public static let layout = JobArgumentsLayout.positional
+        public let milliseconds: Int
+        public let key: String
+        public init(milliseconds: Int, key: String) { (self.milliseconds, self.key) = (milliseconds, key) }
         public init(from decoder: any Decoder) throws {
             var container = try decoder.unkeyedContainer()
             milliseconds = try container.decode(Int.self)
             key = try container.decode(String.self)
+        }
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.unkeyedContainer()
+            try container.encode(milliseconds)
+            try container.encode(key)
         }
     }
     public func perform(_ arguments: Arguments, context: JobContext) throws {
@@ -80,7 +92,10 @@ public struct LimitProbeMutexJob: Job {
 
 /// `args: []`: at most 20 per 1-second window of Redis time; records its admission's window.
 public struct LimitProbeWindowJob: Job {
-    public static let className = "LimitProbeWindow"
+    public struct Arguments: NoJobArguments, Equatable {
+        public static let className = "LimitProbeWindow"
+        public init() {}
+    }
     public static var options: JobOptions {
         var options = JobOptions(maxRetries: 0)
         options.limits = JobLimits([.window("probe-window", max: 20, per: 1)],
@@ -88,7 +103,7 @@ public struct LimitProbeWindowJob: Job {
         return options
     }
     let redis: RedisPool
-    public func perform(_ arguments: NoArguments, context: JobContext) throws {
+    public func perform(_ arguments: Arguments, context: JobContext) throws {
         guard let admitted = context.limitsAdmittedAt else { throw JobError.permanent("run without a limiter admission") }
         let window = Int((admitted * 1000).rounded()) / 1000
         _ = try redis.withConnection { try $0.command("HINCRBY", "probe:limits:windows", window, 1) }
@@ -97,7 +112,10 @@ public struct LimitProbeWindowJob: Job {
 
 /// `args: []`: a token bucket of 1 token per 200 ms; records its admission time (ms of Redis time).
 public struct LimitProbeBucketJob: Job {
-    public static let className = "LimitProbeBucket"
+    public struct Arguments: NoJobArguments, Equatable {
+        public static let className = "LimitProbeBucket"
+        public init() {}
+    }
     public static var options: JobOptions {
         var options = JobOptions(maxRetries: 0)
         options.limits = JobLimits([.bucket("probe-bucket", capacity: 1, per: 0.2)],
@@ -105,7 +123,7 @@ public struct LimitProbeBucketJob: Job {
         return options
     }
     let redis: RedisPool
-    public func perform(_ arguments: NoArguments, context: JobContext) throws {
+    public func perform(_ arguments: Arguments, context: JobContext) throws {
         guard let admitted = context.limitsAdmittedAt else { throw JobError.permanent("run without a limiter admission") }
         _ = try redis.withConnection { try $0.command("RPUSH", "probe:limits:bucket", Int((admitted * 1000).rounded())) }
     }

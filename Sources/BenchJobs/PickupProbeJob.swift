@@ -12,13 +12,18 @@ import Workers
 /// A bench job: registered only with `--bench-jobs`. Any pool thread may run it; the file descriptors are
 /// opened once per folder and shared under one lock (each line is written whole by one write).
 public struct PickupProbeJob: Job {
-    public static let className = "PickupProbe"
+    /// `[folder]`.
+    public struct Arguments: SingleJobArgument, Equatable {
+        public static let className = "PickupProbe"
+        public let value: String
+        public init(value: String) { self.value = value }
+    }
     public init() {}
 
     /// The folder's open sample file, by folder path (opened on first use, never closed: the process's life).
     private static let files = Mutex<[String: Int32]>([:])
 
-    public func perform(_ arguments: SingleArgument<String>, context: JobContext) throws {
+    public func perform(_ arguments: Arguments, context: JobContext) throws {
         let now = Clock.now()
         guard let enqueuedAt = context.payload.enqueuedAt else { return }
         let line = Array(String(format: "%.6f\n", now - enqueuedAt).utf8)

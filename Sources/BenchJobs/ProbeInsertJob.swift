@@ -1,4 +1,5 @@
 import Foundation
+import Queue
 import Storage
 import Workers
 
@@ -11,13 +12,16 @@ import Workers
 /// hidden `--bench-jobs` flag, and its table exists only where `BenchSchema.create` made it
 /// (`workerctl migrate --bench-tables`, or the tests' setup).
 public struct ProbeInsertJob: Job {
-    public static let className = "ProbeInsert"
     public static let options = JobOptions(usesLedger: true, groupCommit: true)
     public init() {}
 
-    public struct Arguments: Decodable, Sendable {
+    /// `[note?, pauseMilliseconds?]`.
+    public struct Arguments: JobArguments, Equatable {
+        public static let className = "ProbeInsert"
+        public static let layout = JobArgumentsLayout.positional
         public let note: String
         public let pauseMilliseconds: Int
+        public init(note: String = "", pauseMilliseconds: Int = 0) { (self.note, self.pauseMilliseconds) = (note, pauseMilliseconds) }
         public init(from decoder: any Decoder) throws {
             var container = try decoder.unkeyedContainer()
             note = container.isAtEnd ? "" : try container.decode(String.self)
@@ -29,6 +33,11 @@ public struct ProbeInsertJob: Job {
             if !container.isAtEnd {
                 throw DecodingError.dataCorruptedError(in: container, debugDescription: "expected at most two arguments")
             }
+        }
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.unkeyedContainer()
+            try container.encode(note)
+            if pauseMilliseconds != 0 { try container.encode(pauseMilliseconds) }
         }
     }
 

@@ -9,7 +9,6 @@ import Storage
 /// `args[1]` names a class, enqueues that class with `args[2...]` — so one run shows every child span kind and
 /// the context carried on to a follow-up job. A non-2xx answer or a transport error fails the run (retried).
 public struct TraceProbeJob: Job {
-    public static let className = "TraceProbe"
     public static let options = JobOptions(maxRetries: 1, usesLedger: true)
 
     let http: HTTPClient
@@ -20,7 +19,9 @@ public struct TraceProbeJob: Job {
         self.client = JobClient(pool: redis)
     }
 
-    public struct Arguments: Decodable, Sendable {
+    public struct Arguments: JobArguments, Equatable {
+        public static let className = "TraceProbe"
+        public static let layout = JobArgumentsLayout.positional
         public let url: String
         public let followUp: String?
         public let followUpArgs: [JSONValue]
@@ -31,6 +32,14 @@ public struct TraceProbeJob: Job {
             var rest: [JSONValue] = []
             while !container.isAtEnd { rest.append(.string(try container.decode(String.self))) }
             followUpArgs = rest
+        }
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.unkeyedContainer()
+            try container.encode(url)
+            if let followUp {
+                try container.encode(followUp)
+                for argument in followUpArgs { try container.encode(argument.stringValue ?? argument.serialized()) }
+            }
         }
     }
 

@@ -18,7 +18,7 @@ public enum DomainJobs {
         public let problem: String?
     }
 
-    public static func register(into registry: inout JobRegistry, environment: [String: String],
+    package static func register(into registry: inout JobRegistry, environment: [String: String],
                                 redis: RedisPool, http: HTTPClient, shards: ShardPools? = nil) -> [AreaStatus] {
         var statuses: [AreaStatus] = []
         func area(_ name: String, _ classNames: [String], _ body: (inout JobRegistry) throws -> Void) {
@@ -28,7 +28,7 @@ public enum DomainJobs {
             } catch {
                 let problem = "\(error)"
                 for className in classNames {
-                    registry.register(UnusableAreaJob<IgnoredArguments>(failure: UnconfiguredJob.NotConfigured(area: name, problem: problem)),
+                    registry.register(UnusableAreaJob<UnconfiguredArguments>(failure: UnconfiguredJob.NotConfigured(area: name, problem: problem)),
                                       as: className)
                 }
                 statuses.append(AreaStatus(area: name, classNames: classNames, problem: problem))

@@ -66,3 +66,98 @@ extension NewJob {
         self.init(A.className, args: try arguments.sidekiqArgs(), queue: queue ?? A.queue, retry: retry, extra: extra)
     }
 }
+
+/// Arguments of a class that takes none: `args: []`, a one-liner for the job
+/// (`struct Arguments: NoJobArguments { static let className = "Sweep" }`). Decoding refuses any argument
+/// ("expected no arguments, got N"); encoding writes the empty array. Positional layout.
+///
+/// The `Codable` witnesses come from this extension, not from synthesis (a conforming struct has no stored
+/// properties to synthesize from, and the extension's members are found first): `JobArgumentsLayoutTests`
+/// checks it.
+public protocol NoJobArguments: JobArguments {
+    init()
+}
+
+extension NoJobArguments {
+    public static var layout: JobArgumentsLayout { .positional }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.unkeyedContainer()
+        if let count = container.count, count > 0 {
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: "expected no arguments, got \(count)")
+        }
+        self.init()
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        _ = encoder.unkeyedContainer()
+    }
+}
+
+/// Arguments of a class that takes exactly one positional argument: `args: [value]` (e.g. `["a message"]`), a
+/// one-liner for the job (`struct Arguments: SingleJobArgument { static let className = "Fail"; let value: String }`;
+/// the struct's memberwise `init(value:)` is the requirement). Decoding refuses any other count ("expected exactly
+/// one argument, got N"). Positional layout; the witnesses come from this extension, not from synthesis
+/// (`JobArgumentsLayoutTests`).
+public protocol SingleJobArgument: JobArguments {
+    associatedtype Value: Codable & Sendable
+    var value: Value { get }
+    init(value: Value)
+}
+
+extension SingleJobArgument {
+    public static var layout: JobArgumentsLayout { .positional }
+
+    public init(from decoder: any Decoder) throws {
+        var container = try decoder.unkeyedContainer()
+        if let count = container.count, count != 1 {
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: "expected exactly one argument, got \(count)")
+        }
+        self.init(value: try container.decode(Value.self))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.unkeyedContainer()
+        try container.encode(value)
+    }
+}
+
+extension JobArguments {
+    /// `args` decoded as these arguments, by `layout`, with Foundation's `JSONDecoder` (the values the worker's
+    /// registry decodes; it only adds a faster path that gives the same values). Throws what `init(from:)` or
+    /// the decoder throws.
+    public static func decode(args: [JSONValue]) throws -> Self {
+        let root: JSONValue
+        switch layout {
+        case .positional: root = .array(args)
+        case .singleHash:
+            guard args.count == 1 else {
+                throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "expected exactly one argument, got \(args.count)"))
+            }
+            root = args[0]
+        }
+        return try JSONDecoder().decode(Self.self, from: Data(root.serialized().utf8))
+    }
+}
+
+extension JobArguments {
+    /// A key function over a payload's raw `args` computed from these typed arguments, for the places that take
+    /// one (a limiter's instance key, `LimitDeclaration.concurrent(…, key:)`): `args` are decoded as `Self`
+    /// (`decode(args:)`), and arguments that do not decode give nil (bad input: the job goes dead when it runs).
+    public static func key<K>(_ body: @escaping @Sendable (Self) -> K?) -> @Sendable ([JSONValue]) -> K? {
+        { args in (try? decode(args: args)).flatMap(body) }
+    }
+}
+
+extension UniquePolicy {
+    /// A policy whose lock key is computed from typed arguments (docs/unique-jobs.md): `key` gets `args` decoded
+    /// as `A` (`JobArguments.decode(args:)`) — at a unique enqueue and when a worker fetches the job. Arguments that
+    /// do not decode (bad input, dead at once when run) fall back to the whole `args` as the key.
+    public init<A: JobArguments>(for seconds: Double, until: UniqueUntil = .success, arguments: A.Type,
+                                 key: @escaping @Sendable (A) -> String) {
+        self.init(for: seconds, until: until) { args in
+            guard let decoded = try? A.decode(args: args) else { return JSONValue.array(args).serialized() }
+            return key(decoded)
+        }
+    }
+}

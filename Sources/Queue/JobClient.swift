@@ -81,21 +81,40 @@ public enum EnqueueError: Error, Sendable, CustomStringConvertible, Equatable {
 public struct JobClient: Sendable {
     /// The default shard's pool (the only Redis without sharding).
     public let pool: RedisPool
-    public let replicaWait: ReplicaWait?
+    package let replicaWait: ReplicaWait?
     /// Nil with one Redis: every call takes today's single-pool path.
-    public let shards: ShardPools?
+    package let shards: ShardPools?
+    /// Applied to every job this client enqueues, in order, before validation (`EnqueueMiddleware`).
+    public let middleware: [any EnqueueMiddleware]
 
-    public init(pool: RedisPool, replicaWait: ReplicaWait? = nil) {
+    /// A blocking client over `pool` (from async code use `WorkersClient`). `middleware`: see `EnqueueMiddleware`;
+    /// empty by default (then a job is not copied).
+    public init(pool: RedisPool, middleware: [any EnqueueMiddleware] = []) {
+        self.init(pool: pool, replicaWait: nil, middleware: middleware)
+    }
+
+    package init(pool: RedisPool, replicaWait: ReplicaWait?, middleware: [any EnqueueMiddleware] = []) {
         self.pool = pool
         self.replicaWait = replicaWait
         self.shards = nil
+        self.middleware = middleware
     }
 
     /// Routes each job to its queue's shard. With a one-shard map this is `init(pool:)`.
-    public init(shards: ShardPools, replicaWait: ReplicaWait? = nil) {
+    package init(shards: ShardPools, replicaWait: ReplicaWait? = nil, middleware: [any EnqueueMiddleware] = []) {
         self.pool = shards.pools[0]
         self.replicaWait = replicaWait
         self.shards = shards.map.isSingle ? nil : shards
+        self.middleware = middleware
+    }
+
+    /// `job` as this client's middleware leaves it (each in order), not yet validated. Every enqueue path calls
+    /// it exactly once per job, before `payload(for:)`.
+    func prepared(_ job: NewJob) throws -> NewJob {
+        if middleware.isEmpty { return job }
+        var job = job
+        for step in middleware { try step.prepare(&job) }
+        return job
     }
 
     /// The pool of the Redis holding `queue`.
@@ -193,6 +212,7 @@ public struct JobClient: Sendable {
         var byQueue: [(queue: String, payloads: [String])] = []
         var spans: [any Span] = []  // one producer span per job, only while tracing is on (docs/tracing.md)
         for job in jobs {
+            let job = try prepared(job)
             let jid = Identifiers.jid()
             var payload = try Self.payload(for: job, jid: jid, createdAt: now, enqueuedAt: now)
             if JobTracing.isEnabled {
@@ -262,9 +282,10 @@ public struct JobClient: Sendable {
         if let shards { zadds = Array(repeating: ["ZADD", Keys.schedule], count: shards.pools.count) }
         for (index, job) in jobs.enumerated() {
             if times[index] <= now {
-                immediate.append((index, job))
+                immediate.append((index, job))  // the middleware is applied by `enqueueMany(_:)`
                 continue
             }
+            let job = try prepared(job)
             let jid = Identifiers.jid()
             var payload = try Self.payload(for: job, jid: jid, createdAt: now, enqueuedAt: nil)
             if JobTracing.isEnabled {

@@ -4,7 +4,7 @@ import Tracing
 /// W3C Trace Context in a job payload (docs/tracing.md): `traceparent` and, when the trace has one,
 /// `tracestate`, as extra top-level string fields. Sidekiq keeps unknown keys as they are and ignores them
 /// (wire doc §2), so Ruby workers and the Web UI are unaffected. Present only when tracing is on.
-public enum JobTraceContext {
+package enum JobTraceContext {
     /// Writes payload fields.
     public struct PayloadInjector: Injector {
         public init() {}

@@ -1,7 +1,7 @@
 import Foundation
 /// The Redis key layout, as Sidekiq 6.4.1 and gitlab-sidekiq-fetcher write it (no prefix).
 /// See `shared/docs/sidekiq-wire-format.md` §1.
-public enum Keys {
+package enum Keys {
     /// SET of queue names.
     public static let queues = "queues"
     /// ZSET of jobs to run later (score = run time).

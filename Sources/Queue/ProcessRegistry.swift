@@ -19,7 +19,7 @@ public struct ProcessEntry: Sendable, Equatable {
 }
 
 /// Reading and signalling the process registry, the way Sidekiq's API does.
-public enum ProcessRegistry {
+package enum ProcessRegistry {
     /// Removes members of `processes` whose hash has no `info` (expired: the process is gone),
     /// like `Sidekiq::ProcessSet.new`'s cleanup. Returns the number removed.
     @discardableResult

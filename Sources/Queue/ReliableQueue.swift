@@ -2,7 +2,7 @@ import Foundation
 
 /// A job fetched into this process's in-flight list. `raw` is the exact bytes taken from the
 /// queue; acknowledging removes exactly those bytes.
-public struct FetchedJob: Sendable {
+package struct FetchedJob: Sendable {
     public let queue: String
     public let raw: [UInt8]
     public let workingKey: String
@@ -23,7 +23,7 @@ public struct FetchedJob: Sendable {
 }
 
 /// What to do with an in-flight job when its run is over.
-public enum Settlement: Sendable, Equatable {
+package enum Settlement: Sendable, Equatable {
     /// Done (success, or a duplicate already applied): remove it.
     case ack
     /// Failed and will be retried: `payload` (with the error fields) goes to `retry` at `at`.
@@ -40,7 +40,7 @@ public enum Settlement: Sendable, Equatable {
 
 /// Which `stat:*` counters a settled run moves. The settle script applies them only when the
 /// job was still in flight, so a run is counted once however often its settlement is sent.
-public struct RunCounts: OptionSet, Sendable, Equatable {
+package struct RunCounts: OptionSet, Sendable, Equatable {
     public let rawValue: Int
     public init(rawValue: Int) { self.rawValue = rawValue }
 
@@ -70,7 +70,7 @@ public struct DeadSetLimits: Sendable, Equatable {
 /// The reliable-fetch protocol on one connection: fetch into an in-flight list, settle, move due
 /// scheduled/retry jobs, take back the jobs of dead processes. Compatible with
 /// gitlab-sidekiq-fetcher's keys, so Ruby cleaners and ours recover each other's orphans.
-public enum ReliableQueue {
+package enum ReliableQueue {
     /// Moves up to `limit` jobs from `queues` (tried in the given order; paused queues skipped)
     /// into this process's in-flight lists.
     public static func fetch(_ connection: RedisConnection, identity: String, queues: [String],

@@ -8,7 +8,7 @@
 /// replication leaves open in a failover (docs/redis-ha.md). Configured by `redis_wait_replicas` /
 /// `redis_wait_timeout_ms` (worker config) or `REDIS_WAIT_REPLICAS` / `REDIS_WAIT_TIMEOUT_MS`.
 /// An immutable value; any thread may use it.
-public struct ReplicaWait: Sendable, Equatable {
+package struct ReplicaWait: Sendable, Equatable {
     /// How many replicas must confirm (>= 1).
     public var replicas: Int
     /// How long the master waits for them, in milliseconds (>= 1; WAIT's 0 would block forever).
@@ -55,7 +55,7 @@ public struct ReplicaWait: Sendable, Equatable {
 }
 
 /// What `ReplicaWait` found wrong.
-public enum ReplicaWaitError: Error, Sendable, Equatable, CustomStringConvertible {
+package enum ReplicaWaitError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The write is on the master, but fewer replicas than asked confirmed it in time: a failover
     /// now could lose it.
     case unconfirmed(confirmed: Int, wanted: Int, timeoutMilliseconds: Int, server: String)

@@ -16,7 +16,7 @@ import Tracing
 ///
 /// Public so that other blocking clients of an async program (libpq calls of the web dashboard) run the
 /// same way instead of on a second kind of thread pool.
-public final class BlockingThreads: @unchecked Sendable {
+package final class BlockingThreads: @unchecked Sendable {
     public let count: Int
     public let name: String
     /// The most calls that may wait for a thread (not counting those running).

@@ -53,21 +53,24 @@ public final class WorkersClient: Sendable {
 
     /// Opens no connection yet: connections are opened on first use, up to `maxConnections`.
     /// `maxQueuedCalls`: how many calls may wait for a thread; past that a call throws `BlockingThreadsFull` at
-    /// once (the web dashboard answers 503). Unbounded by default.
-    public init(endpoint: RedisEndpoint, maxConnections: Int = 8, commandTimeout: Double = 10, maxQueuedCalls: Int = .max) {
-        shards = ShardPools(map: ShardMap(single: endpoint), maxConnections: maxConnections, commandTimeout: commandTimeout)
+    /// once (the web dashboard answers 503). Unbounded by default. `middleware` is applied to every job enqueued
+    /// (`EnqueueMiddleware`); none by default.
+    public init(endpoint: RedisEndpoint, maxConnections: Int = 8, commandTimeout: Duration = .seconds(10), maxQueuedCalls: Int = .max,
+                middleware: [any EnqueueMiddleware] = []) {
+        shards = ShardPools(map: ShardMap(single: endpoint), maxConnections: maxConnections, commandTimeout: commandTimeout.inSeconds)
         pool = shards.pools[0]
-        jobs = JobClient(pool: pool)
+        jobs = JobClient(pool: pool, middleware: middleware)
         threads = BlockingThreads(count: pool.maxConnections, name: "WClient", maxQueued: maxQueuedCalls)
     }
 
     /// Several Redis shards (docs/sharding.md): each enqueue goes to its queue's shard, with at most
     /// `maxConnections` connections per shard (and as many threads per shard); the admin calls read
     /// every shard (see "Shards" above).
-    public init(shards map: ShardMap, maxConnections: Int = 8, commandTimeout: Double = 10) {
-        shards = ShardPools(map: map, maxConnections: maxConnections, commandTimeout: commandTimeout)
+    public init(shards map: ShardMap, maxConnections: Int = 8, commandTimeout: Duration = .seconds(10),
+                middleware: [any EnqueueMiddleware] = []) {
+        shards = ShardPools(map: map, maxConnections: maxConnections, commandTimeout: commandTimeout.inSeconds)
         pool = shards.pools[0]
-        jobs = JobClient(shards: shards)
+        jobs = JobClient(shards: shards, middleware: middleware)
         threads = BlockingThreads(count: pool.maxConnections * map.shards.count, name: "WClient")
     }
 
@@ -75,8 +78,10 @@ public final class WorkersClient: Sendable {
     public var shardNames: [String] { shards.map.shards.map(\.name) }
 
     /// `redis://[user:password@]host[:port][/db]`.
-    public convenience init(url: String, maxConnections: Int = 8, commandTimeout: Double = 10) throws(RedisError) {
-        self.init(endpoint: try RedisEndpoint(url: url), maxConnections: maxConnections, commandTimeout: commandTimeout)
+    public convenience init(url: String, maxConnections: Int = 8, commandTimeout: Duration = .seconds(10),
+                            middleware: [any EnqueueMiddleware] = []) throws(RedisError) {
+        self.init(endpoint: try RedisEndpoint(url: url), maxConnections: maxConnections, commandTimeout: commandTimeout,
+                  middleware: middleware)
     }
 
     deinit { threads.shutdown() }
@@ -101,25 +106,25 @@ public final class WorkersClient: Sendable {
         return try await threads.run { try jobs.enqueueMany(newJobs) }
     }
 
-    /// Enqueues one job to run at `at` (epoch seconds); a time not in the future is pushed now.
+    /// Enqueues one job to run at `date`; a time not in the future is pushed now.
     @discardableResult
-    public func enqueue(_ job: NewJob, at: Double) async throws -> String {
-        let jobs = jobs
+    public func enqueue(_ job: NewJob, at date: Date) async throws -> String {
+        let jobs = jobs, at = date.timeIntervalSince1970
         return try await threads.run { try jobs.enqueue(job, at: at) }
     }
 
-    /// Enqueues one job to run `delay` seconds from now.
+    /// Enqueues one job to run `delay` from now.
     @discardableResult
-    public func enqueue(_ job: NewJob, in delay: Double) async throws -> String {
-        let jobs = jobs
-        return try await threads.run { try jobs.enqueue(job, in: delay) }
+    public func enqueue(_ job: NewJob, in delay: Duration) async throws -> String {
+        let jobs = jobs, seconds = delay.inSeconds
+        return try await threads.run { try jobs.enqueue(job, in: seconds) }
     }
 
     /// Enqueues one unique job (docs/unique-jobs.md): `.enqueued(jid)`, or `.duplicate(of: jid)`
     /// of the live job holding the same lock (then nothing is pushed). See `JobClient.enqueueUnique`.
     public func enqueueUnique(_ job: NewJob, policy: UniquePolicy, key: String? = nil,
-                              at: Double? = nil) async throws -> UniquePush {
-        let jobs = jobs
+                              at date: Date? = nil) async throws -> UniquePush {
+        let jobs = jobs, at = date?.timeIntervalSince1970
         return try await threads.run { try jobs.enqueueUnique(job, policy: policy, key: key, at: at) }
     }
 
@@ -136,13 +141,13 @@ public final class WorkersClient: Sendable {
     /// Enqueues `arguments` to run at `date`; a date not in the future is pushed now.
     @discardableResult
     public func enqueue<A: JobArguments>(_ arguments: A, queue: String? = nil, at date: Date) async throws -> String {
-        try await enqueue(NewJob(arguments, queue: queue), at: date.timeIntervalSince1970)
+        try await enqueue(NewJob(arguments, queue: queue), at: date)
     }
 
     /// Enqueues `arguments` to run `delay` from now.
     @discardableResult
     public func enqueue<A: JobArguments>(_ arguments: A, queue: String? = nil, in delay: Duration) async throws -> String {
-        try await enqueue(NewJob(arguments, queue: queue), in: delay.inSeconds)
+        try await enqueue(NewJob(arguments, queue: queue), in: delay)
     }
 
     /// Enqueues several jobs of one class now in one round trip; their jids in order.
@@ -158,7 +163,7 @@ public final class WorkersClient: Sendable {
     /// the live job holding the same lock. `key` defaults to one computed from the class and arguments.
     public func enqueueUnique<A: JobArguments>(_ arguments: A, policy: UniquePolicy, key: String? = nil,
                                                queue: String? = nil, at date: Date? = nil) async throws -> UniquePush {
-        try await enqueueUnique(NewJob(arguments, queue: queue), policy: policy, key: key, at: date?.timeIntervalSince1970)
+        try await enqueueUnique(NewJob(arguments, queue: queue), policy: policy, key: key, at: date)
     }
 
     // MARK: Admin

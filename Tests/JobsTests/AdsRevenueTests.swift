@@ -176,14 +176,14 @@ final class AdsRevenueTests: JobsTestCase {
 
     func testArgumentsDefaultToYesterdayAndRejectBadDays() throws {
         let yesterday = PostgresDay(utc: Date().addingTimeInterval(-86_400))
-        XCTAssertEqual(AdRevenueAggregationJob.Arguments().day(), yesterday)
+        XCTAssertEqual(try AdRevenueAggregationJob.Arguments().day(), yesterday)
         XCTAssertEqual(AdRevenueAggregationJob.Arguments.parseDay("2024-02-29"), PostgresDay(year: 2024, month: 2, day: 29))
         for bad in ["2023-02-29", "2024-13-01", "24-01-01", "2024-1-01", "2024-01-01T00:00", "tomorrow"] {
             XCTAssertNil(AdRevenueAggregationJob.Arguments.parseDay(bad), bad)
         }
         XCTAssertAck(try driver.deliver(AdRevenueAggregationJob.className, []))  // scheduler without args: yesterday
         XCTAssertAck(try driver.deliver(AdRevenueAggregationJob.className, [.object([:])]))
-        let window = AdRevenueAggregationJob.Arguments(date: "2026-03-01", days: 3).window()
+        let window = try AdRevenueAggregationJob.Arguments(date: "2026-03-01", days: 3).window()
         XCTAssertEqual(window, [PostgresDay(year: 2026, month: 2, day: 27), PostgresDay(year: 2026, month: 2, day: 28),
                                 PostgresDay(year: 2026, month: 3, day: 1)])
         for (args, reason) in [([JSONValue.object(["date": "2024-02-30"])], "calendar day"),

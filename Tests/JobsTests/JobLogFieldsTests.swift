@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Queue
 import TestSupport
 import Workers
 import XCTest
@@ -12,8 +13,8 @@ final class JobLogFieldsTests: JobsTestCase {
 
     /// Logs one line through `context.logger` (twice, to show each read carries the fields), then fails when asked.
     struct LogProbeJob: Job {
-        static let className = "LogProbe"
-        func perform(_ arguments: SingleArgument<String>, context: JobContext) throws {
+        struct Arguments: SingleJobArgument { static let className = "LogProbe"; let value: String }
+        func perform(_ arguments: Arguments, context: JobContext) throws {
             context.logger.info("probe says hello")
             var logger = context.logger
             logger[metadataKey: "step"] = "second"

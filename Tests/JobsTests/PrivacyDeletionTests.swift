@@ -435,8 +435,9 @@ final class PrivacyDeletionTests: PrivacyTestCase {
             XCTAssertEqual(scheduled.count, 1)
             XCTAssertEqual(scheduled.first?.jid, jid)
             XCTAssertEqual(scheduled.first?.className, "AccountDeletionJob")
-            XCTAssertEqual(scheduled.first?.args, [.object(["user_id": .string(user.uuidString.lowercased()),
-                                                            "request_id": .string(request.uuidString.lowercased())])])
+            // The typed arguments' encoding (keys sorted: `JobArguments.sidekiqArgs()`).
+            XCTAssertEqual(scheduled.first?.args, [.object(["request_id": .string(request.uuidString.lowercased()),
+                                                            "user_id": .string(user.uuidString.lowercased())])])
             let score = try XCTUnwrap(fixture.redis.command("ZSCORE", Keys.schedule, scheduled[0].serialized()).double)
             XCTAssertEqual(score, try utc(expected).timeIntervalSince1970, accuracy: 0.001, "requested \(requested)")
         }

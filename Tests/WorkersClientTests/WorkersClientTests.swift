@@ -226,7 +226,7 @@ final class WorkersClientShardTests: XCTestCase {
 
         let alpha = try await client.enqueue(NewJob("Noop", queue: "alpha"))
         let beta = try await client.enqueueMany([NewJob("Noop", queue: "beta"), NewJob("Noop", queue: "beta")])
-        let later = try await client.enqueue(NewJob("Noop", queue: "beta"), in: 3600)
+        let later = try await client.enqueue(NewJob("Noop", queue: "beta"), in: .seconds(3600))
 
         // stats(): the shards added up; statsPerShard(): each.
         let stats = try await client.stats()

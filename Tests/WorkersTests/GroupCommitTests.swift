@@ -21,12 +21,12 @@ import XCTest
 /// - `peek` writes its row, then records in `group_probe_seen` the last statement its transaction's session sent
 ///   to the server, read through another session (`pg_stat_activity`).
 struct GroupProbeJob: Job {
-    static let className = "GroupProbe"
+    struct Arguments: SingleJobArgument { static let className = "GroupProbe"; let value: String }
     static let options = JobOptions(maxRetries: 3, backoff: .schedule([0]), timeout: 30, groupCommit: true)
 
     struct Failure: Error {}
 
-    func perform(_ arguments: SingleArgument<String>, context: JobContext) throws {
+    func perform(_ arguments: Arguments, context: JobContext) throws {
         let note = arguments.value
         let insert = { (connection: PostgresConnection) throws in
             let sql = "INSERT INTO group_probe (jid, note, txid, attempt) VALUES ($1, $2, txid_current(), $3)"
@@ -70,7 +70,7 @@ struct GroupProbeJob: Job {
 
 /// A job that does not share commits: it says it started, then waits until the test opens `latch`.
 struct HoldJob: Job {
-    static let className = "Hold"
+    struct Arguments: SingleJobArgument { static let className = "Hold"; let value: String }
     static let options = JobOptions(timeout: 60)
 
     final class Latch: Sendable {
@@ -84,7 +84,7 @@ struct HoldJob: Job {
     }
 
     let latch: Latch
-    func perform(_ arguments: SingleArgument<String>, context: JobContext) throws { latch.startAndWait() }
+    func perform(_ arguments: Arguments, context: JobContext) throws { latch.startAndWait() }
 }
 
 /// Group commit (`JobOptions.groupCommit`): several jobs in one transaction — their ledger rows claimed

@@ -7,8 +7,8 @@ import XCTest
 
 /// Throws `JobError.retryAfter` with the number of seconds its argument gives (a provider's `Retry-After`).
 struct RetryLaterJob: Job {
-    static let className = "RetryLater"
-    func perform(_ arguments: SingleArgument<Double>, context: JobContext) throws {
+    struct Arguments: SingleJobArgument { static let className = "RetryLater"; let value: Double }
+    func perform(_ arguments: Arguments, context: JobContext) throws {
         throw JobError.retryAfter(seconds: arguments.value, reason: "provider asked to wait")
     }
 }

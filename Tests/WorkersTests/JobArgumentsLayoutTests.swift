@@ -60,4 +60,49 @@ final class JobArgumentsLayoutTests: XCTestCase {
         XCTAssertEqual(job.queue, "default")
         XCTAssertEqual(try NewJob(Welcome(userID: 1, locale: "en"), queue: "mail").queue, "mail")
     }
+
+    // The helpers' `Codable` witnesses are their protocol extensions', not synthesized ones (a synthesized
+    // `init(from:)` would want a keyed container, and `encode(to:)` would write `{"value": …}`).
+    struct Nothing: NoJobArguments, Equatable { static let className = "Nothing" }
+    struct Message: SingleJobArgument, Equatable { static let className = "Message"; let value: String }
+
+    func testArgumentHelpersUseTheirProtocolsCodingNotSynthesis() throws {
+        XCTAssertEqual(try Nothing().sidekiqArgs(), [])
+        XCTAssertEqual(try ArgumentsDecoding.decode(Nothing.self, from: [], layout: Nothing.layout), Nothing())
+        XCTAssertThrowsError(try ArgumentsDecoding.decode(Nothing.self, from: [1], layout: Nothing.layout))
+        XCTAssertEqual(try Message(value: "boom").sidekiqArgs(), ["boom"])
+        XCTAssertEqual(try ArgumentsDecoding.decode(Message.self, from: ["boom"], layout: Message.layout), Message(value: "boom"))
+        XCTAssertThrowsError(try ArgumentsDecoding.decode(Message.self, from: ["a", "b"], layout: Message.layout))
+        XCTAssertEqual(try FailJob.Arguments(value: "boom").sidekiqArgs(), ["boom"])
+        XCTAssertEqual(try NoopJob.Arguments().sidekiqArgs(), [])
+        XCTAssertEqual(try SleepJob.Arguments(milliseconds: 5).sidekiqArgs(), [.int(5)])
+        XCTAssertThrowsError(try SleepJob.Arguments(milliseconds: -1))
+    }
+
+    /// Noop's arguments are never decoded: any `args` runs (the benchmark's fast path).
+    func testIgnoredArgumentsAcceptAnyArgs() throws {
+        let registry = JobRegistry.builtins()
+        let payload = try JobClient.payload(for: NewJob("Noop", args: [.object(["x": 1]), "y", .double(2.5)]),
+                                            jid: "a00000000000000000000001", createdAt: 1, enqueuedAt: 1)
+        XCTAssertEqual(try registry.prepare(payload).className, "Noop")
+    }
+
+    /// An `IgnoredJobArguments` type is never decoded: the registry prepares its jobs from one value made at
+    /// registration (this type's `init(from:)` would refuse every payload).
+    struct NeverDecoded: IgnoredJobArguments {
+        static let className = "NeverDecoded"
+        init() {}
+        init(from decoder: any Decoder) throws { throw JobError.badInput("decoded") }
+    }
+    struct NeverDecodedJob: Job {
+        func perform(_ arguments: NeverDecoded, context: JobContext) throws {}
+    }
+
+    func testIgnoredArgumentsAreNeverDecoded() throws {
+        var registry = JobRegistry()
+        registry.register(NeverDecodedJob())
+        let payload = try JobClient.payload(for: NewJob("NeverDecoded", args: ["anything", 1]),
+                                            jid: "a00000000000000000000002", createdAt: 1, enqueuedAt: 1)
+        XCTAssertEqual(try registry.prepare(payload).className, "NeverDecoded")
+    }
 }

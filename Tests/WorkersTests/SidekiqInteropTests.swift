@@ -14,9 +14,9 @@ final class ArgsLog: Sendable {
 }
 
 struct ArgsLogJob: Job {
-    static let className = "ArgsLog"
+    struct Arguments: IgnoredJobArguments { static let className = "ArgsLog" }
     let log: ArgsLog
-    func perform(_ arguments: IgnoredArguments, context: JobContext) throws {
+    func perform(_ arguments: Arguments, context: JobContext) throws {
         log.append(context.className, JSONValue.array(context.payload.args).serialized())
     }
 }

@@ -263,14 +263,14 @@ final class UniqueJobsClassOptionTests: XCTestCase {
     }
 
     struct PerUserJob: Job {
-        static let className = "UniquePerUser"
+        struct Arguments: IgnoredJobArguments { static let className = "UniquePerUser" }
         static var options: JobOptions {
             var options = JobOptions()
             options.unique = UniquePolicy(for: 60) { args in args.first?.objectValue?["user_id"]?.serialized() ?? "" }
             return options
         }
         let runs: Runs
-        func perform(_ arguments: IgnoredArguments, context: JobContext) throws {
+        func perform(_ arguments: Arguments, context: JobContext) throws {
             runs.append(context.jid)
             Thread.sleep(forTimeInterval: 0.3)
         }

@@ -14,16 +14,16 @@ final class Recorder: Sendable {
 }
 
 struct RecordJob: Job {
-    static let className = "Record"
+    struct Arguments: SingleJobArgument { static let className = "Record"; let value: String }
     let recorder: Recorder
-    func perform(_ arguments: SingleArgument<String>, context: JobContext) throws { recorder.append(arguments.value) }
+    func perform(_ arguments: Arguments, context: JobContext) throws { recorder.append(arguments.value) }
 }
 
 /// A job with its own retry count, backoff and timeout.
 struct TightJob: Job {
-    static let className = "Tight"
+    struct Arguments: SingleJobArgument { static let className = "Tight"; let value: Int }
     static let options = JobOptions(maxRetries: 2, backoff: .schedule([0.2]), timeout: 0.5)
-    func perform(_ arguments: SingleArgument<Int>, context: JobContext) throws {
+    func perform(_ arguments: Arguments, context: JobContext) throws {
         Thread.sleep(forTimeInterval: Double(arguments.value) / 1000)
     }
 }

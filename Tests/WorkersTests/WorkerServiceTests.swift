@@ -10,9 +10,13 @@ import XCTest
 
 /// A job that takes `milliseconds` and then records its argument: running across the stop.
 private struct SlowRecordJob: Job {
-    static let className = "SlowRecord"
+    struct Arguments: SingleJobArgument {
+        static let className = "SlowRecord"
+        let value: Int
+        init(value: Int) { self.value = value }
+    }
     let recorder: Recorder
-    func perform(_ arguments: SingleArgument<Int>, context: JobContext) throws {
+    func perform(_ arguments: Arguments, context: JobContext) throws {
         Thread.sleep(forTimeInterval: Double(arguments.value) / 1000)
         recorder.append("done \(arguments.value)")
     }

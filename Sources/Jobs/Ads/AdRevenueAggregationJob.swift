@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Queue
 import Storage
 import Workers
 
@@ -15,10 +16,14 @@ import Workers
 /// are merged, a key given twice is bad input. Safe to re-run and to deliver twice: a day's rows
 /// depend only on the data, never on earlier runs.
 public struct AdRevenueAggregationJob: Job {
-    public static let className = "AdRevenueAggregationJob"
     public static let options = JobOptions(maxRetries: 10, backoff: .sidekiq, timeout: 1800, usesLedger: false)
 
-    public struct Arguments: Decodable, Sendable, ValidatedArguments {
+    /// Also the arguments of `AdRevenueNightlyJob` and `AdRevenueDayCheckJob` (which name their own class). A value
+    /// is valid by construction (`init(date:app_id:days:)`, and so `init(from:)`, throw `JobError.badInput`).
+    /// Typed encoding writes one object (`[{"date", "app_id", "days"}]`, absent keys left out).
+    public struct Arguments: JobArguments, Equatable {
+        public static let className = "AdRevenueAggregationJob"
+        public static let layout = JobArgumentsLayout.positional
         public let date: String?
         public let app_id: String?
         /// Length of the trailing window ending at `date` (1 = that day only).
@@ -27,13 +32,22 @@ public struct AdRevenueAggregationJob: Job {
         /// Longest window a run may cover.
         public static let maxDays = 31
 
-        public init(date: String? = nil, app_id: String? = nil, days: Int? = nil) {
+        /// `date` must be a calendar day `YYYY-MM-DD` within 2000-01-01...tomorrow (UTC), `app_id` a UUID, `days`
+        /// within 1...`maxDays`.
+        public init(date: String? = nil, app_id: String? = nil, days: Int? = nil) throws(JobError) {
+            if let date {
+                guard let day = Self.parseDay(date) else { throw .badInput("date must be a calendar day YYYY-MM-DD, got '\(date)'") }
+                let tomorrow = PostgresDay(utc: Date().addingTimeInterval(86_400))
+                guard day.year >= 2000, day <= tomorrow else { throw .badInput("date \(date) is outside 2000-01-01...tomorrow") }
+            }
+            if let app_id, GeoAdsIdentifier.uuid(app_id) == nil { throw .badInput("app_id must be a UUID") }
+            if let days, !(1...Self.maxDays).contains(days) { throw .badInput("days must be 1...\(Self.maxDays), got \(days)") }
             self.date = date
             self.app_id = app_id
             self.days = days
         }
 
-        struct Object: Decodable {
+        struct Object: Codable {
             let date: String?
             let app_id: String?
             let days: Int?
@@ -55,19 +69,13 @@ public struct AdRevenueAggregationJob: Job {
                 }
                 return given.first
             }
-            date = try merged("date", \.date)
-            app_id = try merged("app_id", \.app_id)
-            days = try merged("days", \.days)
+            try self.init(date: try merged("date", \.date), app_id: try merged("app_id", \.app_id),
+                          days: try merged("days", \.days))
         }
 
-        public func validate() throws(JobError) {
-            if let date {
-                guard let day = Self.parseDay(date) else { throw .badInput("date must be a calendar day YYYY-MM-DD, got '\(date)'") }
-                let tomorrow = PostgresDay(utc: Date().addingTimeInterval(86_400))
-                guard day.year >= 2000, day <= tomorrow else { throw .badInput("date \(date) is outside 2000-01-01...tomorrow") }
-            }
-            if let app_id, GeoAdsIdentifier.uuid(app_id) == nil { throw .badInput("app_id must be a UUID") }
-            if let days, !(1...Self.maxDays).contains(days) { throw .badInput("days must be 1...\(Self.maxDays), got \(days)") }
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.unkeyedContainer()
+            try container.encode(Object(date: date, app_id: app_id, days: days))
         }
 
         /// The days to aggregate, oldest first: `days` (default 1) days ending at `day(now:)`.

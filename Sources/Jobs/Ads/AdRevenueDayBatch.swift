@@ -41,10 +41,9 @@ public struct AdRevenueNightlyJob: Job {
         let day = arguments.day()
         let apps = try database.pool.withConnection { try Self.apps(in: window, connection: $0) }
         let days = window.count
-        let jobs = apps.map { app in
-            NewJob(AdRevenueAggregationJob.className, args: [.object([
-                "date": .string("\(day)"), "app_id": .string(app.uuidString.lowercased()), "days": .int(Int64(days)),
-            ])], queue: queue)
+        let jobs = try apps.map { app in
+            try NewJob(AdRevenueAggregationJob.Arguments(date: "\(day)", app_id: app.uuidString.lowercased(), days: days),
+                       queue: queue)
         }
         let callback = BatchCallback(AdRevenueDayCompleteJob.className,
                                      options: .object(["day": .string("\(day)"), "apps": .int(Int64(apps.count))]), queue: queue)
@@ -76,27 +75,45 @@ public struct AdRevenueNightlyJob: Job {
 /// `AdRevenueDayCompleteJob` `[status, {"day": "YYYY-MM-DD", "apps": N}]`: the on_success callback of a day's
 /// batch. Writes the day's `ad_revenue_days` row with the ledger (a redelivery writes nothing twice).
 public struct AdRevenueDayCompleteJob: Job {
-    public static let className = "AdRevenueDayCompleteJob"
     public static let options = JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 60, usesLedger: true)
     public init() {}
 
-    public struct Arguments: Decodable, Sendable, ValidatedArguments {
-        public struct Status: Decodable, Sendable { public let bid: String; public let total: Int; public let pending: Int }
-        public struct Options: Decodable, Sendable { public let day: String; public let apps: Int }
+    /// A value is valid by construction (`JobError.badInput` otherwise): `day` a `YYYY-MM-DD`, `apps` ≥ 0, no job
+    /// pending (the callback of a success).
+    public struct Arguments: JobArguments, Equatable {
+        public static let className = "AdRevenueDayCompleteJob"
+        public static let layout = JobArgumentsLayout.positional
+        public struct Status: Codable, Sendable, Equatable {
+            public let bid: String; public let total: Int; public let pending: Int
+            public init(bid: String, total: Int, pending: Int) { (self.bid, self.total, self.pending) = (bid, total, pending) }
+        }
+        public struct Options: Codable, Sendable, Equatable {
+            public let day: String; public let apps: Int
+            public init(day: String, apps: Int) { (self.day, self.apps) = (day, apps) }
+        }
         public let status: Status
         public let options: Options
 
-        public init(from decoder: any Decoder) throws {
-            var container = try decoder.unkeyedContainer()
-            status = try container.decode(Status.self)
-            options = try container.decode(Options.self)
-            if !container.isAtEnd { throw DecodingError.dataCorruptedError(in: container, debugDescription: "expected two arguments") }
-        }
-
-        public func validate() throws(JobError) {
+        public init(status: Status, options: Options) throws(JobError) {
             guard AdRevenueAggregationJob.Arguments.parseDay(options.day) != nil else { throw .badInput("day must be YYYY-MM-DD") }
             guard options.apps >= 0 else { throw .badInput("apps must not be negative") }
             guard status.pending == 0 else { throw .badInput("called with \(status.pending) jobs pending: not a success") }
+            self.status = status
+            self.options = options
+        }
+
+        public init(from decoder: any Decoder) throws {
+            var container = try decoder.unkeyedContainer()
+            let status = try container.decode(Status.self)
+            let options = try container.decode(Options.self)
+            if !container.isAtEnd { throw DecodingError.dataCorruptedError(in: container, debugDescription: "expected two arguments") }
+            try self.init(status: status, options: options)
+        }
+
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.unkeyedContainer()
+            try container.encode(status)
+            try container.encode(options)
         }
     }
 

@@ -10,7 +10,7 @@ import Workers
 /// rewards have a live job); jobs get no Redis connection from the runtime. `now` is `PendingRewardJob`'s clock (its
 /// retry horizon); tests move it.
 public enum AdsJobs {
-    public static func register(into registry: inout JobRegistry, configuration: AdsConfiguration, http: HTTPClient,
+    package static func register(into registry: inout JobRegistry, configuration: AdsConfiguration, http: HTTPClient,
                                 redis: RedisPool, shards: ShardPools? = nil,
                                 now: @escaping @Sendable () -> Date = { Date() }) {
         // With several shards each enqueue goes to its queue's shard (docs/sharding.md).

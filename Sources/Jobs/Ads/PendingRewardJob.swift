@@ -34,7 +34,6 @@ import Workers
 ///
 /// Time (`now`) is injected: the horizon and `next_attempt_at` are reckoned from it (tests move it).
 public struct PendingRewardJob: Job {
-    public static let className = "PendingRewardJob"
     /// The time cap (`retryHorizon`), not the count, ends the retries: 100 000 is more than 72 h of 409s every
     /// 5 s. The backoff is the delay after a failure that does not count (10 s × 2ⁿ, at most 1 h, ±20 %); every
     /// retry is a `JobError.retryAfter` with the delay this job chose. Unique per reward.
@@ -48,16 +47,23 @@ public struct PendingRewardJob: Job {
     /// One live job per reward: the key is the lower-cased `pending_reward_id`. `seconds` is only the
     /// lock's safety-net TTL (the sweep passes `ADS_REWARD_MARKER_TTL_SECONDS`).
     public static func uniquePolicy(seconds: Double) -> UniquePolicy {
-        UniquePolicy(for: seconds, until: .success) { args in
-            args.first?.objectValue?["pending_reward_id"]?.stringValue?.lowercased() ?? ""
-        }
+        UniquePolicy(for: seconds, until: .success, arguments: Arguments.self) { $0.pendingRewardID.uuidString.lowercased() }
     }
 
-    public struct Args: Decodable, Sendable, ValidatedArguments {
-        public let pending_reward_id: String
-        public init(pending_reward_id: String) { self.pending_reward_id = pending_reward_id }
-        public func validate() throws(JobError) {
-            guard GeoAdsIdentifier.uuid(pending_reward_id) != nil else { throw .badInput("pending_reward_id must be a UUID") }
+    /// `[{"pending_reward_id": "<uuid>"}]` (a value that is not a UUID: `JobError.badInput`, dead at once).
+    public struct Arguments: JobArguments, Equatable {
+        public static let className = "PendingRewardJob"
+        public let pendingRewardID: UUID
+        public init(pendingRewardID: UUID) { self.pendingRewardID = pendingRewardID }
+        enum CodingKeys: String, CodingKey { case pending_reward_id }
+        public init(from decoder: any Decoder) throws {
+            let text = try decoder.container(keyedBy: CodingKeys.self).decode(String.self, forKey: .pending_reward_id)
+            guard let id = GeoAdsIdentifier.uuid(text) else { throw JobError.badInput("pending_reward_id must be a UUID") }
+            pendingRewardID = id
+        }
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(pendingRewardID.uuidString.lowercased(), forKey: .pending_reward_id)
         }
     }
 
@@ -85,8 +91,8 @@ public struct PendingRewardJob: Job {
         let createdAt: Date
     }
 
-    public func perform(_ arguments: SingleArgument<Args>, context: JobContext) throws {
-        let id = GeoAdsIdentifier.uuid(arguments.value.pending_reward_id)!
+    public func perform(_ arguments: Arguments, context: JobContext) throws {
+        let id = arguments.pendingRewardID
         guard let reward = try context.withConnection({ try Self.load(id, $0) }) else {
             context.logger.info("pending reward no longer exists; nothing to credit")
             return

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Queue
 import Storage
 import Workers
 
@@ -12,14 +13,18 @@ import Workers
 /// two runs at once share the work instead of blocking). Idempotent by its WHERE clause, so it
 /// does not use the ledger; a run cut short is finished by the next one.
 public struct LocationAnonymizationJob: Job {
-    public static let className = "LocationAnonymizationJob"
+    /// `args: []`.
+    public struct Arguments: NoJobArguments, Equatable {
+        public static let className = "LocationAnonymizationJob"
+        public init() {}
+    }
     public static let options = JobOptions(maxRetries: 5, backoff: .sidekiq, timeout: 3600, usesLedger: false)
 
     let configuration: GeoConfiguration
 
     public init(configuration: GeoConfiguration) { self.configuration = configuration }
 
-    public func perform(_ arguments: NoArguments, context: JobContext) throws {
+    public func perform(_ arguments: Arguments, context: JobContext) throws {
         var total = 0
         while true {
             if context.isCancelled { throw GeoAdsCancelled(job: Self.className) }

@@ -18,7 +18,6 @@ import Workers
 /// Exactly-once: the row update goes through the ledger; the lookup itself is a read, so a
 /// repeated lookup costs a provider request (usually a cache hit) but changes nothing twice.
 public struct ReverseGeocodeJob: Job {
-    public static let className = "ReverseGeocodeJob"
     /// Over the provider's rate limit (`ReverseGeocoder.rate`, a `CallLimiter`) past the wait limit, the job
     /// is rescheduled for when the limiter says it admits again, plus up to 1 s: not a failure, not a retry.
     public static let options: JobOptions = {
@@ -28,11 +27,20 @@ public struct ReverseGeocodeJob: Job {
         return options
     }()
 
-    public struct Args: Decodable, Sendable, ValidatedArguments {
-        public let location_id: String
-        public init(location_id: String) { self.location_id = location_id }
-        public func validate() throws(JobError) {
-            guard GeoAdsIdentifier.uuid(location_id) != nil else { throw .badInput("location_id must be a UUID") }
+    /// `[{"location_id": "<uuid>"}]` (a value that is not a UUID: `JobError.badInput`, dead at once).
+    public struct Arguments: JobArguments, Equatable {
+        public static let className = "ReverseGeocodeJob"
+        public let locationID: UUID
+        public init(locationID: UUID) { self.locationID = locationID }
+        enum CodingKeys: String, CodingKey { case location_id }
+        public init(from decoder: any Decoder) throws {
+            let text = try decoder.container(keyedBy: CodingKeys.self).decode(String.self, forKey: .location_id)
+            guard let id = GeoAdsIdentifier.uuid(text) else { throw JobError.badInput("location_id must be a UUID") }
+            locationID = id
+        }
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(locationID.uuidString.lowercased(), forKey: .location_id)
         }
     }
 
@@ -55,8 +63,8 @@ public struct ReverseGeocodeJob: Job {
         let consent: Bool
     }
 
-    public func perform(_ arguments: SingleArgument<Args>, context: JobContext) throws {
-        let id = GeoAdsIdentifier.uuid(arguments.value.location_id)!
+    public func perform(_ arguments: Arguments, context: JobContext) throws {
+        let id = arguments.locationID
         guard let location = try context.withConnection({ try Self.load(id, $0) }) else {
             context.logger.info("location no longer exists; nothing to geocode")
             return

@@ -24,15 +24,29 @@ import Workers
 ///
 /// Idempotent: a second run finds the request completed and step 2 finds nothing left to remove.
 public struct AccountDeletionJob: Job {
-    public static let className = "AccountDeletionJob"
     public static let options = JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 600, usesLedger: false)
 
-    public struct Args: Decodable, Sendable, ValidatedArguments {
-        public let user_id: String
-        public let request_id: String
-        public func validate() throws(JobError) {
-            _ = try parseUUID(user_id, field: "user_id")
-            _ = try parseUUID(request_id, field: "request_id")
+    /// `[{"user_id": UUID, "request_id": UUID}]` (a value that is not a UUID: `JobError.badInput`, dead at once).
+    public struct Arguments: JobArguments, Equatable {
+        public static let className = "AccountDeletionJob"
+        public let userID: UUID
+        public let requestID: UUID
+        public init(userID: UUID, requestID: UUID) {
+            self.userID = userID
+            self.requestID = requestID
+        }
+        enum CodingKeys: String, CodingKey { case user_id, request_id }
+        public init(from decoder: any Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            // Both keys first (a missing key is "do not fit"), then the UUID checks.
+            let (userIDText, requestIDText) = (try c.decode(String.self, forKey: .user_id), try c.decode(String.self, forKey: .request_id))
+            userID = try parseUUID(userIDText, field: "user_id")
+            requestID = try parseUUID(requestIDText, field: "request_id")
+        }
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(userID.uuidString.lowercased(), forKey: .user_id)
+            try c.encode(requestID.uuidString.lowercased(), forKey: .request_id)
         }
     }
 
@@ -40,14 +54,14 @@ public struct AccountDeletionJob: Job {
     let purger: RedisJobPurger
 
     /// `shards`: with several Redis shards, the purge covers every one (docs/sharding.md).
-    public init(configuration: PrivacyConfiguration, redis: RedisPool, shards: ShardPools? = nil) {
+    package init(configuration: PrivacyConfiguration, redis: RedisPool, shards: ShardPools? = nil) {
         self.store = ExportFileStore(directory: configuration.storageDirectory)
         self.purger = shards.map { RedisJobPurger(shards: $0) } ?? RedisJobPurger(pool: redis)
     }
 
-    public func perform(_ arguments: SingleArgument<Args>, context: JobContext) throws {
-        let userID = try parseUUID(arguments.value.user_id, field: "user_id")
-        let requestID = try parseUUID(arguments.value.request_id, field: "request_id")
+    public func perform(_ arguments: Arguments, context: JobContext) throws {
+        let userID = arguments.userID
+        let requestID = arguments.requestID
 
         var decision = DeletionDecision.alreadyCompleted
         let outcome = try context.transaction { conn in

@@ -86,12 +86,14 @@ public struct ExportFileStore: Sendable {
     /// Files in the directory with their modification times (for the orphan sweep). Missing directory: none.
     public func listing() -> [(name: String, modified: Date)] {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory.path) else { return [] }
+        // FileManager's attributes, not `stat()`: Glibc's `struct stat` is declared by several C modules (Glibc,
+        // CDispatch, CoreFoundation), and which one MemberImportVisibility names depends on the import graph.
         return names.compactMap { name in
-            var info = stat()
-            guard stat(directory.appendingPathComponent(name).path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
-                return nil
-            }
-            return (name, Date(timeIntervalSince1970: Double(info.st_mtim.tv_sec)))
+            let path = directory.appendingPathComponent(name).path
+            guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
+                  attributes[.type] as? FileAttributeType == .typeRegular,
+                  let modified = attributes[.modificationDate] as? Date else { return nil }
+            return (name, Date(timeIntervalSince1970: modified.timeIntervalSince1970.rounded(.down)))
         }
     }
 

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Mail
+import Queue
 import Storage
 import Workers
 
@@ -21,15 +22,29 @@ func parseUUID(_ text: String, field: String) throws(JobError) -> UUID {
 /// per export (see `ExportMailer` for the crash window). Not using the runtime's ledger skip on purpose: a
 /// redelivery after the commit must still reach the mail step.
 public struct PrivacyExportJob: Job {
-    public static let className = "PrivacyExportJob"
     public static let options = JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 900, usesLedger: false)
 
-    public struct Args: Decodable, Sendable, ValidatedArguments {
-        public let user_id: String
-        public let export_id: String
-        public func validate() throws(JobError) {
-            _ = try parseUUID(user_id, field: "user_id")
-            _ = try parseUUID(export_id, field: "export_id")
+    /// `[{"user_id": UUID, "export_id": UUID}]` (a value that is not a UUID: `JobError.badInput`, dead at once).
+    public struct Arguments: JobArguments, Equatable {
+        public static let className = "PrivacyExportJob"
+        public let userID: UUID
+        public let exportID: UUID
+        public init(userID: UUID, exportID: UUID) {
+            self.userID = userID
+            self.exportID = exportID
+        }
+        enum CodingKeys: String, CodingKey { case user_id, export_id }
+        public init(from decoder: any Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            // Both keys first (a missing key is "do not fit"), then the UUID checks.
+            let (userIDText, exportIDText) = (try c.decode(String.self, forKey: .user_id), try c.decode(String.self, forKey: .export_id))
+            userID = try parseUUID(userIDText, field: "user_id")
+            exportID = try parseUUID(exportIDText, field: "export_id")
+        }
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(userID.uuidString.lowercased(), forKey: .user_id)
+            try c.encode(exportID.uuidString.lowercased(), forKey: .export_id)
         }
     }
 
@@ -47,9 +62,9 @@ public struct PrivacyExportJob: Job {
         self.now = now
     }
 
-    public func perform(_ arguments: SingleArgument<Args>, context: JobContext) throws {
-        let userID = try parseUUID(arguments.value.user_id, field: "user_id")
-        let exportID = try parseUUID(arguments.value.export_id, field: "export_id")
+    public func perform(_ arguments: Arguments, context: JobContext) throws {
+        let userID = arguments.userID
+        let exportID = arguments.exportID
 
         let row = try context.withConnection { conn in
             try conn.queryFirst("""

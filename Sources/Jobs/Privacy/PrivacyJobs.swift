@@ -34,7 +34,7 @@ public enum PrivacyJobs {
 
     /// Registers the four privacy jobs. `redis` is the job system's own Redis (purging and enqueueing);
     /// `smtp` defaults to a sender built from `configuration.smtp`.
-    public static func register(into registry: inout JobRegistry, configuration: PrivacyConfiguration,
+    package static func register(into registry: inout JobRegistry, configuration: PrivacyConfiguration,
                                 redis: RedisPool, smtp: SMTPSender? = nil, shards: ShardPools? = nil) {
         let sender = smtp ?? SMTPSender(configuration: configuration.smtp)
         registry.register(PrivacyExportJob(configuration: configuration, smtp: sender))
@@ -44,19 +44,13 @@ public enum PrivacyJobs {
     }
 
     /// The `AccountDeletionJob` for a request (what the Auth Service enqueues).
-    public static func deletionJob(userID: UUID, requestID: UUID, queue: String = "default") -> NewJob {
-        NewJob(AccountDeletionJob.className,
-               args: [.object(["user_id": .string(userID.uuidString.lowercased()),
-                               "request_id": .string(requestID.uuidString.lowercased())])],
-               queue: queue)
+    public static func deletionJob(userID: UUID, requestID: UUID, queue: String = "default") throws(EnqueueError) -> NewJob {
+        try NewJob(AccountDeletionJob.Arguments(userID: userID, requestID: requestID), queue: queue)
     }
 
     /// The `PrivacyExportJob` for an export (what the Auth Service enqueues).
-    public static func exportJob(userID: UUID, exportID: UUID, queue: String = "default") -> NewJob {
-        NewJob(PrivacyExportJob.className,
-               args: [.object(["user_id": .string(userID.uuidString.lowercased()),
-                               "export_id": .string(exportID.uuidString.lowercased())])],
-               queue: queue)
+    public static func exportJob(userID: UUID, exportID: UUID, queue: String = "default") throws(EnqueueError) -> NewJob {
+        try NewJob(PrivacyExportJob.Arguments(userID: userID, exportID: exportID), queue: queue)
     }
 
     /// Schedules the deletion at `deletionDate(requestedAt:)`, as the Auth Service must (it records the same time

@@ -1,5 +1,6 @@
 import Foundation
 import Queue
+import Workers
 
 /// Finds and removes the job payloads that name one person, wherever a job can sit in our Redis job state: the
 /// places and the removal are Queue's (`JobPurge`, Queue/Admin); this type supplies the predicate.
@@ -18,13 +19,13 @@ public struct RedisJobPurger: Sendable {
     public init(pool: RedisPool) { self.pools = [pool] }
 
     /// Purges on every shard of `shards`.
-    public init(shards: ShardPools) { self.pools = shards.pools }
+    package init(shards: ShardPools) { self.pools = shards.pools }
 
-    public typealias Report = JobPurge.Report
+    package typealias Report = JobPurge.Report
 
     /// Removes every job of a dead process's in-flight list, the scheduled, retry and dead sets, and the
     /// queues whose `args` contain `userID` or `email` (any case).
-    public func purge(userID: UUID, email: String? = nil) throws -> Report {
+    package func purge(userID: UUID, email: String? = nil) throws -> Report {
         let needles = Self.needles(userID: userID, email: email)
         return try JobPurge(pools: pools).purge(prefilters: Self.matchPatterns(for: needles)) {
             Self.arguments($0.args, containAnyOf: needles)

@@ -10,7 +10,11 @@ import Workers
 /// A job moving between Redis structures during the scan can be missed by the pending check and enqueued a
 /// second time: harmless, the deletion is idempotent. A request whose job died is enqueued again (daily).
 public struct DueDeletionSweepJob: Job {
-    public static let className = "DueDeletionSweepJob"
+    /// `args: []`.
+    public struct Arguments: NoJobArguments, Equatable {
+        public static let className = "DueDeletionSweepJob"
+        public init() {}
+    }
     public static let options = JobOptions(maxRetries: 5, backoff: .sidekiq, timeout: 600, usesLedger: false)
 
     let purger: RedisJobPurger
@@ -21,13 +25,13 @@ public struct DueDeletionSweepJob: Job {
 
     /// `shards`: with several Redis shards, pending requests are looked for on every shard and each job is
     /// enqueued on its queue's shard (docs/sharding.md).
-    public init(configuration: PrivacyConfiguration, redis: RedisPool, shards: ShardPools? = nil) {
+    package init(configuration: PrivacyConfiguration, redis: RedisPool, shards: ShardPools? = nil) {
         self.purger = shards.map { RedisJobPurger(shards: $0) } ?? RedisJobPurger(pool: redis)
         self.client = shards.map { JobClient(shards: $0) } ?? JobClient(pool: redis)
         self.queue = configuration.queue
     }
 
-    public func perform(_ arguments: NoArguments, context: JobContext) throws {
+    public func perform(_ arguments: Arguments, context: JobContext) throws {
         let due = try context.withConnection { conn in
             try conn.query("""
                 SELECT r.id, r.user_id FROM deletion_requests r JOIN users u ON u.id = r.user_id
@@ -38,8 +42,8 @@ public struct DueDeletionSweepJob: Job {
         }
         guard !due.isEmpty else { return }
         let pending = try purger.pendingDeletionRequestIDs()
-        let jobs = due.filter { !pending.contains($0.0.uuidString.lowercased()) }.map { request, user in
-            PrivacyJobs.deletionJob(userID: user, requestID: request, queue: queue)
+        let jobs = try due.filter { !pending.contains($0.0.uuidString.lowercased()) }.map { request, user in
+            try PrivacyJobs.deletionJob(userID: user, requestID: request, queue: queue)
         }
         try client.enqueueMany(jobs)
         context.logger.info("deletion sweep", metadata: ["due": "\(due.count)", "enqueued": "\(jobs.count)"])
@@ -50,7 +54,11 @@ public struct DueDeletionSweepJob: Job {
 /// (no pending/processing/ready row, older than an hour) and stale temporary files (older than a day).
 /// `args: []`. Idempotent: a missing file is not an error.
 public struct ExportCleanupJob: Job {
-    public static let className = "ExportCleanupJob"
+    /// `args: []`.
+    public struct Arguments: NoJobArguments, Equatable {
+        public static let className = "ExportCleanupJob"
+        public init() {}
+    }
     public static let options = JobOptions(maxRetries: 5, backoff: .sidekiq, timeout: 600, usesLedger: false)
 
     let store: ExportFileStore
@@ -61,7 +69,7 @@ public struct ExportCleanupJob: Job {
         self.now = now
     }
 
-    public func perform(_ arguments: NoArguments, context: JobContext) throws {
+    public func perform(_ arguments: Arguments, context: JobContext) throws {
         var expired = 0
         while true {
             let rows = try context.withConnection { conn in

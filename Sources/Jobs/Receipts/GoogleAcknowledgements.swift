@@ -1,6 +1,7 @@
 import Foundation
 import HTTP
 import Logging
+import Queue
 import Storage
 import Workers
 
@@ -149,13 +150,17 @@ struct GoogleAcknowledger: Sendable {
 /// late `RCV-GOOGLE-UNATTRIBUTED` alert, once per purchase, for out-of-app purchases still unattributed 24 h after
 /// their RTDN (`alertLateUnattributed`, by `ReceiptServices.now`).
 public struct GoogleAcknowledgementSweepJob: Job {
-    public static let className = "GoogleAcknowledgementSweepJob"
+    /// `args: []`.
+    public struct Arguments: NoJobArguments, Equatable {
+        public static let className = "GoogleAcknowledgementSweepJob"
+        public init() {}
+    }
     public static let options = JobOptions(maxRetries: 3, backoff: .sidekiq, timeout: 600, usesLedger: false)
     let services: ReceiptServices
 
     public init(services: ReceiptServices) { self.services = services }
 
-    public func perform(_ arguments: NoArguments, context: JobContext) throws {
+    public func perform(_ arguments: Arguments, context: JobContext) throws {
         guard let database = context.database else {
             throw JobError.permanent("this job needs PostgreSQL but the worker runs without a database")
         }

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Storage
+import Workers
 
 /// The value the Android app sets as the purchase's obfuscated account id (`BillingFlowParams.Builder
 /// .setObfuscatedAccountId`, returned by Google as `externalAccountIdentifiers.obfuscatedExternalAccountId`): the

@@ -9,10 +9,18 @@ import Workers
 /// exactly as Apple sends it (`ResponseBodyV2` in apple/app-store-server-library-swift,
 /// `Sources/AppStoreServerLibrary/Models/ResponseBodyV2.swift`). `signed_payload` is accepted as an alias for
 /// producers written against the earlier contract; when both are present they must be equal.
-public struct AppStoreNotificationArguments: Decodable, Sendable, ValidatedArguments {
+/// A value is valid by construction (a compact JWS of at most 1 MB; otherwise `JobError.badInput`).
+public struct AppStoreNotificationArguments: JobArguments, Equatable {
+    public static let className = "AppStoreNotificationJob"
     /// The notification's JWS (`signedPayload`).
     public let signedPayload: String
-    public init(signedPayload: String) { self.signedPayload = signedPayload }
+    public init(signedPayload: String) throws(JobError) {
+        guard signedPayload.split(separator: ".", omittingEmptySubsequences: false).count == 3,
+              signedPayload.count <= 1_000_000 else {
+            throw .badInput("signedPayload is not a compact JWS")
+        }
+        self.signedPayload = signedPayload
+    }
 
     enum CodingKeys: String, CodingKey {
         case signedPayload, signed_payload
@@ -27,18 +35,17 @@ public struct AppStoreNotificationArguments: Decodable, Sendable, ValidatedArgum
             throw DecodingError.dataCorruptedError(forKey: .signed_payload, in: c,
                                                    debugDescription: "signedPayload and signed_payload differ")
         case let (a?, _), let (nil, a?):
-            signedPayload = a
+            try self.init(signedPayload: a)
         case (nil, nil):
             throw DecodingError.keyNotFound(CodingKeys.signedPayload, .init(
                 codingPath: c.codingPath, debugDescription: "the body has no signedPayload (Apple's key) nor signed_payload"))
         }
     }
 
-    public func validate() throws(JobError) {
-        guard signedPayload.split(separator: ".", omittingEmptySubsequences: false).count == 3,
-              signedPayload.count <= 1_000_000 else {
-            throw .badInput("signedPayload is not a compact JWS")
-        }
+    /// Apple's key only (`signedPayload`), as Apple sends it.
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(signedPayload, forKey: .signedPayload)
     }
 }
 
@@ -50,17 +57,16 @@ public struct AppStoreNotificationArguments: Decodable, Sendable, ValidatedArgum
 /// `unmatched` and changes nothing: without a validated receipt we do not know the user. Signed data that does not
 /// verify goes to `dead` with the reason.
 public struct AppStoreNotificationJob: Job {
-    public static let className = "AppStoreNotificationJob"
     public static let options = StoreCallLimits.options(
         JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 60, usesLedger: true), store: "apple")
     let services: ReceiptServices
 
     public init(services: ReceiptServices) { self.services = services }
 
-    public func perform(_ arguments: SingleArgument<AppStoreNotificationArguments>, context: JobContext) throws {
+    public func perform(_ arguments: AppStoreNotificationArguments, context: JobContext) throws {
         let verifier = try services.requireVerifier()
         let notification: AppleNotification
-        do { notification = try verifier.verifyNotification(arguments.value.signedPayload) } catch {
+        do { notification = try verifier.verifyNotification(arguments.signedPayload) } catch {
             context.logger.warning("security alert RCV-JWS: App Store notification rejected: \(error.description)",
                                    metadata: ["alert": "RCV-JWS", "security": "true"])
             throw JobError.permanent("App Store notification rejected: \(error.description)")
@@ -107,7 +113,7 @@ public struct AppStoreNotificationJob: Job {
             guard let state, Self.changesState(notification.notificationType) else { outcomeText = "ignored"; return }
             guard let existing = try SubscriptionStore.subscription(store: .apple, key: state.key, on: c) else {
                 try NotificationReplay.keep(store: .apple, id: id, key: state.key,
-                                            arguments: [["signedPayload": arguments.value.signedPayload]], on: c)
+                                            arguments: [["signedPayload": arguments.signedPayload]], on: c)
                 try SubscriptionStore.finishNotification(store: .apple, id: id, outcome: "unmatched", subscriptionID: nil, on: c)
                 outcomeText = "unmatched"
                 return
@@ -176,8 +182,12 @@ public struct AppStoreNotificationJob: Job {
 
 /// `PlayNotificationJob` arguments: `[{"message": {"data", "messageId", "attributes"}}]`, the Pub/Sub push body
 /// of a Real-time Developer Notification (`data` = base64 of the DeveloperNotification JSON).
-public struct PlayNotificationArguments: Decodable, Sendable, ValidatedArguments {
-    public struct Message: Decodable, Sendable {
+///
+/// A value is valid by construction: a `messageId` of 1...256 characters and `data` that decodes to a
+/// `DeveloperNotification` (otherwise `JobError.badInput`).
+public struct PlayNotificationArguments: JobArguments, Equatable {
+    public static let className = "PlayNotificationJob"
+    public struct Message: Codable, Sendable, Equatable {
         public let data: String
         public let messageId: String
         public let attributes: [String: String]?
@@ -190,18 +200,31 @@ public struct PlayNotificationArguments: Decodable, Sendable, ValidatedArguments
     public let message: Message
     public let subscription: String?
 
-    public init(message: Message, subscription: String? = nil) {
+    enum CodingKeys: String, CodingKey { case message, subscription }
+
+    public init(message: Message, subscription: String? = nil) throws(JobError) {
+        guard !message.messageId.isEmpty, message.messageId.count <= 256 else { throw .badInput("message.messageId is empty or too long") }
+        _ = try Self.notification(message)
         self.message = message
         self.subscription = subscription
     }
 
-    public func validate() throws(JobError) {
-        guard !message.messageId.isEmpty, message.messageId.count <= 256 else { throw .badInput("message.messageId is empty or too long") }
-        _ = try notification()
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        try self.init(message: try c.decode(Message.self, forKey: .message),
+                      subscription: try c.decodeIfPresent(String.self, forKey: .subscription))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(message, forKey: .message)
+        try c.encodeIfPresent(subscription, forKey: .subscription)
     }
 
     /// The decoded `DeveloperNotification`.
-    public func notification() throws(JobError) -> DeveloperNotification {
+    public func notification() throws(JobError) -> DeveloperNotification { try Self.notification(message) }
+
+    private static func notification(_ message: Message) throws(JobError) -> DeveloperNotification {
         guard let bytes = Data(base64Encoded: message.data) ?? Base64URL.decode(message.data) else {
             throw .badInput("message.data is not base64")
         }
@@ -259,15 +282,14 @@ public struct DeveloperNotification: Decodable, Sendable {
 /// (`applyOutOfApp`, `GoogleAttribution`); one Google does not know either is recorded `unmatched`. Both kinds are
 /// kept for a replay when a validation of the token commits (`NotificationReplay`).
 public struct PlayNotificationJob: Job {
-    public static let className = "PlayNotificationJob"
     public static let options = StoreCallLimits.options(
         JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 60, usesLedger: true), store: "google")
     let services: ReceiptServices
 
     public init(services: ReceiptServices) { self.services = services }
 
-    public func perform(_ arguments: SingleArgument<PlayNotificationArguments>, context: JobContext) throws {
-        let args = arguments.value
+    public func perform(_ arguments: PlayNotificationArguments, context: JobContext) throws {
+        let args = arguments
         let notification = try args.notification()
         let id = args.message.messageId
         var logger = context.logger

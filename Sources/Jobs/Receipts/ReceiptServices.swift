@@ -108,11 +108,11 @@ public enum ReceiptJobs {
             register(into: &registry, services: try ReceiptServices(configuration: configuration, http: http))
         } catch {
             let broken = StoreUnavailable("receipts", "receipts configuration unusable: \(error)")
-            registry.register(UnusableAreaJob<SingleArgument<ValidateReceiptArguments>>(failure: broken), as: ValidateReceiptJob.className)
-            registry.register(UnusableAreaJob<SingleArgument<AppStoreNotificationArguments>>(failure: broken), as: AppStoreNotificationJob.className)
-            registry.register(UnusableAreaJob<SingleArgument<PlayNotificationArguments>>(failure: broken), as: PlayNotificationJob.className)
-            registry.register(UnusableAreaJob<NoArguments>(failure: broken), as: SubscriptionExpirySweepJob.className)
-            registry.register(UnusableAreaJob<NoArguments>(failure: broken), as: GoogleAcknowledgementSweepJob.className)
+            registry.register(UnusableAreaJob<ValidateReceiptArguments>(failure: broken), as: ValidateReceiptJob.className)
+            registry.register(UnusableAreaJob<AppStoreNotificationArguments>(failure: broken), as: AppStoreNotificationJob.className)
+            registry.register(UnusableAreaJob<PlayNotificationArguments>(failure: broken), as: PlayNotificationJob.className)
+            registry.register(UnusableAreaJob<SubscriptionExpirySweepJob.Arguments>(failure: broken), as: SubscriptionExpirySweepJob.className)
+            registry.register(UnusableAreaJob<GoogleAcknowledgementSweepJob.Arguments>(failure: broken), as: GoogleAcknowledgementSweepJob.className)
         }
     }
 

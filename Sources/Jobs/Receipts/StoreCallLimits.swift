@@ -20,11 +20,13 @@ enum StoreCallLimits {
         min(30, 1 + Double(overrated)) + Double.random(in: 0...1)
     }
 
-    /// A job class's options with the cap on `store` (a fixed store) or on the payload's `args[0].store`.
+    /// A job class's options with the cap on `store` (a fixed store) or on the typed arguments' store
+    /// (`ValidateReceiptArguments.store`, i.e. `args[0].store`).
     static func options(_ base: JobOptions, store: String? = nil) -> JobOptions {
         var options = base
+        let fromArguments = ValidateReceiptArguments.key { $0.store.rawValue }
         let declaration = LimitDeclaration.concurrent(name, max: maxConcurrent, lease: lease, key: { args in
-            store ?? args.first?.objectValue?["store"]?.stringValue
+            store ?? fromArguments(args)
         })
         options.limits = JobLimits([declaration], overLimit: overLimit)
         return options

@@ -1,6 +1,7 @@
 import Foundation
 import HTTP
 import Logging
+import Queue
 import Storage
 import Workers
 
@@ -23,7 +24,11 @@ import Workers
 /// Naturally idempotent (every step is conditioned on the row's state), so it runs without the ledger and may run
 /// twice or concurrently (`FOR UPDATE SKIP LOCKED`; a store answer is applied through the out-of-order guard).
 public struct SubscriptionExpirySweepJob: Job {
-    public static let className = "SubscriptionExpirySweepJob"
+    /// `args: []`.
+    public struct Arguments: NoJobArguments, Equatable {
+        public static let className = "SubscriptionExpirySweepJob"
+        public init() {}
+    }
     public static let options = StoreCallLimits.optionsForBothStores(
         JobOptions(maxRetries: 3, backoff: .sidekiq, timeout: 600, usesLedger: false))
     /// Renewing rows asked about per run (the sweep runs every 15 minutes: 800 an hour at most).
@@ -43,7 +48,7 @@ public struct SubscriptionExpirySweepJob: Job {
         public var unconfirmed = 0
     }
 
-    public func perform(_ arguments: NoArguments, context: JobContext) throws {
+    public func perform(_ arguments: Arguments, context: JobContext) throws {
         guard let database = context.database else {
             throw JobError.permanent("this job needs PostgreSQL but the worker runs without a database")
         }

@@ -1,6 +1,7 @@
 import Foundation
 import HTTP
 import Logging
+import Queue
 import Storage
 import Workers
 
@@ -8,16 +9,20 @@ import Workers
 /// "transaction_id", "original_transaction_id"?, "signed_transaction"?}]` (`receipt_data` or `signed_transaction`
 /// required; see `docs/jobs-receipts.md`) or `[{"user_id", "app_id", "plan_id", "store": "google", "package_name",
 /// "product_id", "purchase_token"}]`.
-public struct ValidateReceiptArguments: Decodable, Sendable, ValidatedArguments {
-    public enum Proof: Sendable {
+/// A value is valid by construction: `init(userID:appID:planID:proof:)` (and so `init(from:)`) checks the proof's
+/// formats and throws `JobError.badInput` (dead at once as "invalid arguments for ValidateReceiptJob: …").
+public struct ValidateReceiptArguments: JobArguments, Equatable {
+    public static let className = "ValidateReceiptJob"
+
+    public enum Proof: Sendable, Equatable {
         /// `signedTransaction`: the device's StoreKit 2 `jwsRepresentation` of the purchase (proof of possession);
         /// `originalTransactionID`: a StoreKit 1 restore's `original.transactionIdentifier`.
         case apple(receiptData: String?, transactionID: String, originalTransactionID: String?, signedTransaction: String?)
         case google(packageName: String, productID: String, purchaseToken: String)
     }
-    public let userID: String
-    public let appID: String
-    public let planID: String
+    public let userID: UUID
+    public let appID: UUID
+    public let planID: UUID
     public let proof: Proof
 
     public var store: Store {
@@ -30,7 +35,8 @@ public struct ValidateReceiptArguments: Decodable, Sendable, ValidatedArguments 
         case original_transaction_id, signed_transaction
     }
 
-    public init(userID: String, appID: String, planID: String, proof: Proof) {
+    public init(userID: UUID, appID: UUID, planID: UUID, proof: Proof) throws(JobError) {
+        try Self.check(proof)
         self.userID = userID
         self.appID = appID
         self.planID = planID
@@ -39,10 +45,11 @@ public struct ValidateReceiptArguments: Decodable, Sendable, ValidatedArguments 
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
-        userID = try c.decode(String.self, forKey: .user_id)
-        appID = try c.decode(String.self, forKey: .app_id)
-        planID = try c.decode(String.self, forKey: .plan_id)
+        let userID = try c.decode(String.self, forKey: .user_id)
+        let appID = try c.decode(String.self, forKey: .app_id)
+        let planID = try c.decode(String.self, forKey: .plan_id)
         let store = try c.decode(String.self, forKey: .store)
+        let proof: Proof
         switch store {
         case "apple":
             let receipt = try c.decodeIfPresent(String.self, forKey: .receipt_data)
@@ -62,14 +69,38 @@ public struct ValidateReceiptArguments: Decodable, Sendable, ValidatedArguments 
             throw DecodingError.dataCorruptedError(forKey: .store, in: c,
                                                    debugDescription: "store must be \"apple\" or \"google\"")
         }
+        func uuid(_ name: String, _ value: String) throws(JobError) -> UUID {
+            guard let id = UUID(uuidString: value) else { throw .badInput("\(name) is not a UUID") }
+            return id
+        }
+        try self.init(userID: uuid("user_id", userID), appID: uuid("app_id", appID), planID: uuid("plan_id", planID),
+                      proof: proof)
     }
 
-    public func validate() throws(JobError) {
-        for (name, value) in [("user_id", userID), ("app_id", appID), ("plan_id", planID)] where UUID(uuidString: value) == nil {
-            throw .badInput("\(name) is not a UUID")
-        }
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(userID.uuidString.lowercased(), forKey: .user_id)
+        try c.encode(appID.uuidString.lowercased(), forKey: .app_id)
+        try c.encode(planID.uuidString.lowercased(), forKey: .plan_id)
         switch proof {
         case .apple(let receipt, let transaction, let original, let signed):
+            try c.encode("apple", forKey: .store)
+            try c.encodeIfPresent(receipt, forKey: .receipt_data)
+            try c.encode(transaction, forKey: .transaction_id)
+            try c.encodeIfPresent(original, forKey: .original_transaction_id)
+            try c.encodeIfPresent(signed, forKey: .signed_transaction)
+        case .google(let package, let product, let token):
+            try c.encode("google", forKey: .store)
+            try c.encode(package, forKey: .package_name)
+            try c.encode(product, forKey: .product_id)
+            try c.encode(token, forKey: .purchase_token)
+        }
+    }
+
+    private static func check(_ proof: Proof) throws(JobError) {
+        switch proof {
+        case .apple(let receipt, let transaction, let original, let signed):
+            guard receipt != nil || signed != nil else { throw .badInput("an Apple purchase needs receipt_data or signed_transaction") }
             if let receipt {
                 guard !receipt.isEmpty, receipt.count <= 1_000_000 else { throw .badInput("receipt_data is empty or larger than 1 MB") }
             }
@@ -102,7 +133,6 @@ public struct ValidateReceiptArguments: Decodable, Sendable, ValidatedArguments 
 /// does not verify) are recorded as invalid, logged as a security alert `RCV-…` and the job goes to `dead`
 /// (`JobError.permanent`) without retry; temporary store failures are retried with Sidekiq backoff.
 public struct ValidateReceiptJob: Job {
-    public static let className = "ValidateReceiptJob"
     public static let options = StoreCallLimits.options(
         JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 120, usesLedger: true))
     let services: ReceiptServices
@@ -122,9 +152,9 @@ public struct ValidateReceiptJob: Job {
         var reason = "the store transaction already belongs to another user"
     }
 
-    public func perform(_ arguments: SingleArgument<ValidateReceiptArguments>, context: JobContext) throws {
-        let args = arguments.value
-        let userID = UUID(uuidString: args.userID)!, appID = UUID(uuidString: args.appID)!, planID = UUID(uuidString: args.planID)!
+    public func perform(_ arguments: ValidateReceiptArguments, context: JobContext) throws {
+        let args = arguments
+        let userID = args.userID, appID = args.appID, planID = args.planID
         let plan = try loadPlan(planID: planID, userID: userID, appID: appID, store: args.store, context: context)
         let owner = SubscriptionOwner(userID: userID, appID: appID, planID: plan.id, planType: plan.planType)
         let cancellation = HTTPCancellation(isCancelled: { [cancellation = context.cancellation] in cancellation.isCancelled })
@@ -132,7 +162,7 @@ public struct ValidateReceiptJob: Job {
 
         var logger = context.logger
         logger[metadataKey: "store"] = "\(args.store.rawValue)"
-        logger[metadataKey: "user_id"] = "\(args.userID)"
+        logger[metadataKey: "user_id"] = "\(args.userID.uuidString.lowercased())"
 
         do {
             switch args.proof {

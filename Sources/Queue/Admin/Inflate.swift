@@ -13,7 +13,7 @@ public struct InflateError: Error, Sendable, Equatable, CustomStringConvertible 
 ///
 /// It decodes bit by bit (in the manner of zlib's `puff.c`): slow for megabytes, ample for
 /// backtraces. Output is capped by `maxOutput` so a hostile payload cannot exhaust memory.
-public enum Inflate {
+package enum Inflate {
     /// Decodes a zlib stream: 2-byte header, DEFLATE data, Adler-32 of the output (checked).
     public static func zlib(_ input: [UInt8], maxOutput: Int = 16 << 20) throws(InflateError) -> [UInt8] {
         guard input.count >= 6 else { throw InflateError(reason: "too short for a zlib stream", offset: 0) }

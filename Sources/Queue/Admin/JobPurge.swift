@@ -18,7 +18,7 @@ import Foundation
 ///
 /// Thread rules: a value; borrows connections from the pools per call, so any thread may call. Not atomic across keys
 /// (nor across shards).
-public struct JobPurge: Sendable {
+package struct JobPurge: Sendable {
     /// One pool per shard (index 0 the default shard); one element without sharding.
     public let pools: [RedisPool]
     public var pageSize = 500
@@ -132,7 +132,7 @@ public struct JobPurge: Sendable {
     }
 }
 
-public struct PurgeError: Error, CustomStringConvertible {
+package struct PurgeError: Error, CustomStringConvertible {
     public let reason: String
     public var description: String { "Redis purge: \(reason)" }
 }

@@ -4,7 +4,7 @@ import Foundation
 /// owner's record `unique-jid:<jid>` (class, queue, until, for). `ownerRecordMatches` is false when
 /// the record is missing or names another lock (the lock then only waits for its TTL).
 public struct UniqueLockInfo: Sendable, Equatable {
-    public var lock: UniqueLockKey
+    package var lock: UniqueLockKey
     public var jid: String
     /// Seconds the lock still lives (its TTL, the safety net); nil if it has none.
     public var ttl: Double?
@@ -43,7 +43,7 @@ public struct UniqueAdmin {
     }
 
     /// One lock, or nil if it is not held.
-    public func show(_ lock: UniqueLockKey) throws(RedisError) -> UniqueLockInfo? {
+    package func show(_ lock: UniqueLockKey) throws(RedisError) -> UniqueLockInfo? {
         guard let jid = try connection.command("GET", lock.redisKey).string else { return nil }
         let replies = try connection.pipeline([["PTTL", lock.redisKey], ["HGETALL", Keys.uniqueOwner(jid)]])
         let pttl = replies[0].integer ?? -1
@@ -82,12 +82,12 @@ public struct UniqueAdmin {
 
     /// Deletes a lock whoever holds it (for a lock whose job is known to be gone). Returns the jid
     /// that held it, nil if it was not held.
-    public func release(_ lock: UniqueLockKey) throws(RedisError) -> String? {
+    package func release(_ lock: UniqueLockKey) throws(RedisError) -> String? {
         try UniqueLocks.forceRelease(connection, lock: lock)
     }
 
     /// `unique:<64 hex>` or the bare digest → the lock; else nil.
-    public static func parseLock(_ text: String) -> UniqueLockKey? {
+    package static func parseLock(_ text: String) -> UniqueLockKey? {
         let digest = text.hasPrefix("unique:") ? String(text.dropFirst("unique:".count)) : text
         return isDigest(digest) ? UniqueLockKey(digest: digest) : nil
     }

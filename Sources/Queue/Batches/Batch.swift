@@ -135,6 +135,8 @@ extension JobClient {
     /// Creates a batch with its jobs (`Batches.create`) on a pooled connection.
     @discardableResult
     public func createBatch(_ batch: NewBatch, bid: String = Batches.newBid()) throws -> CreatedBatch {
+        var batch = batch
+        if !middleware.isEmpty { batch.jobs = try batch.jobs.map(prepared) }  // `EnqueueMiddleware`, before validation
         var queues = batch.jobs.map(\.queue)
         queues += [batch.onComplete?.queue, batch.onSuccess?.queue].compactMap { $0 }
         guard let shards else { return try pool.withConnection { try Batches.create($0, batch, bid: bid) } }

@@ -5,7 +5,7 @@
 /// Every path that finds such a payload — the runner, the orphan sweep, the move of due `retry`/`schedule`
 /// entries — writes this same envelope, so an operator sees why in `workerctl jobs dead` and on the dashboard.
 /// Pure; any thread.
-public enum UnreadableJob {
+package enum UnreadableJob {
     /// The envelope's `class`.
     public static let className = "BadPayload"
 

@@ -49,7 +49,7 @@ public struct LimitSpec: Sendable, Equatable, Hashable {
 /// - `limit:<name>` or `limit:<name>:<key>`: one limiter instance. A ZSET for `concurrent` (member = lease
 ///   token, score = lease expiry in ms of Redis time); a HASH for `window` (`window` index, `count`) and
 ///   `bucket` (`tokens`, `at` ms). Every instance key carries a PEXPIRE, so idle limiters disappear.
-public enum LimitKeys {
+package enum LimitKeys {
     public static let declared = "limits"
 
     /// The instance key for `name` and the key derived from a job's arguments (nil or empty: one global limiter).
@@ -60,14 +60,14 @@ public enum LimitKeys {
 }
 
 /// A lease on one concurrent limiter instance, held while a job runs.
-public struct LimitLease: Sendable, Hashable {
+package struct LimitLease: Sendable, Hashable {
     public let key: String
     public let token: String
     public let milliseconds: Int
 }
 
 /// What the admit script decided.
-public enum LimitAdmission: Sendable, Equatable {
+package enum LimitAdmission: Sendable, Equatable {
     /// Admitted at `atMilliseconds` (Redis time); the concurrent leases to renew while running and release at the end.
     case admitted(leases: [LimitLease], atMilliseconds: Int64)
     /// `spec` refused; it could admit again in about `waitMilliseconds`.
@@ -75,7 +75,7 @@ public enum LimitAdmission: Sendable, Equatable {
 }
 
 /// Talks to the limiter keys. Stateless; any thread with its own connection may call it.
-public enum LimitStore {
+package enum LimitStore {
     /// One limit applied to one instance key.
     public typealias Instance = (spec: LimitSpec, key: String)
 

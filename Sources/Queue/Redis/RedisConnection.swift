@@ -208,7 +208,7 @@ public final class RedisConnection: @unchecked Sendable {
 
     /// Runs a Lua script by its SHA, loading it on first use and again after `NOSCRIPT`
     /// (for example after the server restarted).
-    public func evaluate(_ script: RedisScript, keys: [any RedisArgument] = [],
+    package func evaluate(_ script: RedisScript, keys: [any RedisArgument] = [],
                          arguments: [any RedisArgument] = []) throws(RedisError) -> RedisReply {
         try evaluate(script, calls: [(keys, arguments)])[0].checked()
     }
@@ -218,7 +218,7 @@ public final class RedisConnection: @unchecked Sendable {
     /// (in the same round trip); calls answered `NOSCRIPT` (a `SCRIPT FLUSH` or a restart since) are sent again,
     /// once, after `SCRIPT LOAD`, in their order. If the script vanished in the middle of the pipeline, the calls
     /// after it ran before the resent ones.
-    public func evaluate(_ script: RedisScript,
+    package func evaluate(_ script: RedisScript,
                          calls: [(keys: [any RedisArgument], arguments: [any RedisArgument])]) throws(RedisError) -> [RedisReply] {
         if calls.isEmpty { return [] }
         let commands = calls.map { call -> [any RedisArgument] in ["EVALSHA", script.sha1, call.keys.count] + call.keys + call.arguments }

@@ -13,10 +13,16 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     public var username: String?
     public var password: String?
     /// The Sentinels and master name when the URL was `redis+sentinel://`; nil for a plain server.
-    public var sentinel: SentinelTarget?
+    package var sentinel: SentinelTarget?
 
+    /// A plain Redis server (for Sentinel, `init(url:)` with a `redis+sentinel://` URL).
     public init(host: String = "127.0.0.1", port: Int = 6379, database: Int = 0,
-                username: String? = nil, password: String? = nil, sentinel: SentinelTarget? = nil) {
+                username: String? = nil, password: String? = nil) {
+        self.init(host: host, port: port, database: database, username: username, password: password, sentinel: nil)
+    }
+
+    package init(host: String, port: Int, database: Int, username: String?, password: String?,
+                 sentinel: SentinelTarget?) {
         self.host = host
         self.port = port
         self.database = database

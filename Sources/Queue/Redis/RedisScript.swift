@@ -2,7 +2,7 @@ import Crypto
 import Foundation
 
 /// A Lua script with its SHA-1, for `EVALSHA`.
-public struct RedisScript: Sendable {
+package struct RedisScript: Sendable {
     public let source: String
     public let sha1: String
 

@@ -13,7 +13,7 @@ import Foundation
 /// checks with `ROLE` that the server named really is a master. It runs on every (re)connect, so a
 /// link lost in a failover, or closed after a `READONLY` reply, finds the new master by itself.
 /// Immutable and `Sendable`; any thread may resolve.
-public struct SentinelTarget: Sendable, Equatable {
+package struct SentinelTarget: Sendable, Equatable {
     public static let scheme = "redis+sentinel://"
     public static let defaultSentinelPort = 26379
 

@@ -15,7 +15,7 @@ import Foundation
 /// Neither refuses to start: during a rolling deploy that changes the map, old and new processes overlap for a while,
 /// and refusing would stop the deploy. The caller logs an alert (`WorkerProcess`'s housekeeper: `shard_map_mismatch`)
 /// while a finding lasts. Pure apart from its Redis calls; any thread, one connection.
-public enum ShardMapCheck {
+package enum ShardMapCheck {
     /// HASH `shard-maps`: map digest → epoch seconds it was last written.
     public static let key = "shard-maps"
     /// Entries older than this are deleted by the next check (processes gone or maps retired).

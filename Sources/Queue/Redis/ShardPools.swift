@@ -4,7 +4,7 @@ import Foundation
 ///
 /// Immutable after `init`; each pool is thread-safe, so share one instance per process. At most
 /// `maxConnections` connections are open per shard.
-public final class ShardPools: Sendable {
+package final class ShardPools: Sendable {
     public let map: ShardMap
     /// Index = shard index in `map`.
     public let pools: [RedisPool]

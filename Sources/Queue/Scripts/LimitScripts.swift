@@ -1,6 +1,6 @@
 /// The Lua scripts behind the limiters. Every script reads the clock with Redis `TIME`, so the
 /// machines' clocks never matter and all processes share one time line.
-public enum LimitScripts {
+package enum LimitScripts {
     /// Admits one holder through every limit of a job at once, or none of them.
     /// KEYS: the instance keys; ARGV[1] the lease token, then per key three values: kind, max, ms.
     /// Pass 1 checks every limit without changing anything (expired leases are removed); pass 2

@@ -18,7 +18,7 @@ extension JobClient {
         guard policy.seconds > 0, policy.seconds <= UniquePolicy.maxSeconds else {
             throw EnqueueError.invalidUnique("unique_for must be a number of seconds in (0, \(Int(UniquePolicy.maxSeconds))], got \(policy.seconds)")
         }
-        var job = job
+        var job = try prepared(job)
         let derived = key ?? policy.key?(job.args)
         for (field, value) in policy.fields(key: derived) { job.runtimeFields[field] = value }
         var payload = try Self.payload(for: job, createdAt: now, enqueuedAt: scheduled == nil ? now : nil)

@@ -16,7 +16,7 @@ public enum UniquePush: Sendable, Equatable {
 }
 
 /// What the fetch-time check decided for one fetched unique job.
-public enum UniqueClaim: Sendable, Equatable {
+package enum UniqueClaim: Sendable, Equatable {
     /// Run it; it owns its lock (until success), which the settlement releases or keeps.
     case holding
     /// Run it; it holds no lock (until start: released now, or never taken).
@@ -28,7 +28,7 @@ public enum UniqueClaim: Sendable, Equatable {
 /// The unique-lock operations (their Lua: `UniqueScripts`, Queue/Scripts/UniqueScripts.swift). Invariant: the
 /// lock's value is its owner's jid, and `unique-jid:<jid>` names the lock that jid owns; every release checks
 /// `GET lock == jid` first, so a job only ever releases its own lock. Any thread may call with its own connection.
-public enum UniqueLocks {
+package enum UniqueLocks {
     /// Deletes the queue `name` (and forgets the name), releasing the unique locks its jobs own:
     /// the list is moved aside atomically first, then read page by page for jids, then unlinked.
     /// Returns the number of jobs deleted.

@@ -50,7 +50,7 @@ public struct UniquePolicy: Sendable {
 /// A unique job's lock identity: `unique:<digest>`, digest = hex SHA-256 of the compact JSON array
 /// `[class, queue, key]`, where key is the payload's `unique_key`, else the policy's derived key,
 /// else the compact JSON of `args` (ours: keys in their order, `/` unescaped).
-public struct UniqueLockKey: Sendable, Equatable, CustomStringConvertible {
+package struct UniqueLockKey: Sendable, Equatable, CustomStringConvertible {
     public let digest: String
 
     public init(digest: String) { self.digest = digest }

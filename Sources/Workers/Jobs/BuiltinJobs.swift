@@ -1,19 +1,15 @@
 import Foundation
+import Queue
 
 /// Does nothing. For smoke tests and benchmarks.
 public struct NoopJob: Job {
-    public static let className = "Noop"
     public init() {}
-    public func perform(_ arguments: IgnoredArguments, context: JobContext) throws {}
-}
-
-/// Arguments that accept any `args` without reading them (no decoding cost).
-protocol AnyArguments { init() }
-
-/// Accepts any `args` (Noop is used with whatever a benchmark sends).
-public struct IgnoredArguments: Decodable, Sendable, AnyArguments {
-    public init() {}
-    public init(from decoder: any Decoder) throws {}
+    /// Accepts any `args` without reading them (Noop is used with whatever a benchmark sends).
+    public struct Arguments: IgnoredJobArguments {
+        public static let className = "Noop"
+        public init() {}
+    }
+    public func perform(_ arguments: Arguments, context: JobContext) throws {}
 }
 
 /// Sleeps `args[0]` milliseconds (0…3,600,000), a smoke-test stand-in for a slow job. It looks at
@@ -21,22 +17,30 @@ public struct IgnoredArguments: Decodable, Sendable, AnyArguments {
 /// runtime has abandoned the run (timeout, or shutdown past its deadline), so an abandoned Sleep
 /// does not keep its thread for the rest of its hour.
 public struct SleepJob: Job {
-    public static let className = "Sleep"
     public init() {}
 
-    public struct Arguments: Decodable, Sendable, ValidatedArguments {
+    /// `args: [milliseconds]`, 0...3,600,000.
+    public struct Arguments: JobArguments, Equatable {
+        public static let className = "Sleep"
+        public static let layout = JobArgumentsLayout.positional
         public let milliseconds: Int
-        public init(from decoder: any Decoder) throws {
-            var container = try decoder.unkeyedContainer()
-            milliseconds = try container.decode(Int.self)
-            if !container.isAtEnd {
-                throw DecodingError.dataCorruptedError(in: container, debugDescription: "expected one argument")
-            }
-        }
-        public func validate() throws(JobError) {
+        public init(milliseconds: Int) throws(JobError) {
             guard (0...3_600_000).contains(milliseconds) else {
                 throw .badInput("milliseconds must be within 0...3600000, got \(milliseconds)")
             }
+            self.milliseconds = milliseconds
+        }
+        public init(from decoder: any Decoder) throws {
+            var container = try decoder.unkeyedContainer()
+            let milliseconds = try container.decode(Int.self)
+            if !container.isAtEnd {
+                throw DecodingError.dataCorruptedError(in: container, debugDescription: "expected one argument")
+            }
+            try self.init(milliseconds: milliseconds)
+        }
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.unkeyedContainer()
+            try container.encode(milliseconds)
         }
     }
 
@@ -65,15 +69,21 @@ public struct SleepJob: Job {
 
 /// Always fails with `args[0]` as the message: to see retries and the dead set at work.
 public struct FailJob: Job {
-    public static let className = "Fail"
     public init() {}
+
+    /// `args: [message]`.
+    public struct Arguments: SingleJobArgument, Equatable {
+        public static let className = "Fail"
+        public let value: String
+        public init(value: String) { self.value = value }
+    }
 
     public struct Failure: Error, CustomStringConvertible {
         public let message: String
         public var description: String { message }
     }
 
-    public func perform(_ arguments: SingleArgument<String>, context: JobContext) throws {
+    public func perform(_ arguments: Arguments, context: JobContext) throws {
         throw Failure(message: arguments.value)
     }
 }

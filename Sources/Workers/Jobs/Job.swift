@@ -5,13 +5,17 @@ import Queue
 /// A kind of job: a Sidekiq class name, the arguments it decodes, and what it does.
 ///
 /// Instances are shared by every pool thread, so they must be `Sendable` and keep no
-/// per-run state; per-run state lives in `JobContext`. Arguments are decoded from the payload's
-/// `args` array with `JSONDecoder`: a payload whose `args` do not decode is bad input and goes to
-/// `dead` at once with the decoder's explanation.
+/// per-run state; per-run state lives in `JobContext`. `Arguments` is the class's typed contract
+/// (`JobArguments`), the same type producers enqueue (`WorkersClient.enqueue(_:)`): the registry decodes the
+/// payload's `args` with it (its `layout`, its `init(from:)`), so a value `perform` receives has passed every
+/// check `init(from:)` makes. A payload whose `args` do not decode is bad input and goes to `dead` at once with
+/// the decoder's explanation; `init(from:)` may also throw `JobError.badInput(reason)` for a value of the right
+/// type that is out of range or malformed (dead at once as "invalid arguments for <class>: <reason>").
 public protocol Job: Sendable {
-    associatedtype Arguments: Decodable & Sendable
+    associatedtype Arguments: JobArguments
 
-    /// The `class` field this job answers to (e.g. `"ValidateReceiptJob"`).
+    /// The `class` field this job answers to (e.g. `"ValidateReceiptJob"`). Default: `Arguments.className`;
+    /// a job sharing its arguments' type with another class names its own (aliases: `JobRegistry.register(_:as:)`).
     static var className: String { get }
     /// Retries, backoff and timeout for this class (payload fields override retries).
     static var options: JobOptions { get }
@@ -22,40 +26,22 @@ public protocol Job: Sendable {
 }
 
 extension Job {
+    public static var className: String { Arguments.className }
     public static var options: JobOptions { JobOptions() }
 }
 
-/// Arguments a job can check beyond their types (ranges, formats). A failed check is bad input.
-public protocol ValidatedArguments {
-    func validate() throws(JobError)
+/// Arguments a job never reads: any `args` is accepted without being decoded. The registry asks once, when the
+/// job is registered, and then hands every run the same `init()` value: no decoding and no cast per job (the
+/// benchmark's `Noop` runs on this path). `init(from:)` accepts anything too (for code that decodes anyway);
+/// encoding writes `args: []`.
+public protocol IgnoredJobArguments: JobArguments {
+    init()
 }
 
-/// `args: []`.
-public struct NoArguments: Decodable, Sendable, Equatable {
-    public init() {}
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.unkeyedContainer()
-        if let count = container.count, count > 0 {
-            throw DecodingError.dataCorruptedError(in: container, debugDescription: "expected no arguments, got \(count)")
-        }
-    }
-}
-
-/// `args: [value]` — the common shape `[{"user_id": …}]`.
-public struct SingleArgument<Value: Decodable & Sendable>: Decodable, Sendable {
-    public let value: Value
-    public init(_ value: Value) { self.value = value }
-    public init(from decoder: any Decoder) throws {
-        var container = try decoder.unkeyedContainer()
-        if let count = container.count, count != 1 {
-            throw DecodingError.dataCorruptedError(in: container, debugDescription: "expected exactly one argument, got \(count)")
-        }
-        value = try container.decode(Value.self)
-    }
-}
-
-extension SingleArgument: ValidatedArguments where Value: ValidatedArguments {
-    public func validate() throws(JobError) { try value.validate() }
+extension IgnoredJobArguments {
+    public static var layout: JobArgumentsLayout { .positional }
+    public init(from decoder: any Decoder) throws { self.init() }
+    public func encode(to encoder: any Encoder) throws { _ = encoder.unkeyedContainer() }
 }
 
 /// Errors a job throws to say how its failure must be handled.

@@ -25,8 +25,9 @@ public struct JobContext: Sendable {
     public let payload: JobPayload
     public let deadline: Date
     public let cancellation: CancellationFlag
-    /// The process's logger, without this run's fields (`logger` adds them).
-    private let processLogger: Logger
+    /// The process's logger, without this run's fields (`logger` adds them); carries the metadata a middleware
+    /// set (`subscript(loggerMetadataKey:)`).
+    private var processLogger: Logger
     /// Carries jid, class, queue and attempt in its metadata. Built on each access from the process's logger, so
     /// that a run that logs nothing (most successful runs) pays nothing for it; a job that logs often may keep a copy.
     public var logger: Logger {
@@ -72,4 +73,12 @@ public struct JobContext: Sendable {
     }
 
     public var isCancelled: Bool { cancellation.isCancelled }
+
+    /// Metadata that every line logged through `logger` in this run carries besides jid, class, queue and attempt,
+    /// e.g. a tenant tag set by a `JobMiddleware` on the copy it passes to `next`. The runtime's own lines about the
+    /// run (retry, dead) do not carry it. Same thread rules as the context: this run's thread only.
+    public subscript(loggerMetadataKey key: String) -> Logger.Metadata.Value? {
+        get { processLogger[metadataKey: key] }
+        set { processLogger[metadataKey: key] = newValue }
+    }
 }

@@ -17,7 +17,7 @@ public enum DispatchError: Error, Sendable, CustomStringConvertible {
 }
 
 /// A job with its arguments decoded, ready to run.
-public struct PreparedJob: Sendable {
+package struct PreparedJob: Sendable {
     public let className: String
     public let options: JobOptions
     let body: @Sendable (JobContext) throws -> Void
@@ -40,24 +40,29 @@ public struct JobRegistry: Sendable {
     /// that another service enqueues).
     public mutating func register<J: Job>(_ job: J, as name: String? = nil) {
         let key = name ?? J.className
-        // Whether the arguments validate themselves is a property of the type: asked once here, not per job (a
-        // protocol cast per run cost ~2 % of a no-op drain's worker CPU in a `perf` profile).
-        let validates = J.Arguments.self is any ValidatedArguments.Type
-        let layout = (J.Arguments.self as? any JobArguments.Type)?.layout ?? .positional
-        entries[key] = { payload in
-            let arguments: J.Arguments
-            do {
-                arguments = try ArgumentsDecoding.decode(J.Arguments.self, from: payload.args, layout: layout)
-            } catch {
-                throw DispatchError.undecodableArguments(className: J.className, reason: ArgumentsDecoding.describe(error))
-            }
-            if validates, let validated = arguments as? any ValidatedArguments {
-                do { try validated.validate() } catch {
-                    throw DispatchError.invalidArguments(className: J.className, reason: Self.reason(error))
-                }
-            }
-            return PreparedJob(className: J.className, options: J.options) { context in
+        // Arguments the job never reads (`IgnoredJobArguments`, Noop): one value made here and handed to every run —
+        // no decoding and no protocol cast per job (a cast per run cost ~2 % of a no-op drain's worker CPU in a
+        // `perf` profile).
+        if let ignored = J.Arguments.self as? any IgnoredJobArguments.Type, let arguments = ignored.init() as? J.Arguments {
+            let prepared = PreparedJob(className: J.className, options: J.options) { context in
                 try job.perform(arguments, context: context)
+            }
+            entries[key] = { _ in prepared }
+        } else {
+            let layout = J.Arguments.layout
+            entries[key] = { payload in
+                let arguments: J.Arguments
+                do {
+                    arguments = try ArgumentsDecoding.decode(J.Arguments.self, from: payload.args, layout: layout)
+                } catch JobError.badInput(let why) {
+                    // A check in `init(from:)`: the value has the right type but is out of range or malformed.
+                    throw DispatchError.invalidArguments(className: J.className, reason: why)
+                } catch {
+                    throw DispatchError.undecodableArguments(className: J.className, reason: ArgumentsDecoding.describe(error))
+                }
+                return PreparedJob(className: J.className, options: J.options) { context in
+                    try job.perform(arguments, context: context)
+                }
             }
         }
         optionsByName[key] = J.options
@@ -69,7 +74,7 @@ public struct JobRegistry: Sendable {
     public func options(for className: String) -> JobOptions? { optionsByName[className] }
 
     /// Looks the payload's class up and decodes its arguments.
-    public func prepare(_ payload: JobPayload) throws(DispatchError) -> PreparedJob {
+    package func prepare(_ payload: JobPayload) throws(DispatchError) -> PreparedJob {
         guard let make = entries[payload.className] else { throw .unknownClass(payload.className) }
         do {
             return try make(payload)
@@ -80,10 +85,6 @@ public struct JobRegistry: Sendable {
         }
     }
 
-    private static func reason(_ error: any Error) -> String {
-        if case JobError.badInput(let why) = error { return why }
-        return "\(error)"
-    }
 }
 
 /// Decodes `args` (a JSON array) into a job's `Arguments` as Foundation's `JSONDecoder` does: first straight from the
@@ -91,22 +92,26 @@ public struct JobRegistry: Sendable {
 /// declines, with `JSONDecoder` itself — so a value it cannot give and every error (a dead job's reason) are
 /// `JSONDecoder`'s.
 enum ArgumentsDecoding {
-    /// `layout` (`JobArguments.layout`, `.positional` for arguments that are not `JobArguments`): `.singleHash`
-    /// decodes `T` from the only element of `args` and refuses any other count.
+    /// `layout` (`JobArguments.layout`): `.singleHash` decodes `T` from the only element of `args` and refuses any
+    /// other count; `.positional` decodes `T` from the whole array.
     static func decode<T: Decodable>(_ type: T.Type, from args: [JSONValue], layout: JobArgumentsLayout = .positional) throws -> T {
-        if let accepting = T.self as? any AnyArguments.Type, let value = accepting.init() as? T { return value }
         let root: JSONValue
         switch layout {
         case .positional: root = .array(args)
         case .singleHash:
             guard args.count == 1 else {
-                throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "expected one hash argument, got \(args.count) arguments"))
+                throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "expected exactly one argument, got \(args.count)"))
             }
             root = args[0]
         }
         if let value = try? JSONValueDecoder().decode(T.self, from: root) { return value }
         let data = Data(root.serialized().utf8)
-        return try JSONDecoder().decode(T.self, from: data)
+        do {
+            return try JSONDecoder().decode(T.self, from: data)
+        } catch let error as DecodingError where layout == .singleHash {
+            // Paths name the place in `args` (`args[0].user_id`), as for positional arguments.
+            throw error.inFirstArgument
+        }
     }
 
     /// A one-line explanation of a decoding error: what was expected where.
@@ -127,6 +132,30 @@ enum ArgumentsDecoding {
             return "\(path(context.codingPath)): \(context.debugDescription)"
         @unknown default:
             return "\(error)"
+        }
+    }
+}
+
+extension DecodingError {
+    /// The same error with `[0]` in front of its coding path (a `.singleHash` type decodes from `args[0]`).
+    var inFirstArgument: DecodingError {
+        struct First: CodingKey {
+            var stringValue: String { "0" }
+            var intValue: Int? { 0 }
+            init() {}
+            init?(stringValue: String) { nil }
+            init?(intValue: Int) { nil }
+        }
+        func moved(_ context: Context) -> Context {
+            Context(codingPath: [First()] + context.codingPath, debugDescription: context.debugDescription,
+                    underlyingError: context.underlyingError)
+        }
+        switch self {
+        case .typeMismatch(let type, let context): return .typeMismatch(type, moved(context))
+        case .valueNotFound(let type, let context): return .valueNotFound(type, moved(context))
+        case .keyNotFound(let key, let context): return .keyNotFound(key, moved(context))
+        case .dataCorrupted(let context): return .dataCorrupted(moved(context))
+        @unknown default: return self
         }
     }
 }

@@ -32,7 +32,7 @@ public struct MetricsEndpoint: Sendable {
     /// Binds and serves, with `health` as `/healthz` (and as `readiness`'s input), and logs `metrics endpoint
     /// listening` with `metrics_listen` (host:port) and `metrics_url` (a URL that reaches it from this machine:
     /// loopback when bound to `0.0.0.0`). Throws `MetricsServer.StartError` when the address cannot be bound.
-    public func start(health: @escaping @Sendable () -> (ok: Bool, detail: String), logger: Logger) throws -> MetricsServer {
+    package func start(health: @escaping @Sendable () -> (ok: Bool, detail: String), logger: Logger) throws -> MetricsServer {
         var ready: (@Sendable () -> (ok: Bool, json: String))?
         if let readiness { ready = { readiness(health()) } }
         let server = try MetricsServer(host: host, port: port, metrics: metrics, health: health, readiness: ready)

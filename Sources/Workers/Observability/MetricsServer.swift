@@ -21,7 +21,7 @@ import Synchronization
 /// Threads: `health` is called on the poll thread only; `metrics` and `readiness` on the serving thread only (so
 /// each may keep one connection of its own without a lock). `pending` belongs to the poll thread; `scrapes` and
 /// `stopping` are guarded by `condition`. `stop` from any thread, any number of times.
-public final class MetricsServer: @unchecked Sendable {
+package final class MetricsServer: @unchecked Sendable {
     public let port: Int
     private let listener: Int32
     private let metrics: @Sendable () -> String

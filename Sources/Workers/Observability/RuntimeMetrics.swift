@@ -8,7 +8,7 @@ import Synchronization
 /// Handles are cached per (class, queue) so the hot path does one mutex-guarded dictionary lookup
 /// per job. Class names come only from the registry (unregistered ones are reported as
 /// `_unregistered`), so bad input cannot blow up the label cardinality. Any thread may call.
-public final class RuntimeMetrics: Sendable {
+package final class RuntimeMetrics: Sendable {
     struct JobHandles: Sendable {
         let processed: Counter
         let failed: Counter

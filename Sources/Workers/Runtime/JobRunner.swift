@@ -15,6 +15,10 @@ struct JobRunner: Sendable {
     let logger: Logger
     /// Admits jobs through their class's limits (docs/limiters.md); nil: limits are not enforced.
     var limiter: JobLimiter? = nil
+    /// The service's job-run middleware (`JobMiddleware`), around `PreparedJob.run` only: after the ledger's
+    /// redelivery check and the limits' admission, so a skipped redelivery or an over-limit reschedule never enters
+    /// it; inside the run's span. Empty: the job's body is called directly.
+    var middleware = JobMiddlewareChain()
 
     /// The timeout for a payload (its class's, else the process default, else 30 min).
     func timeout(for payload: JobPayload?) -> Double {
@@ -143,7 +147,11 @@ struct JobRunner: Sendable {
         context.limitsAdmittedAt = admittedAt
         let started = Clock.now()
         do {
-            try prepared.run(context)
+            if middleware.isEmpty {
+                try prepared.run(context)
+            } else {
+                try middleware.run(context, prepared)
+            }
             if logger.logLevel <= .debug {
                 jobLogger().debug("done", metadata: ["ms": "\(Int((Clock.now() - started) * 1000))"])
             }

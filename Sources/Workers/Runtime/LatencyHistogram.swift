@@ -4,7 +4,7 @@ import Synchronization
 /// Counts durations in log-spaced buckets (about 4% wide, 1 µs to ~38 h) so percentiles can be
 /// read at any time without keeping samples. Lock-free: every bucket is an atomic counter, so pool
 /// threads record without contending on a lock. Any thread may record or read.
-public final class LatencyHistogram: @unchecked Sendable {
+package final class LatencyHistogram: @unchecked Sendable {
     private static let bucketsPerDoubling = 16.0
     private static let bucketCount = 37 * 16
     /// `bucketCount` atomics, allocated once and freed in deinit; never resized.

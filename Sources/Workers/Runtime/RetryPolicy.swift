@@ -51,7 +51,7 @@ enum RetryPolicy {
 /// and the fuzz harness (Sources/FuzzTargets/SettlementHarness.swift) calls it with hostile payloads. Invariant: for
 /// any payload `JobPayload(parsing:)` accepts, and any error, it returns without trapping, and a retry's `delay` is
 /// finite, in `0...Bounded.maxIntervalSeconds` (a `JobError.retryAfter` in `0...JobError.maxRetryAfterSeconds`).
-public enum RetryDecision: Sendable, Equatable {
+package enum RetryDecision: Sendable, Equatable {
     /// `retry: false`, or retries exhausted with `dead: false`.
     case drop(reason: String)
     /// Retry `delay` seconds after `now`; `retryCount` is the count this failure gives the job.

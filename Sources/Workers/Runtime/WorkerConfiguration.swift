@@ -101,7 +101,7 @@ public struct WorkerConfiguration: Sendable {
     public var defaultTimeout: Double? = nil
     public var deadLimits = DeadSetLimits()
     /// When set, each settlement batch is followed by `WAIT` for that many replicas (docs/redis-ha.md).
-    public var replicaWait: ReplicaWait? = nil
+    package var replicaWait: ReplicaWait? = nil
     /// Label shown by Sidekiq's UI (`tag`).
     public var tag: String = ""
     public var labels: [String] = []

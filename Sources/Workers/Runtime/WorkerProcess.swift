@@ -52,11 +52,11 @@ public final class WorkerProcess: @unchecked Sendable {
     let flags = LifeCycleFlags()
     let startedAt = Clock.now()
     /// Time from `enqueued_at` to the start of the run, for every job this process ran.
-    public let pickupLatency = LatencyHistogram()
+    package let pickupLatency = LatencyHistogram()
     /// Run time of every job this process ran.
-    public let runTime = LatencyHistogram()
+    package let runTime = LatencyHistogram()
     /// Counters, timers and gauges for a metrics backend.
-    public let metrics = RuntimeMetrics()
+    package let metrics = RuntimeMetrics()
 
     let pool: JobPool
     /// One per served shard, in `servedShards` order (so are `heartbeats` and `housekeepers`).
@@ -74,8 +74,11 @@ public final class WorkerProcess: @unchecked Sendable {
     private let shutdownOnce = Mutex<Bool>(false)
     private var signalSources: [any DispatchSourceSignal] = []
 
+    /// `middleware`: wrapped around each run of every job, outermost first (`JobMiddleware`); empty by default,
+    /// and an empty chain costs nothing per job.
     public init(configuration: WorkerConfiguration, registry: JobRegistry, database: JobDatabase? = nil,
-                logger: Logger = Logger(label: "workers"), metricsEndpoint: MetricsEndpoint? = nil) throws {
+                logger: Logger = Logger(label: "workers"), metricsEndpoint: MetricsEndpoint? = nil,
+                middleware: [any JobMiddleware] = []) throws {
         try configuration.validate()
         self.configuration = configuration
         self.metricsEndpoint = metricsEndpoint
@@ -97,7 +100,8 @@ public final class WorkerProcess: @unchecked Sendable {
                                  buffer: buffer, running: running, settlements: settlements, runTime: RunTimeEstimate(),
                                  outages: OutageLog(logger: logger), flags: flags, metrics: metrics, logger: logger)
         pool = JobPool(parts, runner: JobRunner(registry: registry, configuration: configuration, database: database, logger: logger,
-                                                limiter: JobLimiter(endpoint: endpoint, logger: logger)),
+                                                limiter: JobLimiter(endpoint: endpoint, logger: logger),
+                                                middleware: JobMiddlewareChain(middleware)),
                        pickupLatency: pickupLatency, runTimes: runTime)
         let unique = UniqueGate(registry: registry, configuration: configuration)
         let sharded = !shardMap.isSingle
