@@ -2,10 +2,11 @@
 import PackageDescription
 
 // A service of its own that uses the root package's library products (by path), built by scripts/test so CI keeps
-// it compiling; one package for both executables, so CI builds Hummingbird and the root package once:
+// it compiling; one package for all of them, so CI builds Hummingbird and the root package once:
 // - EnqueueFromHummingbird: a Hummingbird 2 service that enqueues through WorkersClient (no worker runtime linked);
 // - AppWorker: two jobs of the service's own, enqueued typed and run in its own process by the Workers product under
-//   a ServiceGroup (swift-service-lifecycle), with /metrics, /healthz and /readyz. scripts/test runs its demo.
+//   a ServiceGroup (swift-service-lifecycle), with /metrics, /healthz and /readyz. scripts/test runs its demo;
+// - OutboxExample: docs/outbox.md's Swift example, compiled against the Outbox product.
 let package = Package(
     name: "AppService",
     platforms: [.macOS(.v14)],
@@ -30,5 +31,7 @@ let package = Package(
             .product(name: "Metrics", package: "swift-metrics"),
             .product(name: "Prometheus", package: "swift-prometheus"),
         ]),
+        // docs/outbox.md's Swift example against the Outbox product alone: compiled, not run.
+        .target(name: "OutboxExample", dependencies: [.product(name: "Outbox", package: "SwiftWorkers")]),
     ]
 )

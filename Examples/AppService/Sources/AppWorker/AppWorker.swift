@@ -18,7 +18,17 @@ import WorkersClient
 /// look at the running process (`workerctl workers ls`, `/metrics`) first.
 @main
 struct AppWorker {
-    static func main() async throws {
+    /// Exit status 1, with the reason on stderr, when start-up fails or a service (the demo) throws.
+    static func main() async {
+        do {
+            try await run()
+        } catch {
+            FileHandle.standardError.write(Data("appworker: \(error)\n".utf8))
+            exit(1)
+        }
+    }
+
+    static func run() async throws {
         let environment = ProcessInfo.processInfo.environment
         // The executable, not the library, chooses the log and metrics backends.
         LoggingSystem.bootstrap(StreamLogHandler.standardError)

@@ -41,8 +41,8 @@ struct Demo: Service {
         guard done.mails == count && done.avatars == count else {
             throw EffectsMissing(mails: done.mails, avatars: done.avatars, expected: count)
         }
-        print("demo: \(count) welcome mails and \(count) avatars done by \(identity) in \(ContinuousClock.now - started)")
-        fflush(stdout)
+        let line = "demo: \(count) welcome mails and \(count) avatars done by \(identity) in \(ContinuousClock.now - started)\n"
+        FileHandle.standardOutput.write(Data(line.utf8))  // unbuffered: a script waits for this line
         if let holdKey {
             let until = ContinuousClock.now + .seconds(30)
             while ContinuousClock.now < until,
