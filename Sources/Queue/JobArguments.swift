@@ -24,6 +24,20 @@ public protocol JobArguments: Codable, Sendable {
 
 /// How a `JobArguments` type maps onto the payload's `args` array (see `JobArguments`).
 public enum JobArgumentsLayout: Sendable, Equatable {
+    /// The JSON value a type of this layout decodes from: `args` itself (`.positional`), or its only element
+    /// (`.singleHash`; any other count is a `DecodingError`, a dead job's reason). The one place both the registry
+    /// and `JobArguments.decode(args:)` read the layout.
+    package func root(of args: [JSONValue]) throws -> JSONValue {
+        switch self {
+        case .positional: return .array(args)
+        case .singleHash:
+            guard args.count == 1 else {
+                throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "expected exactly one argument, got \(args.count)"))
+            }
+            return args[0]
+        }
+    }
+
     /// `args: [{…}]`: the type encodes to one JSON object, the only element of `args`.
     case singleHash
     /// `args: […]`: the type encodes to the whole array (its `Codable` uses an unkeyed container).
@@ -127,15 +141,7 @@ extension JobArguments {
     /// registry decodes; it only adds a faster path that gives the same values). Throws what `init(from:)` or
     /// the decoder throws.
     public static func decode(args: [JSONValue]) throws -> Self {
-        let root: JSONValue
-        switch layout {
-        case .positional: root = .array(args)
-        case .singleHash:
-            guard args.count == 1 else {
-                throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "expected exactly one argument, got \(args.count)"))
-            }
-            root = args[0]
-        }
+        let root = try layout.root(of: args)
         return try JSONDecoder().decode(Self.self, from: Data(root.serialized().utf8))
     }
 }

@@ -95,15 +95,7 @@ enum ArgumentsDecoding {
     /// `layout` (`JobArguments.layout`): `.singleHash` decodes `T` from the only element of `args` and refuses any
     /// other count; `.positional` decodes `T` from the whole array.
     static func decode<T: Decodable>(_ type: T.Type, from args: [JSONValue], layout: JobArgumentsLayout = .positional) throws -> T {
-        let root: JSONValue
-        switch layout {
-        case .positional: root = .array(args)
-        case .singleHash:
-            guard args.count == 1 else {
-                throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "expected exactly one argument, got \(args.count)"))
-            }
-            root = args[0]
-        }
+        let root = try layout.root(of: args)
         if let value = try? JSONValueDecoder().decode(T.self, from: root) { return value }
         let data = Data(root.serialized().utf8)
         do {
