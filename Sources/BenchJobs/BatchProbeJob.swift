@@ -9,7 +9,7 @@ import Workers
 /// intervals. No database: a run repeated after a SIGKILL really runs twice, which is what the
 /// batch counting must absorb. Registered only with `--bench-jobs`, like `ProbeInsert`.
 public struct BatchProbeJob: Job {
-    public static let options = JobOptions(maxRetries: 25, backoff: .schedule([0]), timeout: 60)
+    public static let options = JobOptions(maxRetries: 25, backoff: .schedule([.zero]), timeout: .seconds(60))
     public init() {}
 
     /// `[outcome, milliseconds?]`; a value is valid by construction (`JobError.badInput` otherwise).

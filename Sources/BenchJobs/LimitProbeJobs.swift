@@ -35,7 +35,7 @@ public enum LimitProbes {
     }
 
     /// A short random delay: over-limit probes come back quickly.
-    static let quickBackoff = OverLimitPolicy(reschedule: 1_000_000) { _, _ in Double.random(in: 0.05...0.3) }
+    static let quickBackoff = OverLimitPolicy(reschedule: 1_000_000) { _, _ in .seconds(Double.random(in: 0.05...0.3)) }
 }
 
 /// `args: [milliseconds]`: at most 3 running fleet-wide (lease 2 s).
@@ -48,7 +48,7 @@ public struct LimitProbeConcurrentJob: Job {
     }
     public static var options: JobOptions {
         var options = JobOptions(maxRetries: 0)
-        options.limits = JobLimits([.concurrent("probe-concurrent", max: 3, lease: 2)], overLimit: LimitProbes.quickBackoff)
+        options.limits = JobLimits([.concurrent("probe-concurrent", max: 3, lease: .seconds(2))], overLimit: LimitProbes.quickBackoff)
         return options
     }
     let redis: RedisPool
@@ -61,9 +61,9 @@ public struct LimitProbeConcurrentJob: Job {
 /// 5 times (then the normal retry path, next try in an hour).
 public struct LimitProbeMutexJob: Job {
     public static var options: JobOptions {
-        var options = JobOptions(maxRetries: 5, backoff: .schedule([3600]))
-        options.limits = JobLimits([.concurrent("probe-mutex", max: 1, lease: 2, key: { $0.last?.stringValue })],
-                                   overLimit: OverLimitPolicy(reschedule: 5) { _, _ in 1.5 })
+        var options = JobOptions(maxRetries: 5, backoff: .schedule([.seconds(3600)]))
+        options.limits = JobLimits([.concurrent("probe-mutex", max: 1, lease: .seconds(2), key: { $0.last?.stringValue })],
+                                   overLimit: OverLimitPolicy(reschedule: 5) { _, _ in .milliseconds(1500) })
         return options
     }
     let redis: RedisPool
@@ -98,14 +98,14 @@ public struct LimitProbeWindowJob: Job {
     }
     public static var options: JobOptions {
         var options = JobOptions(maxRetries: 0)
-        options.limits = JobLimits([.window("probe-window", max: 20, per: 1)],
-                                   overLimit: OverLimitPolicy(reschedule: 1_000_000, backoff: OverLimitPolicy.limiterWait(jitter: 0.2)))
+        options.limits = JobLimits([.window("probe-window", max: 20, per: .seconds(1))],
+                                   overLimit: OverLimitPolicy(reschedule: 1_000_000, backoff: OverLimitPolicy.limiterWait(jitter: .milliseconds(200))))
         return options
     }
     let redis: RedisPool
     public func perform(_ arguments: Arguments, context: JobContext) throws {
         guard let admitted = context.limitsAdmittedAt else { throw JobError.permanent("run without a limiter admission") }
-        let window = Int((admitted * 1000).rounded()) / 1000
+        let window = Int((admitted.timeIntervalSince1970 * 1000).rounded()) / 1000
         _ = try redis.withConnection { try $0.command("HINCRBY", "probe:limits:windows", window, 1) }
     }
 }
@@ -118,13 +118,13 @@ public struct LimitProbeBucketJob: Job {
     }
     public static var options: JobOptions {
         var options = JobOptions(maxRetries: 0)
-        options.limits = JobLimits([.bucket("probe-bucket", capacity: 1, per: 0.2)],
-                                   overLimit: OverLimitPolicy(reschedule: 1_000_000, backoff: OverLimitPolicy.limiterWait(jitter: 0.1)))
+        options.limits = JobLimits([.bucket("probe-bucket", capacity: 1, per: .milliseconds(200))],
+                                   overLimit: OverLimitPolicy(reschedule: 1_000_000, backoff: OverLimitPolicy.limiterWait(jitter: .milliseconds(100))))
         return options
     }
     let redis: RedisPool
     public func perform(_ arguments: Arguments, context: JobContext) throws {
         guard let admitted = context.limitsAdmittedAt else { throw JobError.permanent("run without a limiter admission") }
-        _ = try redis.withConnection { try $0.command("RPUSH", "probe:limits:bucket", Int((admitted * 1000).rounded())) }
+        _ = try redis.withConnection { try $0.command("RPUSH", "probe:limits:bucket", Int((admitted.timeIntervalSince1970 * 1000).rounded())) }
     }
 }

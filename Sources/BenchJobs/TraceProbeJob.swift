@@ -45,7 +45,7 @@ public struct TraceProbeJob: Job {
 
     public func perform(_ arguments: Arguments, context: JobContext) throws {
         let response = try http.get(arguments.url)
-        guard (200..<300).contains(response.status) else { throw JobError.retryAfter(seconds: 0, reason: "HTTP \(response.status)") }
+        guard (200..<300).contains(response.status) else { throw JobError.retryAfter(.zero, reason: "HTTP \(response.status)") }
         try context.transaction { connection in
             try connection.execute("INSERT INTO probe_rows (jid, note) VALUES ($1, $2)",
                                    [context.jid, "http \(response.status)"])

@@ -42,6 +42,14 @@ public enum Bounded {
         return Swift.min(Swift.max(value, 0), max)
     }
 
+    /// A `Duration` of `value` seconds clamped into `0...max` seconds (NaN and negative values give zero, +∞ gives
+    /// `max`): the one way a number of seconds from outside (a payload, a header, a config file, a CLI flag) becomes
+    /// a `Duration`, since `Duration.seconds(_: Double)` traps on NaN, ±∞ and values beyond `Int64.max` (~9.2e18) s.
+    /// `max` must be finite (the limits used are at most `maxIntervalSeconds`).
+    public static func duration(seconds value: Double, max: Double = maxIntervalSeconds) -> Duration {
+        .seconds(self.seconds(value, max: max))
+    }
+
     /// Milliseconds for a duration in seconds, clamped into `0...maxSeconds * 1000`, rounded up (a lock or a hold
     /// never ends before it was asked to).
     public static func milliseconds(_ seconds: Double, maxSeconds: Double) -> Int {

@@ -10,7 +10,8 @@ import Workers
 /// finite, within the clamp, and converts to whole seconds (`Int(delay)`, the runner's log line).
 public enum SettlementHarness {
     static let now = 1_795_737_600.0
-    static let backoffs: [Backoff] = [.sidekiq, .exponential(base: 15, cap: 86_400, jitter: 0.1), .schedule([10, 60, 600])]
+    static let backoffs: [Backoff] = [.sidekiq, .exponential(base: .seconds(15), cap: .seconds(86_400), jitter: 0.1),
+                                     .schedule([.seconds(10), .seconds(60), .seconds(600)])]
 
     public static func run(_ data: [UInt8]) {
         if let payload = try? JobPayload(parsing: data) {

@@ -6,7 +6,7 @@ import Boundary
 /// The header comes from a provider or a proxy, so it is read as any outside number is (`Bounded`): delay-seconds
 /// of any length are clamped to `maxSeconds` (one day) when parsed, and `delay(from:)` never exceeds it either,
 /// whatever date was sent (review M9: 20 digits trapped a worker; 31536000000 held the fleet's geocoding for
-/// 1,000 years). Callers that hold a fleet-wide limit clamp further (`CallLimiter.maxHoldSeconds`).
+/// 1,000 years). Callers that hold a fleet-wide limit clamp further (`CallLimiter.maxHold`).
 public enum RetryAfter: Sendable, Equatable {
     case seconds(Int)
     case date(Date)

@@ -5,10 +5,10 @@ import Storage
 
 /// Settings of the lost-job finder (docs/outbox.md, "Jobs Redis lost").
 public struct LostJobSettings: Sendable {
-    /// Seconds between rounds (each relay runs rounds; one at a time in the fleet).
-    public var interval: Double
-    /// Seconds a pushed row is kept, and so how far back a lost job can be found.
-    public var retention: Double
+    /// Time between rounds (each relay runs rounds; one at a time in the fleet).
+    public var interval: Duration
+    /// How long a pushed row is kept, and so how far back a lost job can be found.
+    public var retention: Duration
     /// Job classes that write a `job_ledger` row when they finish (`JobOptions.usesLedger`). Only these are
     /// pushed again: for any other class "not in Redis" may just mean "finished", which leaves no trace.
     public var ledgerClasses: [String]
@@ -18,10 +18,11 @@ public struct LostJobSettings: Sendable {
     /// operator, trimmed from dead — looks lost; this bounds how often it comes back).
     public var maxPushesAgain: Int
 
-    public init(interval: Double = 60, retention: Double = 7 * 86_400, ledgerClasses: [String],
+    /// `interval` is raised to at least 50 ms, `retention` to at least 1 s.
+    public init(interval: Duration = .seconds(60), retention: Duration = .seconds(7 * 86_400), ledgerClasses: [String],
                 batchSize: Int = 1000, maxPushesAgain: Int = 1) {
-        self.interval = max(0.05, interval)
-        self.retention = max(1, retention)
+        self.interval = max(.milliseconds(50), interval)
+        self.retention = max(.seconds(1), retention)
         self.ledgerClasses = ledgerClasses
         self.batchSize = max(1, batchSize)
         self.maxPushesAgain = max(0, maxPushesAgain)
@@ -98,8 +99,8 @@ struct LostJobFinder {
                   AND NOT EXISTS (SELECT 1 FROM job_ledger l WHERE l.jid = o.jid)
                 ORDER BY o.id LIMIT $5
                 FOR UPDATE OF o SKIP LOCKED
-                """, [cursor, settings.retention, settings.maxPushesAgain, settings.ledgerClasses, settings.batchSize,
-                   settings.interval])
+                """, [cursor, settings.retention.inSeconds, settings.maxPushesAgain, settings.ledgerClasses, settings.batchSize,
+                   settings.interval.inSeconds])
                 .map { try OutboxRow(row: $0) }
             nextCursor = rows.count == settings.batchSize ? (rows.last?.id ?? 0) : 0
             report.checked = rows.count

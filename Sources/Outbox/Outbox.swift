@@ -15,19 +15,19 @@ public enum Outbox {
     public static let channel = "workers_outbox"
 
     /// Enqueues `job` on `connection`. Inside an open transaction (`connection.transaction { … }`) the job
-    /// exists only if that transaction commits; outside one it commits at once. `at` (epoch seconds) in the
+    /// exists only if that transaction commits; outside one it commits at once. `at` in the
     /// future puts it in `schedule`; nil or past runs it now. Returns the jid.
     ///
     /// Throws `EnqueueError` for input Sidekiq would refuse (nothing is written), else the `PostgresError`
     /// of the insert (which, as any failed statement, aborts the caller's transaction).
     @discardableResult
-    public static func enqueue(_ job: NewJob, at: Double? = nil, on connection: PostgresConnection) throws -> String {
+    public static func enqueue(_ job: NewJob, at: Date? = nil, on connection: PostgresConnection) throws -> String {
         try enqueueMany([job], at: at.map { [$0] }, on: connection)[0]
     }
 
     /// Enqueues several jobs in one round trip (one pipeline of `workers_enqueue` calls); jids in order.
     @discardableResult
-    public static func enqueueMany(_ jobs: [NewJob], at times: [Double]? = nil,
+    public static func enqueueMany(_ jobs: [NewJob], at times: [Date]? = nil,
                                    on connection: PostgresConnection) throws -> [String] {
         if jobs.isEmpty { return [] }
         if let times, times.count != jobs.count {
@@ -36,7 +36,7 @@ public enum Outbox {
         var statements: [PostgresConnection.Statement] = []
         for (index, job) in jobs.enumerated() {
             _ = try JobClient.payload(for: job, jid: "000000000000000000000000", createdAt: 0, enqueuedAt: nil)  // validates
-            let at = times?[index]
+            let at = times?[index].timeIntervalSince1970
             if let at, !at.isFinite || at < 0 { throw EnqueueError.invalidTime("\(at) is not an epoch time") }
             statements.append(.init("""
                 SELECT workers_enqueue($1, $2::jsonb, $3, to_timestamp($4::float8), $5::jsonb, $6::jsonb) AS jid

@@ -6,8 +6,8 @@ import Storage
 public struct OutboxSummary: Sendable, Equatable {
     /// Committed rows the relay has not pushed yet.
     public var pending: Int
-    /// Seconds since the oldest pending row was committed (nil when none is pending): how far the relay is behind.
-    public var oldestPendingAge: Double?
+    /// Time since the oldest pending row was committed (nil when none is pending): how far the relay is behind.
+    public var oldestPendingAge: Duration?
     /// Rows the relay could not turn into a payload (marked with their `error`, never pushed).
     public var errored: Int
     /// Pushed rows still kept (the lost-job finder's window).
@@ -16,9 +16,9 @@ public struct OutboxSummary: Sendable, Equatable {
     public var pushedLastHour: Int
     /// Rows the lost-job finder pushed again at least once.
     public var recovered: Int
-    /// When the relay last pushed a row (epoch seconds), nil if never.
-    public var lastPushedAt: Double?
-    /// Relays whose heartbeat (`job_outbox_relays.seen_at`) is at most `OutboxAdmin.liveSeconds` old.
+    /// When the relay last pushed a row, nil if never.
+    public var lastPushedAt: Date?
+    /// Relays whose heartbeat (`job_outbox_relays.seen_at`) is at most `OutboxAdmin.liveWithin` old.
     public var liveRelays: Int = 0
     /// True when `pushedKept` or `pushedLastHour` reached `OutboxAdmin.exactUpTo` and is an estimate (from the
     /// planner's row count, and from ids); `pending`, `errored` and `recovered` then read "at least" that many.
@@ -31,7 +31,7 @@ public struct OutboxSummary: Sendable, Equatable {
     public var noRelayWarning: String? {
         guard waitingWithoutRelay else { return nil }
         let count = pending >= OutboxAdmin.exactUpTo ? "at least \(pending)" : "\(pending)"
-        let age = oldestPendingAge.map { " oldest \(Int(Bounded.seconds($0, max: Bounded.maxEpochSeconds)))s," } ?? ""
+        let age = oldestPendingAge.map { " oldest \(Int(Bounded.seconds($0.inSeconds, max: Bounded.maxEpochSeconds)))s," } ?? ""
         return "\(count) rows waiting,\(age) no live relay (start `workerctl relay` or a worker with --outbox-relay)"
     }
 }
@@ -43,12 +43,12 @@ public struct OutboxEntry: Sendable, Equatable {
     public var className: String
     public var queue: String
     public var args: String
-    public var createdAt: Double
-    public var runAt: Double?
-    public var pushedAt: Double?
+    public var createdAt: Date
+    public var runAt: Date?
+    public var pushedAt: Date?
     public var error: String?
     public var recoveredCount: Int
-    public var recoveredAt: Double?
+    public var recoveredAt: Date?
 }
 
 /// Which rows `OutboxAdmin.entries` lists.
@@ -70,7 +70,8 @@ public enum OutboxAdmin {
     /// Counts are exact up to this many rows.
     public static let exactUpTo = 100_000
     /// A relay whose heartbeat is older than this is not live (it beats every 5 s).
-    public static let liveSeconds: Double = 30
+    public static let liveWithin: Duration = .seconds(liveSeconds)
+    static let liveSeconds: Double = 30
 
     public static func summary(_ connection: PostgresConnection) throws -> OutboxSummary {
         // `order` names the partial index's key, so that the planner walks that index and stops at the cap.
@@ -94,10 +95,10 @@ public enum OutboxAdmin {
                     WHERE seen_at >= clock_timestamp() - make_interval(secs => $2)) AS live_relays
             """, [exactUpTo, liveSeconds])
         guard let row else { throw PostgresError(category: .query, message: "no summary row", query: "job_outbox summary") }
-        var summary = OutboxSummary(pending: try row.int("pending"), oldestPendingAge: try row.optionalDouble("oldest_age"),
+        var summary = OutboxSummary(pending: try row.int("pending"), oldestPendingAge: try row.optionalDouble("oldest_age").map { Bounded.duration(seconds: $0, max: Bounded.maxEpochSeconds) },
                                     errored: try row.int("errored"), pushedKept: try row.int("pushed_kept"),
                                     pushedLastHour: try row.int("pushed_last_hour"), recovered: try row.int("recovered"),
-                                    lastPushedAt: try row.optionalDouble("last_pushed_at"), liveRelays: try row.int("live_relays"))
+                                    lastPushedAt: try row.optionalDouble("last_pushed_at").map(Date.init(timeIntervalSince1970:)), liveRelays: try row.int("live_relays"))
         if summary.pushedKept >= exactUpTo {
             let estimate = try row.int("rows_estimate") - summary.pending - summary.errored
             summary.pushedKept = max(summary.pushedKept, estimate)
@@ -129,10 +130,11 @@ public enum OutboxAdmin {
             FROM job_outbox \(clause) LIMIT $1
             """, [limit]).map { row in
             OutboxEntry(id: try row.int("id"), jid: try row.string("jid"), className: try row.string("class"),
-                        queue: try row.string("queue"), args: try row.string("args"), createdAt: try row.double("created_at"),
-                        runAt: try row.optionalDouble("run_at"), pushedAt: try row.optionalDouble("pushed_at"),
+                        queue: try row.string("queue"), args: try row.string("args"), createdAt: Date(timeIntervalSince1970: try row.double("created_at")),
+                        runAt: try row.optionalDouble("run_at").map(Date.init(timeIntervalSince1970:)),
+                        pushedAt: try row.optionalDouble("pushed_at").map(Date.init(timeIntervalSince1970:)),
                         error: try row.optionalString("error"), recoveredCount: try row.int("recovered_count"),
-                        recoveredAt: try row.optionalDouble("recovered_at"))
+                        recoveredAt: try row.optionalDouble("recovered_at").map(Date.init(timeIntervalSince1970:)))
         }
     }
 }

@@ -25,15 +25,15 @@ public struct OutboxRelaySettings: Sendable {
     public var maxBatchBytes: Int
     /// A row whose payload is larger is marked `error` (never pushed, never blocks its batch).
     public var maxPayloadBytes: Int
-    /// Seconds between polls of the table when no NOTIFY came (a lost notification, a relay that
-    /// reconnected): the fallback, not the normal path.
-    public var pollInterval: Double
+    /// Time between polls of the table when no NOTIFY came (a lost notification, a relay that
+    /// reconnected): the fallback, not the normal path. At least 10 ms.
+    public var pollInterval: Duration
     /// The lost-job finder, nil = off.
     public var lostJobs: LostJobSettings?
     /// The retention loop (its own thread), nil = off (tests only: every command runs it).
     public var retention: OutboxRetentionSettings?
 
-    public init(databaseURL: String, redisURL: String, batchSize: Int = 500, pollInterval: Double = 1,
+    public init(databaseURL: String, redisURL: String, batchSize: Int = 500, pollInterval: Duration = .seconds(1),
                 lostJobs: LostJobSettings? = nil, shardMap: ShardMap? = nil,
                 retention: OutboxRetentionSettings? = nil,
                 maxPayloadBytes: Int = OutboxRelaySettings.defaultMaxPayloadBytes,
@@ -42,7 +42,7 @@ public struct OutboxRelaySettings: Sendable {
         self.redisURL = redisURL
         self.shardMap = shardMap
         self.batchSize = max(1, batchSize)
-        self.pollInterval = max(0.01, pollInterval)
+        self.pollInterval = max(.milliseconds(10), pollInterval)
         self.lostJobs = lostJobs
         self.retention = retention
         self.maxPayloadBytes = Bounded.int(maxPayloadBytes, in: 1...Self.maxBytes)
@@ -139,7 +139,7 @@ public final class OutboxRelay: Sendable {
         var finder = settings.lostJobs.map { LostJobFinder(settings: $0, logger: logger) }
         var pollDue = Date()
         var heartbeatDue = Date()
-        var finderDue = Date(timeIntervalSinceNow: (settings.lostJobs?.interval ?? 0) * Double.random(in: 0.1...1))
+        var finderDue = Date(timeIntervalSinceNow: (settings.lostJobs?.interval.inSeconds ?? 0) * Double.random(in: 0.1...1))
         var wake = true
         var failures = 0
         logger.info("outbox relay started", metadata: ["batch": "\(settings.batchSize)", "relay": "\(relayID)"])
@@ -168,17 +168,17 @@ public final class OutboxRelay: Sendable {
                         result = try relayBatch(database: pg, redis: redis)
                         pushedTotal.add(result.taken, ordering: .relaxed)
                     } while result.full && !shouldStop
-                    pollDue = Date(timeIntervalSinceNow: settings.pollInterval)
+                    pollDue = Date(timeIntervalSinceNow: settings.pollInterval.inSeconds)
                 }
                 if finder != nil, Date() >= finderDue, let interval = settings.lostJobs?.interval {
                     let report = try finder!.round(database: pg, redis: redis, maxPayloadBytes: settings.maxPayloadBytes)
                     recoveredTotal.add(report.pushedAgain, ordering: .relaxed)
-                    finderDue = Date(timeIntervalSinceNow: interval)
+                    finderDue = Date(timeIntervalSinceNow: interval.inSeconds)
                 }
                 if failures > 0 { logger.notice("outbox relay working again", metadata: ["after_failures": "\(failures)"]) }
                 failures = 0
                 let wait = max(0, min(0.2, pollDue.timeIntervalSinceNow))
-                wake = !(try pg.waitForNotifications(timeout: wait)).isEmpty
+                wake = !(try pg.waitForNotifications(timeout: .seconds(wait))).isEmpty
             } catch {
                 failures += 1
                 if failures == 1 || failures % 30 == 0 {
@@ -210,7 +210,7 @@ public final class OutboxRelay: Sendable {
         var database: PostgresConnection?
         var failures = 0
         while !shouldStop {
-            var wait = retention.settings.interval
+            var wait = retention.settings.interval.inSeconds
             do {
                 if database == nil {
                     database = try PostgresConnection(url: settings.databaseURL,

@@ -5,29 +5,33 @@ import Storage
 
 /// Settings of the retention loop (docs/outbox.md, "Retention").
 public struct OutboxRetentionSettings: Sendable {
-    /// Seconds between passes when the previous pass left no expired row.
-    public var interval: Double
-    /// Seconds a pushed (or refused) `job_outbox` row is kept: the lost-job finder's window.
-    public var outboxRetention: Double
-    /// Seconds a finished `job_ledger` row is kept. Never shorter than `outboxRetention` (raised to it): a done
+    /// Time between passes when the previous pass left no expired row.
+    public var interval: Duration
+    /// How long a pushed (or refused) `job_outbox` row is kept: the lost-job finder's window.
+    public var outboxRetention: Duration
+    /// How long a finished `job_ledger` row is kept. Never shorter than `outboxRetention` (raised to it): a done
     /// job whose ledger row is gone while its outbox row is kept would look lost to the finder.
-    public var ledgerRetention: Double
+    public var ledgerRetention: Duration
     /// Most rows one DELETE removes (one short transaction each).
     public var batchSize: Int
-    /// Seconds one pass may spend deleting; a pass that runs out starts again at once (after a 50 ms pause)
+    /// How long one pass may spend deleting; a pass that runs out starts again at once (after a 50 ms pause)
     /// instead of waiting `interval`.
-    public var timeBudget: Double
+    public var timeBudget: Duration
 
     /// The longest retention accepted (10 years); longer values are clamped (`Bounded`).
-    public static let maxRetention: Double = 10 * 365 * 86_400
+    public static let maxRetention: Duration = .seconds(maxRetentionSeconds)
+    static let maxRetentionSeconds: Double = 10 * 365 * 86_400
 
-    public init(interval: Double = 10, outboxRetention: Double = 7 * 86_400, ledgerRetention: Double = 30 * 86_400,
-                batchSize: Int = 10_000, timeBudget: Double = 20) {
-        self.interval = max(0.05, Bounded.seconds(interval, max: 86_400))
-        self.outboxRetention = max(1, Bounded.seconds(outboxRetention, max: Self.maxRetention))
-        self.ledgerRetention = max(self.outboxRetention, Bounded.seconds(ledgerRetention, max: Self.maxRetention))
+    /// Clamps each duration: `interval` into 50 ms...1 day, the retentions into 1 s...`maxRetention` (the
+    /// ledger's raised to at least the outbox's), `timeBudget` into 50 ms...1 hour.
+    public init(interval: Duration = .seconds(10), outboxRetention: Duration = .seconds(7 * 86_400),
+                ledgerRetention: Duration = .seconds(30 * 86_400), batchSize: Int = 10_000, timeBudget: Duration = .seconds(20)) {
+        self.interval = .seconds(max(0.05, Bounded.seconds(interval.inSeconds, max: 86_400)))
+        let outbox = max(1, Bounded.seconds(outboxRetention.inSeconds, max: Self.maxRetentionSeconds))
+        self.outboxRetention = .seconds(outbox)
+        self.ledgerRetention = .seconds(max(outbox, Bounded.seconds(ledgerRetention.inSeconds, max: Self.maxRetentionSeconds)))
         self.batchSize = Bounded.int(batchSize, in: 1...1_000_000)
-        self.timeBudget = max(0.05, Bounded.seconds(timeBudget, max: 3600))
+        self.timeBudget = .seconds(max(0.05, Bounded.seconds(timeBudget.inSeconds, max: 3600)))
     }
 }
 
@@ -64,7 +68,7 @@ struct OutboxRetention {
             .bool("locked") == true else { return report }
         defer { _ = try? connection.query("SELECT pg_advisory_unlock($1)", [Self.lockKey]) }
         report.ran = true
-        let deadline = ContinuousClock.now + .milliseconds(Int(settings.timeBudget * 1000))
+        let deadline = ContinuousClock.now + .milliseconds(Bounded.milliseconds(settings.timeBudget.inSeconds, maxSeconds: 3600))
         var outboxDone = false
         var ledgerDone = false
         while ContinuousClock.now < deadline && !(outboxDone && ledgerDone) {
@@ -72,14 +76,14 @@ struct OutboxRetention {
                 let deleted = try connection.execute("""
                     DELETE FROM job_outbox WHERE id IN (SELECT id FROM job_outbox
                       WHERE pushed_at < clock_timestamp() - make_interval(secs => $1) LIMIT $2)
-                    """, [settings.outboxRetention, settings.batchSize])
+                    """, [settings.outboxRetention.inSeconds, settings.batchSize])
                 report.outboxDeleted += deleted
                 outboxDone = deleted < settings.batchSize
             } else {
                 let deleted = try connection.execute("""
                     DELETE FROM job_ledger WHERE jid IN (SELECT jid FROM job_ledger
                       WHERE finished_at < clock_timestamp() - make_interval(secs => $1) LIMIT $2)
-                    """, [settings.ledgerRetention, settings.batchSize])
+                    """, [settings.ledgerRetention.inSeconds, settings.batchSize])
                 report.ledgerDeleted += deleted
                 ledgerDone = deleted < settings.batchSize
             }

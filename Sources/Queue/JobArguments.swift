@@ -159,9 +159,9 @@ extension UniquePolicy {
     /// A policy whose lock key is computed from typed arguments (docs/unique-jobs.md): `key` gets `args` decoded
     /// as `A` (`JobArguments.decode(args:)`) — at a unique enqueue and when a worker fetches the job. Arguments that
     /// do not decode (bad input, dead at once when run) fall back to the whole `args` as the key.
-    public init<A: JobArguments>(for seconds: Double, until: UniqueUntil = .success, arguments: A.Type,
+    public init<A: JobArguments>(for duration: Duration, until: UniqueUntil = .success, arguments: A.Type,
                                  key: @escaping @Sendable (A) -> String) {
-        self.init(for: seconds, until: until) { args in
+        self.init(for: duration, until: until) { args in
             guard let decoded = try? A.decode(args: args) else { return JSONValue.array(args).serialized() }
             return key(decoded)
         }

@@ -1,3 +1,4 @@
+import Boundary
 import Foundation
 import Telemetry
 import Tracing
@@ -255,21 +256,41 @@ public struct JobClient: Sendable {
         return jids
     }
 
-    /// Enqueues one job to run at `at` (epoch seconds). A time not in the future is pushed now.
+    /// Enqueues one job to run at `date`. A time not in the future is pushed now; one outside 1970…9999 is
+    /// refused (`EnqueueError.invalidTime`).
     @discardableResult
-    public func enqueue(_ job: NewJob, at: Double) throws -> String {
+    public func enqueue(_ job: NewJob, at date: Date) throws -> String {
+        try enqueueMany([job], at: [date.timeIntervalSince1970])[0]
+    }
+
+    /// Enqueues one job to run `delay` from now (zero or negative: now).
+    @discardableResult
+    public func enqueue(_ job: NewJob, in delay: Duration) throws -> String {
+        try enqueue(job, at: Clock.now() + delay.inSeconds)
+    }
+
+    /// Schedules jobs in one `ZADD schedule` (jobs whose time has come are pushed now instead); `dates[i]` is
+    /// `jobs[i]`'s time.
+    @discardableResult
+    public func enqueueMany(_ jobs: [NewJob], at dates: [Date]) throws -> [String] {
+        try enqueueMany(jobs, at: dates.map(\.timeIntervalSince1970))
+    }
+
+    /// `enqueue(_:at:)` with `at` in epoch seconds (the runtime's and workerctl's unit).
+    @discardableResult
+    package func enqueue(_ job: NewJob, at: Double) throws -> String {
         try enqueueMany([job], at: [at])[0]
     }
 
-    /// Enqueues one job to run `delay` seconds from now.
+    /// `enqueue(_:in:)` with `delay` in seconds.
     @discardableResult
-    public func enqueue(_ job: NewJob, in delay: Double) throws -> String {
+    package func enqueue(_ job: NewJob, in delay: Double) throws -> String {
         try enqueue(job, at: Clock.now() + delay)
     }
 
-    /// Schedules jobs in one `ZADD schedule` (jobs whose time has come are pushed now instead).
+    /// `enqueueMany(_:at:)` with times in epoch seconds.
     @discardableResult
-    public func enqueueMany(_ jobs: [NewJob], at times: [Double]) throws -> [String] {
+    package func enqueueMany(_ jobs: [NewJob], at times: [Double]) throws -> [String] {
         guard jobs.count == times.count else { throw EnqueueError.invalidTime("\(jobs.count) jobs but \(times.count) times") }
         for time in times where Bounded.epochSeconds(time) == nil { throw EnqueueError.invalidTime("\(time) is not an epoch time") }
         let now = Clock.now()

@@ -1,3 +1,4 @@
+import Boundary
 import Foundation
 
 /// A job fetched into this process's in-flight list. `raw` is the exact bytes taken from the
@@ -59,12 +60,16 @@ package struct RunCounts: OptionSet, Sendable, Equatable {
 /// Limits of the dead set (Sidekiq defaults: 10,000 jobs, 180 days).
 public struct DeadSetLimits: Sendable, Equatable {
     public var maxJobs: Int
-    public var maxAgeSeconds: Double
+    /// Dead jobs older than this are trimmed when another job dies.
+    public var maxAge: Duration
 
-    public init(maxJobs: Int = 10_000, maxAgeSeconds: Double = 180 * 86_400) {
+    public init(maxJobs: Int = 10_000, maxAge: Duration = .seconds(180 * 86_400)) {
         self.maxJobs = maxJobs
-        self.maxAgeSeconds = maxAgeSeconds
+        self.maxAge = maxAge
     }
+
+    /// `maxAge` in seconds (the dead scripts' argument).
+    package var maxAgeSeconds: Double { maxAge.inSeconds }
 }
 
 /// The reliable-fetch protocol on one connection: fetch into an in-flight list, settle, move due

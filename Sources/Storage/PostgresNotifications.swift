@@ -33,15 +33,18 @@ extension PostgresConnection {
         return channels
     }
 
-    /// Waits until a notification arrives or `timeout` seconds pass, and returns the channels received
-    /// (empty after a timeout). Returns at once when notifications are already queued.
-    public func waitForNotifications(timeout: Double) throws -> [String] {
+    /// Waits until a notification arrives or `timeout` passes (at most an hour; a negative timeout does not
+    /// wait), and returns the channels received (empty after a timeout). Returns at once when notifications are
+    /// already queued.
+    public func waitForNotifications(timeout: Duration) throws -> [String] {
         let queued = try takeNotifications()
         if !queued.isEmpty { return queued }
         guard let handle else { throw PostgresError(category: .connection, message: "connection is closed") }
         var descriptor = pollfd(fd: PQsocket(handle), events: Int16(POLLIN), revents: 0)
         guard descriptor.fd >= 0 else { throw PostgresError(category: .connection, message: "connection has no socket") }
-        let milliseconds = Int32(max(0, min(timeout, 3600)) * 1000)
+        let parts = timeout.components
+        let seconds = Double(parts.seconds) + Double(parts.attoseconds) / 1e18
+        let milliseconds = Int32(max(0, min(seconds, 3600)) * 1000)
         let ready = poll(&descriptor, 1, milliseconds)
         if ready < 0 && errno != EINTR {
             throw PostgresError(category: .connection, message: "poll failed: errno \(errno)")

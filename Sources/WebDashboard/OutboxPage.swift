@@ -62,16 +62,16 @@ struct OutboxPage: Sendable {
         let counts = HTML.table(
             ["Live relays", "Pending", "Oldest pending", "Refused", "Pushed (kept)", "Pushed last hour", "Pushed again", "Last push"],
             [["<span id=\"outbox-live-relays\">\(s.liveRelays)</span>",
-              "<span id=\"outbox-pending\">\(s.pending)</span>", s.oldestPendingAge.map(HTML.duration) ?? "",
+              "<span id=\"outbox-pending\">\(s.pending)</span>", s.oldestPendingAge.map { HTML.duration($0.inSeconds) } ?? "",
               "<span id=\"outbox-errored\">\(s.errored)</span>", "\(about)\(s.pushedKept)", "\(about)\(s.pushedLastHour)",
-              "<span id=\"outbox-recovered\">\(s.recovered)</span>", HTML.time(s.lastPushedAt)]], id: "outbox-summary")
+              "<span id=\"outbox-recovered\">\(s.recovered)</span>", HTML.time(s.lastPushedAt?.timeIntervalSince1970)]], id: "outbox-summary")
         let warning = s.noRelayWarning.map { "<p class=\"warning\" id=\"outbox-no-relay\"><strong>\(HTML.escape($0))</strong></p>" } ?? ""
         func rows(_ entries: [OutboxEntry], last: (OutboxEntry) -> [String]) -> [[String]] {
             entries.map { entry in
                 ["\(entry.id)", "<a href=\"/job/\(HTML.urlComponent(entry.jid))\">\(HTML.escape(entry.jid))</a>",
                  HTML.escape(entry.className), HTML.escape(entry.queue),
                  HTML.escape(Self.shownArgs(entry.args)),
-                 HTML.time(entry.createdAt)] + last(entry)
+                 HTML.time(entry.createdAt.timeIntervalSince1970)] + last(entry)
             }
         }
         let base = ["Id", "Jid", "Class", "Queue", "Arguments", "Committed"]
@@ -86,11 +86,11 @@ struct OutboxPage: Sendable {
             \(warning)
             \(counts)
             \(section("Waiting for the relay (oldest first)", "outbox-pending-rows", ["Run at"],
-                      rows(pending) { [HTML.time($0.runAt)] }, empty: "Nothing waiting."))
+                      rows(pending) { [HTML.time($0.runAt?.timeIntervalSince1970)] }, empty: "Nothing waiting."))
             \(section("Refused by the relay (newest first)", "outbox-errored-rows", ["Error"],
                       rows(errored) { [HTML.escape($0.error ?? "")] }, empty: "None refused."))
             \(section("Pushed again by the lost-job finder", "outbox-recovered-rows", ["Times", "Last"],
-                      rows(recovered) { ["\($0.recoveredCount)", HTML.time($0.recoveredAt)] }, empty: "None pushed again."))
+                      rows(recovered) { ["\($0.recoveredCount)", HTML.time($0.recoveredAt?.timeIntervalSince1970)] }, empty: "None pushed again."))
             """)
     }
 }

@@ -57,7 +57,7 @@ public final class WorkersClient: Sendable {
     /// (`EnqueueMiddleware`); none by default.
     public init(endpoint: RedisEndpoint, maxConnections: Int = 8, commandTimeout: Duration = .seconds(10), maxQueuedCalls: Int = .max,
                 middleware: [any EnqueueMiddleware] = []) {
-        shards = ShardPools(map: ShardMap(single: endpoint), maxConnections: maxConnections, commandTimeout: commandTimeout.inSeconds)
+        shards = ShardPools(map: ShardMap(single: endpoint), maxConnections: maxConnections, commandTimeout: commandTimeout)
         pool = shards.pools[0]
         jobs = JobClient(pool: pool, middleware: middleware)
         threads = BlockingThreads(count: pool.maxConnections, name: "WClient", maxQueued: maxQueuedCalls)
@@ -68,7 +68,7 @@ public final class WorkersClient: Sendable {
     /// every shard (see "Shards" above).
     public init(shards map: ShardMap, maxConnections: Int = 8, commandTimeout: Duration = .seconds(10),
                 middleware: [any EnqueueMiddleware] = []) {
-        shards = ShardPools(map: map, maxConnections: maxConnections, commandTimeout: commandTimeout.inSeconds)
+        shards = ShardPools(map: map, maxConnections: maxConnections, commandTimeout: commandTimeout)
         pool = shards.pools[0]
         jobs = JobClient(shards: shards, middleware: middleware)
         threads = BlockingThreads(count: pool.maxConnections * map.shards.count, name: "WClient")

@@ -136,7 +136,7 @@ final class ReadinessProbe: @unchecked Sendable {
     private func redisProblem() -> String? {
         do {
             if redisConnection == nil {
-                redisConnection = try RedisConnection(endpoint: redis, commandTimeout: Double(Self.dependencyTimeout))
+                redisConnection = try RedisConnection(endpoint: redis, commandTimeout: .seconds(Self.dependencyTimeout))
             }
             try redisConnection!.command("PING")
             return nil
@@ -184,7 +184,7 @@ final class QueueGauges: @unchecked Sendable {
 
     func refresh() {
         do {
-            if connection == nil { connection = try RedisConnection(endpoint: endpoint, commandTimeout: 2) }
+            if connection == nil { connection = try RedisConnection(endpoint: endpoint, commandTimeout: .seconds(2)) }
             let connection = connection!
             let (queues, total) = try QueueAdmin.largest(connection, limit: Self.maxQueues)
             var current: [String: (size: CoreMetrics.Gauge, latency: CoreMetrics.Gauge?)] = [:]

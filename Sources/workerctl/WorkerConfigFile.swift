@@ -75,18 +75,18 @@ struct WorkerConfigFile {
         } catch let error as ReplicaWaitError { throw CLIError.usage("config file \(path): \(error)") }
         if let value = try integer("concurrency") { file.configuration.concurrency = value }
         if let value = try integer("prefetch") { file.configuration.prefetch = value }
-        if let value = try number("shutdown_timeout") { file.configuration.shutdownTimeout = value }
-        if let value = try number("heartbeat_interval") { file.configuration.heartbeatInterval = value }
-        if let value = try number("fetcher_heartbeat_ttl") { file.configuration.fetcherHeartbeatTTL = value }
-        if let value = try number("orphan_sweep_interval") { file.configuration.orphanSweepInterval = value }
+        if let value = try number("shutdown_timeout") { file.configuration.shutdownTimeout = .configured(seconds: value) }
+        if let value = try number("heartbeat_interval") { file.configuration.heartbeatInterval = .configured(seconds: value) }
+        if let value = try number("fetcher_heartbeat_ttl") { file.configuration.fetcherHeartbeatTTL = .configured(seconds: value) }
+        if let value = try number("orphan_sweep_interval") { file.configuration.orphanSweepInterval = .configured(seconds: value) }
         if let value = try integer("interrupt_limit") { file.configuration.interruptLimit = value }
-        if let value = try number("poll_interval") { file.configuration.pollInterval = value }
-        if let value = try number("job_timeout") { file.configuration.defaultTimeout = value }
+        if let value = try number("poll_interval") { file.configuration.pollInterval = .configured(seconds: value) }
+        if let value = try number("job_timeout") { file.configuration.defaultTimeout = .configured(seconds: value) }
         if let value = try integer("commit_batch") { file.configuration.commitBatch = value }
-        if let value = try number("commit_window") { file.configuration.commitWindow = value }
+        if let value = try number("commit_window") { file.configuration.commitWindow = .configured(seconds: value) }
         if let value = try integer("blocking_waiters") { file.configuration.blockingWaiters = value }
         if let value = try integer("dead_max_jobs") { file.configuration.deadLimits.maxJobs = value }
-        if let value = try number("dead_max_age_days") { file.configuration.deadLimits.maxAgeSeconds = value * 86_400 }
+        if let value = try number("dead_max_age_days") { file.configuration.deadLimits.maxAge = .configured(seconds: value * 86_400) }
         if let value = map["tag"] as? String { file.configuration.tag = value }
         if let value = map["labels"] as? [String] { file.configuration.labels = value }
         func stringMap(_ key: String) throws -> [(String, String)] {
@@ -119,5 +119,15 @@ struct WorkerConfigFile {
                                     fileQueues: queueShards)
         } catch { throw CLIError.usage(error.description) }
         return map.isSingle ? nil : map
+    }
+}
+
+extension Duration {
+    /// A number of seconds from a flag or the config file as a `Duration`, for `WorkerConfiguration.validate()` to
+    /// judge: kept as it is except that NaN becomes -1 s and magnitudes beyond 1e12 s are cut to ±1e12 s (all
+    /// refused by `validate()`), since `Duration.seconds(_: Double)` traps on NaN, ±∞ and beyond ~9.2e18 s.
+    static func configured(seconds value: Double) -> Duration {
+        guard !value.isNaN else { return .seconds(-1) }
+        return .seconds(Swift.min(Swift.max(value, -1e12), 1e12))
     }
 }

@@ -510,7 +510,7 @@ final class AdsRewardTests: JobsTestCase {
         XCTAssertEqual(try reward(seeded.reward).attempts, 0)
         XCTAssertEqual(PendingRewardJob.options.maxRetries, 100_000, "the time cap ends the retries, not the count")
         for count in [0, 5, 20, 1000] {
-            XCTAssertLessThanOrEqual(PendingRewardJob.options.backoff.delay(retryCount: count), 3600 * 1.2)
+            XCTAssertLessThanOrEqual(PendingRewardJob.options.backoff.delay(retryCount: count).inSeconds, 3600 * 1.2)
         }
         XCTAssertAck(try driver.deliver(payload))
         XCTAssertEqual(try reward(seeded.reward).status, "credited")

@@ -161,7 +161,7 @@ final class ErasureStaysErasedTests: ReceiptsTestCase {
 
         // The finder's interval passes (the rows were pushed two minutes ago), and it runs a round.
         try pool.withConnection { _ = try $0.execute("UPDATE job_outbox SET pushed_at = pushed_at - interval '2 minutes'") }
-        var finder = LostJobFinder(settings: LostJobSettings(interval: 60, ledgerClasses: [ValidateReceiptJob.className]),
+        var finder = LostJobFinder(settings: LostJobSettings(interval: .seconds(60), ledgerClasses: [ValidateReceiptJob.className]),
                                    logger: logger)
         let report = try pool.withConnection { try finder.round(database: $0, redis: shards) }
         XCTAssertTrue(report.ran)
@@ -224,7 +224,7 @@ final class ErasureStaysErasedTests: ReceiptsTestCase {
                 WHERE datname = current_database() AND wait_event_type = 'Lock'
                 """)!.int("n") > 0
         }
-        var finder = LostJobFinder(settings: LostJobSettings(interval: 60, ledgerClasses: [ValidateReceiptJob.className]),
+        var finder = LostJobFinder(settings: LostJobSettings(interval: .seconds(60), ledgerClasses: [ValidateReceiptJob.className]),
                                    logger: logger)
         var candidates: [String] = []
         finder.afterCandidates = { jids in

@@ -395,8 +395,8 @@ final class GeoTests: JobsTestCase {
         let id = try GeoAdsSeed.location(pool, user: try GeoAdsSeed.user(pool), latitude: 48.8566, longitude: 2.3522)
         var configuration = configuration()
         configuration.maxRateLimitWait = 1
-        let rate = CallLimiter(ReverseGeocoder.rateLimit(configuration), redis: redis.pool, patience: 1)
-        try rate.hold(seconds: 3)
+        let rate = CallLimiter(ReverseGeocoder.rateLimit(configuration), redis: redis.pool, patience: .seconds(1))
+        try rate.hold(for: .seconds(3))
         try startWorkers(1, concurrency: 1, configuration: configuration, log: CapturedLogs())
         let jid = try redis.client.enqueue(NewJob(ReverseGeocodeJob.className, args: args(id)))
 
@@ -417,13 +417,13 @@ final class GeoTests: JobsTestCase {
     /// The call limiter itself, called by 40 threads on a bucket of 1 per 50 ms: every two admissions (Redis
     /// time) are at least 50 ms apart, not only on average. A wait beyond the patience is refused at once.
     func testCallLimiterAdmitsOneIntervalApartAcrossThreads() throws {
-        let limiter = CallLimiter(.bucket("limiter-test", capacity: 1, per: 0.05), redis: redis.pool, patience: 30)
+        let limiter = CallLimiter(.bucket("limiter-test", capacity: 1, per: .milliseconds(50)), redis: redis.pool, patience: .seconds(30))
         let times = LockedTimes()
         let group = DispatchGroup()
         for _ in 0..<40 {
             group.enter()
             Thread.detachNewThread {
-                if let admitted = try? limiter.acquire(isCancelled: { false }) { times.append(admitted * 1000) }
+                if let admitted = try? limiter.acquire(isCancelled: { false }) { times.append(admitted.timeIntervalSince1970 * 1000) }
                 group.leave()
             }
         }
@@ -433,12 +433,12 @@ final class GeoTests: JobsTestCase {
         let gaps = zip(sorted.dropFirst(), sorted).map { ($0 - $1).rounded() }
         XCTAssertEqual(gaps.count, 39)
         XCTAssertTrue(gaps.allSatisfy { $0 >= 50 }, "gaps \(gaps)")
-        let impatient = CallLimiter(.bucket("limiter-test-slow", capacity: 1, per: 10), redis: redis.pool, patience: 1)
+        let impatient = CallLimiter(.bucket("limiter-test-slow", capacity: 1, per: .seconds(10)), redis: redis.pool, patience: .seconds(1))
         try impatient.acquire(isCancelled: { false })
         XCTAssertThrowsError(try impatient.acquire(isCancelled: { false })) { error in
             guard case CallLimitError.overLimit(let limit, let wait) = error else { return XCTFail("\(error)") }
             XCTAssertEqual(limit, "limiter-test-slow")
-            XCTAssertGreaterThan(wait, 9)
+            XCTAssertGreaterThan(wait, .seconds(9))
         }
     }
 

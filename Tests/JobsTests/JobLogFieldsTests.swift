@@ -19,7 +19,7 @@ final class JobLogFieldsTests: JobsTestCase {
             var logger = context.logger
             logger[metadataKey: "step"] = "second"
             logger.info("probe says it again")
-            if arguments.value == "fail" { throw JobError.retryAfter(seconds: 60, reason: "asked to fail") }
+            if arguments.value == "fail" { throw JobError.retryAfter(.seconds(60), reason: "asked to fail") }
         }
     }
 

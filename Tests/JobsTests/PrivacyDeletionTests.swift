@@ -279,7 +279,7 @@ final class PrivacyDeletionTests: PrivacyTestCase {
     /// A purged job releases the unique lock it owns (docs/unique-jobs.md); another user's job keeps its own.
     func testPurgerReleasesTheUniqueLocksOfTheJobsItRemoves() throws {
         let user = UUID(), stranger = UUID()
-        let policy = UniquePolicy(for: 600)
+        let policy = UniquePolicy(for: .seconds(600))
         let mine = try fixture.redis.client.enqueueUnique(NewJob("RewardJob", args: [.string(user.uuidString.lowercased())]),
                                                           policy: policy, at: Clock.now() + 3600).jid
         let theirs = try fixture.redis.client.enqueueUnique(NewJob("RewardJob", args: [.string(stranger.uuidString.lowercased())]),

@@ -20,7 +20,7 @@ final class ShardPurgeTests: XCTestCase {
                                 NewJob("RewardJob", args: [.string(user)], queue: "beta"),
                                 NewJob("RewardJob", args: [.string(stranger)], queue: "beta")])
         let mine = try client.enqueueUnique(NewJob("RewardJob", args: [.string(user)], queue: "beta"),
-                                            policy: UniquePolicy(for: 600), at: Clock.now() + 3600).jid
+                                            policy: UniquePolicy(for: .seconds(600)), at: Clock.now() + 3600).jid
 
         let report = try RedisJobPurger(shards: shards).purge(userID: try XCTUnwrap(UUID(uuidString: user)))
 

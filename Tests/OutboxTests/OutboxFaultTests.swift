@@ -82,7 +82,7 @@ final class OutboxFaultTests: XCTestCase {
         try connection.execute("SELECT workers_enqueue('Noop') FROM generate_series(1, 25)")
         let map = try shards(servers, queues: [("bq", "b")])
         let relay = OutboxRelay(settings: OutboxRelaySettings(databaseURL: database.url, redisURL: servers.url(0),
-                                                              batchSize: 10, pollInterval: 0.05, shardMap: map),
+                                                              batchSize: 10, pollInterval: .milliseconds(50), shardMap: map),
                                 logger: logger)
         relay.start()
         defer { relay.stop() }
@@ -115,8 +115,8 @@ final class OutboxFaultTests: XCTestCase {
             UNION ALL
             SELECT 'running', 'ProbeInsert', 'default', now() - interval '40 days', NULL
             """)
-        let retention = OutboxRetentionSettings(interval: 3600, outboxRetention: 7 * 86_400, ledgerRetention: 30 * 86_400,
-                                                timeBudget: 600)
+        let retention = OutboxRetentionSettings(interval: .seconds(3600), outboxRetention: .seconds(7 * 86_400),
+                                                ledgerRetention: .seconds(30 * 86_400), timeBudget: .seconds(600))
         let relay = OutboxRelay(settings: OutboxRelaySettings(databaseURL: database.url, redisURL: redis.url,
                                                               lostJobs: nil, retention: retention), logger: logger)
         relay.start()
@@ -129,9 +129,9 @@ final class OutboxFaultTests: XCTestCase {
     }
 
     func testTheLedgerWindowIsNeverShorterThanTheOutboxWindow() {
-        let settings = OutboxRetentionSettings(outboxRetention: 40 * 86_400, ledgerRetention: 86_400)
-        XCTAssertEqual(settings.ledgerRetention, 40 * 86_400)
-        XCTAssertEqual(OutboxRetentionSettings(outboxRetention: .infinity).outboxRetention, OutboxRetentionSettings.maxRetention)
+        let settings = OutboxRetentionSettings(outboxRetention: .seconds(40 * 86_400), ledgerRetention: .seconds(86_400))
+        XCTAssertEqual(settings.ledgerRetention, .seconds(40 * 86_400))
+        XCTAssertEqual(OutboxRetentionSettings(outboxRetention: .seconds(Int64.max)).outboxRetention, OutboxRetentionSettings.maxRetention)
     }
 
     // MARK: M10: payload size
@@ -248,7 +248,7 @@ final class OutboxFaultTests: XCTestCase {
             """)
         let other = try database.connect()
         defer { other.close() }
-        var finder = LostJobFinder(settings: LostJobSettings(interval: 0.05, ledgerClasses: ["ProbeInsert"]), logger: logger)
+        var finder = LostJobFinder(settings: LostJobSettings(interval: .milliseconds(50), ledgerClasses: ["ProbeInsert"]), logger: logger)
         var seen: [String] = []
         finder.afterCandidates = { jids in
             seen = jids

@@ -78,7 +78,8 @@ final class OutboxTests: XCTestCase {
         }
         let committedSQL = try XCTUnwrap(connection.queryFirst("SELECT workers_enqueue('ProbeInsert', '[\"sql\"]', queue => 'default') AS jid")).string("jid")
         let at = Clock.now() + 3600
-        let scheduled = try Outbox.enqueue(NewJob("ProbeInsert", args: ["later"]), at: at, on: connection)
+        let scheduled = try Outbox.enqueue(NewJob("ProbeInsert", args: ["later"]), at: Date(timeIntervalSince1970: at),
+                                           on: connection)
         for jid in [rolledBack, rolledBackSQL, committed, committedSQL, scheduled] { XCTAssertTrue(Identifiers.isValidJID(jid), jid) }
         XCTAssertEqual(try count("SELECT count(*) FROM job_outbox"), 3, "rolled-back enqueues left no row")
 

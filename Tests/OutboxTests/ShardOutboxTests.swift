@@ -29,7 +29,7 @@ final class ShardOutboxTests: XCTestCase {
         let (alpha, beta, scheduled) = try connection.transaction { conn in
             (try Outbox.enqueueMany((0..<3).map { _ in NewJob("Noop", queue: "alpha") }, on: conn),
              try Outbox.enqueueMany((0..<2).map { _ in NewJob("Noop", queue: "beta") }, on: conn),
-             try Outbox.enqueue(NewJob("Noop", queue: "beta"), at: later, on: conn))
+             try Outbox.enqueue(NewJob("Noop", queue: "beta"), at: Date(timeIntervalSince1970: later), on: conn))
         }
         let relay = try ChildProcess(executable: TestServices.workerctl, arguments: ["relay"], environment: [
             "REDIS_URL": home.url, "REDIS_SHARDS": "b=\(other.url)", "QUEUE_SHARDS": "beta=b",

@@ -121,7 +121,7 @@ final class BatchScriptTests: XCTestCase {
         }
         XCTAssertEqual(try redis.int("LLEN", "queue:default"), 0)
         // A batch created a lifetime later drops the old one from the listing.
-        try Batches.create(connection, NewBatch(jobs: []), bid: "later", lifetime: 100, now: Clock.now() + 101)
+        try Batches.create(connection, NewBatch(jobs: []), bid: "later", lifetime: .seconds(100), now: Clock.now() + 101)
         XCTAssertEqual(try redis.command("ZRANGE", Keys.batches, 0, -1).strings, ["later"])
         XCTAssertThrowsError(try Batches.create(connection, NewBatch(jobs: []), bid: "bad bid")) { error in
             XCTAssertEqual(error as? BatchError, .invalidBid("bad bid"))

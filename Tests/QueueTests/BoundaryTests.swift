@@ -27,6 +27,20 @@ final class BoundaryTests: XCTestCase {
         XCTAssertEqual(Bounded.epochSeconds(1_700_000_000.5), 1_700_000_000.5)
     }
 
+    /// `Duration.seconds(_: Double)` traps on NaN and ±∞: a number of seconds from outside becomes a `Duration`
+    /// through `Bounded.duration`, clamped as `Bounded.seconds` clamps.
+    func testAnOutsideNumberOfSecondsBecomesADurationClampedNeverATrap() {
+        for value in [Double.nan, .infinity, -.infinity, 1e300, -1e300, 9.3e18, 0, -0.0, 1e-300] {
+            let duration = Bounded.duration(seconds: value, max: 3600)
+            XCTAssertTrue((Duration.zero...Duration.seconds(3600)).contains(duration), "\(value) → \(duration)")
+        }
+        XCTAssertEqual(Bounded.duration(seconds: .infinity, max: 60), .seconds(60))
+        XCTAssertEqual(Bounded.duration(seconds: .nan), .zero)
+        XCTAssertEqual(Bounded.duration(seconds: 1.5), .milliseconds(1500))
+        XCTAssertEqual(Bounded.duration(seconds: 1e300), .seconds(Bounded.maxIntervalSeconds))
+        XCTAssertEqual(Duration.seconds(1.25).inSeconds, 1.25)
+    }
+
     func testDecimalTextOfAnyLengthParsesClampedOrNotAtAll() {
         XCTAssertEqual(Bounded.int(parsing: "400000000000000000", in: 1...1_000_000), 1_000_000)
         XCTAssertEqual(Bounded.int(parsing: String(repeating: "9", count: 500), in: 0...Int.max), Int.max)
@@ -103,7 +117,7 @@ final class BoundaryTests: XCTestCase {
             XCTAssertGreaterThan(bytes, JobClient.maxPayloadBytes)
         }
         XCTAssertThrowsError(try redis.client.enqueue(huge, in: 60))
-        XCTAssertThrowsError(try redis.client.enqueueUnique(huge, policy: UniquePolicy(for: 60)))
+        XCTAssertThrowsError(try redis.client.enqueueUnique(huge, policy: UniquePolicy(for: .seconds(60))))
         XCTAssertThrowsError(try redis.client.createBatch(NewBatch(jobs: [huge])))
         XCTAssertEqual(try redis.command("KEYS", "*").strings, [], "nothing written")
         // The runtime's own path still sets them (a batch's bid).

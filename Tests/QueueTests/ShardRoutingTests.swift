@@ -80,7 +80,7 @@ final class ShardRoutingTests: XCTestCase {
 
     func testUniqueLockLivesOnTheQueuesShard() throws {
         let client = JobClient(shards: ShardPools(map: map))
-        let policy = UniquePolicy(for: 60)
+        let policy = UniquePolicy(for: .seconds(60))
         guard case .enqueued = try client.enqueueUnique(NewJob("Noop", args: [1], queue: "beta"), policy: policy) else {
             return XCTFail("the first push must enqueue")
         }

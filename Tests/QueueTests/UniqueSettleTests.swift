@@ -7,7 +7,7 @@ import XCTest
 /// rescheduled because it is over a fleet-wide limit (`schedule`, docs/limiters.md) is still live, so it keeps its
 /// lock, extended to its new time + `unique_for` like a retry; `ack` releases it.
 final class UniqueSettleTests: XCTestCase {
-    private let policy = UniquePolicy(for: 60, until: .success)
+    private let policy = UniquePolicy(for: .seconds(60), until: .success)
 
     /// Pushes one unique job, takes it into the in-flight list as a worker would, and returns it with its lock key.
     private func fetchedUniqueJob(_ redis: TestRedis) throws -> (job: FetchedJob, jid: String, lock: String) {

@@ -136,7 +136,7 @@ final class AdminAPITests: XCTestCase {
 
     func testKillTrimsTheDeadSetToItsCap() throws {
         for n in 1...5 { try put(Keys.retry, score: Double(n), failed(jid(n))) }
-        let small = JobAdmin(connection: connection, deadLimits: DeadSetLimits(maxJobs: 3, maxAgeSeconds: 1000))
+        let small = JobAdmin(connection: connection, deadLimits: DeadSetLimits(maxJobs: 3, maxAge: .seconds(1000)))
         try put(Keys.dead, score: 1, failed(jid(99)))  // older than the age limit
         let result = try small.performAll(.kill, state: .retry, now: 5000)
         XCTAssertEqual(result.done, 5)

@@ -39,7 +39,7 @@ final class MetricsEndpointTests: XCTestCase {
     /// `concurrent` limit while the holder runs, and a raw duplicate of a unique job dropped at fetch.
     func testScrapeShowsLimiterAndUniqueCounters() throws {
         let redis = try TestRedis(database: 116)
-        let policy = UniquePolicy(for: 120)
+        let policy = UniquePolicy(for: .seconds(120))
         let holder = try redis.client.enqueueUnique(NewJob("Sleep", args: [1500]), policy: policy).jid
         // A client that does not check (Sidekiq OSS) pushes a copy anyway: the worker drops it at fetch.
         let copy = try JobClient.payload(for: NewJob("Sleep", args: [1500], extra: ["unique_for": 120]),

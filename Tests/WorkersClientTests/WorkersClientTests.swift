@@ -177,7 +177,7 @@ final class WorkersClientTests: XCTestCase {
     func testEnqueueUniqueReturnsTheLiveJobsJid() async throws {
         let client = try await makeClient(database: 115, maxConnections: 2)
         defer { client.shutdown() }
-        let policy = UniquePolicy(for: 60)
+        let policy = UniquePolicy(for: .seconds(60))
         let first = try await client.enqueueUnique(NewJob("Noop", args: [7]), policy: policy)
         guard case .enqueued(let jid) = first else { return XCTFail("the first push must enqueue, got \(first)") }
         let second = try await client.enqueueUnique(NewJob("Noop", args: [7]), policy: policy)

@@ -11,11 +11,11 @@ extension WorkerConfiguration {
         configuration.redisURL = redis.url
         configuration.concurrency = concurrency
         configuration.queues = queues
-        configuration.heartbeatInterval = 0.2
-        configuration.fetcherHeartbeatTTL = 1
-        configuration.orphanSweepInterval = 0.3
-        configuration.pollInterval = 0.2
-        configuration.shutdownTimeout = 2
+        configuration.heartbeatInterval = .seconds(0.2)
+        configuration.fetcherHeartbeatTTL = .seconds(1)
+        configuration.orphanSweepInterval = .seconds(0.3)
+        configuration.pollInterval = .seconds(0.2)
+        configuration.shutdownTimeout = .seconds(2)
         return configuration
     }
 }

@@ -1,3 +1,4 @@
+import Queue
 import Workers
 import XCTest
 
@@ -14,7 +15,7 @@ final class BackoffTests: XCTestCase {
             let step = Double(count + 1)
             var multipliers: Set<Int> = []
             for _ in 0..<samples {
-                let delay = Backoff.sidekiq.delay(retryCount: count)
+                let delay = Backoff.sidekiq.delay(retryCount: count).inSeconds
                 // The random part is a whole multiple k of (count + 1), k in 0…9.
                 let k = (delay - base) / step
                 guard delay >= base, delay <= base + 9 * step, k == k.rounded() else {
@@ -35,7 +36,7 @@ final class BackoffTests: XCTestCase {
         for (count, low, high) in [(0, 15.0, 24.0), (1, 16.0, 34.0), (2, 31.0, 58.0), (5, 640.0, 694.0),
                                    (25, 390_640.0, 390_874.0)] {
             for _ in 0..<200 {
-                let delay = Backoff.sidekiq.delay(retryCount: count)
+                let delay = Backoff.sidekiq.delay(retryCount: count).inSeconds
                 if !(low...high).contains(delay) {
                     XCTFail("count \(count): \(delay) not in \(low)…\(high)")
                     break

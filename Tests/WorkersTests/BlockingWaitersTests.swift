@@ -30,7 +30,7 @@ final class BlockingWaitersTests: XCTestCase {
     private func start(waiters: Int = 2, concurrency: Int = 4, waitTimeout: Double = 1) throws {
         var configuration = harness.configuration(concurrency: concurrency)
         configuration.blockingWaiters = waiters
-        configuration.blockingFetchTimeout = waitTimeout
+        configuration.blockingFetchTimeout = .seconds(waitTimeout)
         process = try harness.start(configuration)
     }
 

@@ -22,7 +22,7 @@ import XCTest
 ///   to the server, read through another session (`pg_stat_activity`).
 struct GroupProbeJob: Job {
     struct Arguments: SingleJobArgument { static let className = "GroupProbe"; let value: String }
-    static let options = JobOptions(maxRetries: 3, backoff: .schedule([0]), timeout: 30, groupCommit: true)
+    static let options = JobOptions(maxRetries: 3, backoff: .schedule([.zero]), timeout: .seconds(30), groupCommit: true)
 
     struct Failure: Error {}
 
@@ -71,7 +71,7 @@ struct GroupProbeJob: Job {
 /// A job that does not share commits: it says it started, then waits until the test opens `latch`.
 struct HoldJob: Job {
     struct Arguments: SingleJobArgument { static let className = "Hold"; let value: String }
-    static let options = JobOptions(timeout: 60)
+    static let options = JobOptions(timeout: .seconds(60))
 
     final class Latch: Sendable {
         private let state = Mutex<(started: Bool, open: Bool)>((false, false))
@@ -127,9 +127,9 @@ final class GroupCommitTests: XCTestCase {
     func start(concurrency: Int, commitBatch: Int = 50, hold: HoldJob.Latch? = nil,
                adjust: (inout WorkerConfiguration) -> Void = { _ in }) throws -> WorkerProcess {
         var configuration = WorkerHarness(redis: redis).configuration(concurrency: concurrency)
-        configuration.prefetchWait = 10
+        configuration.prefetchWait = .seconds(10)
         configuration.commitBatch = commitBatch
-        configuration.commitWindow = 30
+        configuration.commitWindow = .seconds(30)
         adjust(&configuration)
         var registry = JobRegistry.builtins()
         registry.register(GroupProbeJob())
@@ -308,7 +308,7 @@ final class GroupCommitTests: XCTestCase {
     /// each once. Without the check, one thread with a full buffer commits 50 per transaction.
     func testTheCommitWindowBoundsATransactionOfJobsTakenTogether() throws {
         let jids = try enqueue((0..<40).map { _ in "slow" })
-        _ = try start(concurrency: 1) { $0.commitWindow = 0.05 }
+        _ = try start(concurrency: 1) { $0.commitWindow = .seconds(0.05) }
         XCTAssertTrue(try eventually(timeout: 60) { try redis.processed() == 40 })
         try assertAppliedOnce(Set(jids), ledger: 40)
         let largest = try pool.withConnection { connection in

@@ -5,11 +5,12 @@ import TestSupport
 import Workers
 import XCTest
 
-/// Throws `JobError.retryAfter` with the number of seconds its argument gives (a provider's `Retry-After`).
+/// Throws `JobError.retryAfter` with the number of seconds its argument gives (a provider's `Retry-After`), read
+/// as any outside number is (`Bounded.duration`: at most a year, never a trap); the runner clamps it to a day.
 struct RetryLaterJob: Job {
     struct Arguments: SingleJobArgument { static let className = "RetryLater"; let value: Double }
     func perform(_ arguments: Arguments, context: JobContext) throws {
-        throw JobError.retryAfter(seconds: arguments.value, reason: "provider asked to wait")
+        throw JobError.retryAfter(Bounded.duration(seconds: arguments.value), reason: "provider asked to wait")
     }
 }
 
@@ -98,7 +99,7 @@ final class HostileNumbersTests: XCTestCase {
         for (payload, score) in entries {
             XCTAssertGreaterThanOrEqual(score, before)
             // A Retry-After waits at most a day; a backoff at most a year.
-            let limit = payload.className == "RetryLater" ? JobError.maxRetryAfterSeconds : Bounded.maxIntervalSeconds
+            let limit = payload.className == "RetryLater" ? JobError.maxRetryAfter.inSeconds : Bounded.maxIntervalSeconds
             XCTAssertLessThanOrEqual(score, Clock.now() + limit, "\(payload.className) scheduled beyond the clamp")
         }
         XCTAssertEqual(entries.filter { $0.payload.className == "RetryLater" }.count, 2)
@@ -134,26 +135,29 @@ final class HostileNumbersTests: XCTestCase {
     func testAProviderHoldIsClampedToAnHourWhateverItAsks() throws {
         let redis = try TestRedis(database: 18)
         // Nominatim's 429 with `Retry-After: 31536000000` held the fleet's geocoding for 1,000 years (review M9).
-        for (index, seconds) in [3.1536e10, 1e300, Double.infinity, Double.nan, -5].enumerated() {
-            let limiter = CallLimiter(.bucket("hostile-hold-\(index)", capacity: 1, per: 1), redis: redis.pool, patience: 1)
-            try limiter.hold(seconds: seconds)
+        let asked: [Duration] = [Bounded.duration(seconds: 3.1536e10), .seconds(Int64.max), Bounded.duration(seconds: .infinity),
+                                 Bounded.duration(seconds: .nan), .seconds(-5)]
+        for (index, duration) in asked.enumerated() {
+            let limiter = CallLimiter(.bucket("hostile-hold-\(index)", capacity: 1, per: .seconds(1)), redis: redis.pool,
+                                      patience: .seconds(1))
+            try limiter.hold(for: duration)
         }
         let keys = try redis.command("KEYS", "*hostile-hold-*").strings
         XCTAssertEqual(keys.count, 5, "\(keys)")
         for key in keys {
             let ttl = try redis.int("PTTL", key)
-            XCTAssertLessThanOrEqual(ttl, Int(CallLimiter.maxHoldSeconds * 1000) + 2_000, "\(key) held for \(ttl) ms")
+            XCTAssertLessThanOrEqual(ttl, Int(CallLimiter.maxHold.inSeconds * 1000) + 2_000, "\(key) held for \(ttl) ms")
         }
     }
 
     func testAConfigurationDurationOrCountOfAnyMagnitudeIsRefusedAtStart() {
         let cases: [(String, (inout WorkerConfiguration) -> Void)] = [
-            ("orphan sweep interval", { $0.orphanSweepInterval = .infinity }),
-            ("orphan sweep interval", { $0.orphanSweepInterval = 1e300 }),
-            ("poll interval", { $0.pollInterval = 1e20 }),
-            ("shutdown timeout", { $0.shutdownTimeout = .infinity }),
-            ("default timeout", { $0.defaultTimeout = 1e300 }),
-            ("fetcher heartbeat TTL", { $0.fetcherHeartbeatTTL = 1e300 }),
+            ("orphan sweep interval", { $0.orphanSweepInterval = .seconds(Int64.max) }),
+            ("orphan sweep interval", { $0.orphanSweepInterval = .seconds(1e15) }),
+            ("poll interval", { $0.pollInterval = .seconds(1e18) }),
+            ("shutdown timeout", { $0.shutdownTimeout = .seconds(Int64.max) }),
+            ("default timeout", { $0.defaultTimeout = .seconds(Int64.max) }),
+            ("fetcher heartbeat TTL", { $0.fetcherHeartbeatTTL = .seconds(1e15) }),
             ("interrupt limit", { $0.interruptLimit = .max }),
             ("prefetch", { $0.prefetch = .max }),
         ]

@@ -30,7 +30,7 @@ final class LedgerTests: XCTestCase {
 
     func start(concurrency: Int = 4, commitBatch: Int = WorkerConfiguration().commitBatch) throws -> WorkerProcess {
         var configuration = WorkerHarness(redis: redis).configuration(concurrency: concurrency)
-        configuration.orphanSweepInterval = 0.3
+        configuration.orphanSweepInterval = .seconds(0.3)
         configuration.commitBatch = commitBatch
         var logger = Logger(label: "ledger-test")
         logger.logLevel = .critical

@@ -32,9 +32,9 @@ final class MetricsEndpointPartTests: XCTestCase {
         var configuration = WorkerConfiguration()
         configuration.redisURL = redisURL
         configuration.concurrency = 2
-        configuration.heartbeatInterval = 0.2
-        configuration.pollInterval = 0.2
-        configuration.shutdownTimeout = 2
+        configuration.heartbeatInterval = .seconds(0.2)
+        configuration.pollInterval = .seconds(0.2)
+        configuration.shutdownTimeout = .seconds(2)
         let port = try TestServices.closedPort()
         let endpoint = MetricsEndpoint(port: port, metrics: { "library_probe_total 1\n" },
                                        readiness: { health in (health.ok, #"{"process":"\#(health.detail)"}"#) })

@@ -138,7 +138,7 @@ final class MiddlewareTests: XCTestCase {
         XCTAssertThrowsError(try forging.enqueueMany([job, job])) { XCTAssertEqual($0 as? EnqueueError, .runtimeField("retry_count")) }
         XCTAssertThrowsError(try forging.enqueue(job, in: 60)) { XCTAssertEqual($0 as? EnqueueError, .runtimeField("retry_count")) }
         XCTAssertThrowsError(try forging.enqueue(job, at: Clock.now() - 1)) { XCTAssertEqual($0 as? EnqueueError, .runtimeField("retry_count")) }
-        XCTAssertThrowsError(try forging.enqueueUnique(job, policy: UniquePolicy(for: 60))) {
+        XCTAssertThrowsError(try forging.enqueueUnique(job, policy: UniquePolicy(for: .seconds(60)))) {
             XCTAssertEqual($0 as? EnqueueError, .runtimeField("retry_count"))
         }
         XCTAssertThrowsError(try forging.createBatch(NewBatch(jobs: [job]))) {

@@ -40,7 +40,7 @@ final class PipelinedFetchTests: XCTestCase {
 
     private func start(concurrency: Int = 4) throws -> WorkerProcess {
         var configuration = harness.configuration(concurrency: concurrency)
-        configuration.blockingFetchTimeout = 30
+        configuration.blockingFetchTimeout = .seconds(30)
         configuration.blockingWaiters = 0  // the fetcher's own wait alone (BlockingWaitersTests has the waiters)
         let started = try harness.start(configuration)
         process = started

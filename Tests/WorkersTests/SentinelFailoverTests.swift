@@ -154,7 +154,7 @@ final class SentinelFailoverTests: XCTestCase {
         XCTAssertLessThan(try effects().count, Self.jobCount, "the failover came after the run: it proves nothing")
 
         // Drained on the new master: nothing queued, in flight, waiting to retry or dead.
-        let newMaster = try RedisConnection(url: "redis://127.0.0.1:\(topology.replicaPort)/0", commandTimeout: 2)
+        let newMaster = try RedisConnection(url: "redis://127.0.0.1:\(topology.replicaPort)/0", commandTimeout: .seconds(2))
         func drained() throws -> Bool {
             let working = try newMaster.command("KEYS", "working:*").strings
             let inFlight = try working.reduce(0) { try $0 + Int(newMaster.command("LLEN", $1).integer ?? 0) }

@@ -62,7 +62,7 @@ final class SentinelTopology {
     }
 
     func sentinel(_ index: Int = 0) throws -> RedisConnection {
-        try RedisConnection(url: "redis://127.0.0.1:\(sentinelPorts[index])/0", commandTimeout: 2)
+        try RedisConnection(url: "redis://127.0.0.1:\(sentinelPorts[index])/0", commandTimeout: .seconds(2))
     }
 
     /// The master's port as Sentinel `index` names it, nil if it cannot be asked.
@@ -75,7 +75,7 @@ final class SentinelTopology {
     /// two other Sentinels (without that, no failover can be elected).
     func waitUntilReady() throws {
         let ready = eventually(timeout: 30) {
-            guard let replica = try? RedisConnection(url: "redis://127.0.0.1:\(replicaPort)/0", commandTimeout: 2),
+            guard let replica = try? RedisConnection(url: "redis://127.0.0.1:\(replicaPort)/0", commandTimeout: .seconds(2)),
                   let info = try? replica.command("INFO", "replication").string,
                   info.contains("master_link_status:up") else { return false }
             return sentinelPorts.indices.allSatisfy { index in

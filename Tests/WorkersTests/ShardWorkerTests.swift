@@ -212,7 +212,7 @@ final class ShardWorkerTests: XCTestCase {
     /// in JSON); `unique show|release` and `batches show` find b's on b and act there.
     func testUniqueLocksAndBatchesOfEachShardAreListedAndActedOnThere() throws {
         let client = try client()
-        let policy = UniquePolicy(for: 600)
+        let policy = UniquePolicy(for: .seconds(600))
         guard case .enqueued(let betaJid) = try client.enqueueUnique(NewJob("Noop", args: [1], queue: "beta"), policy: policy),
               case .enqueued(let alphaJid) = try client.enqueueUnique(NewJob("Noop", args: [2], queue: "alpha"), policy: policy) else {
             return XCTFail("both unique pushes must enqueue")

@@ -47,9 +47,9 @@ final class SidekiqInteropTests: XCTestCase {
         var configuration = WorkerConfiguration()
         configuration.redisURL = redis.url
         configuration.queues = ["default", "critical", "bulk", "low"].map { QueueWeight(name: $0) }
-        configuration.heartbeatInterval = 0.2
-        configuration.fetcherHeartbeatTTL = 2
-        configuration.pollInterval = 0.2
+        configuration.heartbeatInterval = .seconds(0.2)
+        configuration.fetcherHeartbeatTTL = .seconds(2)
+        configuration.pollInterval = .seconds(0.2)
         var logger = Logger(label: "interop")
         logger.logLevel = .critical
         let process = try WorkerProcess(configuration: configuration, registry: registry, logger: logger)

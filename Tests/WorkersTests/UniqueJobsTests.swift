@@ -28,7 +28,7 @@ final class UniqueJobsTests: XCTestCase {
     /// is enqueued, running and waiting in `retry`; once it succeeds (or is deleted) a new one is pushed.
     func testDuplicatePushFromSwiftAndWorkerctlReturnsTheLiveJid() throws {
         let redis = try TestRedis(database: 64)
-        let policy = UniquePolicy(for: 120)
+        let policy = UniquePolicy(for: .seconds(120))
         let sleep = NewJob("Sleep", args: [1200])
         guard case .enqueued(let first) = try redis.client.enqueueUnique(sleep, policy: policy) else {
             return XCTFail("the first push must be enqueued")
@@ -74,12 +74,12 @@ final class UniqueJobsTests: XCTestCase {
         // 4⁴ + 15 ≥ 271 s, longer than the 65 s its lock got at fetch: the retry extends the lock past the wait.
         var fail = NewJob("Fail", args: ["unique"], retry: .int(10))
         fail.runtimeFields["retry_count"] = 3
-        guard case .enqueued(let failing) = try redis.client.enqueueUnique(fail, policy: UniquePolicy(for: 5)) else {
+        guard case .enqueued(let failing) = try redis.client.enqueueUnique(fail, policy: UniquePolicy(for: .seconds(5))) else {
             return XCTFail("first Fail push")
         }
         XCTAssertTrue(try eventually { try redis.int("ZCARD", Keys.retry) == 1 }, worker.stderr)
         let failLock = Self.lock("Fail", #"["unique"]"#)
-        XCTAssertEqual(try redis.client.enqueueUnique(fail, policy: UniquePolicy(for: 5)), .duplicate(of: failing))
+        XCTAssertEqual(try redis.client.enqueueUnique(fail, policy: UniquePolicy(for: .seconds(5))), .duplicate(of: failing))
         XCTAssertEqual(try redis.command("GET", failLock).string, failing)
         let retryAt = try XCTUnwrap(Double(try redis.command("ZSCORE", Keys.retry, try XCTUnwrap(
             redis.command("ZRANGE", Keys.retry, 0, 0).strings.first)).string ?? ""))
@@ -92,7 +92,7 @@ final class UniqueJobsTests: XCTestCase {
         XCTAssertEqual(deleted.status, 0, deleted.stderr)
         XCTAssertTrue(try redis.command("GET", failLock).isNull, "deleting the job releases its lock")
         XCTAssertEqual(try redis.int("EXISTS", Keys.uniqueOwner(failing)), 0)
-        XCTAssertNotEqual(try redis.client.enqueueUnique(fail, policy: UniquePolicy(for: 5)).jid, failing)
+        XCTAssertNotEqual(try redis.client.enqueueUnique(fail, policy: UniquePolicy(for: .seconds(5))).jid, failing)
     }
 
     /// `workerctl jobs kill` and `workerctl queues clear` release the locks of the jobs they remove, and
@@ -100,7 +100,7 @@ final class UniqueJobsTests: XCTestCase {
     func testKillAndClearReleaseOnlyTheirOwnLocks() throws {
         let redis = try TestRedis(database: 64)
         let cli = WorkerctlRunner(redisURL: redis.url)
-        let policy = UniquePolicy(for: 120)
+        let policy = UniquePolicy(for: .seconds(120))
         let owner = try redis.client.enqueueUnique(NewJob("Sleep", args: [10]), policy: policy).jid
         let copy = try redis.client.enqueue(NewJob("Sleep", args: [10], extra: ["unique_for": 120]))
         let lock = Self.lock("Sleep", "[10]")
@@ -137,7 +137,7 @@ final class UniqueJobsTests: XCTestCase {
     /// runs is a new job.
     func testUntilStartReleasesWhenTheJobIsTaken() throws {
         let redis = try TestRedis(database: 64)
-        let policy = UniquePolicy(for: 120, until: .start)
+        let policy = UniquePolicy(for: .seconds(120), until: .start)
         let sleep = NewJob("Sleep", args: [1500])
         let first = try redis.client.enqueueUnique(sleep, policy: policy).jid
         XCTAssertEqual(try redis.client.enqueueUnique(sleep, policy: policy), .duplicate(of: first), "held while enqueued")
@@ -170,7 +170,7 @@ final class UniqueJobsRubyTests: XCTestCase {
         try XCTSkipUnless(RubySidekiq.isAvailable, "ruby-sidekiq is not installed (scripts/services install)")
         let redis = try TestRedis(database: 65)
         // Enqueued: a Swift unique push holds the lock, Ruby pushes two copies behind it.
-        let owner = try redis.client.enqueueUnique(NewJob("Sleep", args: [1500]), policy: UniquePolicy(for: 120)).jid
+        let owner = try redis.client.enqueueUnique(NewJob("Sleep", args: [1500]), policy: UniquePolicy(for: .seconds(120))).jid
         let copies = try rubyPush(redis, "Sleep", args: "[1500]", count: 2)
         XCTAssertEqual(copies.count, 2)
         XCTAssertEqual(try redis.int("LLEN", "queue:default"), 3, "Ruby's client does not check")
@@ -212,7 +212,7 @@ final class UniqueJobsRubyTests: XCTestCase {
 final class UniqueJobsCrashTests: XCTestCase {
     func testKilledWorkersLocksAreKeptOrReleasedByRecoveryAndNothingRunsTwice() throws {
         let redis = try TestRedis(database: 66)
-        let policy = UniquePolicy(for: 120)
+        let policy = UniquePolicy(for: .seconds(120))
         let survivor = try redis.client.enqueueUnique(NewJob("Sleep", args: [2500]), policy: policy).jid
         // Interrupted twice already: the next recovery sends it to `dead` (limit 3).
         var doomedJob = NewJob("Sleep", args: [2600])
@@ -266,7 +266,7 @@ final class UniqueJobsClassOptionTests: XCTestCase {
         struct Arguments: IgnoredJobArguments { static let className = "UniquePerUser" }
         static var options: JobOptions {
             var options = JobOptions()
-            options.unique = UniquePolicy(for: 60) { args in args.first?.objectValue?["user_id"]?.serialized() ?? "" }
+            options.unique = UniquePolicy(for: .seconds(60)) { args in args.first?.objectValue?["user_id"]?.serialized() ?? "" }
             return options
         }
         let runs: Runs
@@ -289,8 +289,8 @@ final class UniqueJobsClassOptionTests: XCTestCase {
         registry.register(PerUserJob(runs: runs))
         var configuration = WorkerConfiguration()
         configuration.redisURL = redis.url
-        configuration.heartbeatInterval = 0.2
-        configuration.pollInterval = 0.2
+        configuration.heartbeatInterval = .seconds(0.2)
+        configuration.pollInterval = .seconds(0.2)
         var logger = Logger(label: "unique")
         logger.logLevel = .critical
         let process = try WorkerProcess(configuration: configuration, registry: registry, logger: logger)

@@ -22,7 +22,7 @@ struct RecordJob: Job {
 /// A job with its own retry count, backoff and timeout.
 struct TightJob: Job {
     struct Arguments: SingleJobArgument { static let className = "Tight"; let value: Int }
-    static let options = JobOptions(maxRetries: 2, backoff: .schedule([0.2]), timeout: 0.5)
+    static let options = JobOptions(maxRetries: 2, backoff: .schedule([.milliseconds(200)]), timeout: .seconds(0.5))
     func perform(_ arguments: Arguments, context: JobContext) throws {
         Thread.sleep(forTimeInterval: Double(arguments.value) / 1000)
     }

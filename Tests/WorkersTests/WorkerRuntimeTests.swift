@@ -75,7 +75,7 @@ final class WorkerRuntimeTests: XCTestCase {
 
     func testDeadSetKeepsItsConfiguredCap() throws {
         var configuration = harness.configuration(concurrency: 1)
-        configuration.deadLimits = DeadSetLimits(maxJobs: 3, maxAgeSeconds: 3600)
+        configuration.deadLimits = DeadSetLimits(maxJobs: 3, maxAge: .seconds(3600))
         try redis.command("ZADD", Keys.dead, Clock.now() - 7200, #"{"class":"Old","args":[],"jid":"aaaaaaaaaaaaaaaaaaaaaaaa"}"#)
         let jids = try redis.client.enqueueMany((0..<5).map { NewJob("Fail", args: [.string("x\($0)")], retry: 0) })
         _ = try start(configuration)
@@ -99,7 +99,7 @@ final class WorkerRuntimeTests: XCTestCase {
 
     func testTimedOutJobDoesNotCostAThread() throws {
         var configuration = harness.configuration(concurrency: 1)
-        configuration.defaultTimeout = 0.3
+        configuration.defaultTimeout = .seconds(0.3)
         try redis.client.enqueue(NewJob("Sleep", args: [5000]))
         try redis.client.enqueue(NewJob("Record", args: ["after"]))
         _ = try start(configuration)
@@ -115,7 +115,7 @@ final class WorkerRuntimeTests: XCTestCase {
     /// its sleep: the run returns (the pool records its run time) long before the minute is over.
     func testTimedOutSleepStopsAtItsCancellation() throws {
         var configuration = harness.configuration(concurrency: 1)
-        configuration.defaultTimeout = 0.3
+        configuration.defaultTimeout = .seconds(0.3)
         try redis.client.enqueue(NewJob("Sleep", args: [60_000], retry: 0))
         let process = try start(configuration)
         XCTAssertTrue(try eventually { try redis.int("ZCARD", Keys.dead) == 1 })
@@ -222,7 +222,7 @@ final class WorkerRuntimeTests: XCTestCase {
 
     func testGracefulShutdownPutsUnfinishedJobsBack() throws {
         var configuration = harness.configuration(concurrency: 2)
-        configuration.shutdownTimeout = 0.5
+        configuration.shutdownTimeout = .seconds(0.5)
         configuration.prefetch = 3
         try redis.client.enqueueMany([NewJob("Sleep", args: [4000]), NewJob("Sleep", args: [4000])]
                                      + (0..<3).map { NewJob("Record", args: [.string("\($0)")]) })

@@ -16,7 +16,7 @@ import Workers
 /// are merged, a key given twice is bad input. Safe to re-run and to deliver twice: a day's rows
 /// depend only on the data, never on earlier runs.
 public struct AdRevenueAggregationJob: Job {
-    public static let options = JobOptions(maxRetries: 10, backoff: .sidekiq, timeout: 1800, usesLedger: false)
+    public static let options = JobOptions(maxRetries: 10, backoff: .sidekiq, timeout: .seconds(1800), usesLedger: false)
 
     /// Also the arguments of `AdRevenueNightlyJob` and `AdRevenueDayCheckJob` (which name their own class). A value
     /// is valid by construction (`init(date:app_id:days:)`, and so `init(from:)`, throw `JobError.badInput`).
@@ -116,7 +116,7 @@ public struct AdRevenueAggregationJob: Job {
         // estimate reads the reported revenue of the days before it, never their aggregates, so the order does not
         // change any row.
         for day in arguments.window() {
-            if context.isCancelled { throw JobError.retryAfter(seconds: 60, reason: "cancelled before aggregating \(day)") }
+            if context.isCancelled { throw JobError.retryAfter(.seconds(60), reason: "cancelled before aggregating \(day)") }
             let summary = try database.pool.withConnection { try aggregator.aggregate(day: day, appID: appID, connection: $0) }
             context.logger.info("ad revenue aggregated", metadata: [
                 "day": "\(day)", "rows": "\(summary.rows)", "written": "\(summary.written)", "deleted": "\(summary.deleted)",

@@ -23,7 +23,7 @@ enum AdRevenueDay {
 /// `AdRevenueAggregationJob`, without `app_id`): fans the window out as one aggregation job per app, as a batch.
 public struct AdRevenueNightlyJob: Job {
     public static let className = "AdRevenueNightlyJob"
-    public static let options = JobOptions(maxRetries: 10, backoff: .sidekiq, timeout: 300, usesLedger: false)
+    public static let options = JobOptions(maxRetries: 10, backoff: .sidekiq, timeout: .seconds(300), usesLedger: false)
 
     let client: JobClient
     let queue: String
@@ -75,7 +75,7 @@ public struct AdRevenueNightlyJob: Job {
 /// `AdRevenueDayCompleteJob` `[status, {"day": "YYYY-MM-DD", "apps": N}]`: the on_success callback of a day's
 /// batch. Writes the day's `ad_revenue_days` row with the ledger (a redelivery writes nothing twice).
 public struct AdRevenueDayCompleteJob: Job {
-    public static let options = JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 60, usesLedger: true)
+    public static let options = JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: .seconds(60), usesLedger: true)
     public init() {}
 
     /// A value is valid by construction (`JobError.badInput` otherwise): `day` a `YYYY-MM-DD`, `apps` ≥ 0, no job
@@ -135,7 +135,7 @@ public struct AdRevenueDayCompleteJob: Job {
 /// alert is the result, and a retry would not make the day complete.
 public struct AdRevenueDayCheckJob: Job {
     public static let className = "AdRevenueDayCheckJob"
-    public static let options = JobOptions(maxRetries: 3, backoff: .sidekiq, timeout: 60, usesLedger: false)
+    public static let options = JobOptions(maxRetries: 3, backoff: .sidekiq, timeout: .seconds(60), usesLedger: false)
 
     let redis: RedisPool
 

@@ -38,8 +38,8 @@ public struct PendingRewardJob: Job {
     /// 5 s. The backoff is the delay after a failure that does not count (10 s × 2ⁿ, at most 1 h, ±20 %); every
     /// retry is a `JobError.retryAfter` with the delay this job chose. Unique per reward.
     public static let options: JobOptions = {
-        var options = JobOptions(maxRetries: 100_000, backoff: .exponential(base: 10, cap: 3600, jitter: 0.2),
-                                 timeout: 120, usesLedger: true)
+        var options = JobOptions(maxRetries: 100_000, backoff: .exponential(base: .seconds(10), cap: .seconds(3600), jitter: 0.2),
+                                 timeout: .seconds(120), usesLedger: true)
         options.unique = uniquePolicy(seconds: 7200)
         return options
     }()
@@ -47,7 +47,7 @@ public struct PendingRewardJob: Job {
     /// One live job per reward: the key is the lower-cased `pending_reward_id`. `seconds` is only the
     /// lock's safety-net TTL (the sweep passes `ADS_REWARD_MARKER_TTL_SECONDS`).
     public static func uniquePolicy(seconds: Double) -> UniquePolicy {
-        UniquePolicy(for: seconds, until: .success, arguments: Arguments.self) { $0.pendingRewardID.uuidString.lowercased() }
+        UniquePolicy(for: Bounded.duration(seconds: seconds), until: .success, arguments: Arguments.self) { $0.pendingRewardID.uuidString.lowercased() }
     }
 
     /// `[{"pending_reward_id": "<uuid>"}]` (a value that is not a UUID: `JobError.badInput`, dead at once).
@@ -130,7 +130,7 @@ public struct PendingRewardJob: Job {
                            context: context)
         case .transient(let why):
             let count = context.payload.retryCount.map { $0 + 1 } ?? 0
-            try retryLater(attempt, reason: why, delay: Self.options.backoff.delay(retryCount: count), counts: false,
+            try retryLater(attempt, reason: why, delay: Self.options.backoff.delay(retryCount: count).inSeconds, counts: false,
                            context: context)
         }
     }
@@ -204,7 +204,7 @@ public struct PendingRewardJob: Job {
                 UPDATE pending_rewards SET next_attempt_at = $2 WHERE id = $1 AND status = 'pending'
                 """, [reward.id, due])
         }
-        throw JobError.retryAfter(seconds: wait, reason: "credit not applied yet (\(attempts) counted attempts): \(reason)")
+        throw JobError.retryAfter(Bounded.duration(seconds: wait), reason: "credit not applied yet (\(attempts) counted attempts): \(reason)")
     }
 
     static func hours(_ seconds: Double) -> String {

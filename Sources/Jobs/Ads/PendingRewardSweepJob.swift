@@ -15,7 +15,7 @@ public struct PendingRewardSweepJob: Job {
         public static let className = "PendingRewardSweepJob"
         public init() {}
     }
-    public static let options = JobOptions(maxRetries: 3, backoff: .sidekiq, timeout: 600, usesLedger: false)
+    public static let options = JobOptions(maxRetries: 3, backoff: .sidekiq, timeout: .seconds(600), usesLedger: false)
 
     let client: JobClient
     let configuration: AdsConfiguration

@@ -18,7 +18,7 @@ public struct LocationAnonymizationJob: Job {
         public static let className = "LocationAnonymizationJob"
         public init() {}
     }
-    public static let options = JobOptions(maxRetries: 5, backoff: .sidekiq, timeout: 3600, usesLedger: false)
+    public static let options = JobOptions(maxRetries: 5, backoff: .sidekiq, timeout: .seconds(3600), usesLedger: false)
 
     let configuration: GeoConfiguration
 

@@ -129,13 +129,14 @@ public struct ReverseGeocoder: Sendable {
         self.client = NominatimClient(http: http, configuration: configuration)
         self.cache = GeocodeCache(redis: redis, provider: configuration.provider, language: configuration.acceptLanguage,
                                   zoom: configuration.zoom, ttl: configuration.cacheTTL)
-        self.rate = CallLimiter(Self.rateLimit(configuration), redis: redis, patience: configuration.maxRateLimitWait)
+        self.rate = CallLimiter(Self.rateLimit(configuration), redis: redis,
+                                patience: Bounded.duration(seconds: configuration.maxRateLimitWait))
         self.block = ProviderBlock(redis: redis, provider: configuration.provider, patience: configuration.maxRateLimitWait)
     }
 
     /// The provider's request rate as a limit declaration: a bucket of one token per `minimumInterval`.
     public static func rateLimit(_ configuration: GeoConfiguration) -> LimitDeclaration {
-        .bucket(configuration.provider, capacity: 1, per: configuration.minimumInterval)
+        .bucket(configuration.provider, capacity: 1, per: Bounded.duration(seconds: configuration.minimumInterval))
     }
 
     public func cell(latitude: Double, longitude: Double) -> GeocodeCell {
@@ -186,7 +187,7 @@ public struct ReverseGeocoder: Sendable {
         case .rateLimited(let after):
             // The provider answered: not blocked. A 429 holds the whole fleet back for Retry-After (at least 1 s).
             if let token = pass.probeToken { try block.liftBlock(probeToken: token) }
-            try rate.hold(seconds: after ?? 1)
+            try rate.hold(for: Bounded.duration(seconds: after ?? 1))
         case .refused:
             if let token = pass.probeToken { try block.liftBlock(probeToken: token) }
         case .transient:

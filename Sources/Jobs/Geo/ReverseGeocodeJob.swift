@@ -21,9 +21,9 @@ public struct ReverseGeocodeJob: Job {
     /// Over the provider's rate limit (`ReverseGeocoder.rate`, a `CallLimiter`) past the wait limit, the job
     /// is rescheduled for when the limiter says it admits again, plus up to 1 s: not a failure, not a retry.
     public static let options: JobOptions = {
-        var options = JobOptions(maxRetries: 6, backoff: .exponential(base: 30, cap: 1800, jitter: 0.2),
-                                 timeout: 300, usesLedger: true)
-        options.limits = JobLimits([], overLimit: OverLimitPolicy(backoff: OverLimitPolicy.limiterWait(jitter: 1, cap: 300)))
+        var options = JobOptions(maxRetries: 6, backoff: .exponential(base: .seconds(30), cap: .seconds(1800), jitter: 0.2),
+                                 timeout: .seconds(300), usesLedger: true)
+        options.limits = JobLimits([], overLimit: OverLimitPolicy(backoff: OverLimitPolicy.limiterWait(jitter: .seconds(1), cap: .seconds(300))))
         return options
     }()
 
@@ -176,7 +176,7 @@ public struct ReverseGeocodeJob: Job {
         try context.withConnection { try Self.recordError(id, message, $0) }
         switch error {
         case GeocodeFailure.rateLimited(let after):
-            throw JobError.retryAfter(seconds: after ?? 1, reason: message)
+            throw JobError.retryAfter(Bounded.duration(seconds: after ?? 1), reason: message)
         default:
             throw error
         }

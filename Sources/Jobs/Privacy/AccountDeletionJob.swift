@@ -24,7 +24,7 @@ import Workers
 ///
 /// Idempotent: a second run finds the request completed and step 2 finds nothing left to remove.
 public struct AccountDeletionJob: Job {
-    public static let options = JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 600, usesLedger: false)
+    public static let options = JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: .seconds(600), usesLedger: false)
 
     /// `[{"user_id": UUID, "request_id": UUID}]` (a value that is not a UUID: `JobError.badInput`, dead at once).
     public struct Arguments: JobArguments, Equatable {

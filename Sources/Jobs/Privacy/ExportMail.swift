@@ -102,7 +102,7 @@ struct ExportMailer: Sendable {
                     .optionalDate("email_sent_at")
             }
             if sent != nil { return .alreadySent }
-            throw JobError.retryAfter(seconds: Double(lease),
+            throw JobError.retryAfter(.seconds(lease),
                                       reason: "another run holds the export mail claim (sending, or crashed while sending)")
         }
         if hadIntent {

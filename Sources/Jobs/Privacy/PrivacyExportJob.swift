@@ -22,7 +22,7 @@ func parseUUID(_ text: String, field: String) throws(JobError) -> UUID {
 /// per export (see `ExportMailer` for the crash window). Not using the runtime's ledger skip on purpose: a
 /// redelivery after the commit must still reach the mail step.
 public struct PrivacyExportJob: Job {
-    public static let options = JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 900, usesLedger: false)
+    public static let options = JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: .seconds(900), usesLedger: false)
 
     /// `[{"user_id": UUID, "export_id": UUID}]` (a value that is not a UUID: `JobError.badInput`, dead at once).
     public struct Arguments: JobArguments, Equatable {

@@ -15,7 +15,7 @@ public struct DueDeletionSweepJob: Job {
         public static let className = "DueDeletionSweepJob"
         public init() {}
     }
-    public static let options = JobOptions(maxRetries: 5, backoff: .sidekiq, timeout: 600, usesLedger: false)
+    public static let options = JobOptions(maxRetries: 5, backoff: .sidekiq, timeout: .seconds(600), usesLedger: false)
 
     let purger: RedisJobPurger
     let client: JobClient
@@ -59,7 +59,7 @@ public struct ExportCleanupJob: Job {
         public static let className = "ExportCleanupJob"
         public init() {}
     }
-    public static let options = JobOptions(maxRetries: 5, backoff: .sidekiq, timeout: 600, usesLedger: false)
+    public static let options = JobOptions(maxRetries: 5, backoff: .sidekiq, timeout: .seconds(600), usesLedger: false)
 
     let store: ExportFileStore
     let now: @Sendable () -> Date

@@ -155,7 +155,7 @@ public struct GoogleAcknowledgementSweepJob: Job {
         public static let className = "GoogleAcknowledgementSweepJob"
         public init() {}
     }
-    public static let options = JobOptions(maxRetries: 3, backoff: .sidekiq, timeout: 600, usesLedger: false)
+    public static let options = JobOptions(maxRetries: 3, backoff: .sidekiq, timeout: .seconds(600), usesLedger: false)
     let services: ReceiptServices
 
     public init(services: ReceiptServices) { self.services = services }

@@ -58,7 +58,7 @@ public struct AppStoreNotificationArguments: JobArguments, Equatable {
 /// verify goes to `dead` with the reason.
 public struct AppStoreNotificationJob: Job {
     public static let options = StoreCallLimits.options(
-        JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 60, usesLedger: true), store: "apple")
+        JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: .seconds(60), usesLedger: true), store: "apple")
     let services: ReceiptServices
 
     public init(services: ReceiptServices) { self.services = services }
@@ -283,7 +283,7 @@ public struct DeveloperNotification: Decodable, Sendable {
 /// kept for a replay when a validation of the token commits (`NotificationReplay`).
 public struct PlayNotificationJob: Job {
     public static let options = StoreCallLimits.options(
-        JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 60, usesLedger: true), store: "google")
+        JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: .seconds(60), usesLedger: true), store: "google")
     let services: ReceiptServices
 
     public init(services: ReceiptServices) { self.services = services }

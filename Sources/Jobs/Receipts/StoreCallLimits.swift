@@ -14,10 +14,10 @@ enum StoreCallLimits {
     static let name = "store-calls"
     static let maxConcurrent = 20
     /// Renewed every 20 s while the job runs; a killed process's slots come back within a minute.
-    static let lease: Double = 60
+    static let lease: Duration = .seconds(60)
 
     static let overLimit = OverLimitPolicy(reschedule: 20) { overrated, _ in
-        min(30, 1 + Double(overrated)) + Double.random(in: 0...1)
+        .seconds(min(30, 1 + Double(overrated)) + Double.random(in: 0...1))
     }
 
     /// A job class's options with the cap on `store` (a fixed store) or on the typed arguments' store

@@ -1,5 +1,6 @@
 import Foundation
 import HTTP
+import Queue
 import Workers
 
 /// A store could not answer now (timeout, connection, 5xx, malformed body, billing server down): retried with
@@ -41,10 +42,10 @@ struct StoreHTTP: Sendable {
     static func throwIfRetryable(_ response: HTTPResponse, service: String) throws {
         switch response.classification() {
         case .rateLimited(let retryAfter):
-            throw JobError.retryAfter(seconds: max(1, retryAfter ?? 60), reason: "\(service) rate limited (HTTP 429)")
+            throw JobError.retryAfter(Bounded.duration(seconds: max(1, retryAfter ?? 60)), reason: "\(service) rate limited (HTTP 429)")
         case .transient(let retryAfter):
             if let retryAfter {
-                throw JobError.retryAfter(seconds: max(1, retryAfter), reason: "\(service) answered HTTP \(response.status)")
+                throw JobError.retryAfter(Bounded.duration(seconds: max(1, retryAfter)), reason: "\(service) answered HTTP \(response.status)")
             }
             throw StoreUnavailable(service, "HTTP \(response.status)")
         case .success, .permanent:

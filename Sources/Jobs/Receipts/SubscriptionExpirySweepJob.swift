@@ -30,7 +30,7 @@ public struct SubscriptionExpirySweepJob: Job {
         public init() {}
     }
     public static let options = StoreCallLimits.optionsForBothStores(
-        JobOptions(maxRetries: 3, backoff: .sidekiq, timeout: 600, usesLedger: false))
+        JobOptions(maxRetries: 3, backoff: .sidekiq, timeout: .seconds(600), usesLedger: false))
     /// Renewing rows asked about per run (the sweep runs every 15 minutes: 800 an hour at most).
     static let storeChecksPerSweep = 200
     /// How long past its window a renewing row may stay unconfirmed before the alert.

@@ -134,7 +134,7 @@ public struct ValidateReceiptArguments: JobArguments, Equatable {
 /// (`JobError.permanent`) without retry; temporary store failures are retried with Sidekiq backoff.
 public struct ValidateReceiptJob: Job {
     public static let options = StoreCallLimits.options(
-        JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: 120, usesLedger: true))
+        JobOptions(maxRetries: 25, backoff: .sidekiq, timeout: .seconds(120), usesLedger: true))
     let services: ReceiptServices
 
     public init(services: ReceiptServices) { self.services = services }

@@ -1,3 +1,4 @@
+import Boundary
 import Foundation
 
 /// A callback job of a batch: `className` runs with `args = [status, options]`, where `status` is
@@ -67,7 +68,7 @@ public enum BatchError: Error, Sendable, Equatable, CustomStringConvertible {
 /// Creates batches (docs/batches.md). Reading them is `BatchAdmin`.
 public enum Batches {
     /// How long a batch's keys live after creation (Sidekiq Pro's default batch expiry: 30 days).
-    public static let defaultLifetime: Double = 30 * 86_400
+    public static let defaultLifetime: Duration = .seconds(30 * 86_400)
 
     /// A new batch id: 16 lowercase hex characters.
     public static func newBid() -> String { Identifiers.hex(byteCount: 8) }
@@ -82,9 +83,9 @@ public enum Batches {
     /// callbacks at once. Throws `BatchError` (nothing written) or a `RedisError`.
     @discardableResult
     public static func create(_ connection: RedisConnection, _ batch: NewBatch, bid: String = newBid(),
-                              lifetime: Double = defaultLifetime, now: Double = Clock.now()) throws -> CreatedBatch {
+                              lifetime: Duration = defaultLifetime, now: Double = Clock.now()) throws -> CreatedBatch {
         guard isValidBid(bid) else { throw BatchError.invalidBid(bid) }
-        var arguments: [any RedisArgument] = [bid, now, Int64((now + lifetime).rounded(.up)), batch.description]
+        var arguments: [any RedisArgument] = [bid, now, Int64((now + min(lifetime.inSeconds, Bounded.maxEpochSeconds)).rounded(.up)), batch.description]
         var callbackJids: [String?] = []
         for (event, callback) in [("complete", batch.onComplete), ("success", batch.onSuccess)] {
             guard let callback else {

@@ -19,8 +19,8 @@ public final class RedisConnection: @unchecked Sendable {
     public let endpoint: RedisEndpoint
     /// The server this connection talks to, `host:port/db` (with Sentinels: which master, as last resolved).
     public private(set) var serverAddress: String
-    /// Socket read/write timeout for ordinary commands, in seconds.
-    public let commandTimeout: Double
+    /// Socket read/write timeout for ordinary commands (connecting waits at most 5 s of it).
+    public let commandTimeout: Duration
     private var context: UnsafeMutablePointer<redisContext>?
     private var loadedScripts: Set<String> = []
     /// How many round trips (`pipeline` calls that sent commands) this connection has made: what a caller that
@@ -29,14 +29,14 @@ public final class RedisConnection: @unchecked Sendable {
     /// The RESP bytes of the command being queued (reused: one connection, one thread at a time).
     private var requestBuffer: [UInt8] = []
 
-    public init(endpoint: RedisEndpoint, commandTimeout: Double = 10) throws(RedisError) {
+    public init(endpoint: RedisEndpoint, commandTimeout: Duration = .seconds(10)) throws(RedisError) {
         self.endpoint = endpoint
         self.commandTimeout = commandTimeout
         self.serverAddress = endpoint.description
         try connect()
     }
 
-    public convenience init(url: String, commandTimeout: Double = 10) throws(RedisError) {
+    public convenience init(url: String, commandTimeout: Duration = .seconds(10)) throws(RedisError) {
         try self.init(endpoint: RedisEndpoint(url: url), commandTimeout: commandTimeout)
     }
 
@@ -78,7 +78,7 @@ public final class RedisConnection: @unchecked Sendable {
             server = endpoint.master(host: master.host, port: master.port)
             serverAddress = "\(endpoint.description) (master \(server.description))"
         }
-        let tv = Self.timeval(seconds: min(commandTimeout, 5))
+        let tv = Self.timeval(min(commandTimeout, .seconds(5)))
         guard let ctx = redisConnectWithTimeout(server.host, Int32(server.port), tv) else {
             throw .connectionFailed(address: serverAddress, reason: "out of memory")
         }
@@ -87,7 +87,7 @@ public final class RedisConnection: @unchecked Sendable {
             redisFree(ctx)
             throw .connectionFailed(address: serverAddress, reason: reason)
         }
-        redisSetTimeout(ctx, Self.timeval(seconds: commandTimeout))
+        redisSetTimeout(ctx, Self.timeval(commandTimeout))
         redisEnableKeepAlive(ctx)
         context = ctx
         do throws(RedisError) {
@@ -112,9 +112,12 @@ public final class RedisConnection: @unchecked Sendable {
         }
     }
 
-    private static func timeval(seconds: Double) -> Glibc.timeval {
-        let whole = Int(seconds)
-        return Glibc.timeval(tv_sec: whole, tv_usec: Int((seconds - Double(whole)) * 1_000_000))
+    /// `duration` as a `timeval`, clamped into 0...1e9 s (a negative or huge `Duration` never traps).
+    private static func timeval(_ duration: Duration) -> Glibc.timeval {
+        guard duration > .zero else { return Glibc.timeval(tv_sec: 0, tv_usec: 0) }
+        let parts = duration.components
+        guard parts.seconds < 1_000_000_000 else { return Glibc.timeval(tv_sec: 1_000_000_000, tv_usec: 0) }
+        return Glibc.timeval(tv_sec: Int(parts.seconds), tv_usec: Int(parts.attoseconds / 1_000_000_000_000))
     }
 
     private static func errorString(_ ctx: UnsafeMutablePointer<redisContext>) -> String {

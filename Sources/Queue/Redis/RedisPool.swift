@@ -15,12 +15,12 @@ import Foundation
 public final class RedisPool: @unchecked Sendable {
     public let endpoint: RedisEndpoint
     public let maxConnections: Int
-    private let commandTimeout: Double
+    private let commandTimeout: Duration
     private let condition = NSCondition()
     private var idle: [RedisConnection] = []
     private var opened = 0
 
-    public init(endpoint: RedisEndpoint, maxConnections: Int = 4, commandTimeout: Double = 10) {
+    public init(endpoint: RedisEndpoint, maxConnections: Int = 4, commandTimeout: Duration = .seconds(10)) {
         self.endpoint = endpoint
         self.maxConnections = max(1, maxConnections)
         self.commandTimeout = commandTimeout

@@ -33,8 +33,8 @@ package struct SentinelTarget: Sendable, Equatable {
         self.masterName = masterName
     }
 
-    /// How long to wait for one Sentinel (connect and reply) before asking the next, in seconds.
-    public static let sentinelTimeout = 0.5
+    /// How long to wait for one Sentinel (connect and reply) before asking the next.
+    public static let sentinelTimeout: Duration = .milliseconds(500)
 
     /// Parses a `redis+sentinel://` URL into an endpoint whose `sentinel` is set.
     static func endpoint(url: String) throws(RedisError) -> RedisEndpoint {

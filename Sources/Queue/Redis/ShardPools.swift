@@ -9,7 +9,7 @@ package final class ShardPools: Sendable {
     /// Index = shard index in `map`.
     public let pools: [RedisPool]
 
-    public init(map: ShardMap, maxConnections: Int = 4, commandTimeout: Double = 10) {
+    public init(map: ShardMap, maxConnections: Int = 4, commandTimeout: Duration = .seconds(10)) {
         self.map = map
         pools = map.shards.map { RedisPool(endpoint: $0.endpoint, maxConnections: maxConnections, commandTimeout: commandTimeout) }
     }

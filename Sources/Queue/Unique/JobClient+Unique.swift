@@ -9,9 +9,15 @@ extension JobClient {
     /// given) so the worker that fetches it keeps the lock as the policy says.
     ///
     /// `key`: the uniqueness key (default: the policy's derived key, else the `args`).
-    /// `at`: schedule it (epoch seconds); the lock then lives the delay plus `policy.seconds`.
+    /// `at`: schedule it; the lock then lives the delay plus `policy.duration`.
     public func enqueueUnique(_ job: NewJob, policy: UniquePolicy, key: String? = nil,
-                              at: Double? = nil) throws -> UniquePush {
+                              at: Date? = nil) throws -> UniquePush {
+        try enqueueUnique(job, policy: policy, key: key, at: at?.timeIntervalSince1970)
+    }
+
+    /// `enqueueUnique(_:policy:key:at:)` with `at` in epoch seconds (the runtime's and workerctl's unit).
+    package func enqueueUnique(_ job: NewJob, policy: UniquePolicy, key: String? = nil,
+                               at: Double?) throws -> UniquePush {
         let now = Clock.now()
         let scheduled = at.flatMap { $0 > now ? $0 : nil }
         if let at, Bounded.epochSeconds(at) == nil { throw EnqueueError.invalidTime("\(at) is not an epoch time") }

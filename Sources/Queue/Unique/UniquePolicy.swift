@@ -1,4 +1,5 @@
 import Crypto
+import Boundary
 import Foundation
 
 /// When a unique job's lock is released (Sidekiq Enterprise's `unique_until`).
@@ -9,34 +10,41 @@ public enum UniqueUntil: String, Sendable, Equatable, CaseIterable {
     case success
 }
 
-/// "At most one job with this key for `seconds`": Sidekiq Enterprise's `unique_for` /
+/// "At most one job with this key for `duration`": Sidekiq Enterprise's `unique_for` /
 /// `unique_until` (https://github.com/sidekiq/sidekiq/wiki/Ent-Unique-Jobs).
 ///
 /// The key is class + queue + args unless `key` derives one from the job's `args` (e.g. only the
-/// user id). `seconds` is the lock's TTL, only a safety net: the lock is released when the job
-/// succeeds or dies (or starts, with `until: .start`), see docs/unique-jobs.md.
+/// user id). `duration` is the lock's TTL, only a safety net: the lock is released when the job
+/// succeeds or dies (or starts, with `until: .start`), see docs/unique-jobs.md. An enqueue refuses a
+/// `duration` outside `(0, maxDuration]`.
 public struct UniquePolicy: Sendable {
-    public var seconds: Double
+    /// The lock's TTL (`unique_for` on the wire, in seconds).
+    public var duration: Duration
     public var until: UniqueUntil
     /// Derives the uniqueness key from the job's `args`; nil = the whole `args` array.
     public var key: (@Sendable ([JSONValue]) -> String)?
 
-    public init(for seconds: Double, until: UniqueUntil = .success, key: (@Sendable ([JSONValue]) -> String)? = nil) {
-        self.seconds = seconds
+    public init(for duration: Duration, until: UniqueUntil = .success, key: (@Sendable ([JSONValue]) -> String)? = nil) {
+        self.duration = duration
         self.until = until
         self.key = key
     }
 
+    /// `duration` in seconds (`unique_for`, the lock scripts' TTL arithmetic).
+    package var seconds: Double { duration.inSeconds }
+
     /// The longest lock a policy may ask for: one year. A payload's `unique_for` above it is clamped to it
     /// (review M1: `1e300` trapped the fetcher, `1e15` made the settle script's `PEXPIREAT` fail after its `LREM`).
-    public static let maxSeconds: Double = Bounded.maxIntervalSeconds
+    public static let maxDuration: Duration = .seconds(Bounded.maxIntervalSeconds)
+    /// `maxDuration` in seconds.
+    package static let maxSeconds: Double = Bounded.maxIntervalSeconds
 
     /// The policy a payload asks for itself (`unique_for` seconds > 0, clamped to `maxSeconds`, optional
     /// `unique_until`, as Sidekiq's Ruby client writes them from `sidekiq_options`), or nil.
     public static func requested(by payload: JobPayload) -> UniquePolicy? {
         guard let seconds = payload.fields["unique_for"]?.doubleValue, seconds > 0, seconds.isFinite else { return nil }
         let until = payload.fields["unique_until"]?.stringValue.flatMap(UniqueUntil.init(rawValue:)) ?? .success
-        return UniquePolicy(for: Bounded.seconds(seconds, max: maxSeconds), until: until)
+        return UniquePolicy(for: Bounded.duration(seconds: seconds, max: maxSeconds), until: until)
     }
 
     /// The payload fields that carry this policy (so a worker that fetches the job knows it).

@@ -50,20 +50,22 @@ public enum JobError: Error, Sendable, CustomStringConvertible {
     case badInput(String)
     /// Failed for a reason retrying cannot fix (e.g. configuration): `dead` now.
     case permanent(String)
-    /// Failed for now; try again after `seconds` (e.g. a 429's Retry-After). Counts as an attempt.
-    /// The runner waits at most `maxRetryAfterSeconds` (a larger or non-finite value is clamped).
-    case retryAfter(seconds: Double, reason: String)
+    /// Failed for now; try again after the given delay (e.g. a 429's Retry-After). Counts as an attempt.
+    /// The runner waits at most `maxRetryAfter` (a longer delay is clamped, a negative one is zero). Build a
+    /// delay read from outside (a header, a payload) with `Bounded.duration(seconds:max:)`, never
+    /// `Duration.seconds(_: Double)`, which traps on NaN and infinity.
+    case retryAfter(Duration, reason: String)
 
     /// The longest wait a `retryAfter` gets: one day (a provider's 20-digit `Retry-After` must not park a job
     /// for centuries, review M9).
-    public static let maxRetryAfterSeconds: Double = 86_400
+    public static let maxRetryAfter: Duration = .seconds(86_400)
 
     public var description: String {
         switch self {
         case .badInput(let why): return "bad input: \(why)"
         case .permanent(let why): return why
-        case .retryAfter(let seconds, let why):
-            return "\(why) (retry after \(Bounded.int(Bounded.seconds(seconds, max: Self.maxRetryAfterSeconds), in: 0...Int.max)) s)"
+        case .retryAfter(let delay, let why):
+            return "\(why) (retry after \(Bounded.int(Bounded.seconds(delay.inSeconds, max: Self.maxRetryAfter.inSeconds), in: 0...Int.max)) s)"
         }
     }
 }
@@ -73,8 +75,8 @@ public struct JobOptions: Sendable {
     /// Retries when the payload says `retry: true` or nothing (Sidekiq's default: 25).
     public var maxRetries: Int
     public var backoff: Backoff
-    /// Seconds a run may take before it fails with `JobTimeout` (and is retried).
-    public var timeout: Double
+    /// How long a run may take before it fails with `JobTimeout` (and is retried).
+    public var timeout: Duration
     /// Whether the runtime checks the ledger before running a job that may have run before
     /// (interrupted or retried), skipping it when an earlier delivery committed.
     public var usesLedger: Bool
@@ -99,7 +101,7 @@ public struct JobOptions: Sendable {
     /// (docs/limiters.md, Workers/Limits/).
     public var limits: JobLimits = []
 
-    public init(maxRetries: Int = 25, backoff: Backoff = .sidekiq, timeout: Double = 1800, usesLedger: Bool = false,
+    public init(maxRetries: Int = 25, backoff: Backoff = .sidekiq, timeout: Duration = .seconds(1800), usesLedger: Bool = false,
                 groupCommit: Bool = false) {
         self.maxRetries = maxRetries
         self.backoff = backoff

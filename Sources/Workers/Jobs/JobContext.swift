@@ -40,9 +40,9 @@ public struct JobContext: Sendable {
     /// (the job's work runs directly in it when the group claimed its ledger row, else in a savepoint);
     /// only this run's thread touches it, and only during the run.
     var sharedTransaction: SharedTransaction?
-    /// When this run was admitted through its class's limits (Unix seconds, Redis server time); nil for a
-    /// class without limits (docs/limiters.md).
-    public internal(set) var limitsAdmittedAt: Double?
+    /// When this run was admitted through its class's limits (Redis server time); nil for a class without
+    /// limits (docs/limiters.md).
+    public internal(set) var limitsAdmittedAt: Date?
 
     /// `logger` is the process's logger; this run's fields are added by `logger` when it is read.
     public init(jid: String, className: String, queue: String, attempt: Int, payload: JobPayload, deadline: Date,

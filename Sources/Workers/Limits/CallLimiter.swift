@@ -10,7 +10,7 @@ import Synchronization
 /// keys, Redis time, published in the `limits` hash on first use, seen by `workerctl limits ls`.
 ///
 /// `acquire` returns when the caller may send. When the limit is full it sleeps until the limiter's own
-/// estimate of the next admission and asks again, as long as that stays within `patience` seconds of the
+/// estimate of the next admission and asks again, as long as that stays within `patience` of the
 /// first ask; past that it throws `CallLimitError.overLimit`, which the runner settles the way it settles a
 /// job refused by its declared limits: rescheduled with `OverLimitPolicy` (the job's `limits.overLimit`), not
 /// a failure, not a retry. A job must let that error out of `perform` unchanged.
@@ -22,21 +22,24 @@ public final class CallLimiter: Sendable {
     public let declaration: LimitDeclaration
     public let redis: RedisPool
     /// Longest time one `acquire` waits for an admission before giving up (`CallLimitError.overLimit`).
-    public let patience: Double
+    public let patience: Duration
+    /// `patience` in seconds, clamped into `0...Bounded.maxIntervalSeconds`.
+    private let patienceSeconds: Double
     private let declared = Atomic<Bool>(false)
 
-    public init(_ declaration: LimitDeclaration, redis: RedisPool, patience: Double) {
+    public init(_ declaration: LimitDeclaration, redis: RedisPool, patience: Duration) {
         precondition(declaration.spec.kind != .concurrent, "CallLimiter takes bucket and window limits only")
         self.declaration = declaration
         self.redis = redis
         self.patience = patience
+        self.patienceSeconds = Bounded.seconds(patience.inSeconds, max: Bounded.maxIntervalSeconds)
     }
 
     /// Admits one call (`args`: the job's arguments when the declaration derives a key from them). Returns the
-    /// admission time (seconds, Redis clock). Throws `CallLimitError` (over limit past `patience`, cancelled
-    /// while waiting) or a `RedisError`.
+    /// admission time (Redis clock). Throws `CallLimitError` (over limit past `patience`, cancelled while
+    /// waiting) or a `RedisError`.
     @discardableResult
-    public func acquire(args: [JSONValue] = [], isCancelled: () -> Bool) throws -> Double {
+    public func acquire(args: [JSONValue] = [], isCancelled: () -> Bool) throws -> Date {
         let instance: LimitStore.Instance = (declaration.spec, declaration.instanceKey(args: args))
         let name = declaration.spec.name
         let started = Date()
@@ -52,11 +55,13 @@ public final class CallLimiter: Sendable {
             case .admitted(_, let atMilliseconds):
                 LimiterMetrics.admitted(name)
                 if waited { LimiterMetrics.waited(name, seconds: Date().timeIntervalSince(started)) }
-                return Double(atMilliseconds) / 1000
+                return Date(timeIntervalSince1970: Double(atMilliseconds) / 1000)
             case .overLimit(_, let waitMilliseconds):
                 let wait = Double(waitMilliseconds) / 1000
                 let elapsed = Date().timeIntervalSince(started)
-                if elapsed + wait > patience { throw CallLimitError.overLimit(limit: name, waitSeconds: wait) }
+                if elapsed + wait > patienceSeconds {
+                    throw CallLimitError.overLimit(limit: name, wait: Bounded.duration(seconds: wait))
+                }
                 try sleep(wait, isCancelled: isCancelled)
                 waited = true
             }
@@ -65,14 +70,14 @@ public final class CallLimiter: Sendable {
 
     /// The longest fleet-wide hold: one hour. A provider's `Retry-After` beyond it (20 digits, or a year) would
     /// otherwise stop the whole fleet's calls for good (review M9); after an hour one call probes again.
-    public static let maxHoldSeconds: Double = 3_600
+    public static let maxHold: Duration = .seconds(3_600)
 
-    /// Holds the limit back fleet-wide: nobody is admitted for `seconds`, clamped into `0...maxHoldSeconds`
+    /// Holds the limit back fleet-wide: nobody is admitted for `duration`, clamped into `0...maxHold`
     /// (a provider's 429 with Retry-After). See `LimitScripts.hold`.
-    public func hold(seconds: Double, args: [JSONValue] = []) throws {
+    public func hold(for duration: Duration, args: [JSONValue] = []) throws {
         let instance: LimitStore.Instance = (declaration.spec, declaration.instanceKey(args: args))
         try redis.withConnection { connection in
-            try LimitStore.hold(connection, instance, milliseconds: Bounded.milliseconds(seconds, maxSeconds: Self.maxHoldSeconds))
+            try LimitStore.hold(connection, instance, milliseconds: Bounded.milliseconds(duration.inSeconds, maxSeconds: Self.maxHold.inSeconds))
         }
     }
 
@@ -89,16 +94,16 @@ public final class CallLimiter: Sendable {
 
 /// Why `CallLimiter.acquire` did not admit a call.
 public enum CallLimitError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// The limit would not admit within the limiter's patience; it estimates `waitSeconds` more. The runner
+    /// The limit would not admit within the limiter's patience; it estimates `wait` more. The runner
     /// reschedules the job (Sidekiq Enterprise's OverLimit), it is not a failure.
-    case overLimit(limit: String, waitSeconds: Double)
+    case overLimit(limit: String, wait: Duration)
     /// The run was cancelled (timeout, shutdown) while it waited: a normal failure of the run.
     case cancelled(limit: String)
 
     public var description: String {
         switch self {
         case .overLimit(let limit, let wait):
-            return "over limit '\(limit)': next admission in \(Int(wait.rounded(.up))) s, beyond the wait limit"
+            return "over limit '\(limit)': next admission in \(Bounded.int(wait.inSeconds.rounded(.up), in: 0...Int.max)) s, beyond the wait limit"
         case .cancelled(let limit): return "cancelled while waiting for limit '\(limit)'"
         }
     }

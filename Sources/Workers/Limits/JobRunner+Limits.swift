@@ -45,7 +45,8 @@ extension JobRunner {
             return .failed(settlement(after: OverLimit(limit: limit, overrated: overrated), payload: payload, job: job,
                                       options: options, logger: logger))
         }
-        let delay = Bounded.seconds(policy.backoff(overrated, waitSeconds), max: Bounded.maxIntervalSeconds)
+        let delay = Bounded.seconds(policy.backoff(overrated, Bounded.duration(seconds: waitSeconds)).inSeconds,
+                                   max: Bounded.maxIntervalSeconds)
         var next = payload
         let now = Clock.now()
         next.fields["overrated"] = .int(Int64(overrated + 1))

@@ -13,29 +13,29 @@ public struct LimitDeclaration: Sendable {
     /// part of a Redis key, so derive it from ids, never from personal data (e-mails, coordinates, tokens).
     public let key: @Sendable ([JSONValue]) -> String?
 
-    /// At most `max` jobs hold this limit at once, fleet-wide. `lease` (seconds) is how long a slot
-    /// survives a process that stopped renewing it; the running process renews every `lease / 3`.
-    public static func concurrent(_ name: String, max: Int, lease: Double = 30,
+    /// At most `max` jobs hold this limit at once, fleet-wide. `lease` is how long a slot survives a process
+    /// that stopped renewing it; the running process renews every `lease / 3`.
+    public static func concurrent(_ name: String, max: Int, lease: Duration = .seconds(30),
                                   key: @escaping @Sendable ([JSONValue]) -> String? = { _ in nil }) -> LimitDeclaration {
         LimitDeclaration(spec: LimitSpec(kind: .concurrent, name: name, max: max, milliseconds: milliseconds(lease)), key: key)
     }
 
-    /// At most `max` admissions per window of `seconds`; windows are aligned on Redis time.
-    public static func window(_ name: String, max: Int, per seconds: Double,
+    /// At most `max` admissions per window of length `period`; windows are aligned on Redis time.
+    public static func window(_ name: String, max: Int, per period: Duration,
                               key: @escaping @Sendable ([JSONValue]) -> String? = { _ in nil }) -> LimitDeclaration {
-        LimitDeclaration(spec: LimitSpec(kind: .window, name: name, max: max, milliseconds: milliseconds(seconds)), key: key)
+        LimitDeclaration(spec: LimitSpec(kind: .window, name: name, max: max, milliseconds: milliseconds(period)), key: key)
     }
 
-    /// A token bucket of `capacity` tokens refilled continuously at `capacity` per `seconds`; each admission
-    /// takes one token. `capacity: 1` spaces admissions at least `seconds` apart.
-    public static func bucket(_ name: String, capacity: Int, per seconds: Double,
+    /// A token bucket of `capacity` tokens refilled continuously at `capacity` per `period`; each admission
+    /// takes one token. `capacity: 1` spaces admissions at least `period` apart.
+    public static func bucket(_ name: String, capacity: Int, per period: Duration,
                               key: @escaping @Sendable ([JSONValue]) -> String? = { _ in nil }) -> LimitDeclaration {
-        LimitDeclaration(spec: LimitSpec(kind: .bucket, name: name, max: capacity, milliseconds: milliseconds(seconds)), key: key)
+        LimitDeclaration(spec: LimitSpec(kind: .bucket, name: name, max: capacity, milliseconds: milliseconds(period)), key: key)
     }
 
     /// A declaration's period in milliseconds: at least 1, at most a year (a period read from configuration).
-    private static func milliseconds(_ seconds: Double) -> Int {
-        Swift.max(1, Bounded.milliseconds(seconds, maxSeconds: Bounded.maxIntervalSeconds))
+    private static func milliseconds(_ period: Duration) -> Int {
+        Swift.max(1, Bounded.milliseconds(period.inSeconds, maxSeconds: Bounded.maxIntervalSeconds))
     }
 
     /// The Redis instance key for a payload's arguments.
@@ -63,25 +63,29 @@ public struct OverLimitPolicy: Sendable {
     /// Times a job may be rescheduled for being over its limit (Sidekiq Enterprise's `reschedule`; 25 by default,
     /// per https://juanitofatas.com/series/sidekiq/ent-rate-limiting, a summary of the Ent-Rate-Limiting wiki).
     public var reschedule: Int
-    /// Seconds until the next try, from `overrated` (0 for the first refusal) and the limiter's own
-    /// estimate of when it admits again.
-    public var backoff: @Sendable (_ overrated: Int, _ limiterWait: Double) -> Double
+    /// The delay until the next try, from `overrated` (0 for the first refusal) and the limiter's own
+    /// estimate of when it admits again. The runner clamps it into `0...Bounded.maxIntervalSeconds`.
+    /// Called on the pool thread that ran the job; must not block.
+    public var backoff: @Sendable (_ overrated: Int, _ limiterWait: Duration) -> Duration
 
     public init(reschedule: Int = 25,
-                backoff: @escaping @Sendable (_ overrated: Int, _ limiterWait: Double) -> Double = OverLimitPolicy.sidekiqEnterprise) {
+                backoff: @escaping @Sendable (_ overrated: Int, _ limiterWait: Duration) -> Duration = OverLimitPolicy.sidekiqEnterprise) {
         self.reschedule = reschedule
         self.backoff = backoff
     }
 
     /// Sidekiq Enterprise's default: `300 × overrated + rand(300) + 1` seconds (linear, 5 minutes a step).
-    public static let sidekiqEnterprise: @Sendable (Int, Double) -> Double = { overrated, _ in
-        Double(300 * overrated + Int.random(in: 0..<300) + 1)
+    public static let sidekiqEnterprise: @Sendable (Int, Duration) -> Duration = { overrated, _ in
+        .seconds(300 * overrated + Int.random(in: 0..<300) + 1)
     }
 
-    /// Tries again when the limiter says it frees up, plus up to `jitter` seconds, capped at `cap`: for
-    /// short limits (1 request/s) where five minutes would be far too long.
-    public static func limiterWait(jitter: Double = 1, cap: Double = 300) -> @Sendable (Int, Double) -> Double {
-        { _, wait in min(cap, wait + Double.random(in: 0...max(0, jitter))) }
+    /// Tries again when the limiter says it frees up, plus up to `jitter`, capped at `cap`: for short limits
+    /// (1 request/s) where five minutes would be far too long.
+    public static func limiterWait(jitter: Duration = .seconds(1),
+                                   cap: Duration = .seconds(300)) -> @Sendable (Int, Duration) -> Duration {
+        let jitterSeconds = Bounded.seconds(jitter.inSeconds, max: Bounded.maxIntervalSeconds)
+        let longest = Duration.seconds(Bounded.maxIntervalSeconds)  // `wait + jitter` never overflows
+        return { _, wait in min(cap, min(wait, longest) + .seconds(Double.random(in: 0...jitterSeconds))) }
     }
 }
 

@@ -170,7 +170,7 @@ final class Fetcher: Sendable {
         var brought = 0
         let (waited, paused) = try ReliableQueue.fetchThenWait(
             conn, identity: identity, queue: single, limit: asked,
-            timeout: configuration.blockingFetchTimeout) { jobs in
+            timeout: configuration.blockingFetchTimeout.inSeconds) { jobs in
             brought = jobs.count
             do throws(RedisError) {
                 try deliver(jobs, checkingOn: state.checkLink.connected(), releasing: asked)
@@ -209,7 +209,7 @@ final class Fetcher: Sendable {
         if jobs.isEmpty {
             if single == nil {
                 Thread.sleep(forTimeInterval: state.idleWait)
-                state.idleWait = min(state.idleWait * 2, configuration.idlePollMax)
+                state.idleWait = min(state.idleWait * 2, configuration.idlePollMax.inSeconds)
             }
             return
         }
@@ -241,7 +241,7 @@ final class Fetcher: Sendable {
     /// unpaused queue. A wait that timed out loops straight into the next fetch: no sleep, during which a job pushed
     /// meanwhile would wait up to 50 ms.
     private func fetchBlocking(_ conn: RedisConnection, queue single: String) throws(RedisError) -> FetchedJob? {
-        try ReliableQueue.fetchBlocking(conn, identity: identity, queue: single, timeout: configuration.blockingFetchTimeout)
+        try ReliableQueue.fetchBlocking(conn, identity: identity, queue: single, timeout: configuration.blockingFetchTimeout.inSeconds)
     }
 
     /// A waiter (one queue served, `WorkerConfiguration.blockingWaiters` of them): its own connection waits in
@@ -267,7 +267,7 @@ final class Fetcher: Sendable {
             do throws(RedisError) {
                 let conn = try link.connected()
                 let (job, paused) = try ReliableQueue.waitForJob(conn, identity: identity, queue: queue,
-                                                                 timeout: configuration.blockingFetchTimeout)
+                                                                 timeout: configuration.blockingFetchTimeout.inSeconds)
                 redisAnswered(&backoff)
                 if paused { gate.notePaused() }
                 guard let job else { continue }
@@ -331,7 +331,7 @@ final class Fetcher: Sendable {
     /// few for slow ones (expected wait of a buffered job ≤ `prefetchWait`).
     private func allowedPrefetch() -> Int {
         let average = max(1e-6, runTime.seconds)
-        let allowed = Double(configuration.concurrency) * configuration.prefetchWait / average
+        let allowed = Double(configuration.concurrency) * configuration.prefetchWait.inSeconds / average
         return Int(min(Double(configuration.prefetch), allowed))
     }
 

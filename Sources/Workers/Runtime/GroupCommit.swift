@@ -154,7 +154,7 @@ struct GroupCommit {
                         roundStart = members.count
                     } while next.isEmpty
                         && members.count < configuration.commitBatch
-                        && Clock.now() - openedAt < configuration.commitWindow
+                        && Clock.now() - openedAt < configuration.commitWindow.inSeconds
                         && takeWaiting(into: &members, carried: &carried) > 0
                     let commit: PostgresRows
                     do { commit = try connection.query("COMMIT") } catch let error as PostgresError where error.deferred {
@@ -215,7 +215,7 @@ struct GroupCommit {
         }
         var index = start
         while index < members.count {
-            if index > 0, Clock.now() - openedAt >= configuration.commitWindow {
+            if index > 0, Clock.now() - openedAt >= configuration.commitWindow.inSeconds {
                 return try cut(&members, from: index, unused: unused, connection: connection)
             }
             let taken = members[index].taken

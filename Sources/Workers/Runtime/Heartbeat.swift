@@ -77,20 +77,20 @@ final class Heartbeat: @unchecked Sendable {
 
     private func loop(_ initial: RedisLink, onSignal: (String) -> Void) {
         var link = initial
-        var next = Date(timeIntervalSinceNow: configuration.heartbeatInterval)
+        var next = Date(timeIntervalSinceNow: configuration.heartbeatInterval.inSeconds)
         while !thread.shouldStop {
             if Date() < next {
                 Thread.sleep(forTimeInterval: min(0.1, next.timeIntervalSinceNow))
                 continue
             }
-            next = Date(timeIntervalSinceNow: configuration.heartbeatInterval)
+            next = Date(timeIntervalSinceNow: configuration.heartbeatInterval.inSeconds)
             do {
                 if let signal = try link.withRetryOnStaleLink({ try beat($0) }) { onSignal(signal) }
                 outages.succeeded("Redis")
             } catch {
                 link.drop()
                 outages.failed("Redis", error)
-                next = Date(timeIntervalSinceNow: min(1, configuration.heartbeatInterval))
+                next = Date(timeIntervalSinceNow: min(1, configuration.heartbeatInterval.inSeconds))
             }
         }
     }
@@ -126,7 +126,7 @@ final class Heartbeat: @unchecked Sendable {
              "busy", executions.count, "beat", now,
              "quiet", flags.isQuiet ? "true" : "false", "rss", ProcessFigures.rssKilobytes(), "rtt_us", rtt],
             ["EXPIRE", Keys.process(identity), 60],
-            ["SET", Keys.fetcherHeartbeat(identity: identity), "1", "EX", Int(configuration.fetcherHeartbeatTTL.rounded(.up))],
+            ["SET", Keys.fetcherHeartbeat(identity: identity), "1", "EX", Int(configuration.fetcherHeartbeatTTL.inSeconds.rounded(.up))],
             ["RPOP", Keys.signals(identity)],
         ])
         lastBeat.store(Clock.now(), ordering: .relaxed)

@@ -45,7 +45,7 @@ final class Housekeeper: Sendable {
 
     private func loop() {
         var link = RedisLink(endpoint: endpoint)
-        var nextPoll = Date(timeIntervalSinceNow: Double.random(in: 0...min(1, configuration.pollInterval)))
+        var nextPoll = Date(timeIntervalSinceNow: Double.random(in: 0...min(1, configuration.pollInterval.inSeconds)))
         var nextSweep = Date()
         while !thread.shouldStop {
             let wake = min(nextPoll, nextSweep)
@@ -69,12 +69,12 @@ final class Housekeeper: Sendable {
             let moved = try ReliableQueue.moveDue(conn, from: Keys.retry)
                 + ReliableQueue.moveDue(conn, from: Keys.schedule)
             if moved > 0 { logger.debug("moved due jobs to their queues", metadata: ["count": "\(moved)"]) }
-            nextPoll = Date(timeIntervalSinceNow: configuration.pollInterval * Double.random(in: 0.5...1.5))
+            nextPoll = Date(timeIntervalSinceNow: configuration.pollInterval.inSeconds * Double.random(in: 0.5...1.5))
         }
         if Date() >= nextSweep {
             try sweepOrphans(conn)
             try checkShardMap(conn)
-            nextSweep = Date(timeIntervalSinceNow: configuration.orphanSweepInterval)
+            nextSweep = Date(timeIntervalSinceNow: configuration.orphanSweepInterval.inSeconds)
         }
     }
 
@@ -82,7 +82,7 @@ final class Housekeeper: Sendable {
     /// or jobs stranded on it, log an alert (`shard_map_mismatch`) and set the gauge while they last.
     private func checkShardMap(_ connection: RedisConnection) throws {
         let finding = try ShardMapCheck.check(connection, map: shardMap, shard: shard,
-                                              freshness: max(120, 4 * configuration.orphanSweepInterval))
+                                              freshness: max(120, 4 * configuration.orphanSweepInterval.inSeconds))
         metrics.shardMapMismatch.record(finding.isEmpty ? 0 : 1)
         guard !finding.isEmpty else { return }
         logger.error("shard map mismatch: another map is in use on this shard, or jobs wait where this map sends no worker", metadata: [
@@ -96,7 +96,7 @@ final class Housekeeper: Sendable {
     /// jobs of processes whose heartbeat expired and pruning dead entries from `processes`.
     private func sweepOrphans(_ connection: RedisConnection) throws {
         let lease = try connection.command("SET", Keys.orphanSweepLock, identity, "NX", "PX",
-                                           max(1, Int(configuration.orphanSweepInterval * 1000) - 100))
+                                           max(1, Int(configuration.orphanSweepInterval.inSeconds * 1000) - 100))
         guard lease.string == "OK" else { return }
         let report = try ReliableQueue.recoverOrphans(connection, ownIdentity: identity,
                                                       interruptLimit: configuration.interruptLimit,

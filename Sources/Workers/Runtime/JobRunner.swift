@@ -23,9 +23,9 @@ struct JobRunner: Sendable {
     /// The timeout for a payload (its class's, else the process default, else 30 min).
     func timeout(for payload: JobPayload?) -> Double {
         if let payload, let options = registry.options(for: payload.className) {
-            return configuration.defaultTimeout.map { min($0, options.timeout) } ?? options.timeout
+            return (configuration.defaultTimeout.map { min($0, options.timeout) } ?? options.timeout).inSeconds
         }
-        return configuration.defaultTimeout ?? 1800
+        return configuration.defaultTimeout?.inSeconds ?? 1800
     }
 
     static func parse(_ job: FetchedJob) -> Result<JobPayload, PayloadError> {
@@ -144,7 +144,7 @@ struct JobRunner: Sendable {
                                  payload: payload, deadline: Date(timeIntervalSince1970: execution.deadline),
                                  cancellation: execution.cancellation, logger: logger, database: database)
         context.sharedTransaction = sharedTransaction
-        context.limitsAdmittedAt = admittedAt
+        context.limitsAdmittedAt = admittedAt.map { Date(timeIntervalSince1970: $0) }
         let started = Clock.now()
         do {
             if middleware.isEmpty {
@@ -156,9 +156,9 @@ struct JobRunner: Sendable {
                 jobLogger().debug("done", metadata: ["ms": "\(Int((Clock.now() - started) * 1000))"])
             }
             return .acknowledged
-        } catch CallLimitError.overLimit(let limit, let waitSeconds) {
+        } catch CallLimitError.overLimit(let limit, let wait) {
             // A limit on the job's calls (`CallLimiter`) refused: rescheduled like a job over its declared limits.
-            return overLimit(limit, waitSeconds: waitSeconds, payload: payload, job: job,
+            return overLimit(limit, waitSeconds: wait.inSeconds, payload: payload, job: job,
                              policy: prepared.options.limits.overLimit, options: prepared.options, logger: jobLogger())
         } catch where sharedTransaction?.claimedRow != nil {
             // Group commit's fast path: the pool thread rolls the group back and runs this job again in a

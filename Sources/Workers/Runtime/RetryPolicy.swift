@@ -26,7 +26,7 @@ enum RetryPolicy {
             break
         }
         var retryAfter: Double?
-        if case JobError.retryAfter(let seconds, _) = error { retryAfter = seconds }
+        if case JobError.retryAfter(let delay, _) = error { retryAfter = delay.inSeconds }
         let now = Clock.now()
         switch RetryDecision.decide(payload, queue: queue, errorClass: errorClass, message: message, options: options,
                                     retryAfter: retryAfter, now: now) {
@@ -50,7 +50,7 @@ enum RetryPolicy {
 /// Pure: no clock of its own, no Redis, no logging; any thread. `RetryPolicy.settlement(after:…)` settles with it,
 /// and the fuzz harness (Sources/FuzzTargets/SettlementHarness.swift) calls it with hostile payloads. Invariant: for
 /// any payload `JobPayload(parsing:)` accepts, and any error, it returns without trapping, and a retry's `delay` is
-/// finite, in `0...Bounded.maxIntervalSeconds` (a `JobError.retryAfter` in `0...JobError.maxRetryAfterSeconds`).
+/// finite, in `0...Bounded.maxIntervalSeconds` (a `JobError.retryAfter` in `0...JobError.maxRetryAfter`).
 package enum RetryDecision: Sendable, Equatable {
     /// `retry: false`, or retries exhausted with `dead: false`.
     case drop(reason: String)
@@ -74,8 +74,8 @@ package enum RetryDecision: Sendable, Equatable {
         if RetryWindow.allowsRetry(payload, retryCount: count, maxRetries: maxRetries, now: now) {
             // Both come from outside in the end (a payload's retry_count, a provider's Retry-After): clamped, so the
             // retry's score and the runner's log line stay numbers the runtime can convert.
-            var delay = Bounded.seconds(options.backoff.delay(retryCount: count), max: Bounded.maxIntervalSeconds)
-            if let retryAfter { delay = Bounded.seconds(retryAfter, max: JobError.maxRetryAfterSeconds) }
+            var delay = options.backoff.delaySeconds(retryCount: count)
+            if let retryAfter { delay = Bounded.seconds(retryAfter, max: JobError.maxRetryAfter.inSeconds) }
             return .retry(payload: updated, delay: delay, retryCount: count)
         }
         if !payload.allowsDead { return .drop(reason: "retries exhausted; dead disabled") }
@@ -120,24 +120,33 @@ enum RetryWindow {
 public enum Backoff: Sendable {
     /// Sidekiq: `count⁴ + 15 + rand(0…9) × (count + 1)` seconds.
     case sidekiq
-    /// `min(cap, base × 2^count)` with ±`jitter` (fraction) random spread.
-    case exponential(base: Double, cap: Double, jitter: Double)
+    /// `min(cap, base × 2^count)` with ±`jitter` (a fraction of the delay, e.g. 0.1) random spread.
+    case exponential(base: Duration, cap: Duration, jitter: Double)
     /// A fixed list of delays; the last one repeats.
-    case schedule([Double])
+    case schedule([Duration])
 
-    public func delay(retryCount count: Int) -> Double {
+    /// The delay after the failure that gave `retry_count` `count`, in `0...Bounded.maxIntervalSeconds` (a
+    /// count from a payload may be anything up to `Bounded.maxCount`; a longer delay is clamped, never a trap).
+    public func delay(retryCount count: Int) -> Duration {
+        .seconds(delaySeconds(retryCount: count))
+    }
+
+    /// `delay(retryCount:)` in seconds, for the runtime's scores: finite, in `0...Bounded.maxIntervalSeconds`.
+    package func delaySeconds(retryCount count: Int) -> Double {
+        let raw: Double
         switch self {
         case .sidekiq:
             let c = Double(count)
-            return c * c * c * c + 15 + Double(Int.random(in: 0...9)) * (c + 1)
+            raw = c * c * c * c + 15 + Double(Int.random(in: 0...9)) * (c + 1)
         case .exponential(let base, let cap, let jitter):
-            let raw = min(cap, base * pow(2, Double(min(count, 60))))
-            let spread = raw * jitter
-            return max(0, raw + Double.random(in: -spread...spread))
+            let limited = min(cap.inSeconds, base.inSeconds * pow(2, Double(min(count, 60))))
+            let spread = Bounded.seconds(abs(limited * jitter), max: Bounded.maxIntervalSeconds)
+            raw = limited + Double.random(in: -spread...spread)
         case .schedule(let delays):
-            guard let last = delays.last else { return 15 }
-            return count < delays.count ? delays[count] : last
+            guard let last = delays.last else { raw = 15; break }
+            raw = (count < delays.count ? delays[count] : last).inSeconds
         }
+        return Bounded.seconds(raw, max: Bounded.maxIntervalSeconds)
     }
 }
 

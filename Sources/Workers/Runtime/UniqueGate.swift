@@ -24,7 +24,7 @@ struct UniqueGate: Sendable {
 
     init(registry: JobRegistry, configuration: WorkerConfiguration) {
         self.registry = registry
-        self.defaultTimeout = configuration.defaultTimeout
+        self.defaultTimeout = configuration.defaultTimeout?.inSeconds
         classNeedles = registry.classNames.filter { registry.options(for: $0)?.unique != nil }
             .map { Array("\"class\":\"\($0)\"".utf8) }
     }
@@ -45,7 +45,7 @@ struct UniqueGate: Sendable {
             guard let payload = try? JobPayload(parsing: job.raw), let jid = payload.jid, !jid.isEmpty else { continue }
             let options = registry.options(for: payload.className)
             guard let policy = UniquePolicy.requested(by: payload) ?? options?.unique else { continue }
-            let timeout = options.map { o in defaultTimeout.map { min($0, o.timeout) } ?? o.timeout } ?? defaultTimeout ?? 1800
+            let timeout = options.map { o in defaultTimeout.map { min($0, o.timeout.inSeconds) } ?? o.timeout.inSeconds } ?? defaultTimeout ?? 1800
             var effective = policy
             if effective.key == nil, let declared = options?.unique { effective.key = declared.key }
             candidates.append((index, UniqueLocks.Candidate(

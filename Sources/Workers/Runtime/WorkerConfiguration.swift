@@ -38,7 +38,8 @@ public enum ConfigurationError: Error, Sendable, CustomStringConvertible, Equata
     }
 }
 
-/// Everything a worker process needs to know. All durations in seconds.
+/// Everything a worker process needs to know. Durations are `Duration`s; `validate()` bounds each one (a value
+/// read from a config file or a flag is built with `Bounded.duration(seconds:max:)` or checked before).
 public struct WorkerConfiguration: Sendable {
     public var redisURL: String = RedisEndpoint.defaultURL
     /// Several Redis instances (docs/sharding.md): which shard holds which queue. Nil: one Redis,
@@ -51,20 +52,20 @@ public struct WorkerConfiguration: Sendable {
     public var strictOrder: Bool { Set(queues.map(\.weight)).count <= 1 }
     /// At most this many jobs fetched ahead of free threads (they wait in this process's in-flight
     /// list). The fetcher uses less when jobs are slow: it keeps the expected wait of a buffered
-    /// job under `prefetchWait` seconds, so long jobs are not hoarded by one process. 250 (was 100): with
+    /// job under `prefetchWait`, so long jobs are not hoarded by one process. 250 (was 100): with
     /// fast jobs each fetch round trip (a disk sync under AOF `always`) then carries up to `fetchBatch` jobs
     /// instead of the ≤ 100 a smaller buffer left room for — +29% drain rate under AOF `always`, +23% without
     /// AOF (bench/throughput.sh, medians of 3, README "Benchmarks").
     public var prefetch: Int = 250
-    public var prefetchWait: Double = 0.02
+    public var prefetchWait: Duration = .milliseconds(20)
     /// Group commit (jobs whose options set `groupCommit`): most jobs one PostgreSQL transaction may
-    /// carry, and the longest it stays open, in seconds. `commitBatch` 1 commits every job on its own.
+    /// carry, and the longest it stays open. `commitBatch` 1 commits every job on its own.
     /// At most `maxCommitBatch`: a group normally runs without savepoints, but one that is run again after a
     /// failure gives each job a savepoint, each of which takes a subtransaction id when it writes, and past 64
     /// in one transaction PostgreSQL overflows its per-backend subtransaction cache, which slows every
     /// snapshot on the server.
     public var commitBatch: Int = 50
-    public var commitWindow: Double = 0.05
+    public var commitWindow: Duration = .milliseconds(50)
     /// Most jobs moved by one fetch call (one script call, and under AOF `always` one disk sync, per batch).
     public var fetchBatch: Int = 250
     /// Most settlements (finished runs) waiting for the settler before the fetcher stops fetching. Without a
@@ -73,10 +74,10 @@ public struct WorkerConfiguration: Sendable {
     /// two of the settler's batches (≤ 1,000 each): one being written, one ready.
     public var settleBacklog: Int = 2000
     /// Longest idle wait between fetches when several queues are served (one queue blocks instead).
-    public var idlePollMax: Double = 0.05
+    public var idlePollMax: Duration = .milliseconds(50)
     /// Longest a fetcher serving one queue waits inside Redis (`BLMOVE`) for the next job before it fetches again; a
     /// quiet (TSTP) or stop is noticed at the latest then. Jobs a fetch brought are not held back by the wait.
-    public var blockingFetchTimeout: Double = 0.5
+    public var blockingFetchTimeout: Duration = .milliseconds(500)
     /// Extra connections that wait in `BLMOVE` next to the fetcher's own when one queue is served and the fetcher
     /// found it drained (`Fetcher.waitLoop`): Redis hands one job to each waiting connection in the event-loop
     /// iteration of the push, so jobs pushed together, or while the fetcher's next round trip is on its way, do not
@@ -86,19 +87,19 @@ public struct WorkerConfiguration: Sendable {
     /// added ~17 µs of worker and Redis CPU per job at 5,000 jobs/s, and in 4 of ~30 runs the busier box fell behind
     /// (p99 13–37 ms); use them where the worker and Redis have CPU to spare (README, issue 19).
     public var blockingWaiters: Int = 0
-    public var heartbeatInterval: Double = 5
+    public var heartbeatInterval: Duration = .seconds(5)
     /// TTL of the fetcher heartbeat; once it has expired another process takes back our jobs.
-    public var fetcherHeartbeatTTL: Double = 30
+    public var fetcherHeartbeatTTL: Duration = .seconds(30)
     /// How often a process looks for dead processes' in-flight jobs.
-    public var orphanSweepInterval: Double = 15
+    public var orphanSweepInterval: Duration = .seconds(15)
     /// Interruptions (worker died mid-run) before a job goes to dead instead of back to its queue.
     public var interruptLimit: Int = 3
-    /// Average seconds between polls of `schedule` and `retry`.
-    public var pollInterval: Double = 5
+    /// Average time between polls of `schedule` and `retry`.
+    public var pollInterval: Duration = .seconds(5)
     /// How long SIGTERM waits for running jobs before putting them back.
-    public var shutdownTimeout: Double = 25
+    public var shutdownTimeout: Duration = .seconds(25)
     /// Default job timeout for classes that do not set one.
-    public var defaultTimeout: Double? = nil
+    public var defaultTimeout: Duration? = nil
     public var deadLimits = DeadSetLimits()
     /// When set, each settlement batch is followed by `WAIT` for that many replicas (docs/redis-ha.md).
     package var replicaWait: ReplicaWait? = nil
@@ -125,25 +126,27 @@ public struct WorkerConfiguration: Sendable {
         guard prefetch >= 0, fetchBatch >= 1 else { throw .invalid("prefetch must be >= 0 and fetch batch >= 1") }
         guard (0...16).contains(blockingWaiters) else { throw .invalid("blocking waiters must be within 0...16, got \(blockingWaiters)") }
         guard settleBacklog >= 1 else { throw .invalid("settle backlog must be >= 1, got \(settleBacklog)") }
-        guard heartbeatInterval > 0, fetcherHeartbeatTTL > heartbeatInterval else {
-            throw .invalid("fetcher heartbeat TTL (\(fetcherHeartbeatTTL) s) must exceed the heartbeat interval (\(heartbeatInterval) s)")
+        guard heartbeatInterval > .zero, fetcherHeartbeatTTL > heartbeatInterval else {
+            throw .invalid("fetcher heartbeat TTL (\(fetcherHeartbeatTTL.inSeconds) s) must exceed the heartbeat interval (\(heartbeatInterval.inSeconds) s)")
         }
         guard (1...Self.maxCommitBatch).contains(commitBatch) else {
             throw .invalid("commit batch must be within 1...\(Self.maxCommitBatch), got \(commitBatch)")
         }
-        guard commitWindow >= 0, commitWindow <= 60 else { throw .invalid("commit window must be within 0...60 s, got \(commitWindow)") }
-        guard shutdownTimeout >= 0, pollInterval > 0, orphanSweepInterval > 0 else { throw .invalid("intervals must be positive") }
-        // Every duration is converted to milliseconds or a deadline somewhere; a value of 1e300 or infinity in a
-        // config file would trap there (docs/hostile-input.md). Each gets an upper bound here.
-        let durations: [(String, Double, ClosedRange<Double>)] = [
+        guard commitWindow >= .zero, commitWindow <= .seconds(60) else {
+            throw .invalid("commit window must be within 0...60 s, got \(commitWindow.inSeconds)")
+        }
+        guard shutdownTimeout >= .zero, pollInterval > .zero, orphanSweepInterval > .zero else { throw .invalid("intervals must be positive") }
+        // Every duration is converted to milliseconds or a deadline somewhere; a duration of 1e15 s (a `Duration`
+        // holds up to ~9.2e18 s) would overflow there (docs/hostile-input.md). Each gets an upper bound here.
+        let durations: [(String, Duration, ClosedRange<Double>)] = [
             ("prefetch wait", prefetchWait, 0...60), ("idle poll max", idlePollMax, 0...60),
             ("blocking fetch timeout", blockingFetchTimeout, 0...3_600), ("heartbeat interval", heartbeatInterval, 0...3_600),
             ("fetcher heartbeat TTL", fetcherHeartbeatTTL, 0...86_400), ("orphan sweep interval", orphanSweepInterval, 0...86_400),
             ("poll interval", pollInterval, 0...3_600), ("shutdown timeout", shutdownTimeout, 0...86_400),
-            ("default timeout", defaultTimeout ?? 1, 0...Bounded.maxIntervalSeconds),
+            ("default timeout", defaultTimeout ?? .seconds(1), 0...Bounded.maxIntervalSeconds),
         ]
-        for (name, value, range) in durations where !range.contains(value) {
-            throw .invalid("\(name) must be within \(Int(range.lowerBound))...\(Int(range.upperBound)) s, got \(value)")
+        for (name, value, range) in durations where !range.contains(value.inSeconds) {
+            throw .invalid("\(name) must be within \(Int(range.lowerBound))...\(Int(range.upperBound)) s, got \(value.inSeconds)")
         }
         let counts: [(String, Int, ClosedRange<Int>)] = [
             ("prefetch", prefetch, 0...100_000), ("fetch batch", fetchBatch, 1...100_000),

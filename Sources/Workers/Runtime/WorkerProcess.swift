@@ -135,7 +135,7 @@ public final class WorkerProcess: @unchecked Sendable {
     public var health: (ok: Bool, detail: String) {
         let age = Clock.now() - (heartbeats.map(\.lastBeatAt).min() ?? 0)
         if flags.isStopping { return (false, "shutting down") }
-        if age > 3 * configuration.heartbeatInterval { return (false, "no heartbeat reached Redis for \(Int(age)) s") }
+        if age > 3 * configuration.heartbeatInterval.inSeconds { return (false, "no heartbeat reached Redis for \(Int(age)) s") }
         return (true, "ok: \(busyCount) busy of \(configuration.concurrency), \(processedCount) processed\(isQuiet ? ", quiet" : "")")
     }
 
@@ -215,10 +215,10 @@ public final class WorkerProcess: @unchecked Sendable {
             return !started
         }
         guard first else { waitUntilStopped(); return }
-        logger.notice("shutting down", metadata: ["timeout_s": "\(configuration.shutdownTimeout)"])
-        flags.beginStopping(deadline: Clock.now() + configuration.shutdownTimeout + Self.settleGrace)
+        logger.notice("shutting down", metadata: ["timeout_s": "\(configuration.shutdownTimeout.inSeconds)"])
+        flags.beginStopping(deadline: Clock.now() + configuration.shutdownTimeout.inSeconds + Self.settleGrace)
         quietDown()
-        if !pool.waitForThreads(timeout: configuration.shutdownTimeout) {
+        if !pool.waitForThreads(timeout: configuration.shutdownTimeout.inSeconds) {
             for execution in running.all where execution.abandon() {
                 settlements.add(.init(job: execution.job, settlement: .requeue(payload: Self.interrupted(execution.job)),
                                       counts: [.processed, .failed]))

@@ -111,7 +111,9 @@ struct EnqueueCommand: ParsableCommand {
             client = JobClient(pool: RedisPool(endpoint: try redis.endpoint(), maxConnections: 1), replicaWait: replicaWait)
         }
         if let uniqueFor {
-            let policy = UniquePolicy(for: uniqueFor, until: UniqueUntil(rawValue: uniqueUntil) ?? .success)
+            // Clamped only to stay a `Duration` (NaN, ∞ trap it); `enqueueUnique` refuses what is outside (0, 1 year].
+            let policy = UniquePolicy(for: Bounded.duration(seconds: uniqueFor, max: 2 * UniquePolicy.maxSeconds),
+                                      until: UniqueUntil(rawValue: uniqueUntil) ?? .success)
             let pushed: UniquePush
             do {
                 pushed = try client.enqueueUnique(job, policy: policy, at: at ?? delay.map { Clock.now() + $0 })

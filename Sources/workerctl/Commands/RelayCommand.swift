@@ -44,8 +44,8 @@ struct OutboxRelayOptions: ParsableArguments {
         if pollInterval < 0.01 { throw ValidationError("--outbox-poll-interval must be at least 0.01") }
         if retentionInterval < 0.05 { throw ValidationError("--outbox-retention-interval must be at least 0.05") }
         for (name, value) in [("--outbox-retention", retention), ("--ledger-retention", ledgerRetention)]
-        where !(1...OutboxRetentionSettings.maxRetention).contains(value) {
-            throw ValidationError("\(name) must be within 1...\(Int(OutboxRetentionSettings.maxRetention)) seconds")
+        where !(1...OutboxRetentionSettings.maxRetention.inSeconds).contains(value) {
+            throw ValidationError("\(name) must be within 1...\(Int(OutboxRetentionSettings.maxRetention.inSeconds)) seconds")
         }
         for (name, value) in [("--outbox-max-payload", maxPayload), ("--outbox-batch-bytes", batchBytes)]
         where !(1024...OutboxRelaySettings.maxBytes).contains(value) {
@@ -56,12 +56,17 @@ struct OutboxRelayOptions: ParsableArguments {
     /// The relay settings; the lost-job finder re-pushes only classes of `registry` that use the ledger.
     func settings(redisURL: String, databaseURL: String, registry: JobRegistry, shardMap: ShardMap? = nil) -> OutboxRelaySettings {
         let ledgerClasses = registry.classNames.filter { registry.options(for: $0)?.usesLedger == true }
+        // The flags are seconds (`validate()` checked them); a `Duration` is built through `Bounded` (an interval
+        // of 1e300 s would trap `Duration.seconds`): intervals up to a year, retentions up to `maxRetention`.
+        func interval(_ seconds: Double) -> Duration { Bounded.duration(seconds: seconds) }
+        let maxRetention = OutboxRetentionSettings.maxRetention.inSeconds
+        let retention = Bounded.duration(seconds: retention, max: maxRetention)
         let lostJobs = lostJobInterval > 0
-            ? LostJobSettings(interval: lostJobInterval, retention: retention, ledgerClasses: ledgerClasses) : nil
-        let retentionSettings = OutboxRetentionSettings(interval: retentionInterval, outboxRetention: retention,
-                                                        ledgerRetention: ledgerRetention)
+            ? LostJobSettings(interval: interval(lostJobInterval), retention: retention, ledgerClasses: ledgerClasses) : nil
+        let retentionSettings = OutboxRetentionSettings(interval: interval(retentionInterval), outboxRetention: retention,
+                                                        ledgerRetention: Bounded.duration(seconds: ledgerRetention, max: maxRetention))
         return OutboxRelaySettings(databaseURL: databaseURL, redisURL: redisURL, batchSize: batch,
-                                   pollInterval: pollInterval, lostJobs: lostJobs, shardMap: shardMap,
+                                   pollInterval: interval(pollInterval), lostJobs: lostJobs, shardMap: shardMap,
                                    retention: retentionSettings, maxPayloadBytes: maxPayload, maxBatchBytes: batchBytes)
     }
 

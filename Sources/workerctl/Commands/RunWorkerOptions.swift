@@ -106,14 +106,14 @@ struct WorkerOptions: ParsableArguments {
                 do { return try QueueWeight(parsing: text) } catch { throw CLIError.usage("\(error)") }
             }
         }
-        if let shutdownTimeout { configuration.shutdownTimeout = shutdownTimeout }
-        if let heartbeatTTL { configuration.fetcherHeartbeatTTL = heartbeatTTL }
-        if let heartbeatInterval { configuration.heartbeatInterval = heartbeatInterval }
-        if let orphanSweepInterval { configuration.orphanSweepInterval = orphanSweepInterval }
-        if let pollInterval { configuration.pollInterval = pollInterval }
-        if let jobTimeout { configuration.defaultTimeout = jobTimeout }
+        if let shutdownTimeout { configuration.shutdownTimeout = .configured(seconds: shutdownTimeout) }
+        if let heartbeatTTL { configuration.fetcherHeartbeatTTL = .configured(seconds: heartbeatTTL) }
+        if let heartbeatInterval { configuration.heartbeatInterval = .configured(seconds: heartbeatInterval) }
+        if let orphanSweepInterval { configuration.orphanSweepInterval = .configured(seconds: orphanSweepInterval) }
+        if let pollInterval { configuration.pollInterval = .configured(seconds: pollInterval) }
+        if let jobTimeout { configuration.defaultTimeout = .configured(seconds: jobTimeout) }
         if let commitBatch { configuration.commitBatch = commitBatch }
-        if let commitWindow { configuration.commitWindow = commitWindow }
+        if let commitWindow { configuration.commitWindow = .configured(seconds: commitWindow) }
         if let blockingWaiters { configuration.blockingWaiters = blockingWaiters }
         do { try configuration.validate() } catch { throw CLIError.usage("\(error)") }
 

@@ -65,7 +65,7 @@ struct Effects: Sendable {
 /// Renders the welcome mail and hands it to the mail system (here: records the rendered subject).
 struct SendWelcomeMail: Job {
     static let className = WelcomeMail.className
-    static let options = JobOptions(maxRetries: 5, timeout: 30)
+    static let options = JobOptions(maxRetries: 5, timeout: .seconds(30))
     let effects: Effects
 
     func perform(_ mail: WelcomeMail, context: JobContext) throws {
@@ -82,7 +82,7 @@ struct SendWelcomeMail: Job {
 /// Scales the user's 256×256 avatar down to `size`×`size` (box filter) and records the result's size and checksum.
 struct ResizeAvatar: Job {
     static let className = AvatarResize.className
-    static let options = JobOptions(maxRetries: 3, timeout: 60)
+    static let options = JobOptions(maxRetries: 3, timeout: .seconds(60))
     static let sourceSide = 256
     let effects: Effects
 

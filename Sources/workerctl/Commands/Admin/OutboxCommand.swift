@@ -45,25 +45,25 @@ struct OutboxCommand: ParsableCommand {
             if output.json { return printJSON(Self.json(summary, kind: kind, entries: entries)) }
             if let warning = summary.noRelayWarning { print("WARNING: \(warning)") }
             let about = summary.estimated ? "~" : ""
-            print("relays live \(summary.liveRelays)  pending \(summary.pending)  oldest \(summary.oldestPendingAge.map { Format.duration($0) } ?? "-")  "
+            print("relays live \(summary.liveRelays)  pending \(summary.pending)  oldest \(summary.oldestPendingAge.map { Format.duration($0.inSeconds) } ?? "-")  "
                   + "refused \(summary.errored)  pushed (kept) \(about)\(summary.pushedKept)  last hour \(about)\(summary.pushedLastHour)  "
-                  + "pushed again \(summary.recovered)  last push \(Format.time(summary.lastPushedAt))")
+                  + "pushed again \(summary.recovered)  last push \(Format.time(summary.lastPushedAt?.timeIntervalSince1970))")
             guard let kind else { return }
             if entries.isEmpty { return print("no \(kind.rawValue) rows") }
             var table = TextTable(["ID", "JID", "CLASS", "QUEUE", "COMMITTED", kind == .errored ? "ERROR" : kind == .recovered ? "TIMES" : "RUN AT"])
             for entry in entries {
-                let last = kind == .errored ? entry.error ?? "" : kind == .recovered ? "\(entry.recoveredCount)" : Format.time(entry.runAt)
-                table.add(["\(entry.id)", entry.jid, entry.className, entry.queue, Format.time(entry.createdAt), last])
+                let last = kind == .errored ? entry.error ?? "" : kind == .recovered ? "\(entry.recoveredCount)" : Format.time(entry.runAt?.timeIntervalSince1970)
+                table.add(["\(entry.id)", entry.jid, entry.className, entry.queue, Format.time(entry.createdAt.timeIntervalSince1970), last])
             }
             table.print()
         }
 
         static func json(_ summary: OutboxSummary, kind: OutboxEntryKind?, entries: [OutboxEntry]) -> JSONValue {
             var object: JSONObject = [
-                "pending": .int(Int64(summary.pending)), "oldest_pending_age": AdminJSON.number(summary.oldestPendingAge),
+                "pending": .int(Int64(summary.pending)), "oldest_pending_age": AdminJSON.number(summary.oldestPendingAge?.inSeconds),
                 "errored": .int(Int64(summary.errored)), "pushed_kept": .int(Int64(summary.pushedKept)),
                 "pushed_last_hour": .int(Int64(summary.pushedLastHour)), "recovered": .int(Int64(summary.recovered)),
-                "last_pushed_at": Format.iso(summary.lastPushedAt), "live_relays": .int(Int64(summary.liveRelays)),
+                "last_pushed_at": Format.iso(summary.lastPushedAt?.timeIntervalSince1970), "live_relays": .int(Int64(summary.liveRelays)),
                 "waiting_without_relay": .bool(summary.waitingWithoutRelay), "estimated": .bool(summary.estimated),
             ]
             if let kind {
@@ -71,9 +71,9 @@ struct OutboxCommand: ParsableCommand {
                 object["rows"] = .array(entries.map { entry in
                     .object(["id": .int(Int64(entry.id)), "jid": .string(entry.jid), "class": .string(entry.className),
                              "queue": .string(entry.queue), "args": (try? JSONValue.parse(entry.args)).map(ArgsRedactor.redactingSensitiveKeys) ?? .string("(not JSON)"),
-                             "created_at": Format.iso(entry.createdAt), "run_at": Format.iso(entry.runAt),
-                             "pushed_at": Format.iso(entry.pushedAt), "error": AdminJSON.string(entry.error),
-                             "recovered_count": .int(Int64(entry.recoveredCount)), "recovered_at": Format.iso(entry.recoveredAt)])
+                             "created_at": Format.iso(entry.createdAt.timeIntervalSince1970), "run_at": Format.iso(entry.runAt?.timeIntervalSince1970),
+                             "pushed_at": Format.iso(entry.pushedAt?.timeIntervalSince1970), "error": AdminJSON.string(entry.error),
+                             "recovered_count": .int(Int64(entry.recoveredCount)), "recovered_at": Format.iso(entry.recoveredAt?.timeIntervalSince1970)])
                 })
             }
             return .object(object)
