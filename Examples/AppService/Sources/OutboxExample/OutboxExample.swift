@@ -9,7 +9,7 @@ public func enqueueOrder(pool: PostgresPool) throws -> String {
             _ = try conn.execute("INSERT INTO orders DEFAULT VALUES")
             return try Outbox.enqueue(NewJob("ValidateReceiptJob", args: [.object(["user_id": 7])]), on: conn)
         }
-        try Outbox.enqueue(NewJob("Report"), at: Date().timeIntervalSince1970 + 3600, on: connection)
+        try Outbox.enqueue(NewJob("Report"), at: Date().addingTimeInterval(3600), on: connection)
         return jid
     }
 }
