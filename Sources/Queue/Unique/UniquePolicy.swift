@@ -38,13 +38,17 @@ public struct UniquePolicy: Sendable {
     public static let maxDuration: Duration = .seconds(Bounded.maxIntervalSeconds)
     /// `maxDuration` in seconds.
     package static let maxSeconds: Double = Bounded.maxIntervalSeconds
+    /// The shortest lock a payload's `unique_for` gives: one millisecond, the unit of the lock's TTL. A positive
+    /// `unique_for` below it (e.g. the subnormal `5e-324`, FuzzCorpus/payload/unique-for-smallest-subnormal.json)
+    /// would otherwise become a zero `Duration`, and a zero TTL is refused by Redis.
+    package static let minSeconds: Double = 0.001
 
     /// The policy a payload asks for itself (`unique_for` seconds > 0, clamped to `maxSeconds`, optional
     /// `unique_until`, as Sidekiq's Ruby client writes them from `sidekiq_options`), or nil.
     public static func requested(by payload: JobPayload) -> UniquePolicy? {
         guard let seconds = payload.fields["unique_for"]?.doubleValue, seconds > 0, seconds.isFinite else { return nil }
         let until = payload.fields["unique_until"]?.stringValue.flatMap(UniqueUntil.init(rawValue:)) ?? .success
-        return UniquePolicy(for: Bounded.duration(seconds: seconds, max: maxSeconds), until: until)
+        return UniquePolicy(for: Bounded.duration(seconds: Swift.max(seconds, minSeconds), max: maxSeconds), until: until)
     }
 
     /// The payload fields that carry this policy (so a worker that fetches the job knows it).
