@@ -246,9 +246,11 @@ final class PrivacyExportTests: PrivacyTestCase {
         let export = try PrivacySeed.export(fixture, user: alice)
 
         XCTAssertThrowsError(try fixture.run(fixture.payload(PrivacyExportJob.className,
-                                                             args: [.object(["user_id": "nope", "export_id": "x"])]))) {
+                                                             args: [.object(["user_id": "someone@example.com", "export_id": "x"])]))) {
+            // An e-mail address sent where the id belongs: the reason names the field, never the value.
             Failure.settled($0, in: .dead, errorClass: "BadInput",
-                            messagePrefix: "invalid arguments for \(PrivacyExportJob.className): ", containing: ["user_id must be a UUID"])
+                            messagePrefix: "invalid arguments for \(PrivacyExportJob.className): ", containing: ["user_id must be a UUID"],
+                            lacking: ["someone@example.com", "example.com"])
         }
         XCTAssertThrowsError(try fixture.run(fixture.payload(PrivacyExportJob.className, args: [.object(["user_id": "x"])]))) {
             Failure.settled($0, in: .dead, errorClass: "BadInput",

@@ -244,7 +244,7 @@ final class ReceiptsAppleTests: ReceiptsTestCase {
                                    "store": "apple", "receipt_data": "x", "transaction_id": "1"]
         let cases: [([String: Any], String)] = [
             (base.merging(["store": "amazon"]) { $1 }, "store must be"),
-            (base.merging(["user_id": "nope"]) { $1 }, "user_id is not a UUID"),
+            (base.merging(["user_id": "nope"]) { $1 }, "user_id must be a UUID"),
             (base.filter { $0.key != "receipt_data" }, "receipt_data"),
             (base.merging(["transaction_id": "abc"]) { $1 }, "transaction_id"),
             (base.merging(["plan_id": UUID().uuidString]) { $1 }, "does not exist"),

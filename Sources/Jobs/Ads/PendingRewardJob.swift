@@ -58,12 +58,11 @@ public struct PendingRewardJob: Job {
         enum CodingKeys: String, CodingKey { case pending_reward_id }
         public init(from decoder: any Decoder) throws {
             let text = try decoder.container(keyedBy: CodingKeys.self).decode(String.self, forKey: .pending_reward_id)
-            guard let id = GeoAdsIdentifier.uuid(text) else { throw JobError.badInput("pending_reward_id must be a UUID") }
-            pendingRewardID = id
+            pendingRewardID = try ArgumentUUID.parse(text, field: "pending_reward_id")
         }
         public func encode(to encoder: any Encoder) throws {
             var c = encoder.container(keyedBy: CodingKeys.self)
-            try c.encode(pendingRewardID.uuidString.lowercased(), forKey: .pending_reward_id)
+            try c.encodeUUID(pendingRewardID, forKey: .pending_reward_id)
         }
     }
 

@@ -35,12 +35,11 @@ public struct ReverseGeocodeJob: Job {
         enum CodingKeys: String, CodingKey { case location_id }
         public init(from decoder: any Decoder) throws {
             let text = try decoder.container(keyedBy: CodingKeys.self).decode(String.self, forKey: .location_id)
-            guard let id = GeoAdsIdentifier.uuid(text) else { throw JobError.badInput("location_id must be a UUID") }
-            locationID = id
+            locationID = try ArgumentUUID.parse(text, field: "location_id")
         }
         public func encode(to encoder: any Encoder) throws {
             var c = encoder.container(keyedBy: CodingKeys.self)
-            try c.encode(locationID.uuidString.lowercased(), forKey: .location_id)
+            try c.encodeUUID(locationID, forKey: .location_id)
         }
     }
 

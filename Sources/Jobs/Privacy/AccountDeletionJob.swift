@@ -40,13 +40,13 @@ public struct AccountDeletionJob: Job {
             let c = try decoder.container(keyedBy: CodingKeys.self)
             // Both keys first (a missing key is "do not fit"), then the UUID checks.
             let (userIDText, requestIDText) = (try c.decode(String.self, forKey: .user_id), try c.decode(String.self, forKey: .request_id))
-            userID = try parseUUID(userIDText, field: "user_id")
-            requestID = try parseUUID(requestIDText, field: "request_id")
+            userID = try ArgumentUUID.parse(userIDText, field: "user_id")
+            requestID = try ArgumentUUID.parse(requestIDText, field: "request_id")
         }
         public func encode(to encoder: any Encoder) throws {
             var c = encoder.container(keyedBy: CodingKeys.self)
-            try c.encode(userID.uuidString.lowercased(), forKey: .user_id)
-            try c.encode(requestID.uuidString.lowercased(), forKey: .request_id)
+            try c.encodeUUID(userID, forKey: .user_id)
+            try c.encodeUUID(requestID, forKey: .request_id)
         }
     }
 

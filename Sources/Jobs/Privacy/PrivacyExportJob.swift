@@ -5,12 +5,6 @@ import Queue
 import Storage
 import Workers
 
-/// Parses a uuid argument; a malformed one is bad input (dead at once).
-func parseUUID(_ text: String, field: String) throws(JobError) -> UUID {
-    guard let id = UUID(uuidString: text) else { throw .badInput("\(field) must be a UUID, got '\(text.prefix(64))'") }
-    return id
-}
-
 /// GDPR Art. 15/20 export: `PrivacyExportJob` with args `[{"user_id": UUID, "export_id": UUID}]`.
 ///
 /// Steps: (1) load the `privacy_exports` row and check it belongs to `user_id`; (2) unless it is already
@@ -38,13 +32,13 @@ public struct PrivacyExportJob: Job {
             let c = try decoder.container(keyedBy: CodingKeys.self)
             // Both keys first (a missing key is "do not fit"), then the UUID checks.
             let (userIDText, exportIDText) = (try c.decode(String.self, forKey: .user_id), try c.decode(String.self, forKey: .export_id))
-            userID = try parseUUID(userIDText, field: "user_id")
-            exportID = try parseUUID(exportIDText, field: "export_id")
+            userID = try ArgumentUUID.parse(userIDText, field: "user_id")
+            exportID = try ArgumentUUID.parse(exportIDText, field: "export_id")
         }
         public func encode(to encoder: any Encoder) throws {
             var c = encoder.container(keyedBy: CodingKeys.self)
-            try c.encode(userID.uuidString.lowercased(), forKey: .user_id)
-            try c.encode(exportID.uuidString.lowercased(), forKey: .export_id)
+            try c.encodeUUID(userID, forKey: .user_id)
+            try c.encodeUUID(exportID, forKey: .export_id)
         }
     }
 

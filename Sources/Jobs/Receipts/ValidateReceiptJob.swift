@@ -69,19 +69,15 @@ public struct ValidateReceiptArguments: JobArguments, Equatable {
             throw DecodingError.dataCorruptedError(forKey: .store, in: c,
                                                    debugDescription: "store must be \"apple\" or \"google\"")
         }
-        func uuid(_ name: String, _ value: String) throws(JobError) -> UUID {
-            guard let id = UUID(uuidString: value) else { throw .badInput("\(name) is not a UUID") }
-            return id
-        }
-        try self.init(userID: uuid("user_id", userID), appID: uuid("app_id", appID), planID: uuid("plan_id", planID),
-                      proof: proof)
+        try self.init(userID: ArgumentUUID.parse(userID, field: "user_id"), appID: ArgumentUUID.parse(appID, field: "app_id"),
+                      planID: ArgumentUUID.parse(planID, field: "plan_id"), proof: proof)
     }
 
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(userID.uuidString.lowercased(), forKey: .user_id)
-        try c.encode(appID.uuidString.lowercased(), forKey: .app_id)
-        try c.encode(planID.uuidString.lowercased(), forKey: .plan_id)
+        try c.encodeUUID(userID, forKey: .user_id)
+        try c.encodeUUID(appID, forKey: .app_id)
+        try c.encodeUUID(planID, forKey: .plan_id)
         switch proof {
         case .apple(let receipt, let transaction, let original, let signed):
             try c.encode("apple", forKey: .store)
