@@ -83,7 +83,7 @@ enum AdminJSON {
 
     /// One class's metrics; a percentile in the slowest bucket is `null` with `"…_slow": true`.
     static func classMetrics(_ summary: ClassMetricsSummary) -> JSONValue {
-        func bound(_ ms: Double?) -> JSONValue { ms.flatMap { $0.isFinite ? .double($0) : nil } ?? .null }
+        func bound(_ ms: Double?) -> JSONValue { ms.flatMap { $0.isFinite ? .int(Int64($0)) : nil } ?? .null }
         return .object(["class": .string(summary.className), "runs": .int(Int64(summary.runs)),
                         "failed": .int(Int64(summary.failed)), "total_ms": .int(Int64(summary.totalMilliseconds)),
                         "p50_ms": bound(summary.p50Milliseconds), "p95_ms": bound(summary.p95Milliseconds),
