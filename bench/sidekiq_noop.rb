@@ -79,3 +79,11 @@ class PickupProbe
   include Sidekiq::Worker
   def perform(*) end
 end
+
+# With BENCH_RELIABLE=1 (bench/redis-cpu.sh): gitlab-sidekiq-fetcher's ReliableFetch (Debian's
+# ruby-gitlab-sidekiq-fetcher 0.8: a working list per process, the job LREM'd on acknowledgement) instead of
+# Sidekiq's BasicFetch, so Sidekiq is measured with the guarantee ours gives.
+if ENV["BENCH_RELIABLE"] == "1"
+  require "sidekiq-reliable-fetch"
+  Sidekiq.configure_server { |config| Sidekiq::ReliableFetch.setup_reliable_fetch!(config) }
+end
