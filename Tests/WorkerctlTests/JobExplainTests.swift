@@ -93,12 +93,15 @@ final class JobExplainTests: XCTestCase {
         try redis.flush()
         defer { try? redis.flush() }
         let client = redis.client
-        let worker = try startWorker(redis, concurrency: 3)
+        // `held` is served by the worker but paused from the start (a fetch already waiting on a queue when it is
+        // paused may still take one job).
+        XCTAssertTrue(try QueueAdmin.pause(redis.connection(), name: "held"))
+        let worker = try startWorker(redis, queues: ["default", "held"], concurrency: 3)
         defer { stop(worker) }
         let identity = try XCTUnwrap(try redis.command("SMEMBERS", Keys.processes).strings.first)
 
-        // A long job: the limiter probe holds its `probe-mutex:r` slot for 20 s.
-        let holder = try client.enqueue(NewJob("LimitProbeMutex", args: [20_000, "r"]))
+        // A long job: the limiter probe holds its `probe-mutex:r` slot for 10 s.
+        let holder = try client.enqueue(NewJob("LimitProbeMutex", args: [10_000, "r"]))
         XCTAssertTrue(try eventually { try redis.int("GET", "probe:limits:running:probe-mutex-r") == 1 }, worker.stderr)
         XCTAssertTrue(try eventually {
             if case .running = try explain(redis, holder) { return true }
@@ -129,19 +132,22 @@ final class JobExplainTests: XCTestCase {
         let orphan = try client.enqueue(NewJob("NoSuchJob", queue: "nobody"))
         XCTAssertEqual(try explain(redis, orphan), .noLiveProcess(queue: "nobody", processes: 1))
 
-        // A real failure (an unregistered class) with `retry: 2`: retry set, next is attempt 2 of 3.
-        let failing = try client.enqueue(NewJob("NoSuchJob", retry: .int(2)))
+        // A real failure with `retry: 3`: a limiter probe past its reschedule cap fails as OverLimit (the normal
+        // failure path) while the holder runs: retry set, the next run is attempt 2 of 4.
+        var capped = NewJob("LimitProbeMutex", args: [0, "r"], retry: .int(3))
+        capped.runtimeFields["overrated"] = 5
+        let failing = try client.enqueue(capped)
         XCTAssertTrue(try eventually { try redis.payloads(zset: Keys.retry).contains { $0.jid == failing } }, worker.stderr)
         guard case .retryWaiting(let at, let attempt, let maxAttempts, let errorClass) = try explain(redis, failing) else {
             return XCTFail("\(try explain(redis, failing))")
         }
         XCTAssertEqual(attempt, 2)
-        XCTAssertEqual(maxAttempts, 3)
-        XCTAssertNotNil(errorClass)
+        XCTAssertEqual(maxAttempts, 4)
+        XCTAssertEqual(errorClass.map { $0.hasSuffix("OverLimit") }, true, "\(String(describing: errorClass))")
         XCTAssertGreaterThan(at.timeIntervalSinceNow, 0)
 
-        // `retry: 0`: straight to dead, with the error the runtime stored.
-        let doomed = try client.enqueue(NewJob("NoSuchJob", retry: .int(0)))
+        // An unregistered class is bad input: straight to dead, with the error the runtime stored.
+        let doomed = try client.enqueue(NewJob("NoSuchJob"))
         XCTAssertTrue(try eventually { try redis.payloads(zset: Keys.dead).contains { $0.jid == doomed } }, worker.stderr)
         let stored = try XCTUnwrap(try redis.payloads(zset: Keys.dead).first { $0.jid == doomed })
         guard case .dead(_, let deadClass, let deadMessage) = try explain(redis, doomed) else {
@@ -155,14 +161,12 @@ final class JobExplainTests: XCTestCase {
         XCTAssertTrue(deadLine.stdout.contains(stored.errorClass ?? "?"), deadLine.stdout)
 
         // Paused: the queue's jobs wait for the resume, whatever their place in the line (it is first in line).
-        XCTAssertTrue(try QueueAdmin.pause(redis.connection(), name: "default"))
-        let paused = try client.enqueue(NewJob("NoSuchJob"))
-        XCTAssertEqual(try explain(redis, paused), .queuePaused(queue: "default"))
+        let paused = try client.enqueue(NewJob("NoSuchJob", queue: "held"))
+        XCTAssertEqual(try explain(redis, paused), .queuePaused(queue: "held"))
         let show = try WorkerctlRunner(redisURL: redis.url).run(["jobs", "show", paused], environment: ["DATABASE_URL": ""])
         XCTAssertEqual(show.status, 0, show.stderr)
-        XCTAssertTrue(show.stdout.contains("explain      queue default is paused"), show.stdout)
+        XCTAssertTrue(show.stdout.contains("explain      queue held is paused"), show.stdout)
         XCTAssertTrue(show.stdout.contains("attempts     0"), show.stdout)
-        XCTAssertTrue(try QueueAdmin.resume(redis.connection(), name: "default"))
         _ = try redis.command("DEL", "limit:probe-mutex:r")
     }
 
@@ -177,7 +181,7 @@ final class JobExplainTests: XCTestCase {
         // A live worker serves `line` but its one thread is busy with a long job: the line stands still.
         let worker = try startWorker(redis, queues: ["line"], concurrency: 1)
         defer { stop(worker) }
-        _ = try client.enqueue(NewJob("LimitProbeMutex", args: [30_000, "line"], queue: "line"))
+        _ = try client.enqueue(NewJob("LimitProbeMutex", args: [15_000, "line"], queue: "line"))
         XCTAssertTrue(try eventually { try redis.int("GET", "probe:limits:running:probe-mutex-line") == 1 }, worker.stderr)
         var index = 0
         while index < 5_000 {

@@ -387,8 +387,9 @@ public struct JobExplain: Sendable {
         let bids = try connection.command("ZREVRANGE", Keys.batches, 0, batchBound - 1).strings
         if bids.isEmpty { return nil }
         let replies = try connection.pipeline(bids.map {
-            ["HMGET", Keys.batch($0), "cb_complete_head", "cb_success_head", "complete_at", "success_at", "pending"]
+            ["HMGET", Keys.batch($0), "cb_complete_tail", "cb_success_tail", "complete_at", "success_at", "pending"]
         })
+        // The callback's payload template is `head` + status + `tail`; its jid is in the tail (after `args`).
         let marker = "\"jid\":\"\(jid)\""
         for (bid, reply) in zip(bids, replies) {
             let fields = reply.array ?? []
