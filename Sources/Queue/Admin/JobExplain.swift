@@ -144,7 +144,7 @@ public struct LimiterState: Sendable, Equatable {
 }
 
 /// A job's progress as it reported it (`progress:<jid>`, JSON `{"fraction","note","at"}`, docs/workerctl.md).
-public struct JobProgress: Sendable, Equatable {
+public struct ProgressSnapshot: Sendable, Equatable {
     /// 0...1.
     public var fraction: Double
     /// At most 200 characters.
@@ -175,14 +175,14 @@ public struct JobStatus: Sendable, Equatable {
     public var state: JobState?
     /// Runs so far: `retry_count + 1` after a failure, 0 before the first failure (1 while the first run is busy).
     public var attempts: Int
-    public var progress: JobProgress?
+    public var progress: ProgressSnapshot?
     /// When a cancel was requested (`cancelled-<jid>`), if one was.
     public var cancelRequestedAt: Date?
     public var explanation: JobExplanation
     /// The shard the job was found on (`ShardMap.defaultName` without sharding).
     public var shard: String
 
-    public init(state: JobState?, attempts: Int, progress: JobProgress?, cancelRequestedAt: Date?,
+    public init(state: JobState?, attempts: Int, progress: ProgressSnapshot?, cancelRequestedAt: Date?,
                 explanation: JobExplanation, shard: String) {
         self.state = state
         self.attempts = attempts
@@ -245,7 +245,7 @@ public struct JobExplain: Sendable {
                        shard: String = ShardMap.defaultName) throws -> JobStatus {
         try JobAdmin.validate(jid: jid)
         let extras = try connection.pipeline([["GET", Self.progressKey(jid)], ["GET", Self.cancelKey(jid)]])
-        let progress = extras[0].string.flatMap(JobProgress.init(json:))
+        let progress = extras[0].string.flatMap(ProgressSnapshot.init(json:))
         let cancel = extras[1].string.flatMap { Bounded.epochSeconds(Double($0)) }.map { Date(timeIntervalSince1970: $0) }
         let budget = ScanBudget(maxEntries: scanBudget)
         let record = try locate(jid: jid, budget: budget)
