@@ -91,10 +91,13 @@ public enum JobExplanation: Sendable, Equatable, CustomStringConvertible {
             return "the \(event) callback of batch \(bid): pushed when its \(pending) pending job\(pending == 1 ? "" : "s") have finished"
         case .behind(let queue, let ahead, let exact, let drain):
             let count = exact ? "\(ahead)" : "more than \(ahead)"
-            var line = "behind \(count) job\(ahead == 1 && exact ? "" : "s") in queue \(queue)"
+            var line = exact && ahead == 0
+                ? "next in line in queue \(queue) (waiting for a free worker thread)"
+                : "behind \(count) job\(ahead == 1 && exact ? "" : "s") in queue \(queue)"
             if let drain, drain > 0 {
-                line += String(format: ", draining %.1f jobs/s (all queues, last 5 min)", drain)
-                if exact { line += ", about \(ExplainFormat.duration(.seconds(Double(ahead) / drain)))" }
+                line += drain >= 1 ? String(format: ", draining %.1f jobs/s", drain) : String(format: ", draining %.1f jobs/min", drain * 60)
+                line += " (all queues, last 5 min)"
+                if exact && ahead > 0 { line += ", about \(ExplainFormat.duration(.seconds(Double(ahead) / drain)))" }
             } else {
                 line += ", nothing processed in the last 5 min"
             }
