@@ -97,13 +97,13 @@ public enum JobExplanation: Sendable, Equatable, CustomStringConvertible {
             if let drain, drain > 0 {
                 line += drain >= 1 ? String(format: ", draining %.1f jobs/s", drain) : String(format: ", draining %.1f jobs/min", drain * 60)
                 line += " (all queues, last 5 min)"
-                if exact && ahead > 0 { line += ", about \(ExplainFormat.duration(.seconds(Double(ahead) / drain)))" }
+                if exact && ahead > 0 { line += ", about \(ExplainFormat.duration(seconds: Double(ahead) / drain))" }
             } else {
                 line += ", nothing processed in the last 5 min"
             }
             return line
         case .running(let job):
-            return "running on \(job.identity) thread \(job.thread) since \(ExplainFormat.time(job.since)) (\(ExplainFormat.duration(.seconds(max(0, now.timeIntervalSince(job.since))))))"
+            return "running on \(job.identity) thread \(job.thread) since \(ExplainFormat.time(job.since)) (\(ExplainFormat.duration(seconds: now.timeIntervalSince(job.since))))"
         case .done(let finishedAt, let className, let queue):
             return "done: \(className) on queue \(queue) finished at \(finishedAt.map(ExplainFormat.time) ?? "unknown") (job_ledger)"
         case .dead(let at, let errorClass, let errorMessage):
@@ -311,7 +311,8 @@ public struct JobExplain: Sendable {
     // MARK: Reasons
 
     func explain(_ record: JobRecord, now: Date) throws -> JobExplanation {
-        func date(_ seconds: Double?) -> Date { Date(timeIntervalSince1970: seconds ?? 0) }
+        // Scores and run times are read through `Bounded.epochSeconds` (a `1e300` score reads as unknown: 0).
+        func date(_ seconds: Double?) -> Date { Date(timeIntervalSince1970: Bounded.epochSeconds(seconds) ?? 0) }
         switch record.state {
         case .busy:
             let work = record.work
@@ -374,14 +375,14 @@ public struct JobExplain: Sendable {
 
     private func fullLimiters() throws -> [LimiterState] {
         try LimitAdmin.list(connection).filter { $0.used >= Double($0.max) && $0.max > 0 }.map {
-            LimiterState(name: $0.name, key: $0.key, used: Int($0.used), max: $0.max, nextFreeIn: .seconds($0.resetsInSeconds))
+            LimiterState(name: $0.name, key: $0.key, used: Int($0.used), max: $0.max, nextFreeIn: Bounded.duration(seconds: $0.resetsInSeconds))
         }
     }
 
     private func holders(className: String?, except jid: String?) throws -> [RunningJob] {
         try WorkSet.all(connection).filter { $0.className == className && $0.jid != jid }.map {
             RunningJob(jid: $0.jid ?? "", identity: $0.work?.identity ?? "?", thread: $0.work?.thread ?? "?",
-                       since: Date(timeIntervalSince1970: $0.work?.runAt ?? 0))
+                       since: Date(timeIntervalSince1970: Bounded.epochSeconds($0.work?.runAt) ?? 0))
         }
     }
 
@@ -417,8 +418,12 @@ enum ExplainFormat {
         return formatter.string(from: date)
     }
 
-    static func duration(_ duration: Duration) -> String {
-        let s = max(0, duration.inSeconds)
+    static func duration(_ duration: Duration) -> String { Self.duration(seconds: duration.inSeconds) }
+
+    /// Never traps: a span that is not finite is "unknown", one beyond `Bounded.maxIntervalSeconds` is clamped.
+    static func duration(seconds: Double) -> String {
+        guard seconds.isFinite else { return "unknown" }
+        let s = Bounded.seconds(max(0, seconds), max: Bounded.maxIntervalSeconds)
         if s < 60 { return String(format: "%.1fs", s) }
         let whole = Bounded.int(s, in: 0...Int.max)
         if whole < 3600 { return String(format: "%dm%02ds", whole / 60, whole % 60) }
@@ -428,6 +433,6 @@ enum ExplainFormat {
 
     static func relative(_ date: Date, now: Date) -> String {
         let delta = date.timeIntervalSince(now)
-        return delta >= 0 ? "in \(duration(.seconds(delta)))" : "\(duration(.seconds(-delta))) ago"
+        return delta >= 0 ? "in \(duration(seconds: delta))" : "\(duration(seconds: -delta)) ago"
     }
 }
