@@ -109,7 +109,7 @@ public enum JobExplanation: Sendable, Equatable, CustomStringConvertible {
         case .dead(let at, let errorClass, let errorMessage):
             return "dead since \(ExplainFormat.time(at)): \(errorClass ?? "unknown error")\(errorMessage.map { ": \($0)" } ?? "")"
         case .unknown(let jid, let incomplete):
-            return "unknown jid \(jid): not in Redis\(incomplete ? " (search stopped at its budget)" : ""), not in the ledger"
+            return "unknown jid \(jid): not in Redis\(incomplete ? " (search stopped at its budget)" : ""), nor in the ledger when one is read"
         }
     }
 }
