@@ -55,6 +55,13 @@ final class SubjectKeysBenchmarkTests: ReceiptsTestCase {
                 _ = try ValidateReceiptArguments.decode(args: opener.open(args, className: "ValidateReceiptJob", fields: fields, subjectField: "user_id"))
             }
         }
+        let bare = SubjectArgumentsOpener(store: store, redis: redis.pool, cacheTTL: .seconds(3600))
+        _ = try perJob("open only (cold cache)") {
+            for args in sealed { _ = try bare.open(args, className: "ValidateReceiptJob", fields: fields, subjectField: "user_id") }
+        }
+        _ = try perJob("open only (warm cache)") {
+            for args in sealed { _ = try bare.open(args, className: "ValidateReceiptJob", fields: fields, subjectField: "user_id") }
+        }
         print("subject-keys-bench: added per job: cold " + String(format: "%.1f", cold - plain) + " µs, warm "
               + String(format: "%.1f", warm - plain) + " µs")
 
