@@ -1,3 +1,4 @@
+import _CryptoExtras
 import Crypto
 import Foundation
 @testable import Jobs
@@ -200,6 +201,21 @@ final class SubjectKeysTests: ReceiptsTestCase {
                                           timeout: 30)
         XCTAssertEqual(worker.status, 1, worker.stderr)
         XCTAssertTrue(worker.stderr.contains("wrong KEK"), worker.stderr)
+
+        // A worker with the receipts area configured (ValidateReceiptJob declares personal arguments) and no KEK
+        // refuses to start.
+        let account = jsonString(["type": "service_account", "project_id": "demo", "private_key_id": "k1",
+                                  "private_key": try _RSA.Signing.PrivateKey(keySize: .bits2048).pkcs8PEMRepresentation,
+                                  "client_email": "worker@demo.iam.gserviceaccount.com", "token_uri": "http://127.0.0.1:9/token"])
+        let keyless = try ChildProcess.run(TestServices.workerctl, ["worker", "--concurrency", "1"],
+                                           environment: ["REDIS_URL": redis.url, "DATABASE_URL": fixture.database.url,
+                                                         "RECEIPTS_GOOGLE_SERVICE_ACCOUNT": account,
+                                                         "RECEIPTS_GOOGLE_PACKAGE_NAMES": "com.example.app",
+                                                         "WORKERS_KEK": "", "WORKERS_KEK_FILE": ""],
+                                           timeout: 30)
+        XCTAssertEqual(keyless.status, 1, keyless.stderr)
+        XCTAssertTrue(keyless.stderr.contains("ValidateReceiptJob declare personal arguments")
+                      || keyless.stderr.contains("declare personal arguments"), keyless.stderr)
     }
 
     /// Erasure by key: the user's jobs sealed before the erasure — one waiting in `retry`, one in `dead`, one in a copy
