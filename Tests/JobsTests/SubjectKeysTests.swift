@@ -130,21 +130,23 @@ final class SubjectKeysTests: ReceiptsTestCase {
         let store = try SubjectKeyStore(pool: pool, current: kek1)
         let swiftUser = try db.newUser(), cliUser = try db.newUser()
         let swiftReceipt = "zqswift-receipt-\(UUID().uuidString)", cliReceipt = "zqcli-receipt-\(UUID().uuidString)"
-        try registerValid(receipt: swiftReceipt, transaction: "7337001")
-        try registerValid(receipt: cliReceipt, transaction: "7337002")
+        // Transaction ids long and random enough not to occur in the AOF by chance (a timestamp's digits).
+        let swiftTx = "7337\(Int.random(in: 10_000_000_000...99_999_999_999))", cliTx = "7338\(Int.random(in: 10_000_000_000...99_999_999_999))"
+        try registerValid(receipt: swiftReceipt, transaction: swiftTx)
+        try registerValid(receipt: cliReceipt, transaction: cliTx)
 
         let client = JobClient(pool: redis.pool, middleware: [sealer(store)])
-        try client.enqueue(try validation(user: swiftUser, receipt: swiftReceipt, transaction: "7337001"))
+        try client.enqueue(try validation(user: swiftUser, receipt: swiftReceipt, transaction: swiftTx))
         let cliArgs = jsonString([["user_id": cliUser.uuidString.lowercased(), "app_id": db.appID.uuidString.lowercased(),
                                    "plan_id": db.planID.uuidString.lowercased(), "store": "apple",
-                                   "receipt_data": cliReceipt, "transaction_id": "7337002"]])
+                                   "receipt_data": cliReceipt, "transaction_id": cliTx]])
         let cli = try ChildProcess.run(TestServices.workerctl, ["enqueue", "ValidateReceiptJob", "--args", cliArgs],
                                        environment: ["REDIS_URL": redis.url, "DATABASE_URL": fixture.database.url,
                                                      "WORKERS_KEK": kek1.configurationText])
         XCTAssertEqual(cli.status, 0, cli.stderr)
 
         let needles = [swiftUser.uuidString.lowercased(), cliUser.uuidString.lowercased(), swiftReceipt, cliReceipt,
-                       "7337001", "7337002"]
+                       swiftTx, cliTx]
         XCTAssertEqual(try redis.int("LLEN", "queue:default"), 2)
         XCTAssertEqual(try queueHolds(needles), [], "personal values in clear in Redis")
         for payload in try redis.payloads(list: "queue:default") {
@@ -159,8 +161,8 @@ final class SubjectKeysTests: ReceiptsTestCase {
 
         try startWorker(try registry(opener: SubjectArgumentsOpener(store: store, redis: redis.pool)))
         XCTAssertTrue(try eventually(timeout: 60) { try db.userStatus(swiftUser) == "premium" && db.userStatus(cliUser) == "premium" })
-        XCTAssertEqual(try db.events(key: "7337001"), ["subscription_started"])
-        XCTAssertEqual(try db.events(key: "7337002"), ["subscription_started"])
+        XCTAssertEqual(try db.events(key: swiftTx), ["subscription_started"])
+        XCTAssertEqual(try db.events(key: cliTx), ["subscription_started"])
         XCTAssertEqual(try redis.int("ZCARD", Keys.dead) + redis.int("ZCARD", Keys.retry), 0)
         // Everything written to Redis meanwhile (pushes, the in-flight lists, the acknowledgements) is in the AOF.
         XCTAssertEqual(try aofHolds(needles), [], "personal values in clear in the AOF")
