@@ -25,6 +25,7 @@ let floors: [String: Int] = [
     "WorkersClient": 3,       // library product for services: async pooled enqueue + admin over Queue
     "Outbox": 3,              // transactional enqueue through PostgreSQL (job_outbox), its relay to Redis
     "Scheduler": 3,           // cron
+    "SubjectKeys": 3,         // per-subject data keys in PostgreSQL, encrypted personal job arguments (docs/jobs-privacy.md)
     "Mail": 3,                // SMTP sender and RFC 5322 messages, over HTTP's curl runtime
     "TestSupport": 3,         // tests' service URLs, fake external servers, process helpers
     // 2: wire protocols
@@ -51,6 +52,8 @@ let package = Package(
         .library(name: "Workers", targets: ["Workers"]),
         // For services that enqueue inside their PostgreSQL transaction (docs/outbox.md).
         .library(name: "Outbox", targets: ["Outbox"]),
+        // For Swift services that enqueue jobs with personal arguments: the sealer (docs/jobs-privacy.md).
+        .library(name: "SubjectKeys", targets: ["SubjectKeys"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -105,10 +108,13 @@ let package = Package(
         .target(name: "Workers", dependencies: ["Queue", "Storage", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
                                                 .product(name: "CoreMetrics", package: "swift-metrics"),
                                                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
+        // Crypto-shredding of personal job arguments (docs/jobs-privacy.md, issue 37): per-subject AES-256-GCM data
+        // keys wrapped by a KEK in PostgreSQL, the enqueue middleware that seals and the opener the worker calls.
+        .target(name: "SubjectKeys", dependencies: ["Queue", "Storage", .product(name: "Crypto", package: "swift-crypto")]),
         .target(name: "Scheduler", dependencies: ["Queue", "CivilDate", "Yams", .product(name: "Logging", package: "swift-log"),
                                                   .product(name: "CoreMetrics", package: "swift-metrics")]),
 
-        .target(name: "Jobs", dependencies: ["Workers", "Queue", "Storage", "HTTP", "Mail",
+        .target(name: "Jobs", dependencies: ["Workers", "Queue", "Storage", "HTTP", "Mail", "SubjectKeys",
                                              .product(name: "Logging", package: "swift-log"),
                                              .product(name: "Crypto", package: "swift-crypto"),
                                              .product(name: "_CryptoExtras", package: "swift-crypto"),
@@ -132,7 +138,7 @@ let package = Package(
         .executableTarget(name: "FuzzRunner", dependencies: ["FuzzTargets"]),
 
         .executableTarget(name: "workerctl", dependencies: [
-            "WebDashboard", "Jobs", "BenchJobs", "Workers", "Scheduler", "Queue", "Storage", "HTTP", "Outbox", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), 
+            "WebDashboard", "Jobs", "BenchJobs", "Workers", "Scheduler", "Queue", "Storage", "HTTP", "Outbox", "Telemetry", "SubjectKeys", .product(name: "Tracing", package: "swift-distributed-tracing"), 
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Prometheus", package: "swift-prometheus"),
@@ -153,7 +159,7 @@ let package = Package(
         .testTarget(name: "WorkersTests", dependencies: ["WorkersTestSupport", "Workers", "BenchJobs", "Queue", "Storage", "TestSupport",
                                                          .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
         .testTarget(name: "SchedulerTests", dependencies: ["Scheduler", "Queue", "TestSupport"]),
-        .testTarget(name: "JobsTests", dependencies: ["WorkersTestSupport", "Jobs", "Workers", "WorkersClient", "Queue", "Storage", "HTTP", "Mail", "TestSupport", "Outbox",
+        .testTarget(name: "JobsTests", dependencies: ["WorkersTestSupport", "Jobs", "Workers", "WorkersClient", "Queue", "Storage", "HTTP", "Mail", "TestSupport", "Outbox", "SubjectKeys",
                                                       .product(name: "Crypto", package: "swift-crypto"),
                                                       .product(name: "_CryptoExtras", package: "swift-crypto"),
                                                       .product(name: "X509", package: "swift-certificates"),

@@ -18,6 +18,10 @@ public enum DomainJobs {
         public let problem: String?
     }
 
+    /// The argument types of domain classes that declare personal fields (docs/jobs-privacy.md, "Encrypted
+    /// arguments"): what `workerctl enqueue` encrypts, and what a Swift producer hands its `SubjectArgumentsSealer`.
+    public static let personalArgumentTypes: [any JobArguments.Type] = [ValidateReceiptArguments.self]
+
     package static func register(into registry: inout JobRegistry, environment: [String: String],
                                 redis: RedisPool, http: HTTPClient, shards: ShardPools? = nil) -> [AreaStatus] {
         var statuses: [AreaStatus] = []

@@ -20,6 +20,12 @@ public protocol JobArguments: Codable, Sendable {
     static var queue: String { get }
     /// How these arguments sit in the payload's `args` array. Default: `.singleHash`.
     static var layout: JobArgumentsLayout { get }
+    /// The keys of the `.singleHash` object whose values are personal data, encrypted under the subject's key
+    /// on the way to Redis (docs/jobs-privacy.md, "Encrypted arguments"). Default: none.
+    static var personalFields: Set<String> { get }
+    /// The key whose (clear) value names the person the personal fields belong to (a `users.id`, or an e-mail
+    /// address): it selects the data key. Required when `personalFields` is not empty. Default: nil.
+    static var subjectField: String? { get }
 }
 
 /// How a `JobArguments` type maps onto the payload's `args` array (see `JobArguments`).
@@ -47,6 +53,8 @@ public enum JobArgumentsLayout: Sendable, Equatable {
 extension JobArguments {
     public static var queue: String { "default" }
     public static var layout: JobArgumentsLayout { .singleHash }
+    public static var personalFields: Set<String> { [] }
+    public static var subjectField: String? { nil }
 
     /// These arguments as the payload's `args`, exactly as `Job.Arguments` decodes them. Throws
     /// `EnqueueError.invalidArguments` when the encoder refuses a value (a NaN or infinite number) or the encoded

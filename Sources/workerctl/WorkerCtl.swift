@@ -14,7 +14,7 @@ struct WorkerCtl: ParsableCommand {
             WorkerCommand.self, EnqueueCommand.self, MigrateCommand.self,
             StatsCommand.self, QueuesCommand.self, JobsCommand.self, WorkersCommand.self, TopCommand.self,
             SchedulerCommand.self, RunCommand.self, CronCommand.self, RevenueCommand.self, ExportCommand.self,
-            UniqueCommand.self, BatchesCommand.self, RelayCommand.self, OutboxCommand.self, LimitsCommand.self, WebCommand.self,
+            UniqueCommand.self, BatchesCommand.self, RelayCommand.self, OutboxCommand.self, LimitsCommand.self, WebCommand.self, KeysCommand.self,
         ]
     )
 

@@ -37,6 +37,8 @@ final class ReceiptsGoogleWorkerTests: ReceiptsTestCase {
             "RECEIPTS_GOOGLE_SERVICE_ACCOUNT": account,
             "RECEIPTS_GOOGLE_PLAY_API_URL": playAPIURL ?? fakes.googleAPIBaseURL,
             "RECEIPTS_GOOGLE_PACKAGE_NAMES": "com.example.app",
+            // A worker running ValidateReceiptJob (personal arguments) needs the key store (docs/jobs-privacy.md).
+            "WORKERS_KEK": "test-1:" + Data(count: 32).base64EncodedString(),
         ].merging(extra) { $1 }
     }
 

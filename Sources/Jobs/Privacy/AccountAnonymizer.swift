@@ -1,5 +1,6 @@
 import Foundation
 import Storage
+import SubjectKeys
 import Workers
 
 /// The deletion policy: what happens to every table that references `users`, as SQL run inside the
@@ -134,6 +135,9 @@ struct AccountAnonymizer {
         // in this transaction, so the Redis purge after the commit is the last word (OutboxJobPurger).
         counts["job_outbox"] = try OutboxJobPurger.purge(userID: userID, email: try row.optionalString("email"), on: conn)
         for statement in DeletionPolicy.statements { try conn.execute(statement, [userID]) }
+        // Crypto-shredding (docs/jobs-privacy.md): the user's data keys go, so every copy of their encrypted job
+        // arguments (Redis, its AOF, backups, dead) becomes unreadable. The deletion job announces it after the commit.
+        counts["subject_keys"] = try SubjectKeyStore.erase(personID: userID, on: conn)
         // The address the Redis purge must look for after the commit (jobs that carry only the address); the
         // deletion job sets it to NULL once the purge succeeded (0013_deletion_purge_email.sql).
         try conn.execute("UPDATE deletion_requests SET purge_email = $2 WHERE id = $1",

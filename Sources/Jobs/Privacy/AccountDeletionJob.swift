@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import Queue
 import Storage
+import SubjectKeys
 import Workers
 
 /// GDPR Art. 17 erasure: `AccountDeletionJob` with args `[{"user_id": UUID, "request_id": UUID}]`, enqueued by
@@ -87,6 +88,9 @@ public struct AccountDeletionJob: Job {
         case .alreadyCompleted:
             break
         }
+        // The erasure deleted the user's data keys: every worker drops its cached copies now (again on a later run,
+        // so a crash between the commit and this line is repaired by the redelivery).
+        try SubjectKeyInvalidation.announce(on: purger.pools)
         let files = try removeExportFiles(userID: userID, context: context)
         // Any request of this user may hold the address (another request may have done the anonymisation).
         let emails = try context.withConnection { conn in

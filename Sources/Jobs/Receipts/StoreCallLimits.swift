@@ -24,9 +24,13 @@ enum StoreCallLimits {
     /// (`ValidateReceiptArguments.store`, i.e. `args[0].store`).
     static func options(_ base: JobOptions, store: String? = nil) -> JobOptions {
         var options = base
-        let fromArguments = ValidateReceiptArguments.key { $0.store.rawValue }
+        // `args[0].store` read as it travels: the typed arguments do not decode before the worker opens the
+        // encrypted personal fields (docs/jobs-privacy.md), and `store` is not one of them.
         let declaration = LimitDeclaration.concurrent(name, max: maxConcurrent, lease: lease, key: { args in
-            store ?? fromArguments(args)
+            if let store { return store }
+            guard args.count == 1, let value = args[0].objectValue?["store"]?.stringValue,
+                  let known = Store(rawValue: value) else { return nil }
+            return known.rawValue
         })
         options.limits = JobLimits([declaration], overLimit: overLimit)
         return options

@@ -13,6 +13,13 @@ import Workers
 /// formats and throws `JobError.badInput` (dead at once as "invalid arguments for ValidateReceiptJob: …").
 public struct ValidateReceiptArguments: JobArguments, Equatable {
     public static let className = "ValidateReceiptJob"
+    /// Encrypted under the user's data key by Swift producers and `workerctl enqueue` (docs/jobs-privacy.md,
+    /// "Encrypted arguments"): the user id, the store proofs and the store's transaction ids. `app_id`, `plan_id`,
+    /// `store`, `package_name` and `product_id` stay readable (they name our catalogue, not a person).
+    public static let personalFields: Set<String> = [
+        "user_id", "receipt_data", "signed_transaction", "purchase_token", "transaction_id", "original_transaction_id",
+    ]
+    public static let subjectField: String? = "user_id"
 
     public enum Proof: Sendable, Equatable {
         /// `signedTransaction`: the device's StoreKit 2 `jwsRepresentation` of the purchase (proof of possession);

@@ -6,13 +6,32 @@ public enum DispatchError: Error, Sendable, CustomStringConvertible {
     case unknownClass(String)
     case undecodableArguments(className: String, reason: String)
     case invalidArguments(className: String, reason: String)
+    /// Personal arguments that can never be opened (`PersonalArgumentsRefusal`: the subject's key is erased, a
+    /// clear value in strict mode, a damaged envelope); `errorClass` is the dead entry's `error_class`.
+    case refusedPersonalArguments(className: String, errorClass: String, reason: String)
+
+    /// The dead entry's `error_class`: `BadInput`, or the refusal's own class for personal arguments.
+    public var errorClass: String {
+        if case .refusedPersonalArguments(_, let errorClass, _) = self { return errorClass }
+        return "BadInput"
+    }
 
     public var description: String {
         switch self {
         case .unknownClass(let name): return "unknown job class '\(name)': no job is registered under that name"
         case .undecodableArguments(let name, let reason): return "arguments do not fit \(name): \(reason)"
         case .invalidArguments(let name, let reason): return "invalid arguments for \(name): \(reason)"
+        case .refusedPersonalArguments(let name, _, let reason): return "personal arguments of \(name) refused: \(reason)"
         }
+    }
+}
+
+/// A worker whose registry declares personal arguments but has no key store (`JobRegistry.checkPersonalArguments()`).
+public struct PersonalArgumentsSetupError: Error, Sendable, CustomStringConvertible {
+    public let classNames: [String]
+    public var description: String {
+        "job classes \(classNames.joined(separator: ", ")) declare personal arguments, but no key store is configured: "
+            + "set WORKERS_KEK or WORKERS_KEK_FILE (docs/jobs-privacy.md, \"Encrypted arguments\")"
     }
 }
 
@@ -33,8 +52,27 @@ public struct JobRegistry: Sendable {
     /// The reflected Swift name of each registered job type (`Workers.FailJob`) → its Sidekiq class
     /// name (`Fail`): error classes nested in a job type are written as `Fail::Failure`.
     private(set) var classNamesByType: [String: String] = [:]
+    /// Registered names whose `Arguments` declare personal fields (`JobArguments.personalFields`) → the fields and
+    /// the subject field.
+    private var personalByName: [String: (fields: Set<String>, subject: String?)] = [:]
+
+    /// Opens the envelopes of declared personal fields before decoding (docs/jobs-privacy.md). Nil: arguments are
+    /// decoded as sent (clear text decodes; an envelope does not fit and the job goes dead as bad input). Set it
+    /// before the pool starts; `checkPersonalArguments()` refuses a registry that needs one and has none.
+    public var personalArgumentsOpener: (any PersonalArgumentsOpener)?
 
     public init() {}
+
+    /// The registered class names whose arguments declare personal fields.
+    public var classNamesWithPersonalArguments: [String] { personalByName.keys.sorted() }
+
+    /// Throws when a registered class declares personal arguments and no `personalArgumentsOpener` is set: a worker
+    /// must not start without the key store it needs to run those jobs (`workerctl worker` calls it at start).
+    public func checkPersonalArguments() throws(PersonalArgumentsSetupError) {
+        if personalArgumentsOpener == nil, !personalByName.isEmpty {
+            throw PersonalArgumentsSetupError(classNames: classNamesWithPersonalArguments)
+        }
+    }
 
     /// Registers `job` under its class name, or under `name` (an alias, e.g. a Ruby class name
     /// that another service enqueues).
@@ -66,6 +104,11 @@ public struct JobRegistry: Sendable {
             }
         }
         optionsByName[key] = J.options
+        if !J.Arguments.personalFields.isEmpty {
+            personalByName[key] = (J.Arguments.personalFields, J.Arguments.subjectField)
+        } else {
+            personalByName[key] = nil
+        }
         classNamesByType[String(reflecting: J.self)] = J.className
     }
 
@@ -76,6 +119,20 @@ public struct JobRegistry: Sendable {
     /// Looks the payload's class up and decodes its arguments.
     package func prepare(_ payload: JobPayload) throws(DispatchError) -> PreparedJob {
         guard let make = entries[payload.className] else { throw .unknownClass(payload.className) }
+        var payload = payload
+        if let personal = personalByName[payload.className], let opener = personalArgumentsOpener {
+            do {
+                payload.fields["args"] = .array(try opener.open(payload.args, className: payload.className, fields: personal.fields,
+                                                                subjectField: personal.subject))
+            } catch let refusal as PersonalArgumentsRefusal {
+                throw .refusedPersonalArguments(className: payload.className, errorClass: refusal.errorClass,
+                                                reason: refusal.reason)
+            } catch {
+                // The key store is unreachable (or the like): a run that fails with it, so the job is retried.
+                let options = optionsByName[payload.className] ?? JobOptions()
+                return PreparedJob(className: payload.className, options: options) { _ in throw error }
+            }
+        }
         do {
             return try make(payload)
         } catch let error as DispatchError {

@@ -83,7 +83,7 @@ struct JobRunner: Sendable {
             prepared = try registry.prepare(payload)
         } catch {
             jobLogger().warning("bad input sent to dead", metadata: ["reason": "\(error.description)"])
-            return .failed(.dead(payload: payload.recordingFailure(queue: job.queue, errorClass: "BadInput",
+            return .failed(.dead(payload: payload.recordingFailure(queue: job.queue, errorClass: error.errorClass,
                                                                    message: error.description)))
         }
 

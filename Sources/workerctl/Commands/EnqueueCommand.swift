@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Queue
+import SubjectKeys
 import Telemetry
 import Tracing
 
@@ -12,6 +13,8 @@ struct EnqueueCommand: ParsableCommand {
     )
 
     @OptionGroup var redis: RedisOptions
+
+    @OptionGroup var database: DatabaseOptions
 
     @Argument(help: "The job class (Sidekiq's \"class\").")
     var className: String
@@ -98,7 +101,11 @@ struct EnqueueCommand: ParsableCommand {
             guard let n = Int64(retry), n >= 0 else { throw CLIError.usage("--retry must be true, false or a non-negative integer") }
             retryValue = .int(n)
         }
-        let job = NewJob(className, args: parsedArgs, queue: queue, retry: retryValue)
+        var job = NewJob(className, args: parsedArgs, queue: queue, retry: retryValue)
+        // A class with personal arguments (docs/jobs-privacy.md): encrypted here, under the subject's key.
+        if let sealer = try SubjectKeysSetup.sealer(forClass: className, databaseURL: database.resolvedURL()) {
+            do { job = try sealer.sealed(job) } catch let error as EnqueueError { throw CLIError.usage(error.description) }
+        }
         let replicaWait: ReplicaWait?
         do { replicaWait = try ReplicaWait.from(environment: ProcessInfo.processInfo.environment) } catch {
             throw CLIError.usage("\(error)")

@@ -129,6 +129,8 @@ struct WorkerOptions: ParsableArguments {
         let jobDatabase = noDatabase ? nil : try openDatabase(configured: file.databaseURL,
                                                                poolSize: file.pgPoolSize ?? configuration.concurrency,
                                                                preparesStatements: !noPreparedStatements && file.pgPreparedStatements != false)
+        // Encrypted personal arguments (docs/jobs-privacy.md): the key store, or a refusal to start without one.
+        try SubjectKeysSetup.install(into: &registry, database: jobDatabase, redisURL: configuration.redisURL)
         let relay = try outbox.makeRelay(redisURL: configuration.redisURL, noDatabase: noDatabase,
                                          databaseURL: database.resolvedURL(configured: file.databaseURL), registry: registry,
                                          shardMap: configuration.shardMap)

@@ -1,0 +1,26 @@
+import Foundation
+
+/// The worker's side of encrypted personal arguments (docs/jobs-privacy.md): turns the envelopes
+/// (`{"enc":"v1","kid":…,"ct":…}`) of a job's declared personal fields back into their values, right before the
+/// registry decodes the arguments. The original payload (envelopes) is what stays in Redis: a retry or a dead entry
+/// never holds the clear values.
+///
+/// Implemented by `SubjectKeys.SubjectArgumentsOpener`; declared here so the runtime (Workers) and the key store
+/// (SubjectKeys) need not know each other. Called from any pool thread at once: implementations are thread-safe.
+public protocol PersonalArgumentsOpener: Sendable {
+    /// `args` with every field of `fields` in `args[0]` opened. Throws `PersonalArgumentsRefusal` for a job that can
+    /// never run (dead at once with its `errorClass`); any other error is temporary (the job is retried).
+    func open(_ args: [JSONValue], className: String, fields: Set<String>, subjectField: String?) throws -> [JSONValue]
+}
+
+/// A job whose personal arguments can never be opened: dead at once, `error_class` = `errorClass`
+/// (`SubjectErased`, `PersonalDataInClear`, `UnreadableEnvelope`). `reason` never holds a personal value.
+public struct PersonalArgumentsRefusal: Error, Sendable, CustomStringConvertible, Equatable {
+    public let errorClass: String
+    public let reason: String
+    public init(errorClass: String, reason: String) {
+        self.errorClass = errorClass
+        self.reason = reason
+    }
+    public var description: String { reason }
+}

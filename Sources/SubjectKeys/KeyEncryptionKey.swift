@@ -1,0 +1,116 @@
+import Crypto
+import Foundation
+
+/// A key-encryption key (KEK): the AES-256 key that wraps every subject's data key in PostgreSQL, and its id
+/// (`kek_id` on each wrapped row). It comes from configuration only (`SubjectKeysConfiguration`), never from the
+/// database. Immutable; any thread.
+public struct KeyEncryptionKey: Sendable {
+    /// 1 to 64 characters, letters, digits, `-`, `_`, `.` (e.g. `2026-11`).
+    public let id: String
+    /// The key bytes (`SymmetricKey` is not `Sendable`; one is built per use).
+    private let bytes: Data
+    var key: SymmetricKey { SymmetricKey(data: bytes) }
+
+    /// `text` is `<id>:<base64 of 32 bytes>` (surrounding white space ignored, e.g. a file's trailing newline).
+    /// The error names the problem, never the key.
+    public init(parsing text: String) throws(SubjectKeysConfigurationError) {
+        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard let colon = trimmed.firstIndex(of: ":") else {
+            throw .invalid("a KEK is written <id>:<base64 of 32 random bytes>")
+        }
+        let id = String(trimmed[..<colon])
+        guard (1...64).contains(id.count),
+              id.unicodeScalars.allSatisfy({ $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "-_.".unicodeScalars.contains($0)) })
+        else { throw .invalid("a KEK id is 1 to 64 letters, digits, '-', '_' or '.'") }
+        guard let bytes = Data(base64Encoded: String(trimmed[trimmed.index(after: colon)...])), bytes.count == 32 else {
+            throw .invalid("KEK \(id): the key must be 32 bytes in base64 (openssl rand -base64 32)")
+        }
+        self.id = id
+        self.bytes = bytes
+    }
+
+    /// A new random KEK (tests, and `workerctl keys new-kek`).
+    public static func random(id: String) -> KeyEncryptionKey {
+        // swiftlint:disable:next force_try
+        try! KeyEncryptionKey(parsing: id + ":" + SymmetricKey(size: .bits256).withUnsafeBytes { Data($0).base64EncodedString() })
+    }
+
+    /// `<id>:<base64>`, the form `init(parsing:)` reads (a test's or an operator's configuration value).
+    public var configurationText: String { id + ":" + bytes.base64EncodedString() }
+
+    /// AES-256-GCM of `plaintext` bound to `context` (associated data): nonce ‖ ciphertext ‖ tag.
+    func wrap(_ plaintext: Data, context: String) throws -> Data {
+        try AES.GCM.seal(plaintext, using: key, authenticating: Data(context.utf8)).combined!
+    }
+
+    /// The inverse of `wrap`; throws when the key or the context is not the one it was wrapped with.
+    func unwrap(_ wrapped: Data, context: String) throws -> Data {
+        try AES.GCM.open(AES.GCM.SealedBox(combined: wrapped), using: key, authenticating: Data(context.utf8))
+    }
+}
+
+/// Configuration a key store cannot start with. Never holds key material.
+public enum SubjectKeysConfigurationError: Error, Sendable, CustomStringConvertible, Equatable {
+    case invalid(String)
+    public var description: String {
+        switch self { case .invalid(let why): return "subject keys: \(why)" }
+    }
+}
+
+/// How the key store is configured (docs/jobs-privacy.md, "Encrypted arguments"):
+///
+/// | variable | meaning |
+/// |---|---|
+/// | `WORKERS_KEK` / `WORKERS_KEK_FILE` | the current KEK, `<id>:<base64 of 32 bytes>` |
+/// | `WORKERS_KEK_PREVIOUS` / `WORKERS_KEK_PREVIOUS_FILE` | the KEK being rotated out (only while rotating) |
+/// | `WORKERS_PERSONAL_ARGS_STRICT` | `1`/`true`: a clear value in a personal field sends the job to dead |
+/// | `WORKERS_SUBJECT_KEY_CACHE_SECONDS` | how long an unwrapped data key stays cached (default 60, 0…3600) |
+public struct SubjectKeysConfiguration: Sendable {
+    public var current: KeyEncryptionKey
+    public var previous: KeyEncryptionKey?
+    public var strict: Bool
+    public var cacheTTL: Duration
+
+    public init(current: KeyEncryptionKey, previous: KeyEncryptionKey? = nil, strict: Bool = false,
+                cacheTTL: Duration = .seconds(60)) {
+        self.current = current
+        self.previous = previous
+        self.strict = strict
+        self.cacheTTL = cacheTTL
+    }
+
+    /// Nil when no KEK is configured (neither `WORKERS_KEK` nor `WORKERS_KEK_FILE`).
+    public static func fromEnvironment(_ env: [String: String]) throws(SubjectKeysConfigurationError) -> SubjectKeysConfiguration? {
+        func read(_ name: String) throws(SubjectKeysConfigurationError) -> KeyEncryptionKey? {
+            let inline = env[name].flatMap { $0.isEmpty ? nil : $0 }
+            let file = env[name + "_FILE"].flatMap { $0.isEmpty ? nil : $0 }
+            if inline != nil && file != nil { throw .invalid("set \(name) or \(name)_FILE, not both") }
+            if let inline { return try KeyEncryptionKey(parsing: inline) }
+            guard let file else { return nil }
+            guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
+                throw .invalid("\(name)_FILE cannot be read")
+            }
+            return try KeyEncryptionKey(parsing: text)
+        }
+        guard let current = try read("WORKERS_KEK") else {
+            if try read("WORKERS_KEK_PREVIOUS") != nil { throw .invalid("WORKERS_KEK_PREVIOUS without WORKERS_KEK") }
+            return nil
+        }
+        let previous = try read("WORKERS_KEK_PREVIOUS")
+        if let previous, previous.id == current.id { throw .invalid("the previous KEK has the current KEK's id \(current.id)") }
+        let strict: Bool
+        switch env["WORKERS_PERSONAL_ARGS_STRICT"]?.lowercased() ?? "" {
+        case "", "0", "false", "no": strict = false
+        case "1", "true", "yes": strict = true
+        default: throw .invalid("WORKERS_PERSONAL_ARGS_STRICT must be 1/true or 0/false")
+        }
+        var ttl = Duration.seconds(60)
+        if let text = env["WORKERS_SUBJECT_KEY_CACHE_SECONDS"] {
+            guard let seconds = Int(text), (0...3600).contains(seconds) else {
+                throw .invalid("WORKERS_SUBJECT_KEY_CACHE_SECONDS must be 0…3600")
+            }
+            ttl = .seconds(seconds)
+        }
+        return SubjectKeysConfiguration(current: current, previous: previous, strict: strict, cacheTTL: ttl)
+    }
+}

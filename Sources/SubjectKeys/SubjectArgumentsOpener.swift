@@ -1,0 +1,109 @@
+import Crypto
+import Foundation
+import Queue
+import Synchronization
+
+/// The worker's `PersonalArgumentsOpener` over a `SubjectKeyStore` (docs/jobs-privacy.md): opens the envelopes of a
+/// job's declared personal fields with the subject's data key, kept unwrapped in a cache for at most `cacheTTL` and
+/// dropped fleet-wide on erasure (`SubjectKeyInvalidation`, read at most once per `epochCheckInterval`).
+///
+/// Outcomes per field: an envelope whose key exists opens (its value replaces it); whose key is gone →
+/// `SubjectErased` (dead, never retried); that does not open with its key or is of an unknown version →
+/// `UnreadableEnvelope`; a clear value → accepted, or `PersonalDataInClear` in strict mode; the key store
+/// unreachable → an ordinary error (the job is retried).
+///
+/// Thread rules: any pool thread at once; the cache is behind one mutex, never held across a round trip.
+public final class SubjectArgumentsOpener: PersonalArgumentsOpener {
+    let store: SubjectKeyStore
+    let redis: RedisPool?
+    let strict: Bool
+    let cacheTTL: Duration
+    let epochCheckInterval: Duration
+    let now: @Sendable () -> Date
+
+    private struct State {
+        var keys: [String: (key: Data, until: Date)] = [:]
+        var epoch: Int64?
+        var checkedAt: Date?
+    }
+    private let state = Mutex(State())
+
+    /// `redis`: where the erasure epoch is read (nil: no fleet-wide invalidation, only `cacheTTL`); `now`: the
+    /// clock of the cache and the epoch checks (tests move it).
+    public init(store: SubjectKeyStore, redis: RedisPool?, strict: Bool = false, cacheTTL: Duration = .seconds(60),
+                epochCheckInterval: Duration = .seconds(1), now: @escaping @Sendable () -> Date = { Date() }) {
+        self.store = store
+        self.redis = redis
+        self.strict = strict
+        self.cacheTTL = cacheTTL
+        self.epochCheckInterval = epochCheckInterval
+        self.now = now
+    }
+
+    public convenience init(store: SubjectKeyStore, redis: RedisPool?, configuration: SubjectKeysConfiguration) {
+        self.init(store: store, redis: redis, strict: configuration.strict, cacheTTL: configuration.cacheTTL)
+    }
+
+    /// Cached keys right now (tests).
+    public var cachedKeyCount: Int { state.withLock { $0.keys.count } }
+
+    public func open(_ args: [JSONValue], className: String, fields: Set<String>, subjectField: String?) throws -> [JSONValue] {
+        guard args.count == 1, var object = args[0].objectValue else { return args }  // decoding reports the shape
+        refreshEpochIfDue()
+        for field in fields.sorted() {
+            guard let value = object[field], value != .null else { continue }
+            if let envelope = PersonalEnvelope(value) {
+                guard let key = try key(id: envelope.keyID) else {
+                    throw PersonalArgumentsRefusal(errorClass: "SubjectErased",
+                                                   reason: "the data key of \(field) (key id \(envelope.keyID)) is erased: the subject was deleted")
+                }
+                guard let clear = envelope.open(field: field, key: key) else {
+                    throw PersonalArgumentsRefusal(errorClass: "UnreadableEnvelope",
+                                                   reason: "\(field) does not open with its key (moved from another field or changed)")
+                }
+                object[field] = clear
+            } else if PersonalEnvelope.isEnvelopeLike(value) {
+                throw PersonalArgumentsRefusal(errorClass: "UnreadableEnvelope", reason: "\(field) is an envelope this worker cannot read")
+            } else if strict {
+                throw PersonalArgumentsRefusal(errorClass: "PersonalDataInClear",
+                                               reason: "\(field) is personal and arrived in clear (strict mode): the producer must encrypt it")
+            }
+        }
+        return [.object(object)]
+    }
+
+    private func key(id: String) throws -> SymmetricKey? {
+        let time = now()
+        if let cached = state.withLock({ state -> Data? in
+            guard let entry = state.keys[id] else { return nil }
+            if entry.until > time { return entry.key }
+            state.keys[id] = nil
+            return nil
+        }) { return SymmetricKey(data: cached) }
+        guard let key = try store.dataKey(id: id) else { return nil }
+        if cacheTTL > .zero {
+            let until = time.addingTimeInterval(Double(cacheTTL.components.seconds) + Double(cacheTTL.components.attoseconds) / 1e18)
+            state.withLock { $0.keys[id] = (key, until) }
+        }
+        return SymmetricKey(data: key)
+    }
+
+    /// Reads the erasure epoch when the last read is older than `epochCheckInterval`; a changed (or unreadable)
+    /// epoch drops every cached key.
+    private func refreshEpochIfDue() {
+        guard let redis else { return }
+        let time = now()
+        let interval = Double(epochCheckInterval.components.seconds) + Double(epochCheckInterval.components.attoseconds) / 1e18
+        let due = state.withLock { state -> Bool in
+            if let checked = state.checkedAt, time.timeIntervalSince(checked) < interval { return false }
+            state.checkedAt = time
+            return true
+        }
+        guard due else { return }
+        let epoch = try? SubjectKeyInvalidation.epoch(on: redis)
+        state.withLock { state in
+            if epoch == nil || epoch != state.epoch { state.keys.removeAll() }
+            state.epoch = epoch
+        }
+    }
+}

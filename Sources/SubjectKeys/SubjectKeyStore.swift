@@ -1,0 +1,208 @@
+import Crypto
+import Foundation
+import Storage
+
+/// The per-subject data keys (docs/jobs-privacy.md, "Encrypted arguments"), in PostgreSQL
+/// (`0018_subject_keys.sql`): one random AES-256 key per subject, stored wrapped (AES-256-GCM) under the KEK of
+/// the configuration, under a random key id. A subject (a `users.id`, or an e-mail address) is found by its
+/// digest, HMAC-SHA256 under a random lookup key that is itself stored wrapped under the KEK: the table never holds
+/// an e-mail address in clear, and a stolen dump cannot be matched against a list of addresses (a plain SHA-256
+/// could). The lookup key survives a KEK rotation (it is re-wrapped), so digests never change.
+///
+/// Invariants: a data key is only ever written wrapped; a key id names no person; erasing a person deletes their
+/// rows (`erase(personID:on:)`), and nothing else holds their key (an unwrapped copy lives at most `cacheTTL` in a
+/// worker's cache, and is dropped fleet-wide at once by `SubjectKeyInvalidation`).
+///
+/// Thread rules: immutable after `init`; every method borrows a pooled connection; any thread.
+public final class SubjectKeyStore: Sendable {
+    let pool: PostgresPool
+    public let current: KeyEncryptionKey
+    public let previous: KeyEncryptionKey?
+    private let lookupKeyBytes: Data  // `SymmetricKey` is not `Sendable`
+
+    /// Opens the store: reads the wrapped lookup key and checks the KEK against it (the AES-GCM tag of the wrapped
+    /// lookup key is the check value), so a wrong KEK fails here, at start, not per job. The first start ever writes
+    /// a new lookup key under the current KEK; a start with a `previous` KEK that PostgreSQL knows (a rotation under
+    /// way) also writes the lookup key under the current one.
+    public init(pool: PostgresPool, current: KeyEncryptionKey, previous: KeyEncryptionKey? = nil) throws {
+        self.pool = pool
+        self.current = current
+        self.previous = previous
+        self.lookupKeyBytes = try pool.withConnection { conn in try Self.openLookupKey(conn, current: current, previous: previous) }
+    }
+
+    public convenience init(pool: PostgresPool, configuration: SubjectKeysConfiguration) throws {
+        try self.init(pool: pool, current: configuration.current, previous: configuration.previous)
+    }
+
+    private static func lookupContext(_ kekID: String) -> String { "lookup-key|\(kekID)" }
+    private static func dataKeyContext(_ keyID: String) -> String { "subject-key|\(keyID)" }
+
+    private static func openLookupKey(_ conn: PostgresConnection, current: KeyEncryptionKey,
+                                      previous: KeyEncryptionKey?) throws -> Data {
+        func stored() throws -> [String: Data] {
+            var rows: [String: Data] = [:]
+            for row in try conn.query("SELECT kek_id, wrapped_lookup_key FROM subject_key_encryption_keys") {
+                rows[try row.string("kek_id")] = try row.data("wrapped_lookup_key")
+            }
+            return rows
+        }
+        var rows = try stored()
+        if rows.isEmpty {
+            let fresh = SymmetricKey(size: .bits256).withUnsafeBytes { Data($0) }
+            try conn.write("INSERT INTO subject_key_encryption_keys (kek_id, wrapped_lookup_key) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                           [current.id, try current.wrap(fresh, context: lookupContext(current.id))])
+            rows = try stored()
+        }
+        if let wrapped = rows[current.id] {
+            guard let lookup = try? current.unwrap(wrapped, context: lookupContext(current.id)) else {
+                throw SubjectKeyStoreError.wrongKEK(id: current.id)
+            }
+            return lookup
+        }
+        if let previous, let wrapped = rows[previous.id] {
+            guard let lookup = try? previous.unwrap(wrapped, context: lookupContext(previous.id)) else {
+                throw SubjectKeyStoreError.wrongKEK(id: previous.id)
+            }
+            try conn.write("INSERT INTO subject_key_encryption_keys (kek_id, wrapped_lookup_key) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                           [current.id, try current.wrap(lookup, context: lookupContext(current.id))])
+            return lookup
+        }
+        throw SubjectKeyStoreError.unknownKEK(configured: current.id, stored: rows.keys.sorted())
+    }
+
+    /// The digest a subject is looked up by: HMAC-SHA256(lookup key, "subject|" + the trimmed, lowercased subject).
+    func digest(ofSubject subject: String) -> Data {
+        let canonical = subject.trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
+        return Data(HMAC<SHA256>.authenticationCode(for: Data("subject|\(canonical)".utf8), using: SymmetricKey(data: lookupKeyBytes)))
+    }
+
+    /// The data key of `subject`, made on first use. `person`: the `users.id` the subject belongs to (erased with
+    /// it); a subject that is itself a UUID is its own person. Two producers asking at once get the same key.
+    public func dataKey(forSubject subject: String, person: UUID? = nil) throws -> SubjectDataKey {
+        let digest = digest(ofSubject: subject)
+        let person = person ?? UUID(uuidString: subject.trimmingCharacters(in: .whitespacesAndNewlines))
+        return try pool.withConnection { conn in
+            func existing() throws -> SubjectDataKey? {
+                guard let row = try conn.queryFirst("SELECT key_id, kek_id, wrapped_key FROM subject_keys WHERE subject_digest = $1",
+                                                    [digest]) else { return nil }
+                let keyID = try row.string("key_id")
+                return SubjectDataKey(id: keyID, bytes: try unwrap(keyID: keyID, kekID: try row.string("kek_id"),
+                                                                  wrapped: try row.data("wrapped_key")))
+            }
+            if let found = try existing() { return found }
+            let keyID = Self.newKeyID()
+            let wrapped = try current.wrap(SymmetricKey(size: .bits256).withUnsafeBytes { Data($0) }, context: Self.dataKeyContext(keyID))
+            try conn.write("""
+                INSERT INTO subject_keys (key_id, subject_digest, person_id, kek_id, wrapped_key)
+                VALUES ($1, $2, $3, $4, $5) ON CONFLICT (subject_digest) DO NOTHING
+                """, [keyID, digest, person, current.id, wrapped])
+            guard let made = try existing() else { throw SubjectKeyStoreError.raceLost }
+            return made
+        }
+    }
+
+    /// The data key (its 32 bytes) with this id, or nil when there is none: erased (or never made).
+    public func dataKey(id keyID: String) throws -> Data? {
+        try pool.withConnection { conn in
+            guard let row = try conn.queryFirst("SELECT kek_id, wrapped_key FROM subject_keys WHERE key_id = $1", [keyID])
+            else { return nil }
+            return try unwrap(keyID: keyID, kekID: try row.string("kek_id"), wrapped: try row.data("wrapped_key"))
+        }
+    }
+
+    private func unwrap(keyID: String, kekID: String, wrapped: Data) throws -> Data {
+        let kek: KeyEncryptionKey
+        if kekID == current.id { kek = current } else if let previous, kekID == previous.id { kek = previous } else {
+            throw SubjectKeyStoreError.unknownKEK(configured: current.id, stored: [kekID])
+        }
+        guard let plain = try? kek.unwrap(wrapped, context: Self.dataKeyContext(keyID)) else {
+            throw SubjectKeyStoreError.damagedKey(keyID: keyID)
+        }
+        return plain
+    }
+
+    /// 128 random bits, base64url without padding (22 characters).
+    static func newKeyID() -> String {
+        SymmetricKey(size: .bits128).withUnsafeBytes { Data($0) }.base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    /// What a rotation did.
+    public struct Rotation: Sendable, Equatable {
+        /// Data keys re-wrapped under the current KEK.
+        public let rewrapped: Int
+        /// KEK ids no row needs any more (their lookup-key rows were deleted): the keys can be destroyed.
+        public let retiredKEKs: [String]
+    }
+
+    /// Re-wraps every data key not under the current KEK (they must be under the previous one) in one transaction,
+    /// then deletes the other KEKs' lookup-key rows. Afterwards PostgreSQL holds nothing the previous KEK opens:
+    /// destroy it. Keys erased before the rotation are not re-wrapped (they are gone), so an older dump holds them
+    /// only under the previous KEK. Idempotent (a second run re-wraps nothing).
+    public func rotate() throws -> Rotation {
+        try pool.withConnection { conn in
+            try conn.transaction { conn in
+                var count = 0
+                for row in try conn.query("SELECT key_id, kek_id, wrapped_key FROM subject_keys WHERE kek_id <> $1 FOR UPDATE",
+                                          [current.id]) {
+                    let keyID = try row.string("key_id")
+                    let key = try unwrap(keyID: keyID, kekID: try row.string("kek_id"), wrapped: try row.data("wrapped_key"))
+                    try conn.write("UPDATE subject_keys SET wrapped_key = $2, kek_id = $3 WHERE key_id = $1",
+                                   [keyID, try current.wrap(key, context: Self.dataKeyContext(keyID)),
+                                    current.id])
+                    count += 1
+                }
+                let retired = try conn.query("DELETE FROM subject_key_encryption_keys WHERE kek_id <> $1 RETURNING kek_id",
+                                             [current.id]).map { try $0.string("kek_id") }
+                return Rotation(rewrapped: count, retiredKEKs: retired.sorted())
+            }
+        }
+    }
+
+    /// Deletes the data keys of `personID` (every subject linked to that `users.id`), inside the caller's
+    /// transaction (the account deletion's). Needs no KEK. Returns how many keys went. Call
+    /// `SubjectKeyInvalidation.announce` after the commit so no worker keeps a cached copy.
+    public static func erase(personID: UUID, on conn: PostgresConnection) throws -> Int {
+        try conn.execute("DELETE FROM subject_keys WHERE person_id = $1", [personID])
+    }
+
+    /// Deletes the data key of one subject (e.g. an e-mail address not linked to a person), in the caller's
+    /// transaction. Returns 1 when there was one.
+    public func erase(subject: String, on conn: PostgresConnection) throws -> Int {
+        try conn.execute("DELETE FROM subject_keys WHERE subject_digest = $1", [digest(ofSubject: subject)])
+    }
+}
+
+/// A subject's data key and its (random) id.
+public struct SubjectDataKey: Sendable {
+    public let id: String
+    /// The key bytes (`SymmetricKey` is not `Sendable`).
+    let bytes: Data
+    public var key: SymmetricKey { SymmetricKey(data: bytes) }
+}
+
+/// Why the key store refused. Never holds key material or a subject.
+public enum SubjectKeyStoreError: Error, Sendable, CustomStringConvertible, Equatable {
+    /// The configured KEK does not open what PostgreSQL holds under its id.
+    case wrongKEK(id: String)
+    /// PostgreSQL's keys are under other KEK ids than the configured ones.
+    case unknownKEK(configured: String, stored: [String])
+    /// A wrapped key does not open (changed bytes).
+    case damagedKey(keyID: String)
+    /// A concurrent insert and delete of the same subject's key (retry).
+    case raceLost
+
+    public var description: String {
+        switch self {
+        case .wrongKEK(let id):
+            return "wrong KEK: the key configured as \(id) does not open the subject keys PostgreSQL holds under \(id)"
+        case .unknownKEK(let configured, let stored):
+            return "the subject keys in PostgreSQL are wrapped under KEK \(stored.joined(separator: ", ")), not the configured \(configured): "
+                + "configure that KEK as WORKERS_KEK_PREVIOUS and run `workerctl keys rotate` (docs/jobs-privacy.md)"
+        case .damagedKey(let keyID): return "subject key \(keyID) does not unwrap: its row was changed"
+        case .raceLost: return "subject key created and deleted concurrently; try again"
+        }
+    }
+}

@@ -1,0 +1,415 @@
+import _CryptoExtras
+import Crypto
+import Foundation
+@testable import Jobs
+import Logging
+import Mail
+import Queue
+import Storage
+import SubjectKeys
+import Synchronization
+import TestSupport
+import Workers
+import XCTest
+
+/// Personal job arguments encrypted per person, erased by key (issue 37, docs/jobs-privacy.md "Encrypted
+/// arguments"): real PostgreSQL, Redis database 60 (with its AOF), the Apple fake, real workers (`TestWorker`) or
+/// the real runner (`JobRunnerDriver`), `workerctl enqueue` as a child process, and a second redis-server on port
+/// 6475 for the restored AOF copy.
+final class SubjectKeysTests: ReceiptsTestCase {
+    override func makeFixture() throws -> JobsFixture {
+        try JobsFixture(prefix: "subject_keys_test", redis: 60, fakes: .own([.apple]))
+    }
+
+    var processes: [WorkerProcess] = []
+    let kek1 = KeyEncryptionKey.random(id: "kek-1")
+    let kek2 = KeyEncryptionKey.random(id: "kek-2")
+
+    override func tearDown() {
+        for process in processes { process.shutdown() }
+        super.tearDown()
+    }
+
+    // MARK: helpers
+
+    /// The receipt jobs (verifyReceipt against the fake) and the privacy jobs; `opener` opens personal arguments.
+    func registry(opener: (any PersonalArgumentsOpener)?) throws -> JobRegistry {
+        var registry = JobRegistry()
+        ReceiptJobs.register(into: &registry, services: try ReceiptServices(configuration: appleConfiguration(), http: http))
+        let privacy = try PrivacyConfiguration(
+            storageDirectory: FileManager.default.temporaryDirectory.appendingPathComponent("subject-keys-test-\(UUID().uuidString)"),
+            urlBase: "https://downloads.example.test/privacy/exports",
+            signingSecret: Data("test-signing-secret-0123456789-abcdefghijklmnop".utf8),
+            smtp: SMTPConfiguration(host: "127.0.0.1", port: 9, security: .none, connectTimeout: .seconds(1), timeout: .seconds(1)),
+            mailFrom: EmailAddress("privacy@example.test", name: "Privacy Team"))
+        PrivacyJobs.register(into: &registry, configuration: privacy, redis: redis.pool)
+        registry.personalArgumentsOpener = opener
+        return registry
+    }
+
+    func startWorker(_ registry: JobRegistry) throws {
+        processes.append(try TestWorker.start(redis: redis, registry: registry, database: fixture.jobDatabase, concurrency: 2))
+    }
+
+    func sealer(_ store: SubjectKeyStore) -> SubjectArgumentsSealer {
+        SubjectArgumentsSealer(store: store, classes: DomainJobs.personalArgumentTypes)
+    }
+
+    /// A validation of `receipt` (transaction `transaction`) for `user`, typed.
+    func validation(user: UUID, receipt: String, transaction: String) throws -> NewJob {
+        try NewJob(ValidateReceiptArguments(userID: user, appID: db.appID, planID: db.planID,
+                                            proof: .apple(receiptData: receipt, transactionID: transaction,
+                                                          originalTransactionID: nil, signedTransaction: nil)))
+    }
+
+    /// verifyReceipt answers `receipt` as a valid purchase of the plan's product, transaction `transaction`.
+    func registerValid(receipt: String, transaction: String) throws {
+        let ms = { (d: Date) in String(Int64(d.timeIntervalSince1970 * 1000)) }
+        try fakes.admin(.apple, "POST", "apple/receipts", json: [
+            "receipt-data": receipt, "status": 0, "environment": "Production",
+            "latest_receipt_info": [["product_id": ReceiptsDatabase.appleProduct, "transaction_id": transaction,
+                                     "original_transaction_id": transaction,
+                                     "purchase_date_ms": ms(Date().addingTimeInterval(-86400)),
+                                     "expires_date_ms": ms(Date().addingTimeInterval(20 * 86400)), "is_trial_period": "false"]],
+            "pending_renewal_info": [["original_transaction_id": transaction, "auto_renew_status": "1"]],
+        ])
+    }
+
+    /// A user with an address and a due deletion request (as the Auth Service records it).
+    func userWithDueDeletion(email: String) throws -> (user: UUID, request: UUID) {
+        let user = try db.newUser()
+        let request = try pool.withConnection { c in
+            try c.execute("""
+                UPDATE users SET email = $2, delete_requested = true, delete_scheduled_at = now() - interval '1 minute'
+                WHERE id = $1
+                """, [user, email])
+            return try c.queryFirst("""
+                INSERT INTO deletion_requests (user_id, requested_at, scheduled_at)
+                VALUES ($1, now() - interval '28 days', now() - interval '1 minute') RETURNING id
+                """, [user])!.uuid("id")
+        }
+        return (user, request)
+    }
+
+    func erase(_ user: UUID, request: UUID) throws {
+        try fixture.driver(try registry(opener: nil))
+            .run(AccountDeletionJob.className, PrivacyJobs.deletionJob(userID: user, requestID: request).args)
+    }
+
+    /// The files of this Redis server's append-only file (its `dir` and `appenddirname`).
+    func aofDirectory() throws -> URL {
+        let dir = try redis.command("CONFIG", "GET", "dir").strings[1]
+        let name = try redis.command("CONFIG", "GET", "appenddirname").strings[1]
+        return URL(fileURLWithPath: dir).appendingPathComponent(name)
+    }
+
+    /// The needles found in the bytes of any AOF file.
+    func aofHolds(_ needles: [String]) throws -> [String] {
+        let directory = try aofDirectory()
+        var found: Set<String> = []
+        for file in try FileManager.default.contentsOfDirectory(atPath: directory.path) {
+            let data = try Data(contentsOf: directory.appendingPathComponent(file))
+            for needle in needles where data.range(of: Data(needle.utf8)) != nil { found.insert(needle) }
+        }
+        return found.sorted()
+    }
+
+    /// The needles found in the queue's LRANGE text or its DUMP bytes.
+    func queueHolds(_ needles: [String], key: String = "queue:default") throws -> [String] {
+        let entries = try redis.command("LRANGE", key, 0, -1).strings.joined(separator: "\n")
+        let dump = Data(try redis.command("DUMP", key).bytes ?? [])
+        return needles.filter { entries.contains($0) || dump.range(of: Data($0.utf8)) != nil }
+    }
+
+    // MARK: tests
+
+    /// A receipt job enqueued from Swift (typed, through `SubjectArgumentsSealer`) and one through `workerctl
+    /// enqueue`: neither the queue (LRANGE, DUMP) nor the AOF files ever hold the user id, the receipt or the
+    /// transaction id; the class, queue and catalogue ids stay readable; the worker validates both.
+    func testSwiftAndWorkerctlEnqueuedReceiptJobsKeepPersonalValuesOutOfRedisAndItsAOFAndRun() throws {
+        let store = try SubjectKeyStore(pool: pool, current: kek1)
+        let swiftUser = try db.newUser(), cliUser = try db.newUser()
+        let swiftReceipt = "zqswift-receipt-\(UUID().uuidString)", cliReceipt = "zqcli-receipt-\(UUID().uuidString)"
+        // Transaction ids long and random enough not to occur in the AOF by chance (a timestamp's digits).
+        let swiftTx = "7337\(Int.random(in: 10_000_000_000...99_999_999_999))", cliTx = "7338\(Int.random(in: 10_000_000_000...99_999_999_999))"
+        try registerValid(receipt: swiftReceipt, transaction: swiftTx)
+        try registerValid(receipt: cliReceipt, transaction: cliTx)
+
+        let client = JobClient(pool: redis.pool, middleware: [sealer(store)])
+        try client.enqueue(try validation(user: swiftUser, receipt: swiftReceipt, transaction: swiftTx))
+        let cliArgs = jsonString([["user_id": cliUser.uuidString.lowercased(), "app_id": db.appID.uuidString.lowercased(),
+                                   "plan_id": db.planID.uuidString.lowercased(), "store": "apple",
+                                   "receipt_data": cliReceipt, "transaction_id": cliTx]])
+        let cli = try ChildProcess.run(TestServices.workerctl, ["enqueue", "ValidateReceiptJob", "--args", cliArgs],
+                                       environment: ["REDIS_URL": redis.url, "DATABASE_URL": fixture.database.url,
+                                                     "WORKERS_KEK": kek1.configurationText])
+        XCTAssertEqual(cli.status, 0, cli.stderr)
+
+        let needles = [swiftUser.uuidString.lowercased(), cliUser.uuidString.lowercased(), swiftReceipt, cliReceipt,
+                       swiftTx, cliTx]
+        XCTAssertEqual(try redis.int("LLEN", "queue:default"), 2)
+        XCTAssertEqual(try queueHolds(needles), [], "personal values in clear in Redis")
+        for payload in try redis.payloads(list: "queue:default") {
+            XCTAssertEqual(payload.className, "ValidateReceiptJob")
+            let args = try XCTUnwrap(payload.args.first?.objectValue)
+            XCTAssertEqual(args["store"]?.stringValue, "apple")
+            XCTAssertEqual(args["app_id"]?.stringValue, db.appID.uuidString.lowercased())
+            for field in ["user_id", "receipt_data", "transaction_id"] {
+                XCTAssertNotNil(PersonalEnvelope(try XCTUnwrap(args[field])), "\(field) is not an envelope")
+            }
+        }
+
+        try startWorker(try registry(opener: SubjectArgumentsOpener(store: store, redis: redis.pool)))
+        XCTAssertTrue(try eventually(timeout: 60) { try db.userStatus(swiftUser) == "premium" && db.userStatus(cliUser) == "premium" })
+        XCTAssertEqual(try db.events(key: swiftTx), ["subscription_started"])
+        XCTAssertEqual(try db.events(key: cliTx), ["subscription_started"])
+        XCTAssertEqual(try redis.int("ZCARD", Keys.dead) + redis.int("ZCARD", Keys.retry), 0)
+        // Everything written to Redis meanwhile (pushes, the in-flight lists, the acknowledgements) is in the AOF.
+        XCTAssertEqual(try aofHolds(needles), [], "personal values in clear in the AOF")
+    }
+
+    /// Rotation: jobs sealed before `keys rotate` (under KEK 1) and after (KEK 2) are opened by a worker that only has
+    /// KEK 2 (KEK 1 destroyed); a wrong KEK fails when the store opens, at start, not per job.
+    func testRotationKeepsJobsBeforeAndAfterReadableAndAWrongKEKFailsAtStart() throws {
+        let before = try db.newUser(), after = try db.newUser()
+        try registerValid(receipt: "zqrot-before", transaction: "7337101")
+        try registerValid(receipt: "zqrot-after", transaction: "7337102")
+        let old = try SubjectKeyStore(pool: pool, current: kek1)
+        try redis.client.enqueue(try sealer(old).sealed(try validation(user: before, receipt: "zqrot-before", transaction: "7337101")))
+
+        let rotating = try SubjectKeyStore(pool: pool, current: kek2, previous: kek1)
+        let rotation = try rotating.rotate()
+        XCTAssertEqual(rotation.rewrapped, 1)
+        XCTAssertEqual(rotation.retiredKEKs, ["kek-1"])
+        XCTAssertEqual(try db.scalar("SELECT count(*)::int FROM subject_keys WHERE kek_id <> 'kek-2'"), 0)
+        try redis.client.enqueue(try sealer(rotating).sealed(try validation(user: after, receipt: "zqrot-after", transaction: "7337102")))
+
+        // KEK 1 is gone: the worker knows KEK 2 only.
+        let current = try SubjectKeyStore(pool: pool, current: kek2)
+        try startWorker(try registry(opener: SubjectArgumentsOpener(store: current, redis: redis.pool)))
+        XCTAssertTrue(try eventually(timeout: 60) { try db.userStatus(before) == "premium" && db.userStatus(after) == "premium" })
+        XCTAssertEqual(try redis.int("ZCARD", Keys.dead) + redis.int("ZCARD", Keys.retry), 0)
+
+        XCTAssertThrowsError(try SubjectKeyStore(pool: pool, current: KeyEncryptionKey.random(id: "kek-2"))) { error in
+            XCTAssertEqual(error as? SubjectKeyStoreError, .wrongKEK(id: "kek-2"))
+        }
+        XCTAssertThrowsError(try SubjectKeyStore(pool: pool, current: kek1)) { error in
+            XCTAssertEqual(error as? SubjectKeyStoreError, .unknownKEK(configured: "kek-1", stored: ["kek-2"]))
+        }
+        // `workerctl worker` with the wrong KEK exits at start with the reason.
+        let worker = try ChildProcess.run(TestServices.workerctl, ["worker", "--concurrency", "1"],
+                                          environment: ["REDIS_URL": redis.url, "DATABASE_URL": fixture.database.url,
+                                                        "WORKERS_KEK": KeyEncryptionKey.random(id: "kek-2").configurationText],
+                                          timeout: 30)
+        XCTAssertEqual(worker.status, 1, worker.stderr)
+        XCTAssertTrue(worker.stderr.contains("wrong KEK"), worker.stderr)
+
+        // A worker with the receipts area configured (ValidateReceiptJob declares personal arguments) and no KEK
+        // refuses to start.
+        let account = jsonString(["type": "service_account", "project_id": "demo", "private_key_id": "k1",
+                                  "private_key": try _RSA.Signing.PrivateKey(keySize: .bits2048).pkcs8PEMRepresentation,
+                                  "client_email": "worker@demo.iam.gserviceaccount.com", "token_uri": "http://127.0.0.1:9/token"])
+        let keyless = try ChildProcess.run(TestServices.workerctl, ["worker", "--concurrency", "1"],
+                                           environment: ["REDIS_URL": redis.url, "DATABASE_URL": fixture.database.url,
+                                                         "RECEIPTS_GOOGLE_SERVICE_ACCOUNT": account,
+                                                         "RECEIPTS_GOOGLE_PACKAGE_NAMES": "com.example.app",
+                                                         "WORKERS_KEK": "", "WORKERS_KEK_FILE": ""],
+                                           timeout: 30)
+        XCTAssertEqual(keyless.status, 1, keyless.stderr)
+        XCTAssertTrue(keyless.stderr.contains("ValidateReceiptJob declare personal arguments")
+                      || keyless.stderr.contains("declare personal arguments"), keyless.stderr)
+    }
+
+    /// Erasure by key: the user's jobs sealed before the erasure — one waiting in `retry`, one in `dead`, one in a copy
+    /// of the AOF taken before the erasure and restored into a fresh redis-server — never run: each ends in `dead`
+    /// with `SubjectErased`, nothing is validated. A PostgreSQL dump from before the erasure, restored after the KEK
+    /// rotation, does not open with the current KEK (the erased key was only ever wrapped under the destroyed one).
+    func testErasedSubjectsJobsInRetryDeadAndARestoredAOFCopyNeverRunAndAPreErasureDumpStaysClosed() throws {
+        let (user, request) = try userWithDueDeletion(email: "zqshredded@example.org")
+        let other = try db.newUser()
+        try registerValid(receipt: "zqerased-receipt", transaction: "7337201")
+        let store = try SubjectKeyStore(pool: pool, current: kek1)
+        let seal = sealer(store)
+        _ = try store.dataKey(forSubject: other.uuidString)  // a live key the rotation re-wraps
+
+        func payload(_ job: NewJob) throws -> JobPayload {
+            try JobClient.payload(for: try seal.sealed(job), createdAt: Clock.now(), enqueuedAt: Clock.now())
+        }
+        var retried = try payload(try validation(user: user, receipt: "zqerased-receipt", transaction: "7337201"))
+        retried.fields["retry_count"] = .int(0)
+        retried.fields["error_class"] = .string("StoreUnavailable")
+        let dead = try payload(try validation(user: user, receipt: "zqerased-receipt", transaction: "7337201"))
+        let restoredJob = try payload(try validation(user: user, receipt: "zqerased-receipt", transaction: "7337201"))
+        try redis.command("ZADD", Keys.retry, Clock.now() + 3600, retried.serialized())
+        try redis.command("ZADD", Keys.dead, Clock.now(), dead.serialized())
+        try redis.command("LPUSH", "queue:backup-only", restoredJob.serialized())
+
+        // The backups, taken before the erasure: the AOF files and a PostgreSQL dump.
+        let backup = FileManager.default.temporaryDirectory.appendingPathComponent("subject-keys-backup-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: backup, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: backup) }
+        try FileManager.default.copyItem(at: try aofDirectory(), to: backup.appendingPathComponent("appendonlydir"))
+        let dumpFile = backup.appendingPathComponent("before.sql").path
+        let dump = try ChildProcess.run(URL(fileURLWithPath: "/usr/bin/pg_dump"),
+                                        ["--no-owner", "-f", dumpFile, fixture.database.url])
+        XCTAssertEqual(dump.status, 0, dump.stderr)
+        try redis.command("DEL", "queue:backup-only")
+
+        try erase(user, request: request)
+        XCTAssertEqual(try db.scalar("SELECT count(*)::int FROM subject_keys WHERE person_id = $1", [user]), 0)
+
+        // Rotation after the erasure; KEK 1 is then destroyed.
+        XCTAssertEqual(try SubjectKeyStore(pool: pool, current: kek2, previous: kek1).rotate().rewrapped, 1)
+        let current = try SubjectKeyStore(pool: pool, current: kek2)
+        let opener = SubjectArgumentsOpener(store: current, redis: redis.pool)
+
+        // dead: cannot be read.
+        XCTAssertThrowsError(try opener.open(dead.args, className: "ValidateReceiptJob",
+                                             fields: ValidateReceiptArguments.personalFields, subjectField: "user_id")) { error in
+            XCTAssertEqual((error as? PersonalArgumentsRefusal)?.errorClass, "SubjectErased")
+        }
+        // retry: due now; the worker sends it to dead as SubjectErased, without a retry.
+        try redis.command("ZREM", Keys.retry, retried.serialized())
+        try redis.command("ZADD", Keys.retry, Clock.now() - 1, retried.serialized())
+        try startWorker(try registry(opener: opener))
+        XCTAssertTrue(try eventually(timeout: 60) { try redis.payloads(zset: Keys.dead).contains { $0.jid == retried.jid } })
+        // dead, retried by hand (pushed back to its queue): dead again.
+        try redis.command("ZREM", Keys.dead, dead.serialized())
+        try redis.client.push(existing: dead, connection: try redis.connection())
+
+        // The AOF copy restored into a fresh Redis: the job is there, and the worker sends it to dead.
+        let restored = try RestoredRedis(directory: backup, port: 6475, database: redis.database)
+        defer { restored.stop() }
+        let raw = try XCTUnwrap(try restored.connection.command("LRANGE", "queue:backup-only", 0, -1).strings.first)
+        XCTAssertEqual(try JobPayload(parsing: raw).jid, restoredJob.jid)
+        try redis.command("LPUSH", "queue:default", raw)
+
+        let jids = Set([retried.jid, dead.jid, restoredJob.jid].compactMap { $0 })
+        XCTAssertTrue(try eventually(timeout: 60) {
+            Set(try redis.payloads(zset: Keys.dead).filter { $0.fields["error_class"]?.stringValue == "SubjectErased" }
+                .compactMap(\.jid)) == jids
+        }, "\((try? redis.payloads(zset: Keys.dead))?.map { ($0.jid ?? "", $0.fields["error_class"]?.stringValue ?? "") } ?? [])")
+        XCTAssertEqual(try redis.int("ZCARD", Keys.retry), 0)
+        XCTAssertEqual(try db.scalar("SELECT count(*)::int FROM iap_receipts WHERE transaction_id = '7337201'"), 0)
+        for entry in try redis.payloads(zset: Keys.dead) {
+            XCTAssertFalse(entry.serialized().contains("zqerased-receipt"))
+            XCTAssertFalse(entry.serialized().lowercased().contains(user.uuidString.lowercased()))
+        }
+
+        // The pre-erasure dump restored: with the current KEK the store does not open, and the erased person's
+        // wrapped key (still in the dump) does not unwrap under it.
+        let restoredDB = try PostgresTestDatabase.create(prefix: "subject_keys_restore")
+        defer { restoredDB.drop() }
+        let load = try ChildProcess.run(URL(fileURLWithPath: "/usr/bin/psql"),
+                                        ["-q", "-v", "ON_ERROR_STOP=1", "-f", dumpFile, restoredDB.url])
+        XCTAssertEqual(load.status, 0, load.stderr)
+        let restoredPool = PostgresPool(url: restoredDB.url, maxConnections: 1)
+        defer { restoredPool.shutdown() }
+        XCTAssertEqual(try restoredPool.withConnection { c in
+            try c.queryFirst("SELECT count(*)::int AS n FROM subject_keys WHERE person_id = $1 AND kek_id = 'kek-1'", [user])!.int("n")
+        }, 1, "the dump holds the erased key, wrapped under KEK 1 only")
+        XCTAssertThrowsError(try SubjectKeyStore(pool: restoredPool, current: kek2)) { error in
+            XCTAssertEqual(error as? SubjectKeyStoreError, .unknownKEK(configured: "kek-2", stored: ["kek-1"]))
+        }
+    }
+
+    /// The unwrapped-key cache of a running worker is dropped fleet-wide by the erasure: a job sealed before the
+    /// erasure, delivered after it to a worker that has the key cached (60 s TTL), goes to dead as `SubjectErased`
+    /// once the worker read the erasure epoch (at most 1 s later, the test's clock).
+    func testAWarmKeyCacheIsDroppedFleetWideWhenTheSubjectIsErased() throws {
+        let (user, request) = try userWithDueDeletion(email: "zqcached@example.org")
+        try registerValid(receipt: "zqwarm-1", transaction: "7337301")
+        let store = try SubjectKeyStore(pool: pool, current: kek1)
+        let clock = TestClock()
+        let opener = SubjectArgumentsOpener(store: store, redis: redis.pool, cacheTTL: .seconds(60),
+                                            epochCheckInterval: .seconds(1), now: { clock.now })
+        try startWorker(try registry(opener: opener))
+        try redis.client.enqueue(try sealer(store).sealed(try validation(user: user, receipt: "zqwarm-1", transaction: "7337301")))
+        XCTAssertTrue(try eventually(timeout: 60) { try db.userStatus(user) == "premium" })
+        XCTAssertEqual(opener.cachedKeyCount, 1, "the key is cached")
+        let late = try sealer(store).sealed(try validation(user: user, receipt: "zqwarm-1", transaction: "7337301"))
+
+        try erase(user, request: request)
+        clock.advance(by: 1.5)  // the next job makes the worker read the epoch
+        let jid = try redis.client.enqueue(late)
+        XCTAssertTrue(try eventually(timeout: 60) {
+            try redis.payloads(zset: Keys.dead).contains { $0.jid == jid && $0.fields["error_class"]?.stringValue == "SubjectErased" }
+        }, "\((try? redis.payloads(zset: Keys.dead))?.map { $0.fields["error_class"]?.stringValue ?? "" } ?? [])")
+    }
+
+    /// Strict mode: a clear personal value goes to dead as `PersonalDataInClear` (lenient mode runs it); an envelope
+    /// moved to another field does not open (`UnreadableEnvelope`); a registry that declares personal arguments
+    /// refuses to start without a key store; the payload limit applies to the encrypted size.
+    func testStrictModeRefusesClearPersonalValuesAndEnvelopesStayInTheirField() throws {
+        let store = try SubjectKeyStore(pool: pool, current: kek1)
+        let user = try db.newUser()
+        try registerValid(receipt: "zqclear-1", transaction: "7337401")
+        let clear = try validation(user: user, receipt: "zqclear-1", transaction: "7337401")
+
+        let strict = fixture.driver(try registry(opener: SubjectArgumentsOpener(store: store, redis: redis.pool, strict: true)))
+        let refused = try strict.deliver("ValidateReceiptJob", clear.args)
+        XCTAssertEqual(refused.errorClass, "PersonalDataInClear", "\(refused)")
+        XCTAssertFalse(refused.errorMessage?.contains("zqclear-1") ?? true)
+
+        // An envelope moved from receipt_data to transaction_id (same key id): does not open.
+        var sealed = try sealer(store).sealed(clear)
+        var object = try XCTUnwrap(sealed.args.first?.objectValue)
+        object["transaction_id"] = object["receipt_data"]
+        sealed.args = [.object(object)]
+        XCTAssertEqual(try strict.deliver("ValidateReceiptJob", sealed.args).errorClass, "UnreadableEnvelope")
+
+        let lenient = fixture.driver(try registry(opener: SubjectArgumentsOpener(store: store, redis: redis.pool)))
+        XCTAssertNoThrow(try lenient.run("ValidateReceiptJob", clear.args))
+        XCTAssertEqual(try db.userStatus(user), "premium")
+
+        XCTAssertThrowsError(try registry(opener: nil).checkPersonalArguments()) { error in
+            XCTAssertTrue("\(error)".contains("ValidateReceiptJob"), "\(error)")
+        }
+        XCTAssertNoThrow(try registry(opener: SubjectArgumentsOpener(store: store, redis: nil)).checkPersonalArguments())
+
+        // 800,000 characters fit the 1 MiB limit in clear; sealed (base64 of the ciphertext) they do not.
+        let big = try validation(user: user, receipt: String(repeating: "r", count: 800_000), transaction: "7337402")
+        XCTAssertNoThrow(try JobClient.serializedWithinLimit(try JobClient.payload(for: big, createdAt: 0, enqueuedAt: 0)))
+        XCTAssertThrowsError(try JobClient(pool: redis.pool, middleware: [sealer(store)]).enqueue(big)) { error in
+            guard case .tooLarge = error as? EnqueueError else { return XCTFail("\(error)") }
+        }
+    }
+}
+
+/// A clock the test moves.
+final class TestClock: Sendable {
+    private let current = Mutex(Date())
+    var now: Date { current.withLock { $0 } }
+    func advance(by seconds: Double) { current.withLock { $0 = $0.addingTimeInterval(seconds) } }
+}
+
+/// A redis-server of the test's own on `port`, started from the AOF files copied into `directory/appendonlydir`
+/// (a restored backup). `stop()` ends it.
+final class RestoredRedis {
+    let server: ChildProcess
+    let connection: RedisConnection
+
+    init(directory: URL, port: Int, database: Int) throws {
+        server = try ChildProcess(executable: URL(fileURLWithPath: "/usr/bin/redis-server"),
+                                  arguments: ["--port", "\(port)", "--bind", "127.0.0.1", "--dir", directory.path,
+                                              "--appendonly", "yes", "--appenddirname", "appendonlydir", "--save", "",
+                                              "--databases", "128"])
+        var connected: RedisConnection?
+        _ = eventually(timeout: 20) {
+            connected = try? RedisConnection(url: "redis://127.0.0.1:\(port)/\(database)")
+            guard let c = connected, (try? c.command("PING").checked()) != nil else { return false }
+            // Still loading the AOF: commands answer LOADING.
+            return (try? c.command("DBSIZE").checked()) != nil
+        }
+        guard let connected else { throw RestoreFailed() }
+        connection = connected
+    }
+
+    struct RestoreFailed: Error {}
+
+    func stop() {
+        _ = try? connection.command("SHUTDOWN", "NOSAVE")
+        server.signal(SIGTERM)
+        _ = server.wait(timeout: 10)
+    }
+}
