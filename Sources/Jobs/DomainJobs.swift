@@ -22,6 +22,16 @@ public enum DomainJobs {
     /// arguments"): what `workerctl enqueue` encrypts, and what a Swift producer hands its `SubjectArgumentsSealer`.
     public static let personalArgumentTypes: [any JobArguments.Type] = [ValidateReceiptArguments.self]
 
+    /// Registers the unconfigured area's stand-in (`UnusableAreaJob`) under each of `classNames`: their jobs retry,
+    /// visible in `retry` with `problem`, until a worker that can run them takes them.
+    public static func registerStandIns(for classNames: [String], area: String, problem: String,
+                                        into registry: inout JobRegistry) {
+        for className in classNames {
+            registry.register(UnusableAreaJob<UnconfiguredArguments>(failure: UnconfiguredJob.NotConfigured(area: area, problem: problem)),
+                              as: className)
+        }
+    }
+
     package static func register(into registry: inout JobRegistry, environment: [String: String],
                                 redis: RedisPool, http: HTTPClient, shards: ShardPools? = nil) -> [AreaStatus] {
         var statuses: [AreaStatus] = []
@@ -31,10 +41,7 @@ public enum DomainJobs {
                 statuses.append(AreaStatus(area: name, classNames: classNames, problem: nil))
             } catch {
                 let problem = "\(error)"
-                for className in classNames {
-                    registry.register(UnusableAreaJob<UnconfiguredArguments>(failure: UnconfiguredJob.NotConfigured(area: name, problem: problem)),
-                                      as: className)
-                }
+                registerStandIns(for: classNames, area: name, problem: problem, into: &registry)
                 statuses.append(AreaStatus(area: name, classNames: classNames, problem: problem))
             }
         }

@@ -18,13 +18,22 @@ public final class ChildProcess: @unchecked Sendable {
         _ = FileManager.default.createFile(atPath: stderrURL.path, contents: nil)
         process.executableURL = executable
         process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        process.environment = ProcessInfo.processInfo.environment.merging(Self.testKEK) { old, _ in old }
+            .merging(environment) { $1 }
         if let currentDirectory { process.currentDirectoryURL = currentDirectory }
         process.standardOutput = try FileHandle(forWritingTo: stdoutURL)
         process.standardError = try FileHandle(forWritingTo: stderrURL)
         process.standardInput = FileHandle.nullDevice
         try process.run()
     }
+
+    /// The KEK a child `workerctl` gets unless the test's environment or the call sets one (docs/jobs-privacy.md): a
+    /// worker with PostgreSQL refuses to start without a key store when it registers a class with personal arguments
+    /// (the receipts). Test-only: 32 zero bytes, id `test-1`, the same for every test, so the shared database's KEK
+    /// check row always matches.
+    public static let testKEK: [String: String] =
+        ProcessInfo.processInfo.environment["WORKERS_KEK"] != nil || ProcessInfo.processInfo.environment["WORKERS_KEK_FILE"] != nil
+        ? [:] : ["WORKERS_KEK": "test-1:" + Data(count: 32).base64EncodedString()]
 
     public var pid: Int32 { process.processIdentifier }
     public var isRunning: Bool { process.isRunning }

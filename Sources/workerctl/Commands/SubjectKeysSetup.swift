@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Jobs
 import Queue
 import Storage
@@ -25,12 +26,21 @@ enum SubjectKeysSetup {
     }
 
     /// A worker's opener from the environment; then refuses to start when a registered class declares personal
-    /// arguments and there is no key store.
+    /// arguments and there is no key store. A worker without PostgreSQL (`--no-database`) has no key store and no
+    /// ledger, so it cannot run those classes whatever the KEK: they are registered as an unconfigured area's stand-ins
+    /// (their jobs retry until a worker with PostgreSQL and the key store takes them) and a warning says so.
     static func install(into registry: inout JobRegistry, database: JobDatabase?, redisURL: String) throws {
+        guard let database else {
+            let classNames = registry.classNamesWithPersonalArguments
+            guard !classNames.isEmpty else { return }
+            let problem = "no PostgreSQL (--no-database): the subject keys of their encrypted arguments are there"
+            DomainJobs.registerStandIns(for: classNames, area: "personal arguments", problem: problem, into: &registry)
+            Logger(label: "workerctl.worker").warning(
+                "jobs not configured on this worker; they will retry until a configured worker runs them",
+                metadata: ["area": "personal arguments", "classes": "\(classNames.joined(separator: ","))", "problem": "\(problem)"])
+            return
+        }
         if let configuration = try configuration() {
-            guard let database else {
-                throw CLIError.usage("WORKERS_KEK is set but the worker runs without PostgreSQL, where the subject keys are")
-            }
             let store = try store(pool: database.pool, configuration: configuration)
             registry.personalArgumentsOpener = SubjectArgumentsOpener(
                 store: store, redis: try RedisPool(url: redisURL, maxConnections: 2), configuration: configuration)
