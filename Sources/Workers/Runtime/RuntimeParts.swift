@@ -33,4 +33,6 @@ struct RuntimeParts: Sendable {
     let metrics: RuntimeMetrics
     /// Carries the `process` metadata.
     let logger: Logger
+    /// Heartbeats → pool: cancelled jids; the heartbeats write the runs' progress (RunSteering.swift).
+    let steering = RunSteering()
 }

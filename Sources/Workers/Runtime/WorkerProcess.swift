@@ -101,7 +101,7 @@ public final class WorkerProcess: @unchecked Sendable {
                                  outages: OutageLog(logger: logger), flags: flags, metrics: metrics, logger: logger)
         pool = JobPool(parts, runner: JobRunner(registry: registry, configuration: configuration, database: database, logger: logger,
                                                 limiter: JobLimiter(endpoint: endpoint, logger: logger),
-                                                middleware: JobMiddlewareChain(middleware)),
+                                                middleware: JobMiddlewareChain(middleware), steering: parts.steering),
                        pickupLatency: pickupLatency, runTimes: runTime)
         let unique = UniqueGate(registry: registry, configuration: configuration)
         let sharded = !shardMap.isSingle
