@@ -1,4 +1,5 @@
 import Foundation
+import HTTP
 import Queue
 import Storage
 import Workers
@@ -11,7 +12,8 @@ import Workers
 /// `probe_rows` row first: a cancel rolls both back), `after` (the transaction commits first, then the steps: a
 /// cancel comes after the commit). `fraction` (`"nan"`, `"-1"`, `"2"`, …) with `note_repeat`: instead of the steps'
 /// reports, one report of 0.25 `"before"`, then one of that fraction with a note of `note_repeat` copies of a
-/// 10-byte text holding control characters. `quiet`: no report at all. Retried on failure (3 times, 100 ms apart),
+/// 10-byte text holding control characters. `quiet`: no report at all. `url`: first a GET of it (60 s timeout) that
+/// watches the run's cancellation, as the domain jobs' HTTP calls do. Retried on failure (3 times, 100 ms apart),
 /// so a cancel settled as a failure would show as a second run.
 public struct SteerProbeJob: Job {
     public static let options = JobOptions(maxRetries: 3, backoff: .schedule([.milliseconds(100)]), usesLedger: true)
@@ -24,8 +26,9 @@ public struct SteerProbeJob: Job {
         public var fraction: String?
         public var noteRepeat: Int?
         public var quiet: Bool?
+        public var url: String?
         enum CodingKeys: String, CodingKey {
-            case steps, stepMs = "step_ms", ledger, fraction, noteRepeat = "note_repeat", quiet
+            case steps, stepMs = "step_ms", ledger, fraction, noteRepeat = "note_repeat", quiet, url
         }
         public init(steps: Int, stepMs: Int, ledger: String? = nil, fraction: String? = nil, noteRepeat: Int? = nil,
                     quiet: Bool? = nil) {
@@ -38,9 +41,15 @@ public struct SteerProbeJob: Job {
     public static let noisyNote = "ab\u{0}\u{1B}[31m\n\t"
 
     let redis: RedisPool
+    let http: HTTPClient
 
     public func perform(_ arguments: Arguments, context: JobContext) throws {
         _ = try redis.withConnection { try $0.command("INCR", "probe:steer:runs:\(context.jid)") }
+        if let url = arguments.url {
+            context.progress(0, note: "calling")
+            let cancellation = HTTPCancellation(isCancelled: { [cancellation = context.cancellation] in cancellation.isCancelled })
+            _ = try http.send(HTTPRequest(url: url, timeout: .seconds(60), cancellation: cancellation))
+        }
         if let text = arguments.fraction {
             context.progress(0.25, note: "before")
             context.progress(Double(text) ?? .nan,
@@ -75,6 +84,6 @@ public enum SteerProbes {
     /// Registers `SteerProbe`, counting through `redisURL`.
     public static func register(into registry: inout JobRegistry, redisURL: String) {
         guard let pool = try? RedisPool(url: redisURL, maxConnections: 2) else { return }
-        registry.register(SteerProbeJob(redis: pool))
+        registry.register(SteerProbeJob(redis: pool, http: HTTPClient(configuration: HTTPClientConfiguration())))
     }
 }
