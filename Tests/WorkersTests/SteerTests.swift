@@ -331,7 +331,7 @@ final class SteerTests: XCTestCase {
     /// Sum of `calls=` over INFO commandstats (the whole server: only this test uses it meanwhile).
     func totalCalls(_ redis: TestRedis) throws -> Int {
         let info = try redis.command("INFO", "commandstats").string ?? ""
-        return info.split(separator: "\n").reduce(0) { sum, line in
+        return info.split(whereSeparator: \.isNewline).reduce(0) { sum, line in
             guard let range = line.range(of: "calls="), let end = line[range.upperBound...].firstIndex(of: ",") else { return sum }
             return sum + (Int(line[range.upperBound..<end]) ?? 0)
         }

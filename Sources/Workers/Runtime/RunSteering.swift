@@ -16,8 +16,9 @@ import Synchronization
 /// jid is looked up only in the set read from the shard its job was fetched from (the shard a retry withdraws the
 /// cancel on, `JobCancels.forget`).
 final class RunSteering: Sendable {
-    /// Per shard index, the live cancelled jids read at its heartbeat's last beat.
-    private let cancelled = Mutex<[Int: Set<String>]>([:])
+    /// Per shard index, the live cancelled jids read at its heartbeat's last beat, each with the time of its request
+    /// (epoch seconds: its `cancels` score less `JobCancels.ttl`).
+    private let cancelled = Mutex<[Int: [String: Double]]>([:])
     /// True while some shard's set is not empty: all the pre-run check costs while no cancel exists.
     private let anyCancelled = Atomic<Bool>(false)
     /// Per shard index, the jids whose `progress:` key this process wrote and whose run was still running at the
@@ -27,10 +28,19 @@ final class RunSteering: Sendable {
     /// Most live cancels a beat reads (the oldest-expiring first); cancels are rare, marks live 7 days.
     static let maxCancels = 10_000
 
-    /// True when `jid` (a job fetched from `shard`) is cancelled: it must not start.
-    func isCancelled(jid: String?, shard: Int) -> Bool {
-        guard anyCancelled.load(ordering: .acquiring), let jid else { return false }
-        return cancelled.withLock { $0[shard]?.contains(jid) ?? false }
+    /// True when `payload` (a job fetched from `shard`) is cancelled: it must not start, or must stop.
+    func isCancelled(_ payload: JobPayload?, shard: Int) -> Bool {
+        guard anyCancelled.load(ordering: .acquiring), let payload, let jid = payload.jid,
+              let requestedAt = cancelled.withLock({ $0[shard]?[jid] }) else { return false }
+        return !Self.isRetriedAfterCancel(payload, requestedAt: requestedAt)
+    }
+
+    /// True for the copy an operator retried out of the dead set after the cancel requested at `requestedAt`: it
+    /// records that cancel (`error_class` `Cancelled`) and was pushed after it. The retry withdraws the mark in Redis
+    /// (`JobCancels.forget`), but a process may hold the mark for up to one more heartbeat: this keeps it from
+    /// cancelling the retried copy again meanwhile. A later cancel (requested after that push) applies again.
+    static func isRetriedAfterCancel(_ payload: JobPayload, requestedAt: Double) -> Bool {
+        payload.errorClass == JobCancels.errorClass && (payload.enqueuedAt ?? 0) > requestedAt
     }
 
     /// One heartbeat's steering on `shard` (index in the shard map; 0 with one Redis), in one pipeline on
@@ -41,7 +51,7 @@ final class RunSteering: Sendable {
     func beat(_ connection: RedisConnection, shard: Int, executions: [Execution], now: Double) throws(RedisError) {
         var commands: [[any RedisArgument]] = [
             ["ZREMRANGEBYSCORE", JobCancels.set, "-inf", "(" + String(now)],
-            ["ZRANGEBYSCORE", JobCancels.set, now, "+inf", "LIMIT", 0, Self.maxCancels],
+            ["ZRANGEBYSCORE", JobCancels.set, now, "+inf", "WITHSCORES", "LIMIT", 0, Self.maxCancels],
         ]
         var running = Set<String>()
         var reported = Set<String>()
@@ -58,15 +68,23 @@ final class RunSteering: Sendable {
         for jid in previously.subtracting(running) { commands.append(["DEL", JobProgress.key(jid: jid)]) }
         let replies = try connection.pipeline(commands)
         written.withLock { $0[shard] = previously.intersection(running).union(reported) }
-        let live = Set(replies[1].strings)
+        var live: [String: Double] = [:]
+        let members = replies[1].array ?? []
+        var index = 0
+        while index + 1 < members.count {  // WITHSCORES: member, score
+            if let jid = members[index].string, let expires = members[index + 1].double {
+                live[jid] = expires - Double(JobCancels.ttl.components.seconds)
+            }
+            index += 2
+        }
         let any = cancelled.withLock { sets in
             sets[shard] = live.isEmpty ? nil : live
             return !sets.isEmpty
         }
         anyCancelled.store(any, ordering: .releasing)
         guard !live.isEmpty else { return }
-        for execution in executions {
-            if let jid = execution.payload?.jid, live.contains(jid) { execution.cancellation.cancelByOperator() }
+        for execution in executions where isCancelled(execution.payload, shard: shard) {
+            execution.cancellation.cancelByOperator()
         }
     }
 }
@@ -76,7 +94,7 @@ extension JobRunner {
     /// nil for every other job (one atomic load while no cancel exists). Dead with `Cancelled` (or dropped, for a
     /// payload with `dead: false`); counted as no run (no `stat:processed`), like a job over a limit.
     func cancelledBeforeRun(_ payload: JobPayload, job: FetchedJob, logger: () -> Logger) -> RunResult? {
-        guard let steering, steering.isCancelled(jid: payload.jid, shard: job.shard) else { return nil }
+        guard let steering, steering.isCancelled(payload, shard: job.shard) else { return nil }
         logger().notice("cancelled before it started; sent to dead")
         return .settled(cancelledSettlement(payload, job: job), counts: [])
     }
