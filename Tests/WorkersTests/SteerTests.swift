@@ -104,6 +104,8 @@ final class SteerTests: XCTestCase {
         XCTAssertLessThan(took, 1.5, "stopped within about one heartbeat (+ a step, the settle and the poll)")
         XCTAssertEqual(entry?.errorClass, JobCancels.errorClass)
         XCTAssertEqual(entry?.fields["error_message"]?.stringValue, JobCancels.message)
+        XCTAssertEqual(entry?.retryCount, 0, "dead from its first failure, never through the retry set")
+        XCTAssertNil(entry?.fields["retried_at"])
 
         Thread.sleep(forTimeInterval: 1)  // a retry (100 ms backoff) would have run by now
         XCTAssertEqual(try runs(redis, jid), 1, "never retried")
@@ -159,6 +161,8 @@ final class SteerTests: XCTestCase {
         XCTAssertTrue(try eventually(timeout: 10) { entry = try dead(redis, jid); return entry != nil }, worker.stderr)
         XCTAssertLessThan(Date().timeIntervalSince(cancelledAt), 2.5)
         XCTAssertEqual(entry?.errorClass, JobCancels.errorClass)
+        XCTAssertEqual(entry?.retryCount, 0, "dead from its first failure, never through the retry set")
+        XCTAssertNil(entry?.fields["retried_at"])
         Thread.sleep(forTimeInterval: 0.5)
         XCTAssertEqual(try runs(redis, jid), 1, "not retried")
         XCTAssertEqual(try redis.int("ZCARD", Keys.retry), 0)
