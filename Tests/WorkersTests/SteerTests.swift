@@ -97,6 +97,11 @@ final class SteerTests: XCTestCase {
         let cancelledAt = Date()
         XCTAssertTrue(output.contains("running on"), output)
         XCTAssertEqual(try redis.command("EXISTS", JobCancels.markKey(jid: jid)).integer, 1, "Sidekiq's cancelled? key")
+        if RubySidekiq.isAvailable {  // the wiki's pattern, as a Ruby job would call it
+            let ruby = try RubySidekiq.run(#"puts Sidekiq.redis { |c| c.exists("cancelled-\#(jid)") }"#, redisURL: redis.url)
+            // redis-rb 4.2+ answers the count, older versions true.
+            XCTAssertTrue(["1", "true"].contains(ruby.stdout.trimmingCharacters(in: .whitespacesAndNewlines)), ruby.stdout + ruby.stderr)
+        }
         var entry: JobPayload?
         XCTAssertTrue(try eventually(timeout: 10) { entry = try dead(redis, jid); return entry != nil }, worker.stderr)
         let took = Date().timeIntervalSince(cancelledAt)
