@@ -80,10 +80,23 @@ public struct SteerProbeJob: Job {
     }
 }
 
+/// `SteerProbe` as a group-commit class (`JobOptions.groupCommit`: its ledger transaction shares its pool thread's
+/// COMMIT), same arguments: a cancel on group commit's fast path.
+public struct SteerGroupProbeJob: Job {
+    public static let className = "SteerGroupProbe"
+    public static let options = JobOptions(maxRetries: 3, backoff: .schedule([.milliseconds(100)]), groupCommit: true)
+    let probe: SteerProbeJob
+    public func perform(_ arguments: SteerProbeJob.Arguments, context: JobContext) throws {
+        try probe.perform(arguments, context: context)
+    }
+}
+
 public enum SteerProbes {
-    /// Registers `SteerProbe`, counting through `redisURL`.
+    /// Registers `SteerProbe` and `SteerGroupProbe`, counting through `redisURL`.
     public static func register(into registry: inout JobRegistry, redisURL: String) {
         guard let pool = try? RedisPool(url: redisURL, maxConnections: 2) else { return }
-        registry.register(SteerProbeJob(redis: pool, http: HTTPClient(configuration: HTTPClientConfiguration())))
+        let probe = SteerProbeJob(redis: pool, http: HTTPClient(configuration: HTTPClientConfiguration()))
+        registry.register(probe)
+        registry.register(SteerGroupProbeJob(probe: probe))
     }
 }

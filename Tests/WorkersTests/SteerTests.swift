@@ -173,6 +173,31 @@ final class SteerTests: XCTestCase {
         XCTAssertEqual(try redis.int("ZCARD", Keys.retry), 0)
     }
 
+    /// A group-commit job cancelled on group commit's fast path (its body straight in the group's transaction, its
+    /// ledger row claimed up front): the group rolls back and runs again with savepoints, where the pre-run check
+    /// settles it — dead with `Cancelled`, run once, no ledger row, no probe row.
+    func testGroupCommitJobCancelledOnTheFastPathLeavesNoLedgerRow() throws {
+        let redis = try TestRedis(database: 37)
+        let database = try PostgresTestDatabase.create(prefix: "steer")
+        defer { database.drop() }
+        try migrated(database)
+        let worker = try startWorker(redis: redis, database: database)
+        defer { stop(worker) }
+
+        let jid = try redis.client.enqueue(NewJob("SteerGroupProbe", args: [.object(["steps": 1200, "step_ms": 50, "ledger": "inside"])]))
+        XCTAssertTrue(try eventually(timeout: 30) { try progress(redis, jid) != nil }, worker.stderr)
+        _ = try cancel(redis, jid)
+        var entry: JobPayload?
+        XCTAssertTrue(try eventually(timeout: 10) { entry = try dead(redis, jid); return entry != nil }, worker.stderr)
+        XCTAssertEqual(entry?.errorClass, JobCancels.errorClass)
+        Thread.sleep(forTimeInterval: 0.5)
+        XCTAssertEqual(try runs(redis, jid), 1)
+        XCTAssertEqual(try redis.int("ZCARD", Keys.retry), 0)
+        let rows = try ledgerRows(database, jid)
+        XCTAssertEqual(rows.ledger, 0)
+        XCTAssertEqual(rows.probe, 0)
+    }
+
     // MARK: Jobs not started
 
     /// A scheduled job cancelled never runs, even after its time passed with the worker's poller on.
