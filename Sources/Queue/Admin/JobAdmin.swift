@@ -252,6 +252,8 @@ public struct JobAdmin: Sendable {
             if arguments.isEmpty { return result }
             let reply = try connection.evaluate(AdminScripts.setToQueue, keys: [key], arguments: arguments)
             count(reply, into: &result)
+            // Retrying a cancelled job withdraws its cancel on this shard (JobCancel.swift), or it would not start.
+            try JobCancels.forget(connection, jids: records.filter { $0.errorClass == JobCancels.errorClass }.compactMap(\.jid))
         case .kill:
             // Group list members by queue (one script call per source key).
             var groups: [(key: String, records: [JobRecord])] = []

@@ -4,14 +4,19 @@ import Queue
 import Storage
 import Synchronization
 
-/// A flag set from another thread to ask a running job to stop (its timeout passed, or the
-/// process is shutting down hard). Jobs that loop or wait should check it; HTTP calls pass it to
-/// curl's progress callback.
+/// A flag set from another thread to ask a running job to stop (its timeout passed, the process is
+/// shutting down hard, or an operator cancelled the job: `workerctl jobs cancel`). Jobs that loop or wait
+/// should check it (`JobContext.checkCancellation()`); HTTP calls pass it to curl's progress callback.
+/// It also carries the run's last reported progress (`JobContext.progress(_:note:)`) to the heartbeat
+/// (JobSteering.swift), stored inline: a run that never reports costs nothing more.
 public final class CancellationFlag: Sendable {
-    private let flag = Atomic<Bool>(false)
+    /// 0: not cancelled; 1: cancelled (timeout, shutdown, `cancel()`); 2: cancelled by an operator.
+    let reason = Atomic<Int>(0)
+    /// The run's last reported progress and whether the heartbeat wrote it (`ReportedProgress`).
+    let reported = Mutex<ReportedProgress>(ReportedProgress())
     public init() {}
-    public var isCancelled: Bool { flag.load(ordering: .acquiring) }
-    public func cancel() { flag.store(true, ordering: .releasing) }
+    public var isCancelled: Bool { reason.load(ordering: .acquiring) != 0 }
+    public func cancel() { _ = reason.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing) }
 }
 
 /// What a running job knows about its run. Created by the runtime for one run on one pool

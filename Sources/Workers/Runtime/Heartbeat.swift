@@ -28,6 +28,8 @@ final class Heartbeat: @unchecked Sendable {
     private let startedAt: Double
     private let outages: OutageLog
     private let logger: Logger
+    /// Cancels read and progress written once per beat (RunSteering.swift).
+    private let steering: RunSteering
     /// With several shards, the shard this heartbeat writes to: its workers hash and busy count show
     /// only the jobs fetched from that shard. Nil with one Redis (every running job).
     private let shard: Int?
@@ -53,6 +55,7 @@ final class Heartbeat: @unchecked Sendable {
         startedAt = parts.startedAt
         outages = parts.outages
         logger = parts.logger
+        steering = parts.steering
     }
 
     var lastBeatAt: Double { lastBeat.load(ordering: .relaxed) }
@@ -131,6 +134,7 @@ final class Heartbeat: @unchecked Sendable {
             ["SET", Keys.fetcherHeartbeat(identity: identity), "1", "EX", Int(configuration.fetcherHeartbeatTTL.inSeconds.rounded(.up))],
             ["RPOP", Keys.signals(identity)],
         ])
+        try steering.beat(connection, shard: shard ?? 0, executions: executions, now: now)
         lastBeat.store(Clock.now(), ordering: .relaxed)
         flushClassMetrics(connection)
         guard let signal = results.last?.string else { return nil }

@@ -20,6 +20,8 @@ struct JobRunner: Sendable {
     /// The runtime's own middleware around the whole run (`RunMiddleware`): the tracing span, and the per-class
     /// metrics when the process records them.
     var runMiddleware = RunMiddlewareChain.tracingOnly
+    /// Cancelled jids and progress (RunSteering.swift); nil: cancels are not checked (a runner built by a test).
+    var steering: RunSteering? = nil
 
     /// The timeout for a payload (its class's, else the process default, else 30 min).
     func timeout(for payload: JobPayload?) -> Double {
@@ -106,6 +108,8 @@ struct JobRunner: Sendable {
             }
         }
 
+        if let cancelled = cancelledBeforeRun(payload, job: job, logger: jobLogger) { return cancelled }
+
         // Limits (docs/limiters.md): admitted through all of them or rescheduled without running.
         var leases: [LimitLease] = []
         var admittedAt: Double?
@@ -133,6 +137,9 @@ struct JobRunner: Sendable {
                 jobLogger().debug("done", metadata: ["ms": "\(Int((Clock.now() - started) * 1000))"])
             }
             return .acknowledged
+        } catch where execution.cancellation.isCancelledByOperator {
+            return cancelledRun(payload, job: job, options: prepared.options, sharedTransaction: sharedTransaction,
+                                logger: jobLogger())
         } catch CallLimitError.overLimit(let limit, let wait) {
             // A limit on the job's calls (`CallLimiter`) refused: rescheduled like a job over its declared limits.
             return overLimit(limit, waitSeconds: wait.inSeconds, payload: payload, job: job,

@@ -35,4 +35,6 @@ struct RuntimeParts: Sendable {
     let classMetrics: ClassMetricsRecorder
     /// Carries the `process` metadata.
     let logger: Logger
+    /// Heartbeats → pool: cancelled jids; the heartbeats write the runs' progress (RunSteering.swift).
+    let steering = RunSteering()
 }

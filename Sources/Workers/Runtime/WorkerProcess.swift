@@ -102,7 +102,7 @@ public final class WorkerProcess: @unchecked Sendable {
                                  classMetrics: ClassMetricsRecorder(registeredClasses: registry.classNames), logger: logger)
         var runner = JobRunner(registry: registry, configuration: configuration, database: database, logger: logger,
                                limiter: JobLimiter(endpoint: endpoint, logger: logger),
-                               middleware: JobMiddlewareChain(middleware))
+                               middleware: JobMiddlewareChain(middleware), steering: parts.steering)
         runner.runMiddleware = RunMiddlewareChain([TracingRunMiddleware(), ClassMetricsMiddleware(recorder: parts.classMetrics)])
         pool = JobPool(parts, runner: runner,
                        pickupLatency: pickupLatency, runTimes: runTime)

@@ -124,6 +124,7 @@ struct WorkerOptions: ParsableArguments {
             BenchJobs.register(into: &registry)
             LimitProbes.register(into: &registry, redisURL: configuration.redisURL)
             TraceProbes.register(into: &registry, redisURL: configuration.redisURL)
+            SteerProbes.register(into: &registry, redisURL: configuration.redisURL)
         }
         registerDomainJobs(into: &registry, redisURL: configuration.redisURL, shardMap: configuration.shardMap)
         let jobDatabase = noDatabase ? nil : try openDatabase(configured: file.databaseURL,

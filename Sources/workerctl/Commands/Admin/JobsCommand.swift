@@ -5,12 +5,12 @@ import Queue
 struct JobsCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "jobs",
-        abstract: "List, show, explain, retry, run, kill and delete jobs.",
+        abstract: "List, show, explain, retry, run, kill, delete and cancel jobs.",
         discussion: """
             States: enqueued (queue:NAME lists), scheduled, retry, dead (sorted sets), busy (running \
             on a live process). A JID that is not found exits with code 1; bad arguments exit with 2.
             """,
-        subcommands: [List.self, Show.self, Explain.self, Action<Retry>.self, Action<Run>.self, Action<Kill>.self, Action<Delete>.self]
+        subcommands: [List.self, Show.self, Explain.self, Action<Retry>.self, Action<Run>.self, Action<Kill>.self, Action<Delete>.self, Cancel.self]
     )
 
     static func printTable(_ page: Page<JobRecord>, now: Double) {
