@@ -26,15 +26,16 @@ enum Assets {
         .muted{color:var(--muted)}.num{font-variant-numeric:tabular-nums;text-align:right}
         .scroll{overflow-x:auto;max-width:100%;-webkit-overflow-scrolling:touch}
         table{border-collapse:collapse;margin:.3rem 0;font-size:.92rem}
-        td,th{border-bottom:1px solid var(--line);padding:.3rem .55rem;text-align:left;vertical-align:top}
+        td,th{border-bottom:1px solid var(--line);padding:.3rem .55rem;text-align:left;vertical-align:top;overflow-wrap:normal}
         th{background:var(--head);font-weight:600;white-space:nowrap}
         tr:hover td{background:var(--card)}
-        td code{overflow-wrap:anywhere}
+        td code{display:inline-block;min-width:6rem;max-width:32rem;overflow-wrap:anywhere}
+        td .muted{white-space:nowrap}
         pre{background:var(--code);border:1px solid var(--line);border-radius:4px;padding:.6rem;overflow:auto;max-width:100%;
         white-space:pre;font-size:.85rem}
         input,button,select{font:inherit;color:var(--fg);background:var(--button);border:1px solid var(--line);border-radius:4px;
         padding:.15rem .5rem}
-        button{cursor:pointer}button:hover{border-color:var(--accent)}
+        button{cursor:pointer;white-space:nowrap}button:hover{border-color:var(--accent)}
         button[data-action=delete],button[data-action=kill],button[data-action=clear],button[data-action=stop]{color:var(--danger)}
         form.inline{display:inline;margin:0 .15rem}
         form.filters{display:flex;flex-wrap:wrap;gap:.3rem;margin:.3rem 0}
@@ -110,6 +111,7 @@ enum Assets {
             chart.appendChild(node("text", {x: left + 14, y: 13}, "processed"));
             chart.appendChild(node("rect", {"class": "failed", x: left + 80, y: 4, width: 10, height: 10}));
             chart.appendChild(node("text", {x: left + 94, y: 13}, "failed"));
+            chart.appendChild(node("text", {x: 4, y: 13}, "runs"));
             minutes.forEach(function (minute, index) {
               var x = left + 4 + index * slot;
               var label = new Date(minute.start * 1000).toISOString().substring(11, 16);

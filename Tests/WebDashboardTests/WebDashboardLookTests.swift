@@ -34,9 +34,9 @@ extension WebDashboardTests {
         XCTAssertFalse(page.body.contains("<b>") || page.body.contains("<i>"), "markup from data rendered")
         XCTAssertFalse(page.body.contains("tok-SECRET-123"), "a purchase token shown")
         // Pretty-printed: one field per line, indented, the hostile text escaped inside the JSON string.
-        XCTAssertTrue(page.body.contains("<pre id=\"payload\">{\n  &quot;class&quot;: &quot;ReportJob&quot;,\n  &quot;args&quot;: [\n    &quot;&lt;/script&gt;&lt;b&gt;bold&lt;/b&gt;&quot;,"),
+        XCTAssertTrue(page.body.contains("<pre id=\"payload\">{\n  &quot;retry&quot;: true,\n"), page.body)
+        XCTAssertTrue(page.body.contains("\n  &quot;args&quot;: [\n    &quot;&lt;/script&gt;&lt;b&gt;bold&lt;/b&gt;&quot;,\n    {\n      &quot;purchase_token&quot;: &quot;[redacted]&quot;,\n      &quot;n&quot;: 7\n    }\n  ],\n"),
                       page.body)
-        XCTAssertTrue(page.body.contains("&quot;purchase_token&quot;: &quot;[redacted]&quot;"), page.body)
         XCTAssertTrue(page.body.contains("<span class=\"state\" id=\"job-state\">dead</span>"), page.body)
         XCTAssertTrue(page.body.contains("Retries so far</dt><dd>2 (attempt 4 is next)"), page.body)
         XCTAssertTrue(page.body.contains("First failed at") && page.body.contains("Last retried at"), page.body)
@@ -169,7 +169,7 @@ extension WebDashboardTests {
         for (size, name) in [("1440x900", "laptop"), ("390x844", "phone")] {
             steps.append(["viewport": size])
             for page in pages {
-                let shot = "\(name)-" + (page.isEmpty ? "dashboard" : page.replacingOccurrences(of: "/", with: "-")
+                let shot = "\(name)-" + (page.isEmpty ? "dashboard" : page.hasPrefix("job/") ? "job" : page.replacingOccurrences(of: "/", with: "-")
                     .replacingOccurrences(of: "?", with: "-").replacingOccurrences(of: "=", with: "-"))
                 steps.append(["goto": base + page])
                 steps.append(["eval": "\(fits) ? 'fits' : 'overflows: ' + document.documentElement.scrollWidth + ' > ' + window.innerWidth",
@@ -214,6 +214,9 @@ extension WebDashboardTests {
         // (Not a job page: every entry here has the same jid; `/job/JID` reads at most the scan budget, tested in
         // WebHardeningTests.)
         let paths = ["jobs/enqueued?queue=big", "jobs/enqueued?queue=big&page=20000", "queues", ""]
+        // Connection set-up (SELECT of the database, on a connection the server opens when it needs one) is not a
+        // read of the page.
+        let setUp: Set<String> = ["info", "select", "client|setinfo", "client|setname", "hello", "ping"]
         func commandsPerPage() throws -> [String: [String: Int]] {
             var counts: [String: [String: Int]] = [:]
             for path in paths {
@@ -221,7 +224,7 @@ extension WebDashboardTests {
                 XCTAssertEqual(try http(base + path).status, 200, path)
                 let after = try commandStats(redis)
                 var delta: [String: Int] = [:]
-                for (name, calls) in after where name != "info" && calls != before[name] { delta[name] = calls - (before[name] ?? 0) }
+                for (name, calls) in after where !setUp.contains(name) && calls != before[name] { delta[name] = calls - (before[name] ?? 0) }
                 counts[path] = delta
             }
             return counts

@@ -139,6 +139,8 @@ def main():
                 continue
             if "goto" in step:
                 browser.call("Page.navigate", {"url": step["goto"]}, session=True)
+            elif "viewport" in step or "media" in step:
+                pass
             elif "click" in step:
                 found = browser.evaluate(
                     "(() => { const b = document.querySelector(%s); if (!b) return false; b.click(); return true; })()"
