@@ -184,7 +184,7 @@ struct Pages: Sendable {
                 + ">\($0.rawValue.capitalized) selected</button>"
         }.joined()
         let selectedForm = """
-            <form id="\(bulkForm)" class="bulk" method="post" action="/jobs/\(state.rawValue)/selected/\(actions[0].rawValue)">
+            <form id="\(bulkForm)" class="bulk" method="post" action="/jobs/\(state.rawValue)/selected/\((actions.first ?? .delete).rawValue)">
             <input type="hidden" name="csrf" value="\(HTML.escape(csrf))"><input type="hidden" name="shard" value="\(shard)">
             <input type="hidden" name="back" value="\(HTML.escape(back))">
             <span class="muted">Ticked rows (at most \(WebServer.bulkSelectionLimit)):</span> \(selected)</form>

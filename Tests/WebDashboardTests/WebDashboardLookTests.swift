@@ -144,10 +144,15 @@ extension WebDashboardTests {
             // The script runs under the CSP (no violation): its live view changes the page without a reload.
             ["eval": "fetch('/api/stats.json').then(r => r.json()).then(j => j.minutes.length)", "expect": "10"],
         ])
-        try redis.command("SET", Keys.statProcessed, 123_456)
+        // The counter changes while the page is open: the number shown follows without a reload (a mark set on the
+        // page's window survives).
+        let url = redis.url
+        DispatchQueue.global().asyncAfter(deadline: .now() + 3) {
+            _ = try? RedisConnection(url: url).send(["SET", Keys.statProcessed, "123456"])
+        }
         try runBrowser([
             ["goto": base],
-            ["eval": "window.loadedOnce = true; true", "expect": "true"],
+            ["eval": "window.loadedOnce = true; document.querySelector('[data-stat=processed]').textContent", "expect": "41"],
             ["wait": "document.querySelector('[data-stat=processed]').textContent === '123456' && window.loadedOnce === true"],
             ["eval": "document.getElementById('live-status').textContent.startsWith('Updated')", "expect": "true",
              "shot": "dashboard-live-updated"],
