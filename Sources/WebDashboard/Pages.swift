@@ -216,7 +216,7 @@ struct Pages: Sendable {
                 <code>workerctl jobs show JID</code> searches every entry.</p>
                 """)
         }
-        let sections = records.map { record -> String in
+        let sections = try records.map { record -> String in
             let actions = JobAction.allCases.filter { $0.allowedStates.contains(record.state) }.map {
                 button($0.rawValue.capitalized, action: "/job/\(HTML.urlComponent(jid))/\($0.rawValue)", csrf: csrf,
                             fields: [("state", record.state.rawValue)],
@@ -291,7 +291,7 @@ struct Pages: Sendable {
                 <h2>\(HTML.escape(record.location))</h2>
                 <p>\(actions)</p>
                 \(summaryHTML)
-                \(JobPageHooks.sections(for: record, csrf: csrf, shard: shard))
+                \(try JobPageHooks.sections(for: record, connection: connection, csrf: csrf, shard: shard))
                 <h3>Retry history</h3>
                 \(historyHTML)
                 \(backtrace)
@@ -486,9 +486,11 @@ struct BarChart {
     }
 }
 
-/// Where the job page gets the sections of issue 36's other parts: explain ("why isn't it running?"), progress
-/// (`progress:<jid>`) and the Cancel button (`cancelled-<jid>`). Returns "" until those APIs are merged: the page
-/// shows nothing rather than made-up data (docs/web.md "Not done").
+/// Where the job page gets the sections of issue 36's other parts: explain ("why isn't it running?", `JobExplain`),
+/// progress (`progress:<jid>`) and the Cancel button (`JobAdmin.cancel(jid:)`, posting to `/job/JID/cancel` with the
+/// CSRF token and `shard`). Runs on the shard's thread with its connection, like the rest of the page; its HTML is
+/// placed under the job's summary. Returns "" until those APIs are merged: the page shows nothing rather than
+/// made-up data (docs/web.md "Not done").
 enum JobPageHooks {
-    static func sections(for record: JobRecord, csrf: String, shard: Int) -> String { "" }
+    static func sections(for record: JobRecord, connection: RedisConnection, csrf: String, shard: Int) throws -> String { "" }
 }
