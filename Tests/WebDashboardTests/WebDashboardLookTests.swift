@@ -166,6 +166,7 @@ extension WebDashboardTests {
         let wide = String(repeating: "long-argument-without-spaces-", count: 12)
         let jid = try failedJob(redis, args: [.string(wide), .int(1)])
         try redis.client.enqueue(NewJob("Noop", args: [.string(wide)], queue: "mail"))
+        try seedThroughput(redis)
         let base = try startServer(redis)
         let pages = ["", "queues", "jobs/enqueued", "jobs/dead", "job/\(jid)", "processes", "cron", "batches", "limits",
                      "unique", "outbox", "search?q=ReportJob"]
@@ -251,6 +252,24 @@ extension WebDashboardTests {
         let page = try http(base + "jobs/enqueued?queue=big").body
         XCTAssertTrue(page.contains("Enqueued jobs (1000010)"), "the size from LLEN, the rows from one LRANGE")
         XCTAssertEqual(page.matches(of: /name="jid"/).count, 25, "one page of rows")
+    }
+
+    /// Per-minute counters for the last 90 minutes and daily counters for 14 days, as the settle script writes them
+    /// (`stat:minutely:*`, `stat:processed:DAY`), so the screenshots show charts with bars.
+    func seedThroughput(_ redis: TestRedis) throws {
+        let now = Clock.now()
+        for ago in 0..<90 {
+            let minute = Int(now / 60) - ago
+            let day = Clock.utcDay(Double(minute) * 60)
+            let field = String(((minute % 1440) + 1440) % 1440)
+            try redis.command("HSET", Keys.statMinutelyProcessed(day: day), field, 40 + (ago * 37) % 60)
+            try redis.command("HSET", Keys.statMinutelyFailed(day: day), field, (ago * 13) % 9)
+        }
+        for ago in 0..<14 {
+            let day = Clock.utcDay(now - Double(ago) * 86400)
+            try redis.command("SET", Keys.statProcessed(day: day), 50_000 + (ago * 7919) % 20_000)
+            try redis.command("SET", Keys.statFailed(day: day), (ago * 397) % 2_000)
+        }
     }
 
     /// `INFO commandstats` as command name → calls (server-wide).
