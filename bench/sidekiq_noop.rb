@@ -25,8 +25,8 @@ class PickupRecorder
   end
 
   def call(_worker, job, _queue)
-    if job["class"] == "PickupProbe" && job["enqueued_at"]
-      PickupRecorder.record(job["args"][0], Time.now.to_f - job["enqueued_at"].to_f)
+    if job["enqueued_at"] && (folder = { "PickupProbe" => 0, "HttpProbe" => 1 }[job["class"]])
+      PickupRecorder.record(job["args"][folder], Time.now.to_f - job["enqueued_at"].to_f)
     end
     yield
   end
@@ -78,4 +78,25 @@ end
 class PickupProbe
   include Sidekiq::Worker
   def perform(*) end
+end
+
+# bench/http-bound.sh: one GET to args[0] (bench/slow_http.c) on a keep-alive connection of the thread's own, as our
+# HttpProbe does through libcurl's connection cache; a status other than 200 fails the job.
+require "net/http"
+class HttpProbe
+  include Sidekiq::Worker
+  def perform(url, _folder)
+    uri = URI(url)
+    http = (Thread.current[:bench_http] ||= Net::HTTP.start(uri.host, uri.port))
+    response = http.get(uri.request_uri)
+    raise "HTTP #{response.code}" unless response.code == "200"
+  end
+end
+
+# With BENCH_RELIABLE=1 (bench/redis-cpu.sh): gitlab-sidekiq-fetcher's ReliableFetch (Debian's
+# ruby-gitlab-sidekiq-fetcher 0.8: a working list per process, the job LREM'd on acknowledgement) instead of
+# Sidekiq's BasicFetch, so Sidekiq is measured with the guarantee ours gives.
+if ENV["BENCH_RELIABLE"] == "1"
+  require "sidekiq-reliable-fetch"
+  Sidekiq.configure_server { |config| Sidekiq::ReliableFetch.setup_reliable_fetch!(config) }
 end

@@ -5,11 +5,12 @@ import Workers
 /// production: nothing here is registered or created unless asked for explicitly
 /// (`workerctl worker|run --bench-jobs`, `workerctl migrate --bench-tables`, or a test's setup).
 public enum BenchJobs {
-    /// Registers `ProbeInsert`, `BatchProbe` and `PickupProbe`.
+    /// Registers `ProbeInsert`, `BatchProbe`, `PickupProbe` and `HttpProbe`.
     public static func register(into registry: inout JobRegistry) {
         registry.register(ProbeInsertJob())
         registry.register(BatchProbeJob())
         registry.register(PickupProbeJob())
+        registry.register(HttpProbeJob())
     }
 
     /// The built-in smoke-test jobs plus the bench jobs: what a bench or test worker runs.

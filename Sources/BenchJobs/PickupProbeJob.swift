@@ -20,22 +20,33 @@ public struct PickupProbeJob: Job {
     }
     public init() {}
 
-    /// The folder's open sample file, by folder path (opened on first use, never closed: the process's life).
-    private static let files = Mutex<[String: Int32]>([:])
-
     public func perform(_ arguments: Arguments, context: JobContext) throws {
         let now = Clock.now()
         guard let enqueuedAt = context.payload.enqueuedAt else { return }
-        let line = Array(String(format: "%.6f\n", now - enqueuedAt).utf8)
-        try Self.files.withLock { files throws(SampleFileError) in
+        try PickupSamples.record(now - enqueuedAt, folder: arguments.value)
+    }
+}
+
+/// The pickup samples of the bench jobs (`PickupProbe`, `HttpProbe`): one line `seconds\n` per job appended to
+/// `<folder>/pickup.<pid>`, one write(2) each, read by bench/percentiles.py.
+///
+/// Any pool thread: the file descriptors are opened once per folder and shared under one lock (each line is written
+/// whole by one write).
+enum PickupSamples {
+    /// The folder's open sample file, by folder path (opened on first use, never closed: the process's life).
+    private static let files = Mutex<[String: Int32]>([:])
+
+    static func record(_ seconds: Double, folder: String) throws(SampleFileError) {
+        let line = Array(String(format: "%.6f\n", seconds).utf8)
+        try files.withLock { files throws(SampleFileError) in
             let fd: Int32
-            if let open = files[arguments.value] {
+            if let open = files[folder] {
                 fd = open
             } else {
-                let path = "\(arguments.value)/pickup.\(getpid())"
+                let path = "\(folder)/pickup.\(getpid())"
                 fd = Foundation.open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
                 guard fd >= 0 else { throw SampleFileError(path: path, errno: errno) }
-                files[arguments.value] = fd
+                files[folder] = fd
             }
             _ = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         }

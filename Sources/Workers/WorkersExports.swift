@@ -17,3 +17,6 @@
 @_exported import struct Queue.RedisEndpoint
 @_exported import class Queue.RedisPool
 @_exported import class Storage.PostgresConnection
+// The tracing switch (docs/tracing.md): a service turns the runtime's spans on with its own tracer
+// (`JobTracing.bootstrap(_:)`, or `enableWithBootstrappedTracer()` after bootstrapping swift-otel itself).
+@_exported import enum Telemetry.JobTracing

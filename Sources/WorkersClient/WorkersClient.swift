@@ -1,4 +1,6 @@
 @_exported import Queue
+// The tracing switch (docs/tracing.md): enqueue spans and `traceparent` once the service turns it on.
+@_exported import enum Telemetry.JobTracing
 import Foundation
 
 /// What the async client itself refuses (Redis and input errors come through as `RedisError`

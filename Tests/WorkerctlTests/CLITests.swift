@@ -55,6 +55,34 @@ final class CLITests: XCTestCase {
         XCTAssertTrue(human.stdout.contains("low"), human.stdout)
     }
 
+    func testStatsClassesReadsSidekiqsMetricsLayoutForTheLastHourAndRefusesAnUnknownPeriod() throws {
+        // What a worker's heartbeat writes (ClassMetricsRecorder; Sidekiq 8's j| hashes, our u32 hx| histogram).
+        let minute = ClassMetricsLayout.Minute(epochSeconds: Clock.now())
+        for bucket in [minute.minute, minute.tenMinutes] {
+            try redis.command("HSET", "j|" + bucket, "Mailer|p", 7, "Mailer|f", 2, "Mailer|ms", 500)
+        }
+        try redis.command("BITFIELD", "hx|Mailer|" + minute.minute, "INCRBY", "u32", "#3", 4, "INCRBY", "u32", "#9", 1)
+        try redis.command("HSET", "j|" + ClassMetricsLayout.Minute(epochSeconds: Clock.now() - 7_200).minute, "Mailer|p", 100)
+        let result = try ctl.run("stats", "--classes", "--json")
+        XCTAssertEqual(result.status, 0, result.stderr)
+        let object = try XCTUnwrap(result.object, result.stdout)
+        XCTAssertEqual(object["period"], "hour")
+        let mailer = try XCTUnwrap(object["classes"]?.arrayValue?.first?.objectValue, result.stdout)
+        assertKeys(mailer, ["class", "runs", "failed", "total_ms", "p50_ms", "p95_ms", "p50_slow", "p95_slow"])
+        XCTAssertEqual(mailer["class"], "Mailer")
+        XCTAssertEqual(mailer["runs"], 7, "two hours ago is outside the hour")
+        XCTAssertEqual(mailer["failed"], 2)
+        XCTAssertEqual(mailer["total_ms"], 500)
+        XCTAssertEqual(mailer["p50_ms"], 65, "4 of 5 successful runs in the 45–65 ms bucket")
+        XCTAssertEqual(mailer["p95_ms"], 750)
+        let human = try ctl.run("stats", "--classes", "--period", "day")
+        XCTAssertEqual(human.status, 0, human.stderr)
+        XCTAssertTrue(human.stdout.contains("Mailer"), human.stdout)
+        let refused = try ctl.run("stats", "--classes", "--period", "<week>")
+        XCTAssertNotEqual(refused.status, 0)
+        XCTAssertTrue(refused.stderr.contains("hour or day"), refused.stderr)
+    }
+
     func testQueuesCommands() throws {
         try redis.client.enqueueMany((1...3).map { NewJob("Work", args: [.int(Int64($0))], queue: "mail") })
         XCTAssertEqual(try ctl.run("queues", "pause", "mail").stdout, "paused mail\n")
@@ -111,7 +139,8 @@ final class CLITests: XCTestCase {
         let show = try ctl.run("jobs", "show", jid, "--json")
         XCTAssertEqual(show.status, 0, show.stderr)
         let detail = try XCTUnwrap(show.object)
-        assertKeys(detail, Self.summaryKeys + ["payload", "raw", "error_backtrace", "backtrace_error"])
+        assertKeys(detail, Self.summaryKeys + ["payload", "raw", "error_backtrace", "backtrace_error", "status"])
+        XCTAssertEqual(detail["status"]?.objectValue?["reason"], "retry")
         XCTAssertEqual(detail["error_backtrace"], ["a.rb:1", "b.rb:2"])
         XCTAssertEqual(detail["raw"]?.stringValue, retryEntry(jid))
         let human = try ctl.run("jobs", "show", jid)

@@ -14,6 +14,7 @@ extension RuntimeParts {
                      shardMap: ShardMap(single: try RedisEndpoint(url: configuration.redisURL)), startedAt: Clock.now(),
                      buffer: buffer ?? JobBuffer(capacity: configuration.concurrency + configuration.prefetch),
                      running: running, settlements: settlements, runTime: RunTimeEstimate(),
-                     outages: OutageLog(logger: logger), flags: LifeCycleFlags(), metrics: RuntimeMetrics(), logger: logger)
+                     outages: OutageLog(logger: logger), flags: LifeCycleFlags(), metrics: RuntimeMetrics(),
+                     classMetrics: ClassMetricsRecorder(registeredClasses: []), logger: logger)
     }
 }

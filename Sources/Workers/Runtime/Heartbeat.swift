@@ -24,6 +24,7 @@ final class Heartbeat: @unchecked Sendable {
     private let running: RunningJobs
     private let flags: LifeCycleFlags
     private let metrics: RuntimeMetrics
+    private let classMetrics: ClassMetricsRecorder
     private let startedAt: Double
     private let outages: OutageLog
     private let logger: Logger
@@ -48,6 +49,7 @@ final class Heartbeat: @unchecked Sendable {
         running = parts.running
         flags = parts.flags
         metrics = parts.metrics
+        classMetrics = parts.classMetrics
         startedAt = parts.startedAt
         outages = parts.outages
         logger = parts.logger
@@ -130,9 +132,21 @@ final class Heartbeat: @unchecked Sendable {
             ["RPOP", Keys.signals(identity)],
         ])
         lastBeat.store(Clock.now(), ordering: .relaxed)
+        flushClassMetrics(connection)
         guard let signal = results.last?.string else { return nil }
         logger.notice("signal received through Redis", metadata: ["signal": "\(signal)"])
         return signal
+    }
+
+    /// The process's per-class figures, flushed by one heartbeat per process (the one that records the gauge). A
+    /// failure loses that beat's figures, never the beat (its signal is already popped).
+    private func flushClassMetrics(_ connection: RedisConnection) {
+        guard recordsBusyGauge else { return }
+        do {
+            try classMetrics.flush(on: connection)
+        } catch {
+            logger.debug("per-class metrics not flushed", metadata: ["error": "\(error)"])
+        }
     }
 
     private func processInfo() -> String {
@@ -144,6 +158,7 @@ final class Heartbeat: @unchecked Sendable {
     func deregister() {
         do {
             let connection = try RedisConnection(endpoint: endpoint)
+            flushClassMetrics(connection)
             _ = try connection.pipeline([
                 ["SREM", Keys.processes, identity],
                 ["UNLINK", Keys.workers(identity), Keys.work(identity)],

@@ -2,8 +2,6 @@ import Foundation
 import Logging
 import Queue
 import Storage
-import Telemetry
-import Tracing
 
 /// Turns one fetched job into a settlement (`RunResult`): parse, look up, decode, run, and on failure apply
 /// Sidekiq's retry rules (`RetryPolicy`, §6 of the wire doc). Stateless apart from its configuration; any pool
@@ -19,6 +17,9 @@ struct JobRunner: Sendable {
     /// redelivery check and the limits' admission, so a skipped redelivery or an over-limit reschedule never enters
     /// it; inside the run's span. Empty: the job's body is called directly.
     var middleware = JobMiddlewareChain()
+    /// The runtime's own middleware around the whole run (`RunMiddleware`): the tracing span, and the per-class
+    /// metrics when the process records them.
+    var runMiddleware = RunMiddlewareChain.tracingOnly
 
     /// The timeout for a payload (its class's, else the process default, else 30 min).
     func timeout(for payload: JobPayload?) -> Double {
@@ -44,40 +45,16 @@ struct JobRunner: Sendable {
     /// When the group has claimed the job's ledger row (`SharedTransaction.claimedRow`) the redelivery
     /// check is skipped: the claim found no row, so no earlier delivery committed.
     ///
-    /// While tracing is on (docs/tracing.md) the run is a consumer span, child of the payload's `traceparent`,
-    /// bound as the thread's `ServiceContext` around the whole run, so the job's HTTP calls, SQL transactions
-    /// and enqueues are its children. While off: one atomic load, no span, nothing bound.
+    /// A readable payload's run passes through the runtime's middleware (`runMiddleware`: the tracing span, the
+    /// per-class metrics) around all of it; an unreadable one goes straight to `dead`.
     func run(_ job: FetchedJob, payload parsed: Result<JobPayload, PayloadError>, execution: Execution,
              sharedTransaction: SharedTransaction? = nil) -> RunResult {
-        guard JobTracing.isEnabled, case .success(let payload) = parsed else {
+        guard case .success(let payload) = parsed else {
             return execute(job, payload: parsed, execution: execution, sharedTransaction: sharedTransaction)
         }
-        let span = JobTracing.tracer.startAnySpan("perform \(payload.className)",
-                                                  context: JobTraceContext.extract(from: payload), ofKind: .consumer)
-        span.attributes["job.class"] = payload.className
-        span.attributes["job.queue"] = job.queue
-        span.attributes["job.jid"] = payload.jid ?? "-"
-        span.attributes["job.attempt"] = Int64((payload.retryCount ?? -1) + 2)
-        span.attributes["messaging.system"] = "sidekiq"
-        let result = ServiceContext.withValue(span.context) {
-            execute(job, payload: parsed, execution: execution, sharedTransaction: sharedTransaction)
-        }
-        span.attributes["job.outcome"] = Self.outcomeName(result)
-        if result.isFailure { span.setStatus(SpanStatus(code: .error)) }
-        span.end()
-        return result
-    }
-
-    /// The `job.outcome` span attribute: how the run was settled.
-    static func outcomeName(_ result: RunResult) -> String {
-        guard case .settled(let settlement, _) = result else { return "failed" }  // a redo: the group runs again
-        switch settlement {
-        case .ack: return "success"
-        case .retry: return "retry"
-        case .dead: return "dead"
-        case .drop: return "dropped"
-        case .requeue: return "requeued"
-        case .schedule: return "rescheduled"
+        return runMiddleware.run(RunRequest(job: job, payload: payload, execution: execution)) { request in
+            execute(request.job, payload: .success(request.payload), execution: request.execution,
+                    sharedTransaction: sharedTransaction)
         }
     }
 

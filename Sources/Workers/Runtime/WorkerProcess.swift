@@ -98,10 +98,13 @@ public final class WorkerProcess: @unchecked Sendable {
         // What every part shares, set before any thread starts (RuntimeParts).
         let parts = RuntimeParts(identity: identity, configuration: configuration, shardMap: shardMap, startedAt: startedAt,
                                  buffer: buffer, running: running, settlements: settlements, runTime: RunTimeEstimate(),
-                                 outages: OutageLog(logger: logger), flags: flags, metrics: metrics, logger: logger)
-        pool = JobPool(parts, runner: JobRunner(registry: registry, configuration: configuration, database: database, logger: logger,
-                                                limiter: JobLimiter(endpoint: endpoint, logger: logger),
-                                                middleware: JobMiddlewareChain(middleware)),
+                                 outages: OutageLog(logger: logger), flags: flags, metrics: metrics,
+                                 classMetrics: ClassMetricsRecorder(registeredClasses: registry.classNames), logger: logger)
+        var runner = JobRunner(registry: registry, configuration: configuration, database: database, logger: logger,
+                               limiter: JobLimiter(endpoint: endpoint, logger: logger),
+                               middleware: JobMiddlewareChain(middleware))
+        runner.runMiddleware = RunMiddlewareChain([TracingRunMiddleware(), ClassMetricsMiddleware(recorder: parts.classMetrics)])
+        pool = JobPool(parts, runner: runner,
                        pickupLatency: pickupLatency, runTimes: runTime)
         let unique = UniqueGate(registry: registry, configuration: configuration)
         let sharded = !shardMap.isSingle

@@ -81,6 +81,16 @@ enum AdminJSON {
         return .object(fields)
     }
 
+    /// One class's metrics; a percentile in the slowest bucket is `null` with `"…_slow": true`.
+    static func classMetrics(_ summary: ClassMetricsSummary) -> JSONValue {
+        func bound(_ ms: Double?) -> JSONValue { ms.flatMap { $0.isFinite ? .int(Int64($0)) : nil } ?? .null }
+        return .object(["class": .string(summary.className), "runs": .int(Int64(summary.runs)),
+                        "failed": .int(Int64(summary.failed)), "total_ms": .int(Int64(summary.totalMilliseconds)),
+                        "p50_ms": bound(summary.p50Milliseconds), "p95_ms": bound(summary.p95Milliseconds),
+                        "p50_slow": .bool(summary.p50Milliseconds == .infinity),
+                        "p95_slow": .bool(summary.p95Milliseconds == .infinity)])
+    }
+
     static func stats(_ stats: Stats) -> JSONValue {
         .object([
             "processed": .int(Int64(stats.processed)),

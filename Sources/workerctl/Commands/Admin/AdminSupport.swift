@@ -168,6 +168,14 @@ enum Format {
         return String(format: "%dd%02dh", whole / 86_400, (whole % 86_400) / 3600)
     }
 
+    /// `12ms`, `1.1s`, `Slow` (infinite: a histogram's last bucket); `-` for NaN.
+    static func milliseconds(_ ms: Double) -> String {
+        if ms.isNaN { return "-" }
+        if ms == .infinity { return "Slow" }
+        if ms < 1_000 { return "\(Int(ms.rounded()))ms" }
+        return duration(ms / 1_000)
+    }
+
     /// `in 3m05s` or `3m05s ago`.
     static func relative(_ epoch: Double?, now: Double) -> String {
         guard let epoch = Bounded.epochSeconds(epoch), epoch > 0 else { return "-" }

@@ -5,12 +5,12 @@ import Queue
 struct JobsCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "jobs",
-        abstract: "List, show, retry, run, kill and delete jobs.",
+        abstract: "List, show, explain, retry, run, kill and delete jobs.",
         discussion: """
             States: enqueued (queue:NAME lists), scheduled, retry, dead (sorted sets), busy (running \
             on a live process). A JID that is not found exits with code 1; bad arguments exit with 2.
             """,
-        subcommands: [List.self, Show.self, Action<Retry>.self, Action<Run>.self, Action<Kill>.self, Action<Delete>.self]
+        subcommands: [List.self, Show.self, Explain.self, Action<Retry>.self, Action<Run>.self, Action<Kill>.self, Action<Delete>.self]
     )
 
     static func printTable(_ page: Page<JobRecord>, now: Double) {
@@ -112,8 +112,10 @@ struct JobsCommand: ParsableCommand {
 
     struct Show: ParsableCommand {
         static let configuration = CommandConfiguration(
-            commandName: "show", abstract: "Show one job: the whole record, its error and decoded backtrace.")
+            commandName: "show",
+            abstract: "Show one job: the whole record, its error and decoded backtrace, attempts, progress and why it is not running.")
         @OptionGroup var connection: ConnectionOptions
+        @OptionGroup var ledger: LedgerOptions
         @OptionGroup var output: OutputOptions
         @Argument(help: "The job's jid.") var jid: String
         @Option(help: "Only look in this state.") var state: String?
@@ -121,9 +123,24 @@ struct JobsCommand: ParsableCommand {
         func run() throws {
             try adminCall {
                 let states = try parseState(state, required: false).map { [$0] } ?? JobAdmin.searchOrder
-                let record = try connection.onShardHolding { try JobAdmin(connection: $0).findOne(jid: jid, in: states) }
-                if output.json { return printJSON(AdminJSON.detail(record)) }
+                let record: JobRecord
+                do {
+                    record = try connection.onShardHolding { try JobAdmin(connection: $0).findOne(jid: jid, in: states) }
+                } catch let error as AdminError where error.isNotFound && state == nil {
+                    // Not in Redis: a finished job is in the ledger (`jobs explain`); otherwise the error as before.
+                    let status = try JobsCommand.status(jid: jid, connection: connection, ledger: ledger, warn: false)
+                    guard case .done = status.explanation else { throw error }
+                    if output.json { return printJSON(JobsCommand.json(jid: jid, status)) }
+                    return JobsCommand.printStatus(status, now: Date())
+                }
+                let status = try JobsCommand.status(jid: jid, connection: connection, ledger: ledger)
+                if output.json {
+                    guard case .object(var object) = AdminJSON.detail(record) else { return }
+                    object["status"] = JobsCommand.json(jid: jid, status)
+                    return printJSON(.object(object))
+                }
                 Show.printDetail(record, now: Clock.now())
+                JobsCommand.printStatus(status, now: Date())
             }
         }
 

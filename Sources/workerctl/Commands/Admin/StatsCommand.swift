@@ -16,9 +16,14 @@ struct StatsCommand: ParsableCommand {
 
     @OptionGroup var connection: ConnectionOptions
     @OptionGroup var output: OutputOptions
+    @Flag(help: "Per-class execution metrics instead (runs, failures, total and p50/p95 time of successful runs).")
+    var classes = false
+    @Option(help: "With --classes: hour (last 60 minutes) or day (last 24 hours).")
+    var period: String = "hour"
 
     func run() throws {
         try adminCall {
+            if classes { return try runClasses() }
             let map = try connection.shardMap()
             if !map.isSingle { return try runSharded(map) }
             let stats = try Stats.load(try connection.connect())
@@ -31,6 +36,28 @@ struct StatsCommand: ParsableCommand {
             print("")
             QueuesCommand.table(stats.queues).print()
         }
+    }
+
+    /// `--classes`: one row per class, busiest first, summed over every shard.
+    private func runClasses() throws {
+        guard let period = ClassMetricsPeriod(rawValue: period) else {
+            throw ValidationError("--period must be hour or day, not \(Format.cut(period, 40))")
+        }
+        let map = try connection.shardMap()
+        let summaries = try ClassMetricsReport.load(try map.shards.map { try connection.connect(shard: $0) },
+                                                    period: period)
+        if output.json { return printJSON(.object(["period": .string(period.rawValue),
+                                                   "classes": .array(summaries.map(AdminJSON.classMetrics))])) }
+        var table = TextTable(["CLASS", "RUNS", "FAILED", "TOTAL", "MEAN", "P50 ≤", "P95 ≤"])
+        for summary in summaries {
+            table.add([summary.className, "\(summary.runs)", "\(summary.failed)",
+                       Format.milliseconds(Double(summary.totalMilliseconds)),
+                       summary.meanMilliseconds.map(Format.milliseconds) ?? "-",
+                       summary.p50Milliseconds.map(Format.milliseconds) ?? "-",
+                       summary.p95Milliseconds.map(Format.milliseconds) ?? "-"])
+        }
+        print("Per-class metrics, last \(period.rawValue) (successful runs' times; percentiles are histogram bucket bounds)")
+        table.print()
     }
 
     /// Several shards: one row per shard, then every queue with its shard; JSON: `{"shards": [stats + "shard"]}`.

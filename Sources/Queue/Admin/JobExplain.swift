@@ -1,0 +1,438 @@
+import Foundation
+
+/// Why a job is not running (or what became of it): the FIRST thing that keeps it from running, read from the
+/// state in Redis (and the ledger, when one is given). What `workerctl jobs explain JID` prints and
+/// `WorkersClient.explain(jid:)` returns (docs/workerctl.md "Why isn't my job running?").
+///
+/// Immutable value; every time is a `Date`, every span a `Duration`. `description` is one line for operators,
+/// with no job arguments in it (only ids, class, queue and the error class/message as the runtime stored them).
+public enum JobExplanation: Sendable, Equatable, CustomStringConvertible {
+    /// In `schedule`, due at `at` (then moved to its queue by the housekeeper).
+    case scheduled(at: Date, queue: String)
+    /// In `retry` after a failure: the next run is attempt `attempt` (retry_count + 2; the first run was 1) of at most
+    /// `maxAttempts` (1 + the payload's `retry: N`; nil when the job class decides, Sidekiq's default being 25 retries).
+    case retryWaiting(at: Date, attempt: Int, maxAttempts: Int?, errorClass: String?)
+    /// Rescheduled by a limiter (`overrated` > 0, docs/limiters.md): tried again at `nextTry`. `full`: the limiter
+    /// instances at their maximum now (the payload does not name its limiter, so these are the candidates), and
+    /// `holders`: the running jobs of the same class (who holds the slots).
+    case overLimit(nextTry: Date, reschedules: Int, full: [LimiterState], holders: [RunningJob])
+    /// In its queue, but the queue is in the `paused` set (`workerctl queues resume NAME`).
+    case queuePaused(queue: String)
+    /// In its queue, but no live process (a heartbeat in `processes`) lists the queue. `classRegistration` is
+    /// always nil: the heartbeat does not list job classes, so whether a live process registers the class is unknown.
+    case noLiveProcess(queue: String, processes: Int)
+    /// In its queue with the same unique lock as another live job (`unique_for`): it is dropped when fetched.
+    case duplicateOfUnique(lock: String, ownerJid: String)
+    /// A batch callback whose batch has not finished: its jid is fixed at creation, the job is pushed when the
+    /// batch's `pending` jobs have finished.
+    case batchCallbackWaiting(bid: String, event: String, pending: Int)
+    /// In its queue with `ahead` jobs to be fetched before it (`exact` false: more than `ahead`, the bound of the
+    /// search). `drainPerSecond`: jobs processed per second over the last 5 minutes, every queue of the shard
+    /// (the per-minute history is not kept per queue); nil when nothing was processed.
+    case behind(queue: String, ahead: Int, exact: Bool, drainPerSecond: Double?)
+    /// Being run by `job.identity` on thread `job.thread` since `job.since`.
+    case running(RunningJob)
+    /// Finished: a `job_ledger` row (only jobs that write the ledger have one).
+    case done(finishedAt: Date?, className: String, queue: String)
+    /// In the dead set since `at`, with the error the runtime stored (already redacted when it was written).
+    case dead(at: Date, errorClass: String?, errorMessage: String?)
+    /// Found nowhere: not in Redis (every state searched, within the budget), not in the ledger.
+    /// `searchIncomplete`: the scan budget ran out, so it may still be in a long queue.
+    case unknown(jid: String, searchIncomplete: Bool)
+
+    /// A short stable name of the reason (`--json`'s `reason`).
+    public var reason: String {
+        switch self {
+        case .scheduled: return "scheduled"
+        case .retryWaiting: return "retry"
+        case .overLimit: return "over_limit"
+        case .queuePaused: return "queue_paused"
+        case .noLiveProcess: return "no_live_process"
+        case .duplicateOfUnique: return "duplicate"
+        case .batchCallbackWaiting: return "batch_callback_waiting"
+        case .behind: return "behind"
+        case .running: return "running"
+        case .done: return "done"
+        case .dead: return "dead"
+        case .unknown: return "unknown"
+        }
+    }
+
+    public var description: String { description(now: Date()) }
+
+    /// One line for operators, relative times taken against `now`.
+    public func description(now: Date) -> String {
+        switch self {
+        case .scheduled(let at, let queue):
+            return "scheduled for later: runs at \(ExplainFormat.time(at)) (\(ExplainFormat.relative(at, now: now))) in queue \(queue)"
+        case .retryWaiting(let at, let attempt, let maxAttempts, let errorClass):
+            let of = maxAttempts.map { " of \($0)" } ?? " (the class's retry limit, 25 retries by default)"
+            let error = errorClass.map { " after \($0)" } ?? ""
+            return "waiting for a retry\(error): attempt \(attempt)\(of) at \(ExplainFormat.time(at)) (\(ExplainFormat.relative(at, now: now)))"
+        case .overLimit(let nextTry, let reschedules, let full, let holders):
+            var line = "over a limiter: rescheduled \(reschedules) time\(reschedules == 1 ? "" : "s"), next try at \(ExplainFormat.time(nextTry)) (\(ExplainFormat.relative(nextTry, now: now)))"
+            if !full.isEmpty {
+                line += "; full now: " + full.map { limiter in
+                    "\(limiter.name)\(limiter.key.isEmpty ? "" : ":\(limiter.key)") (\(limiter.used)/\(limiter.max), next free in \(ExplainFormat.duration(limiter.nextFreeIn)))"
+                }.joined(separator: ", ")
+            }
+            if !holders.isEmpty {
+                line += "; held by " + holders.prefix(5).map { "\($0.jid) on \($0.identity)" }.joined(separator: ", ")
+                    + (holders.count > 5 ? " and \(holders.count - 5) more" : "")
+            }
+            return line
+        case .queuePaused(let queue):
+            return "queue \(queue) is paused (workerctl queues resume \(queue))"
+        case .noLiveProcess(let queue, let processes):
+            return "no live process serves queue \(queue) (\(processes) live process\(processes == 1 ? "" : "es"), none lists it; whether one registers the class is unknown)"
+        case .duplicateOfUnique(let lock, let ownerJid):
+            return "a duplicate of live unique job \(ownerJid) (lock \(lock)): it is dropped when fetched"
+        case .batchCallbackWaiting(let bid, let event, let pending):
+            return "the \(event) callback of batch \(bid): pushed when its \(pending) pending job\(pending == 1 ? "" : "s") have finished"
+        case .behind(let queue, let ahead, let exact, let drain):
+            let count = exact ? "\(ahead)" : "more than \(ahead)"
+            var line = exact && ahead == 0
+                ? "next in line in queue \(queue) (waiting for a free worker thread)"
+                : "behind \(count) job\(ahead == 1 && exact ? "" : "s") in queue \(queue)"
+            if let drain, drain > 0 {
+                line += drain >= 1 ? String(format: ", draining %.1f jobs/s", drain) : String(format: ", draining %.1f jobs/min", drain * 60)
+                line += " (all queues, last 5 min)"
+                if exact && ahead > 0 { line += ", about \(ExplainFormat.duration(seconds: Double(ahead) / drain))" }
+            } else {
+                line += ", nothing processed in the last 5 min"
+            }
+            return line
+        case .running(let job):
+            return "running on \(job.identity) thread \(job.thread) since \(ExplainFormat.time(job.since)) (\(ExplainFormat.duration(seconds: now.timeIntervalSince(job.since))))"
+        case .done(let finishedAt, let className, let queue):
+            return "done: \(className) on queue \(queue) finished at \(finishedAt.map(ExplainFormat.time) ?? "unknown") (job_ledger)"
+        case .dead(let at, let errorClass, let errorMessage):
+            return "dead since \(ExplainFormat.time(at)): \(errorClass ?? "unknown error")\(errorMessage.map { ": \($0)" } ?? "")"
+        case .unknown(let jid, let incomplete):
+            return "unknown jid \(jid): not in Redis\(incomplete ? " (search stopped at its budget)" : ""), nor in the ledger when one is read"
+        }
+    }
+}
+
+extension JobExplanation {
+    /// True for `.unknown`.
+    public var isUnknown: Bool {
+        if case .unknown = self { return true }
+        return false
+    }
+}
+
+/// A job a process is running (from its `<identity>:work` hash).
+public struct RunningJob: Sendable, Equatable {
+    public var jid: String
+    public var identity: String
+    public var thread: String
+    public var since: Date
+
+    public init(jid: String, identity: String, thread: String, since: Date) {
+        self.jid = jid
+        self.identity = identity
+        self.thread = thread
+        self.since = since
+    }
+}
+
+/// A limiter instance as explain names it.
+public struct LimiterState: Sendable, Equatable {
+    public var name: String
+    public var key: String
+    public var used: Int
+    public var max: Int
+    public var nextFreeIn: Duration
+}
+
+/// A job's progress as it reported it (`progress:<jid>`, JSON `{"fraction","note","at"}`, docs/workerctl.md).
+public struct ProgressSnapshot: Sendable, Equatable {
+    /// 0...1.
+    public var fraction: Double
+    /// At most 200 characters.
+    public var note: String
+    public var at: Date
+
+    public init(fraction: Double, note: String, at: Date) {
+        self.fraction = fraction
+        self.note = note
+        self.at = at
+    }
+
+    /// Parses the stored JSON; nil when it is not the agreed layout.
+    public init?(json text: String) {
+        guard let object = (try? JSONValue.parse(text))?.objectValue,
+              let fraction = object["fraction"]?.doubleValue, fraction.isFinite,
+              let at = Bounded.epochSeconds(object["at"]?.doubleValue) else { return nil }
+        self.fraction = min(1, max(0, fraction))
+        self.note = String((object["note"]?.stringValue ?? "").prefix(200))
+        self.at = Date(timeIntervalSince1970: at)
+    }
+}
+
+/// A job's status by jid: where it is, its attempts, its progress, and why it is not running.
+/// (`WorkersClient.status(jid:)`, `workerctl jobs show`). Immutable.
+public struct JobStatus: Sendable, Equatable {
+    /// `enqueued`, `scheduled`, `retry`, `dead`, `busy`; nil when it is in none (done or unknown).
+    public var state: JobState?
+    /// Runs so far: `retry_count + 1` after a failure, 0 before the first failure (1 while the first run is busy).
+    public var attempts: Int
+    public var progress: ProgressSnapshot?
+    /// When a cancel was requested (`cancelled-<jid>`), if one was.
+    public var cancelRequestedAt: Date?
+    public var explanation: JobExplanation
+    /// The shard the job was found on (`ShardMap.defaultName` without sharding).
+    public var shard: String
+
+    public init(state: JobState?, attempts: Int, progress: ProgressSnapshot?, cancelRequestedAt: Date?,
+                explanation: JobExplanation, shard: String) {
+        self.state = state
+        self.attempts = attempts
+        self.progress = progress
+        self.cancelRequestedAt = cancelRequestedAt
+        self.explanation = explanation
+        self.shard = shard
+    }
+}
+
+/// A finished job's `job_ledger` row, for explain's "done".
+public struct LedgerRow: Sendable, Equatable {
+    public var className: String
+    public var queue: String
+    public var startedAt: Date?
+    public var finishedAt: Date?
+
+    public init(className: String, queue: String, startedAt: Date?, finishedAt: Date?) {
+        self.className = className
+        self.queue = queue
+        self.startedAt = startedAt
+        self.finishedAt = finishedAt
+    }
+}
+
+/// Reads `job_ledger` by jid for explain (Queue does not import Storage: the caller that has a database passes
+/// one, e.g. workerctl with `--database-url`). Called from the explaining thread; implementations own their
+/// connection.
+public protocol JobLedgerLookup: Sendable {
+    /// The row of `jid`, or nil when there is none.
+    func row(jid: String) throws -> LedgerRow?
+}
+
+/// Explains one jid on one Redis (one shard). Stateless apart from its limits; any thread with its own
+/// connection may use it. Every read is bounded: the jid search by `scanBudget` entries (`ScanBudget`), the
+/// position in the queue by `aheadBound` (one `LPOS … RANK -1 MAXLEN aheadBound+1` from the tail, the side
+/// workers fetch from), the batch-callback search by the newest `batchBound` batches.
+public struct JobExplain: Sendable {
+    public let connection: RedisConnection
+    public let scanBudget: Int
+    public let aheadBound: Int
+    public let batchBound: Int
+
+    public init(connection: RedisConnection, scanBudget: Int = 100_000, aheadBound: Int = 10_000, batchBound: Int = 1000) {
+        self.connection = connection
+        self.scanBudget = max(1, scanBudget)
+        self.aheadBound = max(0, aheadBound)
+        self.batchBound = max(1, batchBound)
+    }
+
+    /// The explanation alone.
+    public func explain(jid: String, ledger: (any JobLedgerLookup)? = nil, now: Date = Date()) throws -> JobExplanation {
+        try status(jid: jid, ledger: ledger, now: now).explanation
+    }
+
+    /// Where `jid` is and why it is not running, with its progress and a cancel request.
+    /// Throws `AdminError.invalidArgument` for a jid that cannot be searched, `RedisError` on I/O, and what
+    /// `ledger` throws.
+    public func status(jid: String, ledger: (any JobLedgerLookup)? = nil, now: Date = Date(),
+                       shard: String = ShardMap.defaultName) throws -> JobStatus {
+        try JobAdmin.validate(jid: jid)
+        let extras = try connection.pipeline([["GET", Self.progressKey(jid)], ["GET", Self.cancelKey(jid)]])
+        let progress = extras[0].string.flatMap(ProgressSnapshot.init(json:))
+        let cancel = extras[1].string.flatMap { Bounded.epochSeconds(Double($0)) }.map { Date(timeIntervalSince1970: $0) }
+        let budget = ScanBudget(maxEntries: scanBudget)
+        let record = try locate(jid: jid, budget: budget)
+        let explanation: JobExplanation
+        if let record {
+            explanation = try explain(record, now: now)
+        } else if let waiting = try batchCallback(jid: jid) {
+            explanation = waiting
+        } else if let row = try ledger?.row(jid: jid) {
+            explanation = .done(finishedAt: row.finishedAt, className: row.className, queue: row.queue)
+        } else {
+            explanation = .unknown(jid: jid, searchIncomplete: budget.exhausted)
+        }
+        let retryCount = record?.retryCount.map { Bounded.int($0, in: -1...Bounded.maxCount) }
+        let attempts = retryCount.map { $0 + 1 } ?? (record?.state == .busy ? 1 : 0)
+        return JobStatus(state: record?.state, attempts: max(0, attempts), progress: progress, cancelRequestedAt: cancel,
+                         explanation: explanation, shard: shard)
+    }
+
+    /// `progress:<jid>` (written by the job's process, docs/workerctl.md).
+    public static func progressKey(_ jid: String) -> String { "progress:" + jid }
+    /// `cancelled-<jid>` (Sidekiq's documented `cancelled?` pattern).
+    public static func cancelKey(_ jid: String) -> String { "cancelled-" + jid }
+
+    // MARK: Finding
+
+    /// The job's entry: busy first (a job being run may also sit in `retry` a moment), then retry, scheduled,
+    /// enqueued, dead. Queues are read from the head in chunks and the search stops at the first match.
+    func locate(jid: String, budget: ScanBudget) throws -> JobRecord? {
+        if let busy = try WorkSet.all(connection).first(where: { $0.jid == jid }) { return busy }
+        for state in [JobState.retry, .scheduled] {
+            if let found = try SortedJobSet(state).find(connection, jid: jid, budget: budget).first { return found }
+        }
+        if let found = try firstInQueues(jid: jid, budget: budget) { return found }
+        return try SortedJobSet(.dead).find(connection, jid: jid, budget: budget).first
+    }
+
+    private func firstInQueues(jid: String, budget: ScanBudget) throws -> JobRecord? {
+        let needle = Array(jid.utf8)
+        for name in try QueueAdmin.names(connection) {
+            let queue = JobQueue(name)
+            var start = 0
+            while true {
+                let allowed = min(JobQueue.chunk, budget.remaining)
+                if allowed <= 0 { budget.stop(); return nil }
+                let items = (try connection.command("LRANGE", queue.key, start, start + allowed - 1)).array ?? []
+                budget.consume(items.count)
+                for item in items {
+                    guard let raw = item.bytes, ByteSearch.contains(raw, needle) else { continue }
+                    let record = JobRecord(state: .enqueued, raw: raw, listQueue: name)
+                    if record.jid == jid { return record }
+                }
+                if items.count < allowed { break }
+                start += allowed
+            }
+        }
+        return nil
+    }
+
+    // MARK: Reasons
+
+    func explain(_ record: JobRecord, now: Date) throws -> JobExplanation {
+        // Scores and run times are read through `Bounded.epochSeconds` (a `1e300` score reads as unknown: 0).
+        func date(_ seconds: Double?) -> Date { Date(timeIntervalSince1970: Bounded.epochSeconds(seconds) ?? 0) }
+        switch record.state {
+        case .busy:
+            let work = record.work
+            return .running(RunningJob(jid: record.jid ?? "", identity: work?.identity ?? "?", thread: work?.thread ?? "?",
+                                       since: date(work?.runAt)))
+        case .retry:
+            let count = Bounded.int(record.retryCount ?? 0, in: 0...Bounded.maxCount)
+            let maxAttempts: Int?
+            switch record.payload?.retry {
+            case .limit(let n)?: maxAttempts = n + 1
+            default: maxAttempts = nil
+            }
+            return .retryWaiting(at: date(record.score), attempt: count + 2, maxAttempts: maxAttempts, errorClass: record.errorClass)
+        case .scheduled:
+            let overrated = Bounded.int(record.item?["overrated"]?.intValue ?? 0, in: 0...Bounded.maxCount)
+            if overrated > 0 {
+                return .overLimit(nextTry: date(record.score), reschedules: overrated, full: try fullLimiters(),
+                                  holders: try holders(className: record.className, except: record.jid))
+            }
+            return .scheduled(at: date(record.score), queue: record.queue)
+        case .dead:
+            return .dead(at: date(record.score), errorClass: record.errorClass,
+                         errorMessage: record.errorMessage.map { String($0.prefix(500)) })
+        case .enqueued:
+            return try explainEnqueued(record, now: now)
+        }
+    }
+
+    /// The order for a job in its queue: a unique duplicate (it will never run), a paused queue, no live process
+    /// for the queue, then its place in the line.
+    private func explainEnqueued(_ record: JobRecord, now: Date) throws -> JobExplanation {
+        if let payload = record.payload, let policy = UniquePolicy.requested(by: payload), let jid = record.jid {
+            let lock = UniqueLockKey(payload: payload, policy: policy)
+            if let owner = try connection.command("GET", lock.redisKey).string, owner != jid {
+                return .duplicateOfUnique(lock: lock.redisKey, ownerJid: owner)
+            }
+        }
+        let queue = record.queue
+        if try connection.command("SISMEMBER", Keys.paused, queue).integer == 1 { return .queuePaused(queue: queue) }
+        let processes = try ProcessRegistry.list(connection)
+        if !processes.contains(where: { !$0.quiet && $0.queues.contains(queue) }) {
+            return .noLiveProcess(queue: queue, processes: processes.count)
+        }
+        let key = Keys.queue(queue)
+        let replies = try connection.pipeline([["LLEN", key], ["LPOS", key, record.raw, "RANK", -1, "MAXLEN", aheadBound + 1]])
+        let length = Int(try replies[0].checked().integer ?? 0)
+        let drain = try drainPerSecond(now: now)
+        if let position = try replies[1].checked().integer {
+            return .behind(queue: queue, ahead: max(0, length - 1 - Int(position)), exact: true, drainPerSecond: drain)
+        }
+        // Not within `aheadBound + 1` of the tail: more than `aheadBound` are ahead (or it was fetched meanwhile).
+        return .behind(queue: queue, ahead: aheadBound, exact: false, drainPerSecond: drain)
+    }
+
+    private func drainPerSecond(now: Date) throws -> Double? {
+        let buckets = try Throughput.load(connection, minutes: 5, now: now.timeIntervalSince1970)
+        let processed = buckets.reduce(0) { $0 + $1.processed }
+        return processed > 0 ? Double(processed) / 300 : nil
+    }
+
+    private func fullLimiters() throws -> [LimiterState] {
+        try LimitAdmin.list(connection).filter { $0.used >= Double($0.max) && $0.max > 0 }.map {
+            LimiterState(name: $0.name, key: $0.key, used: Int($0.used), max: $0.max, nextFreeIn: Bounded.duration(seconds: $0.resetsInSeconds))
+        }
+    }
+
+    private func holders(className: String?, except jid: String?) throws -> [RunningJob] {
+        try WorkSet.all(connection).filter { $0.className == className && $0.jid != jid }.map {
+            RunningJob(jid: $0.jid ?? "", identity: $0.work?.identity ?? "?", thread: $0.work?.thread ?? "?",
+                       since: Date(timeIntervalSince1970: Bounded.epochSeconds($0.work?.runAt) ?? 0))
+        }
+    }
+
+    /// A callback jid of one of the newest `batchBound` batches that has not fired yet.
+    private func batchCallback(jid: String) throws -> JobExplanation? {
+        let bids = try connection.command("ZREVRANGE", Keys.batches, 0, batchBound - 1).strings
+        if bids.isEmpty { return nil }
+        let replies = try connection.pipeline(bids.map {
+            ["HMGET", Keys.batch($0), "cb_complete_tail", "cb_success_tail", "complete_at", "success_at", "pending"]
+        })
+        // The callback's payload template is `head` + status + `tail`; its jid is in the tail (after `args`).
+        let marker = "\"jid\":\"\(jid)\""
+        for (bid, reply) in zip(bids, replies) {
+            let fields = reply.array ?? []
+            guard fields.count == 5 else { continue }
+            let pending = fields[4].string.flatMap { Int($0) } ?? 0
+            if fields[2].isNull, fields[0].string?.contains(marker) == true {
+                return .batchCallbackWaiting(bid: bid, event: "complete", pending: pending)
+            }
+            if fields[3].isNull, fields[1].string?.contains(marker) == true {
+                return .batchCallbackWaiting(bid: bid, event: "success", pending: pending)
+            }
+        }
+        return nil
+    }
+}
+
+/// Times in explain's lines: UTC, to the second.
+enum ExplainFormat {
+    static func time(_ date: Date) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime]
+        return formatter.string(from: date)
+    }
+
+    static func duration(_ duration: Duration) -> String { Self.duration(seconds: duration.inSeconds) }
+
+    /// Never traps: a span that is not finite is "unknown", one beyond `Bounded.maxIntervalSeconds` is clamped.
+    static func duration(seconds: Double) -> String {
+        guard seconds.isFinite else { return "unknown" }
+        let s = Bounded.seconds(max(0, seconds), max: Bounded.maxIntervalSeconds)
+        if s < 60 { return String(format: "%.1fs", s) }
+        let whole = Bounded.int(s, in: 0...Int.max)
+        if whole < 3600 { return String(format: "%dm%02ds", whole / 60, whole % 60) }
+        if whole < 86_400 { return String(format: "%dh%02dm", whole / 3600, (whole % 3600) / 60) }
+        return String(format: "%dd%02dh", whole / 86_400, (whole % 86_400) / 3600)
+    }
+
+    static func relative(_ date: Date, now: Date) -> String {
+        let delta = date.timeIntervalSince(now)
+        return delta >= 0 ? "in \(duration(seconds: delta))" : "\(duration(seconds: -delta)) ago"
+    }
+}
