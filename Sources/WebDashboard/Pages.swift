@@ -486,11 +486,32 @@ struct BarChart {
     }
 }
 
-/// Where the job page gets the sections of issue 36's other parts: explain ("why isn't it running?", `JobExplain`),
-/// progress (`progress:<jid>`) and the Cancel button (`JobAdmin.cancel(jid:)`, posting to `/job/JID/cancel` with the
-/// CSRF token and `shard`). Runs on the shard's thread with its connection, like the rest of the page; its HTML is
-/// placed under the job's summary. Returns "" until those APIs are merged: the page shows nothing rather than
-/// made-up data (docs/web.md "Not done").
+/// The job page's sections from issue 36's other parts, under the job's summary: **why it is not running**
+/// (`JobExplain.status`: the first reason, from Redis, as `workerctl jobs explain` says it), its **progress** as the
+/// job reported it (`progress:<jid>`: a bar, the percentage, the note, when) and a **cancel request** if one was made
+/// (`cancelled-<jid>`). Runs on the shard's thread with its connection, like the rest of the page; every read is
+/// bounded (the jid search by `ScanBudget.webEntries` entries, the position in the queue by explain's own bound).
+/// Every text is escaped. A Cancel button goes here once `JobAdmin.cancel(jid:)` is merged (issue 36 point 3).
 enum JobPageHooks {
-    static func sections(for record: JobRecord, connection: RedisConnection, csrf: String, shard: Int) throws -> String { "" }
+    static func sections(for record: JobRecord, connection: RedisConnection, csrf: String, shard: Int) throws -> String {
+        guard let jid = record.jid else { return "" }
+        let now = Date()
+        let status = try JobExplain(connection: connection, scanBudget: ScanBudget.webEntries).status(jid: jid, now: now)
+        var html = """
+            <h3>Why it is not running</h3>
+            <p id="explain" data-reason="\(HTML.escape(status.explanation.reason))">\(HTML.escape(status.explanation.description(now: now)))</p>
+            """
+        if let progress = status.progress {
+            let percent = Int((progress.fraction * 100).rounded())
+            html += """
+                <h3>Progress</h3>
+                <p id="progress"><progress max="100" value="\(percent)">\(percent)%</progress> \(percent)%\(progress.note.isEmpty ? "" : " · " + HTML.escape(progress.note))
+                <span class="muted">(reported \(HTML.time(progress.at.timeIntervalSince1970)) UTC)</span></p>
+                """
+        }
+        if let cancel = status.cancelRequestedAt {
+            html += "<p id=\"cancel-requested\">Cancel requested at \(HTML.time(cancel.timeIntervalSince1970)) UTC.</p>"
+        }
+        return html
+    }
 }

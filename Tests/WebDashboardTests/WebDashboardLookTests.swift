@@ -21,8 +21,9 @@ extension WebDashboardTests {
         return try XCTUnwrap(payload.jid)
     }
 
-    /// The job page: state, summary, retry history, error, payload pretty-printed (indented), escaped and redacted;
-    /// in Chromium the page loads and its Retry button moves the job back to its queue.
+    /// The job page: state, summary, why it is not running, progress and a cancel request, retry history, error,
+    /// payload pretty-printed (indented), escaped and redacted; in Chromium the page loads and its Retry button moves
+    /// the job back to its queue.
     func testTheJobPageShowsStateRetryHistoryAndThePayloadPrettyPrintedAndEscaped() throws {
         let redis = try TestRedis(database: 38)
         let hostile = "</script><b>bold</b>"
@@ -43,13 +44,29 @@ extension WebDashboardTests {
         XCTAssertTrue(page.body.contains("Timeout&lt;i&gt;Error"), page.body)
         XCTAssertTrue(page.body.contains("<span id=\"error-message\">took too long &lt;/script&gt;&lt;b&gt;x</span>"), page.body)
 
+        // Explain, progress and a cancel request (issue 36 points 1-3, read by `JobExplain.status`): the dead job says
+        // why; a job in a paused queue that reported progress (the agreed `progress:<jid>` layout) shows the reason,
+        // the bar, the note escaped, and the cancel request (`cancelled-<jid>`).
+        XCTAssertTrue(page.body.contains("<p id=\"explain\" data-reason=\"dead\">dead since "), page.body)
+        let paused = try redis.client.enqueue(NewJob("ReportJob", args: [9], queue: "mail"))
+        try redis.command("SADD", "paused", "mail")
+        try redis.command("SET", "progress:\(paused)", #"{"fraction":0.42,"note":"page 42 of 100 <b>","at":\#(Clock.now())}"#, "EX", 600)
+        try redis.command("SET", "cancelled-\(paused)", Int(Clock.now()), "EX", 600)
+        let pausedPage = try http(base + "job/\(paused)").body
+        XCTAssertTrue(pausedPage.contains("data-reason=\"queue_paused\">queue mail is paused"), pausedPage)
+        XCTAssertTrue(pausedPage.contains("<progress max=\"100\" value=\"42\">42%</progress> 42% · page 42 of 100 &lt;b&gt;"), pausedPage)
+        XCTAssertTrue(pausedPage.contains("<p id=\"cancel-requested\">Cancel requested at "), pausedPage)
+
         try runBrowser([
+            ["viewport": "1440x900"],
+            ["goto": base + "job/\(paused)", "expect": "queue mail is paused", "shot": "job-page-explain-progress"],
             ["goto": base + "job/\(jid)", "expect": "Retry history", "shot": "job-page"],
             ["eval": "document.getElementById('payload').textContent.includes('</script><b>bold</b>')", "expect": "true"],
             ["eval": "document.querySelectorAll('#payload b, main b').length", "expect": "0"],
             ["click": "form[action='/job/\(jid)/retry'] button", "expect": "Dead jobs (0)"],
         ])
         XCTAssertEqual(try redis.payloads(list: Keys.queue("default")).map(\.jid), [jid], "retried from the job page")
+        XCTAssertTrue(try http(base + "job/\(jid)").body.contains("data-reason=\"no_live_process\""), "back in a queue no process serves")
     }
 
     /// Every list has a checkbox per row and a bulk form; in Chromium two ticked dead jobs are retried, then the
