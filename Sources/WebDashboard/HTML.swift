@@ -29,51 +29,73 @@ enum HTML {
         return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? ""
     }
 
-    /// A whole page: title, navigation, body. `refresh`: seconds after which the browser reloads it.
-    static func page(title: String, body: String, refresh: Int? = nil) -> String {
+    /// A whole page: title, navigation, body. The look is `/assets/app.css` (light and dark, following the
+    /// system); the one script is `/assets/app.js` (`Assets`). No inline script or style, no `<meta refresh>`: only
+    /// the dashboard's live view updates itself (by polling `/api/stats.json`).
+    static func page(title: String, body: String) -> String {
         let nav = [("/", "Dashboard"), ("/queues", "Queues"), ("/jobs/enqueued", "Enqueued"), ("/jobs/busy", "Busy"),
                    ("/jobs/scheduled", "Scheduled"), ("/jobs/retry", "Retries"), ("/jobs/dead", "Dead"),
                    ("/processes", "Processes"), ("/cron", "Cron"), ("/batches", "Batches"), ("/limits", "Limits"),
                    ("/unique", "Unique locks"), ("/outbox", "Outbox")]
-            .map { "<a href=\"\($0.0)\">\($0.1)</a>" }.joined(separator: " · ")
+            .map { "<a href=\"\($0.0)\">\($0.1)</a>" }.joined(separator: "\n")
         return """
             <!doctype html>
             <html lang="en"><head><meta charset="utf-8">
-            \(refresh.map { "<meta http-equiv=\"refresh\" content=\"\($0)\">" } ?? "")
+            <meta name="viewport" content="width=device-width, initial-scale=1">
+            <meta name="color-scheme" content="light dark">
             <title>\(escape(title)) · workerctl web</title>
-            <style>
-            body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}nav{margin-bottom:1em}
-            table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}
-            th{background:#f3f3f3}pre{background:#f7f7f7;padding:.5em;overflow:auto;max-width:100%}
-            form.inline{display:inline;margin:0 .2em}.num{text-align:right}.muted{color:#777}
-            </style></head><body>
-            <nav>\(nav) <form class="inline" method="get" action="/search"><input name="q" placeholder="jid, class or text"><button>Search</button></form></nav>
+            <link rel="stylesheet" href="/assets/app.css">
+            <script src="/assets/app.js" defer></script>
+            </head><body>
+            <header><nav><span class="brand">workerctl web</span>
+            \(nav)
+            <form method="get" action="/search"><input name="q" placeholder="jid or class" aria-label="Search by jid or class"><button>Search</button></form></nav></header>
+            <main>
             <h1>\(escape(title))</h1>
             \(body)
+            </main>
             </body></html>
             """
     }
 
-    /// A table with `headers` and rows of already-rendered cells.
-    static func table(_ headers: [String], _ rows: [[String]], id: String? = nil) -> String {
-        let head = headers.map { "<th>\(escape($0))</th>" }.joined()
+    /// A table with `headers` and rows of already-rendered cells, in a box that scrolls sideways on its own when the
+    /// table is wider than the screen (the page itself never does). `rawHeaders`: headers already rendered (a
+    /// select-all checkbox), else escaped.
+    static func table(_ headers: [String], _ rows: [[String]], id: String? = nil, rawHeaders: Bool = false) -> String {
+        let head = headers.map { "<th>\(rawHeaders ? $0 : escape($0))</th>" }.joined()
         let body = rows.map { "<tr>" + $0.map { "<td>\($0)</td>" }.joined() + "</tr>" }.joined(separator: "\n")
-        return "<table\(id.map { " id=\"\(escape($0))\"" } ?? "")><tr>\(head)</tr>\n\(body)</table>"
+        return "<div class=\"scroll\"><table\(id.map { " id=\"\(escape($0))\"" } ?? "")><tr>\(head)</tr>\n\(body)</table></div>"
     }
 
-    /// The one script of the pages: a form with `data-confirm` asks first. The question is read from the attribute
-    /// (HTML-escaped like any value), never written into the script, so no text can become code (review L4).
-    static let confirmHandler = "return confirm(this.dataset.confirm)"
-
-    /// A POST form of one button carrying the CSRF token and `fields` (name → value) as hidden inputs.
+    /// A POST form of one button carrying the CSRF token and `fields` (name → value) as hidden inputs. `confirm`:
+    /// a question asked first — an HTML-escaped `data-confirm` attribute that `/assets/app.js` reads (review L4:
+    /// no text is ever written into a script, and no script is inline).
     static func button(_ label: String, action: String, csrf: String, fields: [(String, String)] = [],
                        confirm: String? = nil) -> String {
         let hidden = ([("csrf", csrf)] + fields).map {
             "<input type=\"hidden\" name=\"\(escape($0.0))\" value=\"\(escape($0.1))\">"
         }.joined()
-        let onsubmit = confirm.map { " data-confirm=\"\(escape($0))\" onsubmit=\"\(confirmHandler)\"" } ?? ""
-        return "<form class=\"inline\" method=\"post\" action=\"\(escape(action))\"\(onsubmit)>\(hidden)"
+        let asks = confirm.map { " data-confirm=\"\(escape($0))\"" } ?? ""
+        return "<form class=\"inline\" method=\"post\" action=\"\(escape(action))\"\(asks)>\(hidden)"
             + "<button type=\"submit\" data-action=\"\(escape(label.lowercased()))\">\(escape(label))</button></form>"
+    }
+
+    /// `value` as indented JSON (two spaces, keys in their order), for the job page's payload. Not escaped: the
+    /// caller escapes the whole text (`escape`) before it goes into the page.
+    static func prettyJSON(_ value: JSONValue, indent: String = "") -> String {
+        let inner = indent + "  "
+        switch value {
+        case .array(let elements):
+            if elements.isEmpty { return "[]" }
+            return "[\n" + elements.map { inner + prettyJSON($0, indent: inner) }.joined(separator: ",\n") + "\n\(indent)]"
+        case .object(let object):
+            if object.count == 0 { return "{}" }
+            return "{\n" + object.entries.map { entry in
+                inner + JSONValue.string(entry.key).serialized() + ": " + prettyJSON(entry.value, indent: inner)
+            }.joined(separator: ",\n") + "\n\(indent)}"
+        default:
+            return value.serialized()
+        }
     }
 
     /// Seconds as `1.2 s`, `3 min`, `2 h`, `4 d`; "unknown" for nil or a value that is not finite. Total: any
@@ -96,6 +118,19 @@ enum HTML {
         formatter.timeZone = TimeZone(identifier: "UTC")
         formatter.dateFormat = "yyyy-MM-dd HH:mm:ss"
         return formatter.string(from: Date(timeIntervalSince1970: epoch))
+    }
+
+    /// Every value of field `name` in an `application/x-www-form-urlencoded` body, in order (a bulk form's `jid`
+    /// checkboxes); `form` keeps only the last of each name.
+    static func values(_ name: String, in text: String) -> [String] {
+        text.split(separator: "&").compactMap { pair -> String? in
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            func decode(_ part: Substring) -> String {
+                String(part).replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? ""
+            }
+            guard let first = parts.first, decode(first) == name else { return nil }
+            return parts.count > 1 ? decode(parts[1]) : ""
+        }
     }
 
     /// Parses an `application/x-www-form-urlencoded` body or query string.

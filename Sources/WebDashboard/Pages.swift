@@ -5,7 +5,6 @@ import Queue
 struct Fragment: Sendable {
     var title: String
     var body: String
-    var refresh: Int? = nil
 }
 
 /// The pages of one shard, rendered from the Queue admin API (the same calls `workerctl` makes). Each function runs
@@ -35,22 +34,15 @@ struct Pages: Sendable {
         HTML.button(label, action: action, csrf: csrf, fields: [("shard", String(shard))] + fields, confirm: confirm)
     }
 
+    /// One shard's part of `/`: today's counters, the per-minute, per-quarter-hour and per-day charts, the queues and
+    /// the latest failures. The totals and the live last-minutes chart above it are the server's (`liveSection`,
+    /// every shard summed, updated by `/assets/app.js`); this part is drawn once per page load (no auto-refresh).
     func dashboard(_ connection: RedisConnection, now: Double = Clock.now()) throws -> Fragment {
         let snapshot = try DashboardSnapshot.load(connection, now: now)
         let stats = snapshot.stats
-        let counters: [(String, Int, String?)] = [
-            ("Processed", stats.processed, nil), ("Failed", stats.failed, nil), ("Busy", stats.busy, "/jobs/busy"),
-            ("Enqueued", stats.enqueued, "/jobs/enqueued"), ("Scheduled", stats.scheduled, "/jobs/scheduled"),
-            ("Retries", stats.retries, "/jobs/retry"), ("Dead", stats.dead, "/jobs/dead"),
-            ("Processes", stats.processes, "/processes"),
-        ]
-        let counterRow = HTML.table(counters.map(\.0), [counters.map { name, value, link in
-            let text = "<span class=\"num\" id=\"stat-\(name.lowercased())\">\(value)</span>"
-            return link.map { "<a href=\"\($0)\">\(text)</a>" } ?? text
-        }])
         let queues = HTML.table(["Queue", "Size", "Latency", "Paused"], stats.queues.map { queue in
             ["<a href=\"/jobs/enqueued?queue=\(HTML.urlComponent(queue.name))\">\(HTML.escape(queue.name))</a>",
-             "\(queue.size)", HTML.duration(queue.latency), queue.paused ? "paused" : ""]
+             "<span class=\"num\">\(queue.size)</span>", HTML.duration(queue.latency), queue.paused ? "paused" : ""]
         })
         let history = try History.load(connection, days: 14, now: now)
         // One read of the last day per minute serves both charts.
@@ -68,20 +60,43 @@ struct Pages: Sendable {
              HTML.escape("\(record.errorClass ?? ""): \(record.errorMessage ?? "")")]
         })
         return Fragment(title: "Dashboard", body: """
-            <p class="muted">Today (\(HTML.escape(stats.day)) UTC): \(stats.processedToday) processed, \(stats.failedToday) failed.
-            Redis \(HTML.escape(stats.redis.version)), \(HTML.escape(stats.redis.usedMemoryHuman)) used. This page reloads every 5 s.</p>
-            \(counterRow)
+            <p class="muted">Today (\(HTML.escape(stats.day)) UTC): \(stats.processedToday) processed, \(stats.failedToday) failed;
+            \(stats.enqueued) enqueued, \(stats.busy) busy, \(stats.retries) retries, \(stats.dead) dead.
+            Redis \(HTML.escape(stats.redis.version)), \(HTML.escape(stats.redis.usedMemoryHuman)) used.</p>
             <h2>Processed and failed per minute (last hour, UTC)</h2>
             <p class="muted" id="rate-hour">\(perSecond(lastHour))</p>
-            \(ThroughputChart.svg(id: "last-hour", lastHour, barWidth: 5, labelEvery: 10))
+            <div class="scroll">\(ThroughputChart.svg(id: "last-hour", lastHour, barWidth: 5, labelEvery: 10))</div>
             <h2>Processed and failed per 15 minutes (last 24 hours, UTC)</h2>
             <p class="muted" id="rate-day">\(perSecond(lastDay))</p>
-            \(ThroughputChart.svg(id: "last-day", lastDay, barWidth: 4, labelEvery: 8))
+            <div class="scroll">\(ThroughputChart.svg(id: "last-day", lastDay, barWidth: 4, labelEvery: 8))</div>
             <h2>Processed and failed per day (last 14 days, UTC)</h2>
-            \(history.svg())
+            <div class="scroll">\(history.svg())</div>
             <h2>Queues</h2>\(queues)
             <h2>Latest failures</h2>\(failures)
-            """, refresh: 5)
+            """)
+    }
+
+    /// The top of `/`: every shard's totals as cards and the last `LiveStats.minutes` minutes as a chart, drawn
+    /// here once and then updated every 5 s by `/assets/app.js` from `/api/stats.json` (`data-stat` names the
+    /// JSON field a number shows).
+    static func liveSection(_ stats: LiveStats) -> String {
+        let cards: [(String, String, Int, String?)] = [
+            ("Processed", "processed", stats.processed, nil), ("Failed", "failed", stats.failed, nil),
+            ("Busy", "busy", stats.busy, "/jobs/busy"), ("Enqueued", "enqueued", stats.enqueued, "/jobs/enqueued"),
+            ("Scheduled", "scheduled", stats.scheduled, "/jobs/scheduled"), ("Retries", "retries", stats.retries, "/jobs/retry"),
+            ("Dead", "dead", stats.dead, "/jobs/dead"), ("Processes", "processes", stats.processes, "/processes"),
+        ]
+        let cardHTML = cards.map { label, field, value, link in
+            let inner = "<span class=\"num\" id=\"stat-\(field)\" data-stat=\"\(field)\">\(value)</span><span class=\"label\">\(label)</span>"
+            return link.map { "<a class=\"card\" href=\"\($0)\">\(inner)</a>" } ?? "<div class=\"card\">\(inner)</div>"
+        }.joined()
+        return """
+            <section id="live">
+            <div class="cards">\(cardHTML)</div>
+            <h2>Last \(LiveStats.minutes) minutes <span class="muted" id="live-status">(updates every 5 s)</span></h2>
+            <div class="scroll">\(ThroughputChart.svg(id: "live-chart", stats.buckets, barWidth: 14, labelEvery: 2))</div>
+            </section>
+            """
     }
 
     /// How many queues `/queues` lists (the largest; review L7).
@@ -103,11 +118,22 @@ struct Pages: Sendable {
                          : cut + HTML.table(["Queue", "Size", "Latency", "Paused", ""], rows, id: "queues"))
     }
 
+    /// One page of a state's jobs, 25 a row each with a checkbox: the ticked rows go, with the CSRF token and this
+    /// shard's index, to `/jobs/STATE/selected/ACTION` (the bulk form `bulk-STATE-SHARD`; the checkboxes name it
+    /// with their `form` attribute, since each row's own buttons are forms too).
     func jobs(_ connection: RedisConnection, state: JobState, filter: JobFilter, page: PageRequest) throws -> Fragment {
         let listing = try JobAdmin(connection: connection).list(state, filter: filter, page: page, budget: budget)
         let actions = JobAction.allCases.filter { $0.allowedStates.contains(state) }
+        let bulkForm = "bulk-\(state.rawValue)-\(shard)"
+        let selectable = state != .busy && !actions.isEmpty
         let rows = listing.items.map { record -> [String] in
-            var cells = [jobLink(record), HTML.escape(record.queue), HTML.escape(argsText(record))]
+            var cells: [String] = []
+            if selectable {
+                cells.append(record.jid.map {
+                    "<input type=\"checkbox\" name=\"jid\" value=\"\(HTML.escape($0))\" form=\"\(bulkForm)\" aria-label=\"Select \(HTML.escape($0))\">"
+                } ?? "")
+            }
+            cells += [jobLink(record), HTML.escape(record.queue), "<code>\(HTML.escape(argsText(record)))</code>"]
             switch state {
             case .scheduled: cells.append(HTML.time(record.score))
             case .retry, .dead: cells += [HTML.time(record.lastFailureAt ?? record.score), "\(record.retryCount ?? 0)",
@@ -125,7 +151,8 @@ struct Pages: Sendable {
             }
             return cells
         }
-        var headers = ["Job", "Queue", "Arguments"]
+        var headers = selectable ? ["<input type=\"checkbox\" data-select-all=\"\(bulkForm)\" aria-label=\"Select every row\">"] : []
+        headers += ["Job", "Queue", "Arguments"]
         switch state {
         case .scheduled: headers.append("Runs at")
         case .retry, .dead: headers += ["Failed at", "Retries", "Error"]
@@ -136,7 +163,7 @@ struct Pages: Sendable {
         let query = [("queue", filter.queue), ("class", filter.className), ("q", filter.grep)]
             .compactMap { name, value in value.map { "\(name)=\(HTML.urlComponent($0))" } }.joined(separator: "&")
         let filterForm = """
-            <form method="get" action="/jobs/\(state.rawValue)">
+            <form class="filters" method="get" action="/jobs/\(state.rawValue)">
             <input name="queue" placeholder="queue" value="\(HTML.escape(filter.queue ?? ""))">
             <input name="class" placeholder="class" value="\(HTML.escape(filter.className ?? ""))">
             <input name="q" placeholder="text in the job" value="\(HTML.escape(filter.grep ?? ""))">
@@ -150,6 +177,19 @@ struct Pages: Sendable {
                                              ("q", filter.grep ?? "")],
                         confirm: "\($0.rawValue) every \(state.rawValue) job matching the filter?")
         }.joined()
+        let back = "/jobs/\(state.rawValue)" + (query.isEmpty ? "" : "?" + query)
+        let selected = actions.filter { $0 != .kill || state != .enqueued }.map {
+            "<button type=\"submit\" formaction=\"/jobs/\(state.rawValue)/selected/\($0.rawValue)\" data-action=\"\($0.rawValue)\""
+                + ($0 == .retry || $0 == .run ? "" : " data-confirm=\"\($0.rawValue.capitalized) the selected jobs?\"")
+                + ">\($0.rawValue.capitalized) selected</button>"
+        }.joined()
+        let selectedForm = """
+            <form id="\(bulkForm)" class="bulk" method="post" action="/jobs/\(state.rawValue)/selected/\((actions.first ?? .delete).rawValue)">
+            <input type="hidden" name="csrf" value="\(HTML.escape(csrf))"><input type="hidden" name="shard" value="\(shard)">
+            <input type="hidden" name="back" value="\(HTML.escape(back))">
+            <span class="muted">Ticked rows (at most \(WebServer.bulkSelectionLimit)):</span> \(selected)</form>
+            <div class="bulk"><span class="muted">Everything matching the filter:</span> \(bulk)</div>
+            """
         let pages = max(1, (listing.total + page.size - 1) / page.size)
         let pager = (page.number > 1 ? "<a href=\"?\(query)&page=\(page.number - 1)\">← newer</a> " : "")
             + "page \(page.number) of \(pages)"
@@ -157,12 +197,15 @@ struct Pages: Sendable {
         return Fragment(title: "\(state.rawValue.capitalized) jobs (\(listing.total))", body: """
             \(filterForm)
             \(scanNotice(listing))
-            \(listing.total > 0 && state != .busy ? "<p>\(bulk)</p>" : "")
-            \(rows.isEmpty ? "<p>No jobs.</p>" : HTML.table(headers, rows, id: "jobs"))
+            \(listing.total > 0 && selectable ? selectedForm : "")
+            \(rows.isEmpty ? "<p>No jobs.</p>" : HTML.table(headers, rows, id: "jobs", rawHeaders: true))
             <p>\(pager)</p>
             """)
     }
 
+    /// `/job/JID`: each copy of the job (usually one) with its state, actions, summary, error and backtrace, retry
+    /// history (what the payload holds: Sidekiq keeps the latest failure only) and the payload pretty-printed —
+    /// the redacted object (`redactor.item`), indented, every character HTML-escaped.
     func job(_ connection: RedisConnection, jid: String) throws -> Fragment? {
         try JobAdmin.validate(jid: jid)
         let records = try JobAdmin(connection: connection).find(jid: jid, budget: budget)
@@ -173,29 +216,88 @@ struct Pages: Sendable {
                 <code>workerctl jobs show JID</code> searches every entry.</p>
                 """)
         }
-        let sections = records.map { record -> String in
+        let sections = try records.map { record -> String in
             let actions = JobAction.allCases.filter { $0.allowedStates.contains(record.state) }.map {
                 button($0.rawValue.capitalized, action: "/job/\(HTML.urlComponent(jid))/\($0.rawValue)", csrf: csrf,
-                            fields: [("state", record.state.rawValue)])
+                            fields: [("state", record.state.rawValue)],
+                            confirm: $0 == .delete || $0 == .kill ? "\($0.rawValue.capitalized) this job?" : nil)
             }.joined()
             let shown = redactor.item(of: record)
-            let fields = (shown ?? [:]).keys.sorted().filter { $0 != "error_backtrace" }.map { key in
-                [HTML.escape(key), "<code>\(HTML.escape(shown?[key]?.serialized() ?? ""))</code>"]
+            func text(_ key: String) -> String? {
+                guard let value = shown?[key] else { return nil }
+                if case .string(let string) = value { return string }
+                return value.serialized()
             }
+            var summary: [(String, String)] = [
+                ("State", "<span class=\"state\" id=\"job-state\">\(HTML.escape(record.state.rawValue))</span>"),
+                ("Where", HTML.escape(record.location)),
+                ("Class", HTML.escape(record.displayClass ?? "(no class)")),
+                ("Queue", HTML.escape(record.queue)),
+                ("Jid", "<code>\(HTML.escape(jid))</code>"),
+            ]
+            if let created = record.createdAt { summary.append(("Created at", HTML.time(created) + " UTC")) }
+            if let enqueued = record.enqueuedAt { summary.append(("Enqueued at", HTML.time(enqueued) + " UTC")) }
+            switch record.state {
+            case .scheduled: summary.append(("Runs at", HTML.time(record.score) + " UTC"))
+            case .retry: summary.append(("Next attempt at", HTML.time(record.score) + " UTC"))
+            case .dead: summary.append(("Died at", HTML.time(record.score) + " UTC"))
+            case .busy:
+                summary.append(("Running on", HTML.escape(record.work?.identity ?? "")))
+                summary.append(("Started at", HTML.time(record.work?.runAt) + " UTC"))
+            case .enqueued: break
+            }
+            if record.invalidReason != nil {
+                summary.append(("Not a valid job", HTML.escape(record.invalidReason ?? "")))
+            }
+            let summaryHTML = "<dl class=\"fields\" id=\"summary\">"
+                + summary.map { "<dt>\(HTML.escape($0.0))</dt><dd>\($0.1)</dd>" }.joined() + "</dl>"
+
+            // Retry history: what a Sidekiq payload keeps (the first failure, the latest retry, the count, the
+            // latest error); earlier errors are not stored anywhere.
+            var history: [(String, String)] = []
+            if let failed = record.failedAt { history.append(("First failed at", HTML.time(failed) + " UTC")) }
+            if let retried = record.retriedAt { history.append(("Last retried at", HTML.time(retried) + " UTC")) }
+            if let count = record.retryCount {
+                history.append(("Retries so far", "\(count) (attempt \(Bounded.int(count, in: -1...Bounded.maxCount) + 2) is next)"))
+            }
+            if let retry = text("retry") { history.append(("Retry setting", "<code>\(HTML.escape(retry))</code>")) }
+            if let errorClass = text("error_class") { history.append(("Latest error class", HTML.escape(errorClass))) }
+            if let message = text("error_message") {
+                history.append(("Latest error message", "<span id=\"error-message\">\(HTML.escape(message))</span>"))
+            }
+            let historyHTML = history.isEmpty ? "<p class=\"muted\">Never failed.</p>"
+                : "<dl class=\"fields\" id=\"retry-history\">"
+                + history.map { "<dt>\(HTML.escape($0.0))</dt><dd>\($0.1)</dd>" }.joined() + "</dl>"
+                + "<p class=\"muted\">Sidekiq's payload keeps the first failure time, the latest retry and the latest error only.</p>"
+
             var backtrace = ""
             if let payload = record.payload {
                 switch Result(catching: { () throws(BacktraceError) -> [String]? in try Backtrace.lines(of: payload) }) {
-                case .success(let lines?): backtrace = "<h3>Backtrace</h3><pre>\(HTML.escape(lines.joined(separator: "\n")))</pre>"
+                case .success(let lines?): backtrace = "<h3>Backtrace</h3><pre id=\"backtrace\">\(HTML.escape(lines.joined(separator: "\n")))</pre>"
                 case .success(nil): break
                 case .failure(let error): backtrace = "<p class=\"muted\">Backtrace unreadable: \(HTML.escape(error.description))</p>"
                 }
             }
+            let payloadText: String
+            if var object = shown {
+                // The compressed backtrace is shown decoded above, not as base64 here.
+                if object["error_backtrace"] != nil { object["error_backtrace"] = .string("(decoded above)") }
+                payloadText = HTML.prettyJSON(.object(object))
+            } else {
+                payloadText = redactor.text(of: record)
+            }
             return """
+                <section class="job">
                 <h2>\(HTML.escape(record.location))</h2>
                 <p>\(actions)</p>
-                \(HTML.table(["Field", "Value"], fields, id: "record"))
+                \(summaryHTML)
+                \(try JobPageHooks.sections(for: record, connection: connection, csrf: csrf, shard: shard))
+                <h3>Retry history</h3>
+                \(historyHTML)
                 \(backtrace)
-                <h3>Payload <span class="muted">(secrets and personal data redacted)</span></h3><pre>\(HTML.escape(redactor.text(of: record)))</pre>
+                <h3>Payload <span class="muted">(secrets and personal data redacted)</span></h3>
+                <pre id="payload">\(HTML.escape(payloadText))</pre>
+                </section>
                 """
         }
         return Fragment(title: "Job \(jid)", body: sections.joined(separator: "\n"))
@@ -315,8 +417,10 @@ enum ThroughputChart {
     }
 }
 
-/// Two bars per slot (processed grey, failed red), scaled to the largest value; a label under every
-/// `labelEvery`-th slot. Every text goes through `HTML.escape`.
+/// Two bars per slot (processed blue, failed red: `/assets/app.css`, light and dark), drawn on the server as SVG: a y
+/// axis with a rounded scale (`niceMax`) and four grid lines labelled with their values, a label under every
+/// `labelEvery`-th slot, a legend, and on hover each bar's `<title>` (its count) and the slot's (both counts). The
+/// SVG has a `viewBox`, so the stylesheet scales it down to a narrow screen. Every text goes through `HTML.escape`.
 struct BarChart {
     struct Bar {
         var label: String
@@ -331,19 +435,83 @@ struct BarChart {
     var labelEvery: Int
     var bars: [Bar]
 
+    /// The smallest of 4, 1·10ⁿ, 2·10ⁿ, 2.5·10ⁿ, 5·10ⁿ at or above `value`: the top of the scale, so the four grid
+    /// lines fall on round numbers.
+    static func niceMax(_ value: Int) -> Int {
+        if value <= 4 { return 4 }
+        var power = 1
+        while power <= value / 10 { power *= 10 }
+        for step in [10, 20, 25, 50, 100] where step * power / 10 >= value { return step * power / 10 }
+        return 10 * power
+    }
+
+    static func tickLabel(_ value: Double) -> String {
+        if value >= 10_000 { return String(format: "%.0fk", value / 1000) }
+        return value == value.rounded() ? String(Int(value)) : String(format: "%.1f", value)
+    }
+
+    /// Counts as drawn: negative as 0, above 10^15 as 10^15 (a counter is any integer Redis holds; the arithmetic
+    /// of the scale must not overflow).
+    static func drawn(_ value: Int) -> Int { min(max(value, 0), 1_000_000_000_000_000) }
+
     func svg() -> String {
-        let top = max(1, bars.map { max($0.processed, $0.failed) }.max() ?? 1)
-        let slot = 2 * barWidth + max(2, barWidth / 2), height = 120
+        let top = Self.niceMax(max(1, bars.map { max(Self.drawn($0.processed), Self.drawn($0.failed)) }.max() ?? 1))
+        let left = 44, legend = 22, height = 120, bottom = 22
+        let slot = 2 * barWidth + max(2, barWidth / 2)
+        let width = left + bars.count * slot + 10, total = legend + height + bottom
         var parts: [String] = []
+        for tick in 0...4 {
+            let y = legend + height - tick * height / 4
+            parts.append("<line class=\"grid\" x1=\"\(left)\" x2=\"\(width - 4)\" y1=\"\(y)\" y2=\"\(y)\"/>")
+            parts.append("<text x=\"\(left - 4)\" y=\"\(y + 3)\" text-anchor=\"end\">\(Self.tickLabel(Double(top * tick) / 4))</text>")
+        }
+        parts.append("<line class=\"axis\" x1=\"\(left)\" x2=\"\(left)\" y1=\"\(legend)\" y2=\"\(legend + height)\"/>")
+        parts.append("<line class=\"axis\" x1=\"\(left)\" x2=\"\(width - 4)\" y1=\"\(legend + height)\" y2=\"\(legend + height)\"/>")
+        parts.append("<rect class=\"processed\" x=\"\(left)\" y=\"4\" width=\"10\" height=\"10\"/><text x=\"\(left + 14)\" y=\"13\">processed</text>")
+        parts.append("<rect class=\"failed\" x=\"\(left + 80)\" y=\"4\" width=\"10\" height=\"10\"/><text x=\"\(left + 94)\" y=\"13\">failed</text>")
+        parts.append("<text x=\"4\" y=\"13\">runs</text>")
         for (index, bar) in bars.enumerated() {
-            let x = index * slot + 4
-            let processed = bar.processed * height / top, failed = bar.failed * height / top
-            parts.append("<rect x=\"\(x)\" y=\"\(height - processed)\" width=\"\(barWidth)\" height=\"\(processed)\" fill=\"#888\"><title>\(HTML.escape(bar.processedTitle))</title></rect>")
-            parts.append("<rect x=\"\(x + barWidth)\" y=\"\(height - failed)\" width=\"\(barWidth)\" height=\"\(failed)\" fill=\"#c33\"><title>\(HTML.escape(bar.failedTitle))</title></rect>")
+            let x = left + 4 + index * slot
+            func scaled(_ value: Int) -> Int { Int(Double(Self.drawn(value)) / Double(top) * Double(height)) }
+            let processed = scaled(bar.processed), failed = scaled(bar.failed)
+            let both = "\(bar.label): \(bar.processed) processed, \(bar.failed) failed"
+            parts.append("<rect class=\"hit\" x=\"\(x - 1)\" y=\"\(legend)\" width=\"\(slot - 1)\" height=\"\(height)\"><title>\(HTML.escape(both))</title></rect>")
+            parts.append("<rect class=\"processed\" x=\"\(x)\" y=\"\(legend + height - processed)\" width=\"\(barWidth)\" height=\"\(processed)\"><title>\(HTML.escape(bar.processedTitle))</title></rect>")
+            parts.append("<rect class=\"failed\" x=\"\(x + barWidth)\" y=\"\(legend + height - failed)\" width=\"\(barWidth)\" height=\"\(failed)\"><title>\(HTML.escape(bar.failedTitle))</title></rect>")
             if index % labelEvery == 0 {
-                parts.append("<text x=\"\(x)\" y=\"\(height + 14)\" font-size=\"9\">\(HTML.escape(bar.label))</text>")
+                parts.append("<text x=\"\(x)\" y=\"\(legend + height + 14)\">\(HTML.escape(bar.label))</text>")
             }
         }
-        return "<svg id=\"\(HTML.escape(id))\" width=\"\(bars.count * slot + 30)\" height=\"\(height + 20)\" role=\"img\">\(parts.joined())</svg>"
+        return "<svg id=\"\(HTML.escape(id))\" class=\"chart\" viewBox=\"0 0 \(width) \(total)\" width=\"\(width)\" height=\"\(total)\" role=\"img\" aria-label=\"processed and failed runs\">\(parts.joined())</svg>"
+    }
+}
+
+/// The job page's sections from issue 36's other parts, under the job's summary: **why it is not running**
+/// (`JobExplain.status`: the first reason, from Redis, as `workerctl jobs explain` says it), its **progress** as the
+/// job reported it (`progress:<jid>`: a bar, the percentage, the note, when) and a **cancel request** if one was made
+/// (`cancelled-<jid>`). Runs on the shard's thread with its connection, like the rest of the page; every read is
+/// bounded (the jid search by `ScanBudget.webEntries` entries, the position in the queue by explain's own bound).
+/// Every text is escaped. A Cancel button goes here once `JobAdmin.cancel(jid:)` is merged (issue 36 point 3).
+enum JobPageHooks {
+    static func sections(for record: JobRecord, connection: RedisConnection, csrf: String, shard: Int) throws -> String {
+        guard let jid = record.jid else { return "" }
+        let now = Date()
+        let status = try JobExplain(connection: connection, scanBudget: ScanBudget.webEntries).status(jid: jid, now: now)
+        var html = """
+            <h3>Why it is not running</h3>
+            <p id="explain" data-reason="\(HTML.escape(status.explanation.reason))">\(HTML.escape(status.explanation.description(now: now)))</p>
+            """
+        if let progress = status.progress {
+            let percent = Int((progress.fraction * 100).rounded())
+            html += """
+                <h3>Progress</h3>
+                <p id="progress"><progress max="100" value="\(percent)">\(percent)%</progress> \(percent)%\(progress.note.isEmpty ? "" : " · " + HTML.escape(progress.note))
+                <span class="muted">(reported \(HTML.time(progress.at.timeIntervalSince1970)) UTC)</span></p>
+                """
+        }
+        if let cancel = status.cancelRequestedAt {
+            html += "<p id=\"cancel-requested\">Cancel requested at \(HTML.time(cancel.timeIntervalSince1970)) UTC.</p>"
+        }
+        return html
     }
 }

@@ -129,6 +129,9 @@ public enum WebServer {
         try await app.runService()
     }
 
+    /// The most rows one bulk request may name (`/jobs/STATE/selected/ACTION`); more is refused with 400.
+    static let bulkSelectionLimit = 500
+
     /// Requests that may wait for a shard's 4 threads; past that the answer is 503 at once (review M5).
     static let maxQueuedCalls = 32
 
@@ -149,7 +152,8 @@ public enum WebServer {
 
         /// Renders `render` on every shard and shows them together: one section per shard, headed with its name and
         /// address, when there are several (docs/sharding.md); the page as it is with one. 404 when no shard has it.
-        @Sendable func html(_ render: @escaping @Sendable (Pages, RedisConnection) throws -> Fragment?) async throws -> Response {
+        /// `prefix`: rendered above the shards' sections (the dashboard's live totals, every shard summed).
+        @Sendable func html(prefix: String = "", _ render: @escaping @Sendable (Pages, RedisConnection) throws -> Fragment?) async throws -> Response {
             var fragments: [(ShardClient, Fragment)] = []
             for (index, shard) in shards.enumerated() {
                 // Each shard's render gets its own budget, counted from now: time spent waiting for a thread counts.
@@ -164,13 +168,13 @@ public enum WebServer {
             guard let first = fragments.first?.1 else {
                 return htmlResponse(HTML.page(title: "Not found", body: "<p>Nothing here.</p>"), status: .notFound)
             }
-            if shards.count == 1 { return htmlResponse(HTML.page(title: first.title, body: first.body, refresh: first.refresh)) }
+            if shards.count == 1 { return htmlResponse(HTML.page(title: first.title, body: prefix + first.body)) }
             let title = first.title.replacing(/\s\(\d+\)$/, with: "")
             let body = fragments.map { shard, fragment in
                 "<section class=\"shard\"><h2>Shard \(HTML.escape(shard.name)) <span class=\"muted\">\(HTML.escape(shard.label))</span></h2>"
                     + "<p class=\"muted\">\(HTML.escape(fragment.title))</p>\(fragment.body)</section>"
             }.joined(separator: "\n")
-            return htmlResponse(HTML.page(title: title, body: body, refresh: first.refresh))
+            return htmlResponse(HTML.page(title: title, body: prefix + body))
         }
 
         /// The index of the shard a form names (`shard`, the index its page rendered it with; read through Bounded).
@@ -190,7 +194,33 @@ public enum WebServer {
             }
         }
 
-        router.get("/") { _, _ in try await html { try $0.dashboard($1) } }
+        /// Every shard's `LiveStats` summed, read for one `now`.
+        @Sendable func liveStats() async throws -> LiveStats {
+            var total = LiveStats.zero(now: Clock.now())
+            for index in shards.indices {
+                let now = total.time
+                total.add(try await onShard(index) { try LiveStats.load($0, now: now) })
+            }
+            return total
+        }
+
+        router.get("/") { _, _ in
+            let live = try await liveStats()
+            return try await html(prefix: Pages.liveSection(live)) { try $0.dashboard($1) }
+        }
+        // The stylesheet and the script (constants, `Assets`): same-origin, cacheable only as long as a page is.
+        router.get("/assets/app.css") { _, _ in
+            Response(status: .ok, headers: [.contentType: "text/css; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: Assets.css)))
+        }
+        router.get("/assets/app.js") { _, _ in
+            Response(status: .ok, headers: [.contentType: "text/javascript; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: Assets.js)))
+        }
+        // The live view's data (polled by app.js every 5 s): totals and the last `LiveStats.minutes` minutes summed
+        // over every shard. Fixed shape and size whatever the data: numbers only, never a name or a payload.
+        router.get("/api/stats.json") { _, _ in
+            Response(status: .ok, headers: [.contentType: "application/json"],
+                     body: .init(byteBuffer: ByteBuffer(string: try await liveStats().json())))
+        }
         router.get("/queues") { _, _ in try await html { try $0.queues($1) } }
         router.get("/processes") { _, _ in try await html { try $0.processes($1) } }
         router.get("/limits") { _, _ in try await html { try $0.limits($1) } }
@@ -203,7 +233,7 @@ public enum WebServer {
                 return htmlResponse(HTML.page(title: "Outbox", body: "<p>Cannot read job_outbox: \(HTML.escape("\(error)"))</p>"),
                                     status: .serviceUnavailable)
             }
-            return htmlResponse(HTML.page(title: page.title, body: page.body, refresh: page.refresh))
+            return htmlResponse(HTML.page(title: page.title, body: page.body))
         }
         router.get("/search") { request, _ in
             let text = request.uri.queryParameters.get("q") ?? ""
@@ -269,6 +299,33 @@ public enum WebServer {
                 _ = try JobAdmin(connection: connection).performAll(action, state: state, filter: filter)
             }
             return redirect("/jobs/\(state.rawValue)")
+        }
+        // The rows ticked on a list (`jid` checkboxes of the list's bulk form): the action applied to each, in the
+        // list's state, one `JobAdmin.perform` per jid (the call of the row's own button). At most
+        // `bulkSelectionLimit` jids per request (400 above, nothing done). A jid gone meanwhile or refused is
+        // counted and skipped; the others are still done.
+        router.post("/jobs/:state/selected/:action") { request, context in
+            let body = try await request.body.collect(upTo: 64 * 1024)
+            let text = String(buffer: body)
+            let form = HTML.form(text)
+            guard security.acceptsCSRF(form["csrf"]) else {
+                throw HTTPError(.forbidden, message: "missing or wrong CSRF token: reload the page and try again")
+            }
+            guard let state = JobState(name: try context.parameters.require("state")),
+                  let action = JobAction(rawValue: try context.parameters.require("action")),
+                  action.allowedStates.contains(state) else { throw HTTPError(.notFound) }
+            let jids = HTML.values("jid", in: text)
+            guard jids.count <= bulkSelectionLimit else {
+                throw HTTPError(.badRequest, message: "at most \(bulkSelectionLimit) jobs per request (\(jids.count) selected)")
+            }
+            for jid in jids { try JobAdmin.validate(jid: jid) }
+            try await onShard(try shardIndex(form)) { connection in
+                let admin = JobAdmin(connection: connection)
+                for jid in jids {
+                    do { try admin.perform(action, jid: jid, in: [state]) } catch is AdminError { continue }
+                }
+            }
+            return redirect(form["back"], fallback: "/jobs/\(state.rawValue)")
         }
         router.post("/processes/:identity/:signal") { request, context in
             let form = try await verifiedForm(request, context: context, security: security)
@@ -346,7 +403,8 @@ public enum WebServer {
 
 /// The headers every answer carries — pages, redirects, refusals and errors alike (an `HTTPError` thrown by a
 /// handler is turned into its response here, so it gets them too): `nosniff`, `Cache-Control: no-store`,
-/// `Referrer-Policy: same-origin`, the CSP (`frame-ancestors 'none'`).
+/// `Referrer-Policy: same-origin`, the CSP: scripts and styles only from this origin (`/assets/app.js`,
+/// `/assets/app.css`; no `'unsafe-inline'`), no framing, forms posting only here.
 /// A header name (`HTTPTypes.HTTPField.Name`, reached through Hummingbird's exports).
 typealias FieldName = HTTPFields.Element.Name
 
@@ -361,7 +419,8 @@ struct ResponseHeadersMiddleware: RouterMiddleware {
         // refuses. `same-origin` keeps every URL (a jid, a filter) from other sites and still names the origin here.
         (FieldName("Referrer-Policy")!, "same-origin"),
         (FieldName("Content-Security-Policy")!,
-         "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; frame-ancestors 'none'"),
+         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+            + "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"),
     ]
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {

@@ -5,9 +5,15 @@ standard library only. Used by WebDashboardTests: loads pages, submits the page'
 does (the browser posts the form with its hidden CSRF field), checks the text shown, keeps screenshots.
 
 usage: browser.py CHROMIUM SCREENSHOT_DIR STEPS_JSON
-STEPS_JSON: [{"goto": URL} | {"submit": CSS_SELECTOR_OF_FORM} | {"click": CSS_SELECTOR_OF_BUTTON},
+STEPS_JSON: [{"goto": URL} | {"submit": CSS_SELECTOR_OF_FORM} | {"click": CSS_SELECTOR_OF_BUTTON}
+             | {"viewport": "WIDTHxHEIGHT"} | {"media": "dark"|"light"} | {"eval": JS_EXPRESSION}
+             | {"wait": JS_EXPRESSION},
              with optional "expect": TEXT, "shot": NAME]
-"click" clicks the button as an operator does (its form's onsubmit runs, then the browser posts the form).
+"click" clicks the button as an operator does (its form's submit handlers run, then the browser posts the form; a
+confirm() dialog is accepted). "viewport" emulates a screen of that size (Emulation.setDeviceMetricsOverride, mobile
+below 800 px wide); "media" emulates prefers-color-scheme (Emulation.setEmulatedMedia); neither reloads the page.
+"eval" runs the expression on the page and, with "expect", compares String(result) with it exactly (no navigation
+is awaited); "wait" polls the expression every 100 ms for up to 15 s until it is truthy.
 Prints one line per step; exits 1 with the reason on the first failure."""
 import base64, json, os, select, subprocess, sys, tempfile, time
 
@@ -65,6 +71,11 @@ class Browser:
                 if "error" in reply:
                     raise RuntimeError(f"{method}: {reply['error']}")
                 return reply.get("result", {})
+            if reply.get("method") == "Page.javascriptDialogOpening":
+                # A confirm() the page asked (a button with data-confirm): answered yes, as the operator would.
+                self.send({"id": 1_000_000 + self.next_id, "method": "Page.handleJavaScriptDialog",
+                           "params": {"accept": True}, "sessionId": self.session})
+                continue
             self.events.append(reply)
 
     def wait_for_load(self, timeout=30):
@@ -78,7 +89,7 @@ class Browser:
             self.events.append(self.read(max(0.01, deadline - time.time())))
 
     def evaluate(self, expression):
-        result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True}, session=True)
+        result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True}, session=True)
         if "exceptionDetails" in result:
             raise RuntimeError(f"script failed: {result['exceptionDetails'].get('text')}")
         return result["result"].get("value")
@@ -97,8 +108,39 @@ def main():
     try:
         for number, step in enumerate(steps, 1):
             browser.events.clear()
+            if "viewport" in step:
+                width, height = (int(part) for part in step["viewport"].split("x"))
+                browser.call("Emulation.setDeviceMetricsOverride",
+                             {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 800}, session=True)
+                browser.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+            elif "media" in step:
+                browser.call("Emulation.setEmulatedMedia",
+                             {"features": [{"name": "prefers-color-scheme", "value": step["media"]}]}, session=True)
+            elif "eval" in step or "wait" in step:
+                if "wait" in step:
+                    deadline = time.time() + 15
+                    while not browser.evaluate(step["wait"]):
+                        if time.time() > deadline:
+                            print(f"step {number}: still false after 15 s: {step['wait']}")
+                            return 1
+                        time.sleep(0.1)
+                    value = True
+                else:
+                    value = browser.evaluate(step["eval"])
+                shown = json.dumps(value) if not isinstance(value, str) else value
+                if "shot" in step:
+                    png = browser.call("Page.captureScreenshot", {"format": "png"}, session=True)["data"]
+                    with open(os.path.join(shots, step["shot"] + ".png"), "wb") as out:
+                        out.write(base64.b64decode(png))
+                if "expect" in step and shown != step["expect"]:
+                    print(f"step {number}: {step.get('eval') or step.get('wait')} gave {shown!r}, not {step['expect']!r}")
+                    return 1
+                print(f"step {number}: ok, {shown}")
+                continue
             if "goto" in step:
                 browser.call("Page.navigate", {"url": step["goto"]}, session=True)
+            elif "viewport" in step or "media" in step:
+                pass
             elif "click" in step:
                 found = browser.evaluate(
                     "(() => { const b = document.querySelector(%s); if (!b) return false; b.click(); return true; })()"
@@ -113,7 +155,8 @@ def main():
                 if not found:
                     print(f"step {number}: no form matches {step['submit']}")
                     return 1
-            browser.wait_for_load()
+            if "goto" in step or "click" in step or "submit" in step:
+                browser.wait_for_load()
             text = browser.evaluate("document.body ? document.body.innerText : ''") or ""
             title = browser.evaluate("document.title")
             if "shot" in step:

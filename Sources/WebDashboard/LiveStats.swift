@@ -1,0 +1,89 @@
+import Foundation
+import Queue
+
+/// What the dashboard's live view shows (`/api/stats.json`, polled by `/assets/app.js`): the totals and the last
+/// `minutes` minutes processed / failed, summed over the shards.
+///
+/// Invariant: the JSON has a fixed shape and a bounded size whatever Redis holds — ten integer counters, a time
+/// and exactly `minutes` buckets of three numbers (a few hundred bytes); no name, jid or payload. Reading one
+/// shard costs two pipelined round trips plus the per-minute read (`Throughput.load`): counters and set sizes,
+/// then `LLEN` of each known queue and `HGET busy` of each live process.
+struct LiveStats: Sendable, Equatable {
+    /// The minutes the live chart shows (the current one last, still filling).
+    static let minutes = 10
+
+    var time: Double
+    var processed = 0, failed = 0, processedToday = 0, failedToday = 0
+    var busy = 0, enqueued = 0, scheduled = 0, retries = 0, dead = 0, processes = 0
+    /// Oldest first, `minutes` of them.
+    var buckets: [ThroughputBucket] = []
+
+    static func zero(now: Double) -> LiveStats { LiveStats(time: now) }
+
+    /// One shard's figures at `now`.
+    static func load(_ connection: RedisConnection, now: Double) throws -> LiveStats {
+        let day = Clock.utcDay(now)
+        let fast = try connection.pipeline([
+            ["GET", Keys.statProcessed], ["GET", Keys.statFailed],
+            ["GET", Keys.statProcessed(day: day)], ["GET", Keys.statFailed(day: day)],
+            ["ZCARD", Keys.schedule], ["ZCARD", Keys.retry], ["ZCARD", Keys.dead],
+            ["SMEMBERS", Keys.processes], ["SMEMBERS", Keys.queues],
+        ])
+        for reply in fast { try reply.checked() }
+        func int(_ reply: RedisReply) -> Int { Int(reply.integer ?? 0) }
+        func counter(_ reply: RedisReply) -> Int { Int(reply.string ?? "") ?? 0 }
+        let processes = fast[7].strings, queues = fast[8].strings
+        let sizes = try connection.pipeline(processes.map { ["HGET", Keys.process($0), "busy"] }
+                                            + queues.map { ["LLEN", Keys.queue($0)] })
+        var stats = LiveStats(time: now)
+        stats.processed = counter(fast[0])
+        stats.failed = counter(fast[1])
+        stats.processedToday = counter(fast[2])
+        stats.failedToday = counter(fast[3])
+        stats.scheduled = int(fast[4])
+        stats.retries = int(fast[5])
+        stats.dead = int(fast[6])
+        stats.processes = processes.count
+        stats.busy = sizes.prefix(processes.count).reduce(0) { $0 + counter($1) }
+        stats.enqueued = sizes.dropFirst(processes.count).reduce(0) { $0 + int($1) }
+        stats.buckets = try Throughput.load(connection, minutes: minutes, now: now)
+        return stats
+    }
+
+    /// Adds another shard's figures (bucket by bucket: every shard is read for the same `time`).
+    mutating func add(_ other: LiveStats) {
+        processed += other.processed
+        failed += other.failed
+        processedToday += other.processedToday
+        failedToday += other.failedToday
+        busy += other.busy
+        enqueued += other.enqueued
+        scheduled += other.scheduled
+        retries += other.retries
+        dead += other.dead
+        processes += other.processes
+        if buckets.isEmpty { buckets = other.buckets } else {
+            for index in buckets.indices where index < other.buckets.count {
+                buckets[index].processed += other.buckets[index].processed
+                buckets[index].failed += other.buckets[index].failed
+            }
+        }
+    }
+
+    /// The endpoint's body: `{"time":…,"processed":…,…,"minutes":[{"start":…,"processed":…,"failed":…},…]}`.
+    func json() -> String {
+        let counters: [(String, Int)] = [
+            ("processed", processed), ("failed", failed), ("processed_today", processedToday), ("failed_today", failedToday),
+            ("busy", busy), ("enqueued", enqueued), ("scheduled", scheduled), ("retries", retries), ("dead", dead),
+            ("processes", processes),
+        ]
+        var object = JSONObject()
+        object["time"] = .double(time)
+        for (name, value) in counters { object[name] = .int(Int64(value)) }
+        object["minutes"] = .array(buckets.map { bucket in
+            .object(["start": .int(Int64(bucket.start)), "processed": .int(Int64(bucket.processed)),
+                     "failed": .int(Int64(bucket.failed))])
+        })
+        return JSONValue.object(object).serialized()
+    }
+}
