@@ -35,7 +35,7 @@ enum HTML {
     static func page(title: String, body: String) -> String {
         let nav = [("/", "Dashboard"), ("/queues", "Queues"), ("/jobs/enqueued", "Enqueued"), ("/jobs/busy", "Busy"),
                    ("/jobs/scheduled", "Scheduled"), ("/jobs/retry", "Retries"), ("/jobs/dead", "Dead"),
-                   ("/processes", "Processes"), ("/cron", "Cron"), ("/batches", "Batches"), ("/limits", "Limits"),
+                   ("/processes", "Processes"), ("/cron", "Cron"), ("/batches", "Batches"), ("/metrics", "Metrics"), ("/limits", "Limits"),
                    ("/unique", "Unique locks"), ("/outbox", "Outbox")]
             .map { "<a href=\"\($0.0)\">\($0.1)</a>" }.joined(separator: "\n")
         return """

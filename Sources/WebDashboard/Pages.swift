@@ -221,7 +221,10 @@ struct Pages: Sendable {
                 button($0.rawValue.capitalized, action: "/job/\(HTML.urlComponent(jid))/\($0.rawValue)", csrf: csrf,
                             fields: [("state", record.state.rawValue)],
                             confirm: $0 == .delete || $0 == .kill ? "\($0.rawValue.capitalized) this job?" : nil)
-            }.joined()
+            }.joined() + (record.state == .dead ? "" : HTML.button(
+                // Cancel marks the jid on every shard (`JobAdmin.cancel`, docs/workerctl.md "Cancel a job"): no shard field.
+                "Cancel", action: "/job/\(HTML.urlComponent(jid))/cancel", csrf: csrf,
+                confirm: "Cancel this job? A running job is told to stop within a heartbeat; a waiting one never runs."))
             let shown = redactor.item(of: record)
             func text(_ key: String) -> String? {
                 guard let value = shown?[key] else { return nil }
@@ -354,6 +357,40 @@ struct Pages: Sendable {
         }
         return Fragment(title: "Limits", body: rows.isEmpty ? "<p>No limits declared.</p>"
                          : HTML.table(["Limit", "Key", "Kind", "Max", "Period", "Used", "Resets in"], rows, id: "limits"))
+    }
+
+    /// `/metrics`: per job class over the last hour and the last day (`ClassMetricsReport`, what
+    /// `workerctl stats --classes` prints): runs and failures as a chart, then runs, failed, total and mean time and
+    /// the p50/p95 bucket of successful runs. Class names come from producers: every text is escaped.
+    func classMetrics(_ connection: RedisConnection) throws -> Fragment {
+        func ms(_ value: Double?) -> String {
+            guard let value else { return "–" }
+            if value == .infinity { return "slow (> 335 s)" }
+            return value < 1_000 ? "\(Int(value.rounded())) ms" : HTML.duration(value / 1_000)
+        }
+        var body = "<p class=\"muted\">Written by each worker's heartbeat in Sidekiq 8's metrics layout; percentiles are "
+            + "histogram bucket bounds (≤); failed runs' times are left out. Unregistered classes count under "
+            + "<code>\(HTML.escape(ClassMetricsLayout.otherClass))</code>.</p>"
+        for period in ClassMetricsPeriod.allCases {
+            let summaries = try ClassMetricsReport.load(connection, period: period)
+            let title = period == .hour ? "Last hour" : "Last 24 hours"
+            guard !summaries.isEmpty else {
+                body += "<h3>\(title)</h3><p>No runs recorded.</p>"
+                continue
+            }
+            let chart = BarChart(id: "classes-\(period.rawValue)", barWidth: 14, labelEvery: 1, bars: summaries.prefix(20).map {
+                BarChart.Bar(label: String($0.className.suffix(12)), processed: $0.runs, failed: $0.failed,
+                             processedTitle: "\($0.className): \($0.runs) runs", failedTitle: "\($0.className): \($0.failed) failed")
+            }).svg()
+            let rows = summaries.map { summary in
+                [HTML.escape(summary.className), "\(summary.runs)", "\(summary.failed)",
+                 ms(Double(summary.totalMilliseconds)), ms(summary.meanMilliseconds), ms(summary.p50Milliseconds),
+                 ms(summary.p95Milliseconds)]
+            }
+            body += "<h3>\(title)</h3>\(chart)"
+                + HTML.table(["Class", "Runs", "Failed", "Total time", "Mean", "p50 ≤", "p95 ≤"], rows, id: "classes-\(period.rawValue)-table")
+        }
+        return Fragment(title: "Metrics", body: body)
     }
 
     func uniqueLocks(_ connection: RedisConnection) throws -> Fragment {
@@ -491,7 +528,7 @@ struct BarChart {
 /// job reported it (`progress:<jid>`: a bar, the percentage, the note, when) and a **cancel request** if one was made
 /// (`cancelled-<jid>`). Runs on the shard's thread with its connection, like the rest of the page; every read is
 /// bounded (the jid search by `ScanBudget.webEntries` entries, the position in the queue by explain's own bound).
-/// Every text is escaped. A Cancel button goes here once `JobAdmin.cancel(jid:)` is merged (issue 36 point 3).
+/// Every text is escaped. The Cancel button is with the job's other actions (`job(_:jid:)`).
 enum JobPageHooks {
     static func sections(for record: JobRecord, connection: RedisConnection, csrf: String, shard: Int) throws -> String {
         guard let jid = record.jid else { return "" }

@@ -224,6 +224,7 @@ public enum WebServer {
         router.get("/queues") { _, _ in try await html { try $0.queues($1) } }
         router.get("/processes") { _, _ in try await html { try $0.processes($1) } }
         router.get("/limits") { _, _ in try await html { try $0.limits($1) } }
+        router.get("/metrics") { _, _ in try await html { try $0.classMetrics($1) } }
         router.get("/unique") { _, _ in try await html { try $0.uniqueLocks($1) } }
         // One table for the whole fleet (not per shard): the relay routes each row to its queue's shard.
         router.get("/outbox") { _, _ in
@@ -283,6 +284,14 @@ public enum WebServer {
         router.post("/job/:jid/:action") { request, context in
             let form = try await verifiedForm(request, context: context, security: security)
             let jid = try pathParameter(context, "jid")
+            if try context.parameters.require("action") == "cancel" {
+                // The mark goes on every shard, where any worker's heartbeat reads it (`JobAdmin.cancel`); a waiting
+                // copy is moved to dead as `Cancelled` on the shard that holds it.
+                for index in shards.indices {
+                    _ = try await onShard(index) { try JobAdmin(connection: $0).cancel(jid: jid) }
+                }
+                return redirect("/job/\(HTML.urlComponent(jid))")
+            }
             guard let action = JobAction(rawValue: try context.parameters.require("action")) else { throw HTTPError(.notFound) }
             let state = form["state"].flatMap { JobState(name: $0) }
             try await onShard(try shardIndex(form)) { connection in

@@ -24,6 +24,31 @@ extension WebDashboardTests {
     /// The job page: state, summary, why it is not running, progress and a cancel request, retry history, error,
     /// payload pretty-printed (indented), escaped and redacted; in Chromium the page loads and its Retry button moves
     /// the job back to its queue.
+    func testTheMetricsPageShowsEachClassRunsFailuresAndPercentilesEscaped() throws {
+        let redis = try TestRedis(database: 39)
+        // What a worker's heartbeat writes (ClassMetricsRecorder, Sidekiq 8's layout): a class, and a hostile name.
+        let minute = ClassMetricsLayout.Minute(epochSeconds: Clock.now())
+        for bucket in [minute.minute, minute.tenMinutes] {
+            try redis.command("HSET", "j|" + bucket, "Mailer|p", 7, "Mailer|f", 2, "Mailer|ms", 500, "<b>Evil</b>|p", 1)
+            try redis.command("BITFIELD", "hx|Mailer|" + bucket, "INCRBY", "u32", "#3", 4, "INCRBY", "u32", "#9", 1)
+        }
+        let base = try startServer(redis)
+        let page = try http(base + "metrics")
+        XCTAssertEqual(page.status, 200, page.body)
+        XCTAssertTrue(page.body.contains("<td>Mailer</td><td>7</td><td>2</td><td>500 ms</td><td>100 ms</td><td>65 ms</td><td>750 ms</td>"),
+                      page.body)
+        XCTAssertTrue(page.body.contains("&lt;b&gt;Evil&lt;/b&gt;"), "a producer's class name is escaped")
+        XCTAssertFalse(page.body.contains("<b>Evil"), page.body)
+        XCTAssertTrue(page.body.contains("<svg") && page.body.contains("Mailer: 7 runs"), "the chart with its hover titles")
+        try runBrowser([
+            ["viewport": "1440x900"],
+            ["goto": base + "metrics", "expect": "Last 24 hours", "shot": "metrics-laptop"],
+            ["viewport": "390x844"],
+            ["goto": base + "metrics", "expect": "Mailer", "shot": "metrics-phone"],
+            ["eval": "document.documentElement.scrollWidth <= window.innerWidth", "expect": "true"],
+        ])
+    }
+
     func testTheJobPageShowsStateRetryHistoryAndThePayloadPrettyPrintedAndEscaped() throws {
         let redis = try TestRedis(database: 38)
         let hostile = "</script><b>bold</b>"
@@ -48,6 +73,7 @@ extension WebDashboardTests {
         // why; a job in a paused queue that reported progress (the agreed `progress:<jid>` layout) shows the reason,
         // the bar, the note escaped, and the cancel request (`cancelled-<jid>`).
         XCTAssertTrue(page.body.contains("<p id=\"explain\" data-reason=\"dead\">dead since "), page.body)
+        XCTAssertFalse(page.body.contains("/job/\(jid)/cancel"), "a dead job has no Cancel button")
         let paused = try redis.client.enqueue(NewJob("ReportJob", args: [9], queue: "mail"))
         try redis.command("SADD", "paused", "mail")
         try redis.command("SET", "progress:\(paused)", #"{"fraction":0.42,"note":"page 42 of 100 <b>","at":\#(Clock.now())}"#, "EX", 600)
@@ -65,6 +91,18 @@ extension WebDashboardTests {
             ["eval": "document.querySelectorAll('#payload b, main b').length", "expect": "0"],
             ["click": "form[action='/job/\(jid)/retry'] button", "expect": "Dead jobs (0)"],
         ])
+
+        // Cancel (issue 36 point 3) from the job page: the waiting job in the paused queue goes to dead as `Cancelled`,
+        // and the mark a worker's heartbeat reads is written.
+        try runBrowser([
+            ["viewport": "390x844"],
+            ["goto": base + "job/\(paused)", "expect": "queue mail is paused"],
+            ["click": "form[action='/job/\(paused)/cancel'] button", "expect": "Cancelled", "shot": "job-page-cancelled"],
+        ])
+        XCTAssertEqual(try redis.int("LLEN", "queue:mail"), 0, "the waiting job left its queue")
+        let dead = try XCTUnwrap(try redis.payloads(zset: Keys.dead).first { $0.jid == paused })
+        XCTAssertEqual(dead.errorClass, "Cancelled")
+        XCTAssertEqual(try redis.int("EXISTS", "cancelled-\(paused)"), 1)
         XCTAssertEqual(try redis.payloads(list: Keys.queue("default")).map(\.jid), [jid], "retried from the job page")
         XCTAssertTrue(try http(base + "job/\(jid)").body.contains("data-reason=\"no_live_process\""), "back in a queue no process serves")
     }
