@@ -542,7 +542,7 @@ enum JobPageHooks {
             let percent = Int((progress.fraction * 100).rounded())
             html += """
                 <h3>Progress</h3>
-                <p id="progress"><progress max="100" value="\(percent)">\(percent)%</progress> \(percent)%\(progress.note.isEmpty ? "" : " · " + HTML.escape(progress.note))
+                <p id="progress"><progress max="100" value="\(percent)">\(percent)%</progress> \(percent)%\(progress.note.map { " · " + HTML.escape($0) } ?? "")
                 <span class="muted">(reported \(HTML.time(progress.at.timeIntervalSince1970)) UTC)</span></p>
                 """
         }

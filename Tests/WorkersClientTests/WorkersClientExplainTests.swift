@@ -20,8 +20,8 @@ final class WorkersClientExplainTests: XCTestCase {
         let jid = try await client.enqueue(NewJob("NoSuchJob", queue: "later"), at: at)
         let progressAt = Date().timeIntervalSince1970
         _ = try await client.withConnection { connection in
-            _ = try connection.command("SET", JobExplain.progressKey(jid), "{\"fraction\":0.25,\"note\":\"page 1 of 4\",\"at\":\(progressAt)}", "EX", 60)
-            _ = try connection.command("SET", JobExplain.cancelKey(jid), "\(Int(progressAt))", "EX", 60)
+            _ = try connection.command("SET", JobProgress.key(jid: jid), "{\"fraction\":0.25,\"note\":\"page 1 of 4\",\"at\":\(progressAt)}", "EX", 60)
+            _ = try connection.command("SET", JobCancels.markKey(jid: jid), "\(Int(progressAt))", "EX", 60)
         }
 
         guard case .scheduled(let when, "later") = try await client.explain(jid: jid) else { return XCTFail("not scheduled") }

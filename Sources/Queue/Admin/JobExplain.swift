@@ -146,31 +146,6 @@ public struct LimiterState: Sendable, Equatable {
     public var nextFreeIn: Duration
 }
 
-/// A job's progress as it reported it (`progress:<jid>`, JSON `{"fraction","note","at"}`, docs/workerctl.md).
-public struct ProgressSnapshot: Sendable, Equatable {
-    /// 0...1.
-    public var fraction: Double
-    /// At most 200 characters.
-    public var note: String
-    public var at: Date
-
-    public init(fraction: Double, note: String, at: Date) {
-        self.fraction = fraction
-        self.note = note
-        self.at = at
-    }
-
-    /// Parses the stored JSON; nil when it is not the agreed layout.
-    public init?(json text: String) {
-        guard let object = (try? JSONValue.parse(text))?.objectValue,
-              let fraction = object["fraction"]?.doubleValue, fraction.isFinite,
-              let at = Bounded.epochSeconds(object["at"]?.doubleValue) else { return nil }
-        self.fraction = min(1, max(0, fraction))
-        self.note = String((object["note"]?.stringValue ?? "").prefix(200))
-        self.at = Date(timeIntervalSince1970: at)
-    }
-}
-
 /// A job's status by jid: where it is, its attempts, its progress, and why it is not running.
 /// (`WorkersClient.status(jid:)`, `workerctl jobs show`). Immutable.
 public struct JobStatus: Sendable, Equatable {
@@ -178,14 +153,14 @@ public struct JobStatus: Sendable, Equatable {
     public var state: JobState?
     /// Runs so far: `retry_count + 1` after a failure, 0 before the first failure (1 while the first run is busy).
     public var attempts: Int
-    public var progress: ProgressSnapshot?
+    public var progress: JobProgress?
     /// When a cancel was requested (`cancelled-<jid>`), if one was.
     public var cancelRequestedAt: Date?
     public var explanation: JobExplanation
     /// The shard the job was found on (`ShardMap.defaultName` without sharding).
     public var shard: String
 
-    public init(state: JobState?, attempts: Int, progress: ProgressSnapshot?, cancelRequestedAt: Date?,
+    public init(state: JobState?, attempts: Int, progress: JobProgress?, cancelRequestedAt: Date?,
                 explanation: JobExplanation, shard: String) {
         self.state = state
         self.attempts = attempts
@@ -247,8 +222,8 @@ public struct JobExplain: Sendable {
     public func status(jid: String, ledger: (any JobLedgerLookup)? = nil, now: Date = Date(),
                        shard: String = ShardMap.defaultName) throws -> JobStatus {
         try JobAdmin.validate(jid: jid)
-        let extras = try connection.pipeline([["GET", Self.progressKey(jid)], ["GET", Self.cancelKey(jid)]])
-        let progress = extras[0].string.flatMap(ProgressSnapshot.init(json:))
+        let extras = try connection.pipeline([["GET", JobProgress.key(jid: jid)], ["GET", JobCancels.markKey(jid: jid)]])
+        let progress = extras[0].string.flatMap(JobProgress.init(json:))
         let cancel = extras[1].string.flatMap { Bounded.epochSeconds(Double($0)) }.map { Date(timeIntervalSince1970: $0) }
         let budget = ScanBudget(maxEntries: scanBudget)
         let record = try locate(jid: jid, budget: budget)
@@ -268,10 +243,6 @@ public struct JobExplain: Sendable {
                          explanation: explanation, shard: shard)
     }
 
-    /// `progress:<jid>` (written by the job's process, docs/workerctl.md).
-    public static func progressKey(_ jid: String) -> String { "progress:" + jid }
-    /// `cancelled-<jid>` (Sidekiq's documented `cancelled?` pattern).
-    public static func cancelKey(_ jid: String) -> String { "cancelled-" + jid }
 
     // MARK: Finding
 

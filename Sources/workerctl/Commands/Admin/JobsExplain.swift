@@ -97,7 +97,7 @@ extension JobsCommand {
         return .object([
             "jid": .string(jid), "reason": .string(status.explanation.reason), "explanation": .string(status.explanation.description),
             "state": AdminJSON.string(status.state?.rawValue), "attempts": .int(Int64(status.attempts)),
-            "progress": status.progress.map { .object(["fraction": .double($0.fraction), "note": .string($0.note), "at": iso($0.at)]) } ?? .null,
+            "progress": status.progress.map { .object(["fraction": .double($0.fraction), "note": $0.note.map(JSONValue.string) ?? .null, "at": iso($0.at)]) } ?? .null,
             "cancel_requested_at": iso(status.cancelRequestedAt), "shard": .string(status.shard), "details": .object(details),
         ])
     }
@@ -113,7 +113,7 @@ extension JobsCommand {
         line("attempts", "\(status.attempts)")
         if let progress = status.progress {
             line("progress", String(format: "%.0f%%", progress.fraction * 100)
-                 + (progress.note.isEmpty ? "" : " \(progress.note)") + " (at \(Format.time(progress.at.timeIntervalSince1970)) UTC)")
+                 + (progress.note.map { " \($0)" } ?? "") + " (at \(Format.time(progress.at.timeIntervalSince1970)) UTC)")
         }
         if let cancel = status.cancelRequestedAt {
             line("cancel", "requested at \(Format.time(cancel.timeIntervalSince1970)) UTC")
@@ -143,7 +143,7 @@ extension JobsCommand {
                 }
                 print(status.explanation.description(now: Date()))
                 if let progress = status.progress {
-                    print(String(format: "progress %.0f%%", progress.fraction * 100) + (progress.note.isEmpty ? "" : " \(progress.note)"))
+                    print(String(format: "progress %.0f%%", progress.fraction * 100) + (progress.note.map { " \($0)" } ?? ""))
                 }
                 if let cancel = status.cancelRequestedAt {
                     print("cancel requested at \(Format.time(cancel.timeIntervalSince1970)) UTC")
