@@ -15,6 +15,13 @@ public struct ProcessEntry: Sendable, Equatable {
     public var concurrency: Int { Int(info["concurrency"]?.intValue ?? 0) }
     public var startedAt: Double { info["started_at"]?.doubleValue ?? 0 }
     public var queues: [String] { info["queues"]?.arrayValue?.compactMap(\.stringValue) ?? [] }
+    /// The job classes the process registered (ours: `classes` in `info`, at most `SidekiqProcessInfo`'s cap); nil
+    /// when it does not say (a Ruby Sidekiq process, an older worker, or more classes than the cap).
+    public var registeredClasses: Set<String>? {
+        guard info["classes_truncated"]?.boolValue != true,
+              let names = info["classes"]?.arrayValue?.compactMap(\.stringValue) else { return nil }
+        return Set(names)
+    }
     public var tag: String { info["tag"]?.stringValue ?? "" }
 }
 

@@ -185,10 +185,10 @@ final class JobExplainTests: XCTestCase {
         XCTAssertTrue(try eventually { try redis.int("GET", "probe:limits:running:probe-mutex-line") == 1 }, worker.stderr)
         var index = 0
         while index < 5_000 {
-            _ = try client.enqueueMany((0..<500).map { NewJob("NoSuchJob", args: [.int(Int64(index + $0))], queue: "line") })
+            _ = try client.enqueueMany((0..<500).map { NewJob("Noop", args: [.int(Int64(index + $0))], queue: "line") })
             index += 500
         }
-        let target = try client.enqueue(NewJob("NoSuchJob", args: ["target"], queue: "line"))
+        let target = try client.enqueue(NewJob("Noop", args: ["target"], queue: "line"))
         Thread.sleep(forTimeInterval: 0.5)  // let the fetcher fill its prefetch buffer: the queue is still from here on
 
         let connection = try redis.connection()
@@ -215,6 +215,12 @@ final class JobExplainTests: XCTestCase {
         guard case .behind(_, let all, true, _) = exactAnswer else { return XCTFail("\(exactAnswer)") }
         XCTAssertEqual(all, length - 1)
         XCTAssertGreaterThan(all, 4_000)
+
+        // The worker serving `line` lists its registered classes in its process info: a class it does not register
+        // is named as the reason, before its place in the line (it would go to dead when fetched).
+        let unknownClass = try client.enqueue(NewJob("NoSuchJob", args: ["x"], queue: "line"))
+        XCTAssertEqual(try JobExplain(connection: connection).explain(jid: unknownClass),
+                       .classNotRegistered(queue: "line", className: "NoSuchJob", processes: 1))
     }
 
     // MARK: the ledger

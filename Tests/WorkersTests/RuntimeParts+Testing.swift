@@ -15,6 +15,6 @@ extension RuntimeParts {
                      buffer: buffer ?? JobBuffer(capacity: configuration.concurrency + configuration.prefetch),
                      running: running, settlements: settlements, runTime: RunTimeEstimate(),
                      outages: OutageLog(logger: logger), flags: LifeCycleFlags(), metrics: RuntimeMetrics(),
-                     classMetrics: ClassMetricsRecorder(registeredClasses: []), logger: logger)
+                     registeredClasses: [], classMetrics: ClassMetricsRecorder(registeredClasses: []), logger: logger)
     }
 }

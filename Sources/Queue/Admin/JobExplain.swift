@@ -18,9 +18,12 @@ public enum JobExplanation: Sendable, Equatable, CustomStringConvertible {
     case overLimit(nextTry: Date, reschedules: Int, full: [LimiterState], holders: [RunningJob])
     /// In its queue, but the queue is in the `paused` set (`workerctl queues resume NAME`).
     case queuePaused(queue: String)
-    /// In its queue, but no live process (a heartbeat in `processes`) lists the queue. `classRegistration` is
-    /// always nil: the heartbeat does not list job classes, so whether a live process registers the class is unknown.
+    /// In its queue, but no live process (a heartbeat in `processes`) lists the queue.
     case noLiveProcess(queue: String, processes: Int)
+    /// In its queue, served by `processes` live processes, none of which registers its class (each lists its classes
+    /// in its process info; a process that does not — Ruby Sidekiq, an older worker — makes the answer unknown, and
+    /// explain goes on): whichever fetches it sends it to dead as bad input.
+    case classNotRegistered(queue: String, className: String, processes: Int)
     /// In its queue with the same unique lock as another live job (`unique_for`): it is dropped when fetched.
     case duplicateOfUnique(lock: String, ownerJid: String)
     /// A batch callback whose batch has not finished: its jid is fixed at creation, the job is pushed when the
@@ -48,6 +51,7 @@ public enum JobExplanation: Sendable, Equatable, CustomStringConvertible {
         case .overLimit: return "over_limit"
         case .queuePaused: return "queue_paused"
         case .noLiveProcess: return "no_live_process"
+        case .classNotRegistered: return "class_not_registered"
         case .duplicateOfUnique: return "duplicate"
         case .batchCallbackWaiting: return "batch_callback_waiting"
         case .behind: return "behind"
@@ -84,7 +88,9 @@ public enum JobExplanation: Sendable, Equatable, CustomStringConvertible {
         case .queuePaused(let queue):
             return "queue \(queue) is paused (workerctl queues resume \(queue))"
         case .noLiveProcess(let queue, let processes):
-            return "no live process serves queue \(queue) (\(processes) live process\(processes == 1 ? "" : "es"), none lists it; whether one registers the class is unknown)"
+            return "no live process serves queue \(queue) (\(processes) live process\(processes == 1 ? "" : "es"), none lists it)"
+        case .classNotRegistered(let queue, let className, let processes):
+            return "no live process serving queue \(queue) registers class \(className) (\(processes) serve the queue): the one that fetches it sends it to dead as bad input"
         case .duplicateOfUnique(let lock, let ownerJid):
             return "a duplicate of live unique job \(ownerJid) (lock \(lock)): it is dropped when fetched"
         case .batchCallbackWaiting(let bid, let event, let pending):
@@ -313,7 +319,7 @@ public struct JobExplain: Sendable {
     }
 
     /// The order for a job in its queue: a unique duplicate (it will never run), a paused queue, no live process
-    /// for the queue, then its place in the line.
+    /// for the queue, no live process registering its class, then its place in the line.
     private func explainEnqueued(_ record: JobRecord, now: Date) throws -> JobExplanation {
         if let payload = record.payload, let policy = UniquePolicy.requested(by: payload), let jid = record.jid {
             let lock = UniqueLockKey(payload: payload, policy: policy)
@@ -324,8 +330,12 @@ public struct JobExplain: Sendable {
         let queue = record.queue
         if try connection.command("SISMEMBER", Keys.paused, queue).integer == 1 { return .queuePaused(queue: queue) }
         let processes = try ProcessRegistry.list(connection)
-        if !processes.contains(where: { !$0.quiet && $0.queues.contains(queue) }) {
-            return .noLiveProcess(queue: queue, processes: processes.count)
+        let serving = processes.filter { !$0.quiet && $0.queues.contains(queue) }
+        if serving.isEmpty { return .noLiveProcess(queue: queue, processes: processes.count) }
+        let registered = serving.map(\.registeredClasses)
+        if let className = record.className, !registered.contains(where: { $0 == nil }),
+           !registered.contains(where: { $0?.contains(className) == true }) {
+            return .classNotRegistered(queue: queue, className: className, processes: serving.count)
         }
         let key = Keys.queue(queue)
         let replies = try connection.pipeline([["LLEN", key], ["LPOS", key, record.raw, "RANK", -1, "MAXLEN", aheadBound + 1]])

@@ -25,6 +25,8 @@ final class Heartbeat: @unchecked Sendable {
     private let flags: LifeCycleFlags
     private let metrics: RuntimeMetrics
     private let classMetrics: ClassMetricsRecorder
+    /// The job classes this process runs, listed in its `info` (`SidekiqProcessInfo`).
+    private let registeredClasses: [String]
     private let startedAt: Double
     private let outages: OutageLog
     private let logger: Logger
@@ -52,6 +54,7 @@ final class Heartbeat: @unchecked Sendable {
         flags = parts.flags
         metrics = parts.metrics
         classMetrics = parts.classMetrics
+        registeredClasses = parts.registeredClasses
         startedAt = parts.startedAt
         outages = parts.outages
         logger = parts.logger
@@ -154,7 +157,8 @@ final class Heartbeat: @unchecked Sendable {
     }
 
     private func processInfo() -> String {
-        SidekiqProcessInfo(configuration: configuration, identity: identity, startedAt: startedAt).json
+        SidekiqProcessInfo(configuration: configuration, identity: identity, startedAt: startedAt,
+                           registeredClasses: registeredClasses).json
     }
 
     /// Removes this process from the registry (on the caller's thread, with a connection of its own,

@@ -31,6 +31,8 @@ struct RuntimeParts: Sendable {
     /// Written only by the life cycle (`WorkerProcess`).
     let flags: LifeCycleFlags
     let metrics: RuntimeMetrics
+    /// The job classes the registry holds (`JobRegistry.classNames`): listed in the heartbeat's process info.
+    let registeredClasses: [String]
     /// Per-class execution figures: recorded by the pool's runs (`ClassMetricsMiddleware`), flushed by the heartbeat.
     let classMetrics: ClassMetricsRecorder
     /// Carries the `process` metadata.

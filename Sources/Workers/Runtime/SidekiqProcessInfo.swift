@@ -10,7 +10,9 @@ import Queue
 /// (8.0.9+: `{name => {concurrency, mode, weights}}`, v8.1.7 lib/sidekiq/capsule.rb `to_h`; 8.x
 /// derives `queues` and `weights` from it), `queues` (6.x/7.x), `weights` (7.x: one
 /// `{queue => weight}` per capsule), `labels`, `identity`, `version`, `embedded` (false: Sidekiq
-/// 7/8's `Process#quiet!`/`stop!` refuse an embedded process, and ours obeys both signals).
+/// 7/8's `Process#quiet!`/`stop!` refuse an embedded process, and ours obeys both signals); then ours, which
+/// Sidekiq's readers ignore: `classes` (the registered job classes, sorted, at most `maxListedClasses`; with more,
+/// `classes_truncated: true` and none listed), read by `workerctl jobs explain` ("no live process registers its class").
 ///
 /// Weights mean what Sidekiq's capsule means by them (v8.1.7 capsule.rb `queues=`): all 0 is
 /// strict order, otherwise weighted random. Our worker uses strict order when every queue has the
@@ -25,6 +27,10 @@ struct SidekiqProcessInfo {
     let configuration: WorkerConfiguration
     let identity: String
     let startedAt: Double
+    /// The registered job classes (`JobRegistry.classNames`).
+    var registeredClasses: [String] = []
+    /// The most classes listed in `info` (it is written every heartbeat).
+    static let maxListedClasses = 200
 
     var weights: JSONObject {
         var weights: JSONObject = [:]
@@ -51,6 +57,8 @@ struct SidekiqProcessInfo {
             "weights": .array([.object(weights)]),
             "labels": .array(configuration.labels.map { .string($0) }), "identity": .string(identity),
             "version": .string(Self.version), "embedded": false,
+            "classes": .array(registeredClasses.count > Self.maxListedClasses ? [] : registeredClasses.sorted().map { .string($0) }),
+            "classes_truncated": .bool(registeredClasses.count > Self.maxListedClasses),
         ]
     }
 

@@ -99,6 +99,7 @@ public final class WorkerProcess: @unchecked Sendable {
         let parts = RuntimeParts(identity: identity, configuration: configuration, shardMap: shardMap, startedAt: startedAt,
                                  buffer: buffer, running: running, settlements: settlements, runTime: RunTimeEstimate(),
                                  outages: OutageLog(logger: logger), flags: flags, metrics: metrics,
+                                 registeredClasses: registry.classNames,
                                  classMetrics: ClassMetricsRecorder(registeredClasses: registry.classNames), logger: logger)
         var runner = JobRunner(registry: registry, configuration: configuration, database: database, logger: logger,
                                limiter: JobLimiter(endpoint: endpoint, logger: logger),

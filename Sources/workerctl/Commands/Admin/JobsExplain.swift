@@ -81,7 +81,9 @@ extension JobsCommand {
                        "holders": .array(holders.map(running))]
         case .queuePaused(let queue): details = ["queue": .string(queue)]
         case .noLiveProcess(let queue, let processes):
-            details = ["queue": .string(queue), "live_processes": .int(Int64(processes)), "class_registered": .string("unknown")]
+            details = ["queue": .string(queue), "live_processes": .int(Int64(processes))]
+        case .classNotRegistered(let queue, let className, let processes):
+            details = ["queue": .string(queue), "class": .string(className), "serving_processes": .int(Int64(processes))]
         case .duplicateOfUnique(let lock, let owner): details = ["lock": .string(lock), "owner_jid": .string(owner)]
         case .batchCallbackWaiting(let bid, let event, let pending):
             details = ["bid": .string(bid), "event": .string(event), "pending": .int(Int64(pending))]
