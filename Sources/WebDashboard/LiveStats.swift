@@ -31,7 +31,7 @@ struct LiveStats: Sendable, Equatable {
         ])
         for reply in fast { try reply.checked() }
         func int(_ reply: RedisReply) -> Int { Int(reply.integer ?? 0) }
-        func counter(_ reply: RedisReply) -> Int { Int(reply.string ?? "") ?? 0 }
+        func counter(_ reply: RedisReply) -> Int { Bounded.counter(reply.string) }
         let processes = fast[7].strings, queues = fast[8].strings
         let sizes = try connection.pipeline(processes.map { ["HGET", Keys.process($0), "busy"] }
                                             + queues.map { ["LLEN", Keys.queue($0)] })
@@ -44,28 +44,28 @@ struct LiveStats: Sendable, Equatable {
         stats.retries = int(fast[5])
         stats.dead = int(fast[6])
         stats.processes = processes.count
-        stats.busy = sizes.prefix(processes.count).reduce(0) { $0 + counter($1) }
-        stats.enqueued = sizes.dropFirst(processes.count).reduce(0) { $0 + int($1) }
+        stats.busy = sizes.prefix(processes.count).reduce(0) { Bounded.sum($0, counter($1)) }
+        stats.enqueued = sizes.dropFirst(processes.count).reduce(0) { Bounded.sum($0, int($1)) }
         stats.buckets = try Throughput.load(connection, minutes: minutes, now: now)
         return stats
     }
 
     /// Adds another shard's figures (bucket by bucket: every shard is read for the same `time`).
     mutating func add(_ other: LiveStats) {
-        processed += other.processed
-        failed += other.failed
-        processedToday += other.processedToday
-        failedToday += other.failedToday
-        busy += other.busy
-        enqueued += other.enqueued
-        scheduled += other.scheduled
-        retries += other.retries
-        dead += other.dead
-        processes += other.processes
+        processed = Bounded.sum(processed, other.processed)
+        failed = Bounded.sum(failed, other.failed)
+        processedToday = Bounded.sum(processedToday, other.processedToday)
+        failedToday = Bounded.sum(failedToday, other.failedToday)
+        busy = Bounded.sum(busy, other.busy)
+        enqueued = Bounded.sum(enqueued, other.enqueued)
+        scheduled = Bounded.sum(scheduled, other.scheduled)
+        retries = Bounded.sum(retries, other.retries)
+        dead = Bounded.sum(dead, other.dead)
+        processes = Bounded.sum(processes, other.processes)
         if buckets.isEmpty { buckets = other.buckets } else {
             for index in buckets.indices where index < other.buckets.count {
-                buckets[index].processed += other.buckets[index].processed
-                buckets[index].failed += other.buckets[index].failed
+                buckets[index].processed = Bounded.sum(buckets[index].processed, other.buckets[index].processed)
+                buckets[index].failed = Bounded.sum(buckets[index].failed, other.buckets[index].failed)
             }
         }
     }

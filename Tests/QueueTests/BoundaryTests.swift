@@ -126,4 +126,16 @@ final class BoundaryTests: XCTestCase {
         let batched = try JobClient.payload(for: job, createdAt: 1, enqueuedAt: 1)
         XCTAssertEqual(batched.fields["bid"], "b1")
     }
+
+    func testCountersFromRedisAreClampedAndTheirSumsSaturateNeverATrap() {
+        XCTAssertEqual(Bounded.counter("41"), 41)
+        XCTAssertEqual(Bounded.counter("99999999999999999999999"), Bounded.maxCounter)
+        XCTAssertEqual(Bounded.counter("-5"), 0)
+        XCTAssertEqual(Bounded.counter("4e3"), 0)
+        XCTAssertEqual(Bounded.counter(nil), 0)
+        XCTAssertEqual(Bounded.sum(Int.max, 1), Int.max)
+        XCTAssertEqual(Bounded.sum(Int.min, -1), Int.min)
+        XCTAssertEqual(Bounded.sum(2, 3), 5)
+    }
+
 }

@@ -161,6 +161,11 @@ extension WebDashboardTests {
         }
         try redis.client.enqueue(NewJob("Noop", args: [1], queue: "mail"))
         let jid = try failedJob(redis, args: [1])
+        // Process hashes anyone could write, whose `busy` counts add past Int.max: clamped and saturated, not a trap.
+        for identity in ["host:1:a", "host:2:b"] {
+            try redis.command("SADD", Keys.processes, identity)
+            try redis.command("HSET", identity, "busy", String(Int.max))
+        }
         let base = try startServer(redis)
         let live = try http(base + "api/stats.json")
         XCTAssertEqual(live.status, 200)
@@ -172,6 +177,7 @@ extension WebDashboardTests {
         XCTAssertEqual(object["processed"] as? Int, 41)
         XCTAssertEqual(object["enqueued"] as? Int, 1)
         XCTAssertEqual(object["dead"] as? Int, 1)
+        XCTAssertEqual(object["busy"] as? Int, 2 * Bounded.maxCounter)
         let minutes = try XCTUnwrap(object["minutes"] as? [[String: Any]])
         XCTAssertEqual(minutes.count, 10)
         XCTAssertEqual(Set(minutes.flatMap(\.keys)), ["start", "processed", "failed"])

@@ -115,6 +115,23 @@ final class ClassMetricsTests: XCTestCase {
         XCTAssertEqual(day["New"]?.totalMilliseconds, 4_190)
     }
 
+    func testHostileCountersInTheMetricsKeysAreClampedNeverATrap() throws {
+        // Anyone can write these keys: values past Int64, negative, or not numbers, and histogram buckets at u32's top.
+        let minute = ClassMetricsLayout.Minute(epochSeconds: Clock.now())
+        try redis.command("HSET", "j|" + minute.minute, "Big|p", "99999999999999999999999", "Big|f", "-3", "Big|ms", "x",
+                          "Big2|p", String(Int.max))
+        try redis.command("HSET", "j|" + ClassMetricsLayout.Minute(epochSeconds: Clock.now() - 60).minute, "Big|p", String(Int.max))
+        for bucket in 0..<26 {
+            try redis.command("BITFIELD", "hx|Big|" + minute.minute, "SET", "u32", "#\(bucket)", 4_294_967_295)
+        }
+        let byClass = Dictionary(uniqueKeysWithValues: try ClassMetricsReport.load(try redis.connection(), period: .hour)
+            .map { ($0.className, $0) })
+        XCTAssertEqual(byClass["Big"]?.runs, 2 * Bounded.maxCounter, "each value clamped, then added")
+        XCTAssertEqual(byClass["Big"]?.failed, 0)
+        XCTAssertEqual(byClass["Big"]?.p50Milliseconds, 2_500, "26 equal buckets at u32's top: the 13th holds the median")
+        XCTAssertEqual(byClass["Big2"]?.runs, Bounded.maxCounter)
+    }
+
     func testPercentilesAreTheBucketBoundOfTheNearestRank() {
         var histogram = Array(repeating: 0, count: ClassMetricsLayout.bucketUpperBoundsMs.count)
         XCTAssertNil(ClassMetricsReport.percentile(0.5, of: histogram))

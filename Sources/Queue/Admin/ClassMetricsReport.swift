@@ -73,14 +73,14 @@ public enum ClassMetricsReport {
             var index = 0
             while index + 1 < items.count {
                 defer { index += 2 }
-                guard let field = items[index].string, let value = items[index + 1].string.flatMap({ Int($0) }),
+                guard let field = items[index].string, let value = items[index + 1].string.flatMap({ Bounded.int(parsing: $0, in: 0...Bounded.maxCounter) }),
                       let bar = field.lastIndex(of: "|") else { continue }
                 let name = String(field[..<bar])
                 var entry = totals[name] ?? (0, 0, 0)
                 switch field[field.index(after: bar)...] {
-                case "p": entry.runs = entry.runs.addingReportingOverflow(value).partialValue
-                case "f": entry.failed = entry.failed.addingReportingOverflow(value).partialValue
-                case "ms": entry.ms = entry.ms.addingReportingOverflow(value).partialValue
+                case "p": entry.runs = Bounded.sum(entry.runs, value)
+                case "f": entry.failed = Bounded.sum(entry.failed, value)
+                case "ms": entry.ms = Bounded.sum(entry.ms, value)
                 default: continue
                 }
                 totals[name] = entry
@@ -103,7 +103,7 @@ public enum ClassMetricsReport {
             try connection.pipeline(commands) { index, reply in
                 let counts = (reply.array ?? []).map { $0.integer.map(Int.init) ?? 0 }
                 var sum = histograms[owners[index]] ?? Array(repeating: 0, count: bucketCount)
-                for (bucket, count) in counts.enumerated() where bucket < bucketCount { sum[bucket] += count }
+                for (bucket, count) in counts.enumerated() where bucket < bucketCount { sum[bucket] = Bounded.sum(sum[bucket], count) }
                 histograms[owners[index]] = sum
             }
         }
@@ -119,12 +119,12 @@ public enum ClassMetricsReport {
 
     /// The upper bound of the bucket holding the `quantile` (nearest rank) of `histogram`; nil when it is empty.
     package static func percentile(_ quantile: Double, of histogram: [Int]) -> Double? {
-        let total = histogram.reduce(0, +)
+        let total = histogram.reduce(0, Bounded.sum)
         guard total > 0 else { return nil }
-        let rank = max(1, Int((quantile * Double(total)).rounded(.up)))
+        let rank = max(1, Bounded.int((quantile * Double(total)).rounded(.up), in: 0...total))
         var seen = 0
         for (bucket, count) in histogram.enumerated() {
-            seen += count
+            seen = Bounded.sum(seen, count)
             if seen >= rank { return ClassMetricsLayout.bucketUpperBoundsMs[bucket] }
         }
         return ClassMetricsLayout.bucketUpperBoundsMs.last

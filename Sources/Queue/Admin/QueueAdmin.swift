@@ -162,13 +162,14 @@ public struct Stats: Sendable, Equatable {
         let busyReplies = try connection.pipeline(members.map { ["HGET", Keys.process($0), "busy"] })
         let queueNames = Set(fast[8].strings)
         let queues = try QueueAdmin.list(connection, now: now)
-        func int(_ reply: RedisReply) -> Int { Int(reply.integer ?? 0) }
+        // Counters anyone may have written (a Sidekiq client, a process hash): clamped, and their totals saturate.
+        func int(_ reply: RedisReply) -> Int { Bounded.int(reply.integer ?? 0, in: 0...Bounded.maxCounter) }
         return Stats(
             processed: int(fast[0]), failed: int(fast[1]), day: day,
             processedToday: int(fast[2]), failedToday: int(fast[3]),
-            enqueued: queues.filter { queueNames.contains($0.name) }.reduce(0) { $0 + $1.size },
+            enqueued: queues.filter { queueNames.contains($0.name) }.reduce(0) { Bounded.sum($0, $1.size) },
             scheduled: int(fast[4]), retries: int(fast[5]), dead: int(fast[6]),
-            processes: members.count, busy: busyReplies.reduce(0) { $0 + int($1) },
+            processes: members.count, busy: busyReplies.reduce(0) { Bounded.sum($0, int($1)) },
             queues: queues, redis: RedisServerInfo(infoText: fast[9].string ?? ""))
     }
 }
@@ -182,16 +183,16 @@ extension Stats {
         precondition(!parts.isEmpty, "Stats.total of no shard")
         var sum = parts[0]
         for part in parts.dropFirst() {
-            sum.processed += part.processed
-            sum.failed += part.failed
-            sum.processedToday += part.processedToday
-            sum.failedToday += part.failedToday
-            sum.enqueued += part.enqueued
-            sum.scheduled += part.scheduled
-            sum.retries += part.retries
-            sum.dead += part.dead
-            sum.processes += part.processes
-            sum.busy += part.busy
+            sum.processed = Bounded.sum(sum.processed, part.processed)
+            sum.failed = Bounded.sum(sum.failed, part.failed)
+            sum.processedToday = Bounded.sum(sum.processedToday, part.processedToday)
+            sum.failedToday = Bounded.sum(sum.failedToday, part.failedToday)
+            sum.enqueued = Bounded.sum(sum.enqueued, part.enqueued)
+            sum.scheduled = Bounded.sum(sum.scheduled, part.scheduled)
+            sum.retries = Bounded.sum(sum.retries, part.retries)
+            sum.dead = Bounded.sum(sum.dead, part.dead)
+            sum.processes = Bounded.sum(sum.processes, part.processes)
+            sum.busy = Bounded.sum(sum.busy, part.busy)
             sum.queues += part.queues
         }
         return sum

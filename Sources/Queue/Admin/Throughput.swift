@@ -52,7 +52,7 @@ public enum Throughput {
         for (index, entry) in days.enumerated() {
             func counts(_ reply: RedisReply) -> [Int] {
                 let values = reply.array ?? []
-                return entry.minutes.indices.map { $0 < values.count ? Int(values[$0].string ?? "") ?? 0 : 0 }
+                return entry.minutes.indices.map { $0 < values.count ? Bounded.counter(values[$0].string) : 0 }
             }
             processed += counts(replies[2 * index])
             failed += counts(replies[2 * index + 1])
@@ -70,8 +70,8 @@ public enum Throughput {
         return stride(from: 0, to: buckets.count, by: bucketMinutes).map { start in
             let group = buckets[start..<min(buckets.count, start + bucketMinutes)]
             return ThroughputBucket(start: group.first!.start, seconds: group.reduce(0) { $0 + $1.seconds },
-                                    processed: group.reduce(0) { $0 + $1.processed },
-                                    failed: group.reduce(0) { $0 + $1.failed })
+                                    processed: group.reduce(0) { Bounded.sum($0, $1.processed) },
+                                    failed: group.reduce(0) { Bounded.sum($0, $1.failed) })
         }
     }
 }

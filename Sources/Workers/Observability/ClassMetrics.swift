@@ -107,7 +107,7 @@ final class ClassMetricsRecorder: Sendable {
                 if tally.failed[index] > 0 {
                     commands.append(["HINCRBY", key, ClassMetricsLayout.failedField(name), tally.failed[index]])
                 }
-                let ms = Int(tally.milliseconds[index].rounded())
+                let ms = Bounded.int(tally.milliseconds[index].rounded(), in: 0...Bounded.maxCounter)
                 if ms > 0 { commands.append(["HINCRBY", key, ClassMetricsLayout.millisecondsField(name), ms]) }
             }
             let row = tally.histogram[(index * buckets)..<((index + 1) * buckets)]
