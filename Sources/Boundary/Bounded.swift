@@ -89,15 +89,15 @@ public enum Bounded {
 
     /// The largest counter read from Redis that the admin views show and add up (`stat:*`, the per-minute counts, a
     /// process's `busy`): 10^15, so thousands of them still add up below `Int.max`; anyone may have written the key.
-    public static let maxCounter = 1_000_000_000_000_000
+    package static let maxCounter = 1_000_000_000_000_000
 
     /// A counter Redis stores as text: its integer clamped to `0...maxCounter`; 0 when it is not an integer.
-    public static func counter(_ text: String?) -> Int {
+    package static func counter(_ text: String?) -> Int {
         text.flatMap { int(parsing: $0, in: 0...maxCounter) } ?? 0
     }
 
     /// `a + b`, saturating at `Int.min` / `Int.max` instead of trapping: for totals of counters from outside.
-    public static func sum(_ a: Int, _ b: Int) -> Int {
+    package static func sum(_ a: Int, _ b: Int) -> Int {
         let (total, overflow) = a.addingReportingOverflow(b)
         return overflow ? (b > 0 ? Int.max : Int.min) : total
     }
