@@ -1,6 +1,7 @@
 import Foundation
 import HTTP
 import Queue
+import SubjectKeys
 import Workers
 
 /// Registers every domain job from the process environment (`docs/jobs-*.md` list the variables).
@@ -33,7 +34,8 @@ public enum DomainJobs {
     }
 
     package static func register(into registry: inout JobRegistry, environment: [String: String],
-                                redis: RedisPool, http: HTTPClient, shards: ShardPools? = nil) -> [AreaStatus] {
+                                redis: RedisPool, http: HTTPClient, shards: ShardPools? = nil,
+                                subjectKeys: SubjectKeyStore? = nil) -> [AreaStatus] {
         var statuses: [AreaStatus] = []
         func area(_ name: String, _ classNames: [String], _ body: (inout JobRegistry) throws -> Void) {
             do {
@@ -59,7 +61,7 @@ public enum DomainJobs {
         }
         area("privacy", PrivacyJobs.classNames) { registry in
             PrivacyJobs.register(into: &registry, configuration: try PrivacyConfiguration.fromEnvironment(environment),
-                                 redis: redis, shards: shards)
+                                 redis: redis, shards: shards, subjectKeys: subjectKeys)
         }
         return statuses
     }

@@ -115,7 +115,7 @@ struct LostJobFinder {
             if lost.isEmpty { return report }
             // A row whose shard refuses stays as it was (looked for again next round); one that cannot become a
             // payload any more is left alone too (it was pushed once, as it was then).
-            let pushed = redis.push(lost, now: Clock.now(), maxPayloadBytes: maxPayloadBytes).pushed
+            let pushed = try redis.push(lost, now: Clock.now(), maxPayloadBytes: maxPayloadBytes).pushed
             if pushed.isEmpty { return report }
             try connection.execute("""
                 UPDATE job_outbox SET recovered_count = recovered_count + 1, recovered_at = clock_timestamp()

@@ -56,11 +56,12 @@ public enum Outbox {
 struct OutboxRow: Sendable {
     let id: Int
     let jid: String
-    let className: String
-    let args: String
-    let queue: String
-    let retry: String
-    let extra: String
+    /// The job's fields, as stored, or as `prepared(by:)` left them.
+    var className: String
+    var args: String
+    var queue: String
+    var retry: String
+    var extra: String
     /// Epoch seconds; nil = now.
     let runAt: Double?
     let createdAt: Double
@@ -84,13 +85,46 @@ struct OutboxRow: Sendable {
         createdAt = try row.double("created_at")
     }
 
-    /// The Sidekiq payload Ruby's client would write for this job (`JobClient.payload`), with the row's jid
-    /// and created_at; `enqueued_at` for a job pushed onto its queue, none for one put in `schedule`.
-    func payload(now: Double) throws -> (json: String, scheduledAt: Double?) {
+    /// The job this row holds, as a producer handed it to `workers_enqueue`.
+    func job() throws -> NewJob {
         let argsValue = try JSONValue.parse(args)
         guard case .array(let argsArray) = argsValue else { throw OutboxRowError.notArray(jid) }
         let extraFields = try JSONValue.parse(extra).objectValue ?? [:]
-        let job = NewJob(className, args: argsArray, queue: queue, retry: try JSONValue.parse(retry), extra: extraFields)
+        return NewJob(className, args: argsArray, queue: queue, retry: try JSONValue.parse(retry), extra: extraFields)
+    }
+
+    /// This row with its job passed through `middleware` (in order), as `JobClient` passes a job before it builds
+    /// the payload: e.g. `SubjectArgumentsSealer` encrypts the personal arguments here, so what reaches Redis is
+    /// what a Swift producer would have pushed (docs/jobs-privacy.md). The row in PostgreSQL is not changed.
+    /// Unchanged (no parsing) when `middleware` is empty.
+    ///
+    /// Throws `OutboxPrepareError.refused` when the row cannot become a job or a middleware refuses it with an
+    /// `EnqueueError` (the row's own fault: it is marked `error`), `.failed` for any other failure of a
+    /// middleware (its store unreachable: the batch is retried; the row is never pushed without it).
+    func prepared(by middleware: [any EnqueueMiddleware]) throws(OutboxPrepareError) -> OutboxRow {
+        if middleware.isEmpty { return self }
+        var job: NewJob
+        do { job = try self.job() } catch { throw .refused(String(describing: error)) }
+        for step in middleware {
+            do { try step.prepare(&job) } catch let error as EnqueueError {
+                throw .refused(error.description)
+            } catch {
+                throw .failed(className: className, underlying: String(describing: error))
+            }
+        }
+        var row = self
+        row.className = job.className
+        row.args = JSONValue.array(job.args).serialized()
+        row.queue = job.queue
+        row.retry = job.retry.serialized()
+        row.extra = JSONValue.object(job.extra).serialized()
+        return row
+    }
+
+    /// The Sidekiq payload Ruby's client would write for this job (`JobClient.payload`), with the row's jid
+    /// and created_at; `enqueued_at` for a job pushed onto its queue, none for one put in `schedule`.
+    func payload(now: Double) throws -> (json: String, scheduledAt: Double?) {
+        let job = try self.job()
         let scheduled = runAt.flatMap { $0 > now ? $0 : nil }
         let payload = try JobClient.payload(for: job, jid: jid, createdAt: createdAt,
                                             enqueuedAt: scheduled == nil ? now : nil)
@@ -135,6 +169,21 @@ struct OutboxRow: Sendable {
         }
         if !scheduledRows.isEmpty { commands.append((zadd, scheduledRows)) }
         return (commands, refused)
+    }
+}
+
+/// Why `OutboxRow.prepared(by:)` did not give a row to push. Never holds argument values.
+enum OutboxPrepareError: Error, CustomStringConvertible {
+    /// The row's own fault (its args are not a job, or a middleware refused it): marked `error`, never pushed.
+    case refused(String)
+    /// A middleware failed for another reason (its key store unreachable): nothing of the batch is pushed.
+    case failed(className: String, underlying: String)
+
+    var description: String {
+        switch self {
+        case .refused(let reason): return reason
+        case .failed(let className, let underlying): return "enqueue middleware failed for a \(className) row: \(underlying)"
+        }
     }
 }
 

@@ -32,13 +32,20 @@ public struct OutboxRelaySettings: Sendable {
     public var lostJobs: LostJobSettings?
     /// The retention loop (its own thread), nil = off (tests only: every command runs it).
     public var retention: OutboxRetentionSettings?
+    /// Applied to each row's job, in order, before its payload is built, as `JobClient` applies its middleware:
+    /// `SubjectArgumentsSealer` here encrypts the personal arguments of rows written in clear, on the way to Redis
+    /// (docs/jobs-privacy.md). A middleware that fails (its key store unreachable) holds the batch back: it is
+    /// retried, never pushed without it. An `EnqueueError` marks the row `error`.
+    public var middleware: [any EnqueueMiddleware]
 
     public init(databaseURL: String, redisURL: String, batchSize: Int = 500, pollInterval: Duration = .seconds(1),
                 lostJobs: LostJobSettings? = nil, shardMap: ShardMap? = nil,
                 retention: OutboxRetentionSettings? = nil,
                 maxPayloadBytes: Int = OutboxRelaySettings.defaultMaxPayloadBytes,
-                maxBatchBytes: Int = OutboxRelaySettings.defaultMaxBatchBytes) {
+                maxBatchBytes: Int = OutboxRelaySettings.defaultMaxBatchBytes,
+                middleware: [any EnqueueMiddleware] = []) {
         self.databaseURL = databaseURL
+        self.middleware = middleware
         self.redisURL = redisURL
         self.shardMap = shardMap
         self.batchSize = max(1, batchSize)
@@ -154,7 +161,7 @@ public final class OutboxRelay: Sendable {
                 }
                 if shards == nil {
                     shards = OutboxShards(map: try settings.shardMap ?? ShardMap(single: RedisEndpoint(url: settings.redisURL)),
-                                          logger: logger)
+                                          middleware: settings.middleware, logger: logger)
                 }
                 guard let pg = database, let redis = shards else { continue }
                 if Date() >= heartbeatDue {
@@ -282,7 +289,7 @@ public final class OutboxRelay: Sendable {
                 "SELECT \(OutboxRow.columns) FROM job_outbox WHERE id = ANY($1::bigint[]) ORDER BY id", [chosen])
                 .map { try OutboxRow(row: $0) }
             if pause == .beforePush { park(.beforePush) }
-            let outcome = redis.push(rows, now: Clock.now(), maxPayloadBytes: maxPayloadBytes)
+            let outcome = try redis.push(rows, now: Clock.now(), maxPayloadBytes: maxPayloadBytes)
             if pause == .afterPush { park(.afterPush) }
             var statements: [PostgresConnection.Statement] = []
             if !outcome.pushed.isEmpty {

@@ -13,6 +13,9 @@ import Queue
 /// - `push` never throws for Redis: it says which rows a shard acknowledged (`pushed`), which could not become a
 ///   payload (`refused`, to be marked `error`) and which were not written (`skipped`, left unpushed). A row is in
 ///   `pushed` only when the reply to the very command that carried it was not an error.
+/// - Every row passes `middleware` (`OutboxRow.prepared(by:)`, e.g. the personal-arguments sealer) before any
+///   shard is written: a middleware failure that is not the row's fault throws from `push` with nothing written,
+///   so no row is ever pushed without it (in clear, when it is the sealer).
 ///
 /// Thread rules: owned by one thread (the relay's, or the thread running one finder round); never shared.
 final class OutboxShards {
@@ -25,8 +28,12 @@ final class OutboxShards {
     /// Index = shard index: consecutive failures (for the back-off).
     private var failures: [Int]
 
-    init(map: ShardMap, logger: Logger = Logger(label: "outbox.shards")) {
+    /// Applied to each row's job before its payload is built (`OutboxRelaySettings.middleware`).
+    let middleware: [any EnqueueMiddleware]
+
+    init(map: ShardMap, middleware: [any EnqueueMiddleware] = [], logger: Logger = Logger(label: "outbox.shards")) {
         self.map = map
+        self.middleware = middleware
         self.logger = logger
         connections = Array(repeating: nil, count: map.shards.count)
         downUntil = Array(repeating: .distantPast, count: map.shards.count)
@@ -113,10 +120,20 @@ final class OutboxShards {
     }
 
     /// Pushes `rows`, each on its queue's shard (one pipeline per shard touched). A shard that is down, or
-    /// fails, costs only its own rows (`skipped`); the others are pushed and reported as such.
-    func push(_ rows: [OutboxRow], now: Double, maxPayloadBytes: Int) -> PushOutcome {
+    /// fails, costs only its own rows (`skipped`); the others are pushed and reported as such. Throws
+    /// (`OutboxPrepareError.failed`) only when a middleware fails for a reason that is not the row's, before
+    /// anything is written.
+    func push(_ rows: [OutboxRow], now: Double, maxPayloadBytes: Int) throws(OutboxPrepareError) -> PushOutcome {
         var outcome = PushOutcome()
-        for (shard, group) in byShard(rows) {
+        var prepared: [OutboxRow] = []
+        prepared.reserveCapacity(rows.count)
+        for row in rows {
+            do { prepared.append(try row.prepared(by: middleware)) } catch {
+                guard case .refused(let reason) = error else { throw error }
+                outcome.refused.append((row, reason))
+            }
+        }
+        for (shard, group) in byShard(prepared) {
             let built = OutboxRow.pushCommands(group, now: now, maxPayloadBytes: maxPayloadBytes)
             outcome.refused += built.refused
             if built.commands.isEmpty { continue }

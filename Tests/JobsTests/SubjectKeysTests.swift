@@ -33,7 +33,7 @@ final class SubjectKeysTests: ReceiptsTestCase {
     // MARK: helpers
 
     /// The receipt jobs (verifyReceipt against the fake) and the privacy jobs; `opener` opens personal arguments.
-    func registry(opener: (any PersonalArgumentsOpener)?) throws -> JobRegistry {
+    func registry(opener: (any PersonalArgumentsOpener)?, subjectKeys: SubjectKeyStore? = nil) throws -> JobRegistry {
         var registry = JobRegistry()
         ReceiptJobs.register(into: &registry, services: try ReceiptServices(configuration: appleConfiguration(), http: http))
         let privacy = try PrivacyConfiguration(
@@ -42,7 +42,8 @@ final class SubjectKeysTests: ReceiptsTestCase {
             signingSecret: Data("test-signing-secret-0123456789-abcdefghijklmnop".utf8),
             smtp: SMTPConfiguration(host: "127.0.0.1", port: 9, security: .none, connectTimeout: .seconds(1), timeout: .seconds(1)),
             mailFrom: EmailAddress("privacy@example.test", name: "Privacy Team"))
-        PrivacyJobs.register(into: &registry, configuration: privacy, redis: redis.pool)
+        PrivacyJobs.register(into: &registry, configuration: privacy, redis: redis.pool, subjectKeys: subjectKeys)
+        registry.register(MailOnlyProbeJob())
         registry.personalArgumentsOpener = opener
         return registry
     }
@@ -337,6 +338,95 @@ final class SubjectKeysTests: ReceiptsTestCase {
         }, "\((try? redis.payloads(zset: Keys.dead))?.map { $0.fields["error_class"]?.stringValue ?? "" } ?? [])")
     }
 
+    /// The outbox (issue 37 point 2): a row written in clear through SQL `workers_enqueue` reaches Redis with its
+    /// personal fields sealed by the real `workerctl relay` (WORKERS_KEK set), a row the caller sealed itself passes
+    /// untouched; while the key store fails (its table away) the relay pushes nothing — neither in clear nor marked
+    /// `error` — and once it is back both rows go, sealed, and the worker validates both. Neither the queue nor the
+    /// AOF ever holds a personal value.
+    func testTheOutboxRelaySealsRowsWrittenInClearAndHoldsThemBackWhileTheKeyStoreFails() throws {
+        let store = try SubjectKeyStore(pool: pool, current: kek1)
+        let clearUser = try db.newUser(), sealedUser = try db.newUser()
+        let clearReceipt = "zqoutbox-clear-\(UUID().uuidString)", sealedReceipt = "zqoutbox-sealed-\(UUID().uuidString)"
+        let clearTx = "7339\(Int.random(in: 10_000_000_000...99_999_999_999))", sealedTx = "7340\(Int.random(in: 10_000_000_000...99_999_999_999))"
+        try registerValid(receipt: clearReceipt, transaction: clearTx)
+        try registerValid(receipt: sealedReceipt, transaction: sealedTx)
+        let clearArgs = JSONValue.array(try validation(user: clearUser, receipt: clearReceipt, transaction: clearTx).args).serialized()
+        let sealed = try sealer(store).sealed(try validation(user: sealedUser, receipt: sealedReceipt, transaction: sealedTx))
+        try pool.withConnection { c in
+            _ = try c.query("SELECT workers_enqueue('ValidateReceiptJob', $1::jsonb) AS jid", [clearArgs])
+            _ = try c.query("SELECT workers_enqueue('ValidateReceiptJob', $1::jsonb) AS jid", [JSONValue.array(sealed.args).serialized()])
+            _ = try c.execute("ALTER TABLE subject_keys RENAME TO subject_keys_away")
+        }
+        var restored = false
+        defer { if !restored { _ = try? pool.withConnection { try $0.execute("ALTER TABLE subject_keys_away RENAME TO subject_keys") } } }
+
+        let relay = try ChildProcess(executable: TestServices.workerctl, arguments: ["relay", "--outbox-poll-interval", "0.2"],
+                                     environment: ["REDIS_URL": redis.url, "DATABASE_URL": fixture.database.url,
+                                                   "WORKERS_KEK": kek1.configurationText])
+        defer { relay.signal(SIGTERM); _ = relay.wait() }
+        XCTAssertTrue(eventually(timeout: 30) { relay.stderr.contains("outbox relay round failed") }, relay.stderr)
+        XCTAssertEqual(try redis.int("LLEN", "queue:default"), 0, "pushed without the sealer")
+        XCTAssertEqual(try pool.withConnection { try $0.queryFirst(
+            "SELECT count(*)::int AS n FROM job_outbox WHERE pushed_at IS NULL AND error IS NULL")!.int("n") }, 2,
+            "the rows must wait, unmarked, for the key store")
+
+        _ = try pool.withConnection { try $0.execute("ALTER TABLE subject_keys_away RENAME TO subject_keys") }
+        restored = true
+        XCTAssertTrue(eventually(timeout: 30) { (try? redis.int("LLEN", "queue:default")) == 2 }, relay.stderr)
+        let needles = [clearUser.uuidString.lowercased(), sealedUser.uuidString.lowercased(), clearReceipt, sealedReceipt,
+                       clearTx, sealedTx]
+        XCTAssertEqual(try queueHolds(needles), [], "personal values in clear in Redis")
+        // The ciphertext (fresh nonce per seal) tells the caller's envelope from a second sealing (jsonb reorders keys).
+        let sealedReceiptCiphertext = try XCTUnwrap(sealed.args.first?.objectValue?["receipt_data"]?.objectValue?["ct"])
+        var untouched = false
+        for payload in try redis.payloads(list: "queue:default") {
+            let args = try XCTUnwrap(payload.args.first?.objectValue)
+            for field in ["user_id", "receipt_data", "transaction_id"] {
+                XCTAssertNotNil(PersonalEnvelope(try XCTUnwrap(args[field])), "\(field) is not an envelope")
+            }
+            XCTAssertEqual(args["app_id"]?.stringValue, db.appID.uuidString.lowercased())
+            if args["receipt_data"]?.objectValue?["ct"] == sealedReceiptCiphertext { untouched = true }
+        }
+        XCTAssertTrue(untouched, "the caller's own envelope was sealed again")
+
+        try startWorker(try registry(opener: SubjectArgumentsOpener(store: store, redis: redis.pool)))
+        XCTAssertTrue(try eventually(timeout: 60) { try db.userStatus(clearUser) == "premium" && db.userStatus(sealedUser) == "premium" })
+        XCTAssertEqual(try redis.int("ZCARD", Keys.dead) + redis.int("ZCARD", Keys.retry), 0)
+        XCTAssertEqual(try aofHolds(needles), [], "personal values in clear in the AOF")
+    }
+
+    /// An address used as a subject by a job that knows only the address (a key not linked to the person): the
+    /// deletion erases it too, by the address it keeps in `purge_email`, so that job dies `SubjectErased`; another
+    /// address's key stays. A worker without a key store cannot find that key: the deletion is retried (the reason
+    /// names no address) and keeps `purge_email` until a worker with the key store completes it.
+    func testTheErasureDeletesTheKeyOfTheAddressAsASubjectAndWaitsForAKeyStoreWhenItHasNone() throws {
+        let email = "zqmailonly@example.org"
+        let (user, request) = try userWithDueDeletion(email: email)
+        let store = try SubjectKeyStore(pool: pool, current: kek1)
+        let probeSealer = SubjectArgumentsSealer(store: store, classes: [MailOnlyProbeJob.Arguments.self])
+        // The producer spells the address its own way; the subject is the address, whatever its case.
+        let mailJob = try probeSealer.sealed(try NewJob(MailOnlyProbeJob.Arguments(email: "ZqMailOnly@Example.org", note: "zqhello")))
+        let otherJob = try probeSealer.sealed(try NewJob(MailOnlyProbeJob.Arguments(email: "zqsomeoneelse@example.org", note: "zqhi")))
+        let opener = SubjectArgumentsOpener(store: store, redis: redis.pool, cacheTTL: .zero)
+        XCTAssertNoThrow(try fixture.driver(try registry(opener: opener)).run(MailOnlyProbeJob.Arguments.className, mailJob.args))
+
+        let keyless = try fixture.driver(try registry(opener: nil))
+        let waiting = try keyless.deliver(AccountDeletionJob.className, PrivacyJobs.deletionJob(userID: user, requestID: request).args)
+        guard case .retry = waiting else { return XCTFail("\(waiting)") }
+        XCTAssertTrue(waiting.errorMessage?.contains("no key store") ?? false, "\(waiting)")
+        XCTAssertFalse(waiting.errorMessage?.lowercased().contains("zqmailonly") ?? true, "the address in the error")
+        let purgeEmail = { try self.pool.withConnection { try $0.queryFirst(
+            "SELECT count(*)::int AS n FROM deletion_requests WHERE id = $1 AND purge_email IS NOT NULL", [request])!.int("n") } }
+        XCTAssertEqual(try purgeEmail(), 1, "the address must stay known until its key is erased")
+
+        let keyed = fixture.driver(try registry(opener: opener, subjectKeys: store))
+        try keyed.run(AccountDeletionJob.className, PrivacyJobs.deletionJob(userID: user, requestID: request).args)
+        XCTAssertEqual(try purgeEmail(), 0)
+        let erased = try keyed.deliver(MailOnlyProbeJob.Arguments.className, mailJob.args)
+        XCTAssertEqual(erased.errorClass, "SubjectErased", "\(erased)")
+        XCTAssertNoThrow(try keyed.run(MailOnlyProbeJob.Arguments.className, otherJob.args), "another address's key went too")
+    }
+
     /// Strict mode: a clear personal value goes to dead as `PersonalDataInClear` (lenient mode runs it); an envelope
     /// moved to another field does not open (`UnreadableEnvelope`); a registry that declares personal arguments
     /// refuses to start without a key store; the payload limit applies to the encrypted size.
@@ -374,6 +464,19 @@ final class SubjectKeysTests: ReceiptsTestCase {
             guard case .tooLarge = error as? EnqueueError else { return XCTFail("\(error)") }
         }
     }
+}
+
+/// A job that knows a person only by an e-mail address (as another service's mail job sharing our Redis would):
+/// `email` is the subject, `email` and `note` are personal. Does nothing.
+struct MailOnlyProbeJob: Job {
+    struct Arguments: JobArguments, Equatable {
+        static let className = "ZqMailOnlyProbe"
+        static let personalFields: Set<String> = ["email", "note"]
+        static let subjectField: String? = "email"
+        let email: String
+        let note: String
+    }
+    func perform(_ arguments: Arguments, context: JobContext) throws {}
 }
 
 /// A clock the test moves.

@@ -53,11 +53,16 @@ public struct AccountDeletionJob: Job {
 
     let store: ExportFileStore
     let purger: RedisJobPurger
+    /// The key store of encrypted arguments: finds an e-mail subject's key by its digest. Nil: no KEK on this worker.
+    let subjectKeys: SubjectKeyStore?
 
-    /// `shards`: with several Redis shards, the purge covers every one (docs/sharding.md).
-    package init(configuration: PrivacyConfiguration, redis: RedisPool, shards: ShardPools? = nil) {
+    /// `shards`: with several Redis shards, the purge covers every one (docs/sharding.md). `subjectKeys`: see
+    /// `eraseEmailSubjectKeys`.
+    package init(configuration: PrivacyConfiguration, redis: RedisPool, shards: ShardPools? = nil,
+                 subjectKeys: SubjectKeyStore? = nil) {
         self.store = ExportFileStore(directory: configuration.storageDirectory)
         self.purger = shards.map { RedisJobPurger(shards: $0) } ?? RedisJobPurger(pool: redis)
+        self.subjectKeys = subjectKeys
     }
 
     public func perform(_ arguments: Arguments, context: JobContext) throws {
@@ -88,15 +93,16 @@ public struct AccountDeletionJob: Job {
         case .alreadyCompleted:
             break
         }
-        // The erasure deleted the user's data keys: every worker drops its cached copies now (again on a later run,
-        // so a crash between the commit and this line is repaired by the redelivery).
-        try SubjectKeyInvalidation.announce(on: purger.pools)
-        let files = try removeExportFiles(userID: userID, context: context)
         // Any request of this user may hold the address (another request may have done the anonymisation).
         let emails = try context.withConnection { conn in
             try conn.query("SELECT DISTINCT purge_email FROM deletion_requests WHERE user_id = $1 AND purge_email IS NOT NULL",
                            [userID]).map { try $0.string("purge_email") }
         }
+        let emailKeys = try eraseEmailSubjectKeys(emails, context: context)
+        // The erasure deleted the user's data keys: every worker drops its cached copies now (again on a later run,
+        // so a crash between the commit and this line is repaired by the redelivery).
+        try SubjectKeyInvalidation.announce(on: purger.pools)
+        let files = try removeExportFiles(userID: userID, context: context)
         var report = try purger.purge(userID: userID, email: emails.first)
         for email in emails.dropFirst() {
             for (key, count) in try purger.purge(userID: userID, email: email).removedByKey {
@@ -109,7 +115,30 @@ public struct AccountDeletionJob: Job {
                              [userID])
         }
         context.logger.info("deletion cleanup done", metadata: ["export_files_removed": "\(files)",
-                                                              "redis_jobs_purged": "\(report.total)"])
+                                                              "redis_jobs_purged": "\(report.total)",
+                                                              "email_subject_keys_erased": "\(emailKeys)"])
+    }
+
+    /// Deletes the data keys of the person's e-mail addresses (`purge_email`) used as subjects of encrypted arguments
+    /// by jobs that know only the address (docs/jobs-privacy.md): a key linked to the person went with
+    /// `SubjectKeyStore.erase(personID:)` in the transaction; one a producer made for the bare address is found only
+    /// by its digest, which needs the key store. Runs before the invalidation is announced and before `purge_email`
+    /// is cleared, so a failure is retried with the address still known. Without a key store on this worker:
+    /// nothing to do when no unlinked key exists at all, else `SubjectKeyErasureError` (retried; a worker with the
+    /// KEK completes it) — never a silent success that would leave an address's key.
+    private func eraseEmailSubjectKeys(_ emails: [String], context: JobContext) throws -> Int {
+        if emails.isEmpty { return 0 }
+        return try context.withConnection { conn in
+            guard let subjectKeys else {
+                let unlinked = try conn.queryFirst("SELECT EXISTS (SELECT 1 FROM subject_keys WHERE person_id IS NULL) AS found")?
+                    .bool("found") ?? false
+                if unlinked { throw SubjectKeyErasureError.noKeyStore }
+                return 0
+            }
+            var erased = 0
+            for email in emails { erased += try subjectKeys.erase(subject: email, on: conn) }
+            return erased
+        }
     }
 
     /// Deletes the files of the user's exports, then the rows (each row only after its file is gone, so a
@@ -128,5 +157,19 @@ public struct AccountDeletionJob: Job {
             }
         }
         return removed
+    }
+}
+
+/// Why the deletion could not erase the keys of the person's e-mail subjects. Never holds the address.
+public enum SubjectKeyErasureError: Error, Sendable, CustomStringConvertible {
+    /// Keys of subjects not linked to a person exist, and this worker has no KEK to find the address's one by.
+    case noKeyStore
+
+    public var description: String {
+        switch self {
+        case .noKeyStore:
+            return "subject keys of e-mail subjects exist and this worker has no key store (WORKERS_KEK): the address's key "
+                + "cannot be found; a worker with the KEK completes the erasure (docs/jobs-privacy.md)"
+        }
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Mail
 import Queue
+import SubjectKeys
 import Workers
 
 /// The GDPR jobs (contract with the Auth Service; see docs/jobs-privacy.md):
@@ -33,12 +34,14 @@ public enum PrivacyJobs {
     }
 
     /// Registers the four privacy jobs. `redis` is the job system's own Redis (purging and enqueueing);
-    /// `smtp` defaults to a sender built from `configuration.smtp`.
+    /// `smtp` defaults to a sender built from `configuration.smtp`; `subjectKeys`: the key store of encrypted
+    /// arguments, with which the deletion erases the keys of the person's e-mail subjects (nil: no KEK here).
     package static func register(into registry: inout JobRegistry, configuration: PrivacyConfiguration,
-                                redis: RedisPool, smtp: SMTPSender? = nil, shards: ShardPools? = nil) {
+                                redis: RedisPool, smtp: SMTPSender? = nil, shards: ShardPools? = nil,
+                                subjectKeys: SubjectKeyStore? = nil) {
         let sender = smtp ?? SMTPSender(configuration: configuration.smtp)
         registry.register(PrivacyExportJob(configuration: configuration, smtp: sender))
-        registry.register(AccountDeletionJob(configuration: configuration, redis: redis, shards: shards))
+        registry.register(AccountDeletionJob(configuration: configuration, redis: redis, shards: shards, subjectKeys: subjectKeys))
         registry.register(DueDeletionSweepJob(configuration: configuration, redis: redis, shards: shards))
         registry.register(ExportCleanupJob(configuration: configuration))
     }

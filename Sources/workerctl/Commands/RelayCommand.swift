@@ -4,6 +4,8 @@ import Foundation
 import Logging
 import Outbox
 import Queue
+import Storage
+import SubjectKeys
 import Workers
 
 /// The outbox flags shared by `worker`, `run` (`--outbox-relay`) and `relay` (docs/outbox.md).
@@ -54,7 +56,8 @@ struct OutboxRelayOptions: ParsableArguments {
     }
 
     /// The relay settings; the lost-job finder re-pushes only classes of `registry` that use the ledger.
-    func settings(redisURL: String, databaseURL: String, registry: JobRegistry, shardMap: ShardMap? = nil) -> OutboxRelaySettings {
+    func settings(redisURL: String, databaseURL: String, registry: JobRegistry, shardMap: ShardMap? = nil,
+                  middleware: [any EnqueueMiddleware] = []) -> OutboxRelaySettings {
         let ledgerClasses = registry.classNames.filter { registry.options(for: $0)?.usesLedger == true }
         // The flags are seconds (`validate()` checked them); a `Duration` is built through `Bounded` (an interval
         // of 1e300 s would trap `Duration.seconds`): intervals up to a year, retentions up to `maxRetention`.
@@ -67,15 +70,18 @@ struct OutboxRelayOptions: ParsableArguments {
                                                         ledgerRetention: Bounded.duration(seconds: ledgerRetention, max: maxRetention))
         return OutboxRelaySettings(databaseURL: databaseURL, redisURL: redisURL, batchSize: batch,
                                    pollInterval: interval(pollInterval), lostJobs: lostJobs, shardMap: shardMap,
-                                   retention: retentionSettings, maxPayloadBytes: maxPayload, maxBatchBytes: batchBytes)
+                                   retention: retentionSettings, maxPayloadBytes: maxPayload, maxBatchBytes: batchBytes,
+                                   middleware: middleware)
     }
 
-    /// The relay a worker runs when `--outbox-relay` is given (nil otherwise).
+    /// The relay a worker runs when `--outbox-relay` is given (nil otherwise). `middleware`: applied to each row's
+    /// job (`SubjectKeysSetup.relayMiddleware`).
     func makeRelay(redisURL: String, noDatabase: Bool, databaseURL: String, registry: JobRegistry,
-                   shardMap: ShardMap? = nil) throws -> OutboxRelay? {
+                   shardMap: ShardMap? = nil, middleware: [any EnqueueMiddleware] = []) throws -> OutboxRelay? {
         guard enabled else { return nil }
         if noDatabase { throw CLIError.usage("--outbox-relay needs PostgreSQL; it cannot run with --no-database") }
-        return OutboxRelay(settings: settings(redisURL: redisURL, databaseURL: databaseURL, registry: registry, shardMap: shardMap),
+        return OutboxRelay(settings: settings(redisURL: redisURL, databaseURL: databaseURL, registry: registry, shardMap: shardMap,
+                                              middleware: middleware),
                            logger: Logger(label: "workerctl.outbox"))
     }
 }
@@ -102,9 +108,14 @@ struct RelayCommand: ParsableCommand {
     func run() throws {
         var registry = JobRegistry()
         if benchJobs { registry = BenchJobs.registry() }
+        // Rows written in clear get their personal arguments encrypted on the way to Redis (docs/jobs-privacy.md).
+        let keys = try SubjectKeysSetup.configuration().map { configuration in
+            try SubjectKeysSetup.store(pool: PostgresPool(url: database.resolvedURL(), maxConnections: 2), configuration: configuration)
+        }
         let relay = OutboxRelay(settings: outbox.settings(redisURL: redis.resolvedURL(), databaseURL: database.resolvedURL(),
                                                           registry: registry,
-                                                          shardMap: try WorkerConfigFile().shardMap(defaultURL: redis.resolvedURL())),
+                                                          shardMap: try WorkerConfigFile().shardMap(defaultURL: redis.resolvedURL()),
+                                                          middleware: SubjectKeysSetup.relayMiddleware(store: keys)),
                                 logger: Logger(label: "workerctl.relay"))
         let stopped = DispatchSemaphore(value: 0)
         var sources: [any DispatchSourceSignal] = []

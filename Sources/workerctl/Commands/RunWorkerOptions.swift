@@ -7,6 +7,7 @@ import Logging
 import Outbox
 import Queue
 import Storage
+import SubjectKeys
 import Workers
 
 /// The worker's flags and how they become a `WorkerProcess`: shared by `workerctl worker` and
@@ -126,15 +127,19 @@ struct WorkerOptions: ParsableArguments {
             TraceProbes.register(into: &registry, redisURL: configuration.redisURL)
             SteerProbes.register(into: &registry, redisURL: configuration.redisURL)
         }
-        registerDomainJobs(into: &registry, redisURL: configuration.redisURL, shardMap: configuration.shardMap)
         let jobDatabase = noDatabase ? nil : try openDatabase(configured: file.databaseURL,
                                                                poolSize: file.pgPoolSize ?? configuration.concurrency,
                                                                preparesStatements: !noPreparedStatements && file.pgPreparedStatements != false)
-        // Encrypted personal arguments (docs/jobs-privacy.md): the key store, or a refusal to start without one.
-        try SubjectKeysSetup.install(into: &registry, database: jobDatabase, redisURL: configuration.redisURL)
+        // Encrypted personal arguments (docs/jobs-privacy.md): the key store (the deletion job erases e-mail subjects'
+        // keys with it, the relay seals with it), or a refusal to start without one.
+        let subjectKeys = try SubjectKeysSetup.openStore(database: jobDatabase)
+        registerDomainJobs(into: &registry, redisURL: configuration.redisURL, shardMap: configuration.shardMap,
+                           subjectKeys: subjectKeys)
+        try SubjectKeysSetup.install(into: &registry, store: subjectKeys, database: jobDatabase, redisURL: configuration.redisURL)
         let relay = try outbox.makeRelay(redisURL: configuration.redisURL, noDatabase: noDatabase,
                                          databaseURL: database.resolvedURL(configured: file.databaseURL), registry: registry,
-                                         shardMap: configuration.shardMap)
+                                         shardMap: configuration.shardMap,
+                                         middleware: outbox.enabled ? SubjectKeysSetup.relayMiddleware(store: subjectKeys) : [])
         let metricsEndpoint = try metricsAddress(file: file).map { address in
             try PrometheusEndpoint.endpoint(host: address.host, port: address.port, redisURL: configuration.redisURL,
                                             databaseURL: noDatabase ? nil : database.resolvedURL(configured: file.databaseURL))
@@ -174,7 +179,8 @@ struct WorkerOptions: ParsableArguments {
 
     /// The domain jobs, configured from the environment (`docs/jobs-*.md`). An area that is not
     /// configured is logged once here and its jobs retry until a configured worker runs them.
-    private func registerDomainJobs(into registry: inout JobRegistry, redisURL: String, shardMap: ShardMap?) {
+    private func registerDomainJobs(into registry: inout JobRegistry, redisURL: String, shardMap: ShardMap?,
+                                    subjectKeys: SubjectKeyStore?) {
         let logger = Logger(label: "workerctl.worker")
         guard CurlRuntime.prepareAtStartup(), let pool = try? RedisPool(url: redisURL, maxConnections: 4) else {
             logger.error("domain jobs not registered: libcurl or the Redis URL could not be initialised")
@@ -183,7 +189,8 @@ struct WorkerOptions: ParsableArguments {
         let http = HTTPClient(configuration: HTTPClientConfiguration())
         for status in DomainJobs.register(into: &registry, environment: ProcessInfo.processInfo.environment,
                                           redis: pool, http: http,
-                                          shards: shardMap.map { ShardPools(map: $0, maxConnections: 4) }) {
+                                          shards: shardMap.map { ShardPools(map: $0, maxConnections: 4) },
+                                          subjectKeys: subjectKeys) {
             if let problem = status.problem {
                 logger.warning("jobs not configured on this worker; they will retry until a configured worker runs them",
                                metadata: ["area": "\(status.area)", "problem": "\(problem)"])

@@ -25,11 +25,17 @@ enum SubjectKeysSetup {
         }
     }
 
-    /// A worker's opener from the environment; then refuses to start when a registered class declares personal
+    /// A worker's key store: nil without PostgreSQL or without a KEK; a wrong KEK fails here, at start.
+    static func openStore(database: JobDatabase?) throws -> SubjectKeyStore? {
+        guard let database, let configuration = try configuration() else { return nil }
+        return try store(pool: database.pool, configuration: configuration)
+    }
+
+    /// A worker's opener over `store`; then refuses to start when a registered class declares personal
     /// arguments and there is no key store. A worker without PostgreSQL (`--no-database`) has no key store and no
     /// ledger, so it cannot run those classes whatever the KEK: they are registered as an unconfigured area's stand-ins
     /// (their jobs retry until a worker with PostgreSQL and the key store takes them) and a warning says so.
-    static func install(into registry: inout JobRegistry, database: JobDatabase?, redisURL: String) throws {
+    static func install(into registry: inout JobRegistry, store: SubjectKeyStore?, database: JobDatabase?, redisURL: String) throws {
         guard let database else {
             let classNames = registry.classNamesWithPersonalArguments
             guard !classNames.isEmpty else { return }
@@ -40,12 +46,26 @@ enum SubjectKeysSetup {
                 metadata: ["area": "personal arguments", "classes": "\(classNames.joined(separator: ","))", "problem": "\(problem)"])
             return
         }
-        if let configuration = try configuration() {
-            let store = try store(pool: database.pool, configuration: configuration)
+        if let store, let configuration = try configuration() {
             registry.personalArgumentsOpener = SubjectArgumentsOpener(
                 store: store, redis: try RedisPool(url: redisURL, maxConnections: 2), configuration: configuration)
         }
         do { try registry.checkPersonalArguments() } catch { throw CLIError.runtime(error.description) }
+    }
+
+    /// What an outbox relay applies to each row (`OutboxRelaySettings.middleware`): the sealer of the domain's
+    /// classes with personal arguments (`DomainJobs.personalArgumentTypes`), so rows written in clear (SQL
+    /// `workers_enqueue`, `Outbox.enqueue`) reach Redis encrypted. Without a key store the rows go as written, and a
+    /// warning says so once.
+    static func relayMiddleware(store: SubjectKeyStore?) -> [any EnqueueMiddleware] {
+        guard let store else {
+            let classes = DomainJobs.personalArgumentTypes.map { $0.className }.joined(separator: ",")
+            Logger(label: "workerctl.outbox").warning(
+                "no KEK (WORKERS_KEK): the outbox relay pushes personal arguments as the rows hold them (docs/jobs-privacy.md)",
+                metadata: ["classes": "\(classes)"])
+            return []
+        }
+        return [SubjectArgumentsSealer(store: store, classes: DomainJobs.personalArgumentTypes)]
     }
 
     /// The sealer `workerctl enqueue` uses for `className`, or nil when the class declares no personal arguments.
