@@ -91,6 +91,8 @@ pickup() {
   echo "   $line"
   record "${side}_push_p50_$rate" "$(echo "$line" | sed -nE 's/.* p50 ([0-9.]+) ms.*/\1/p')"
   record "${side}_push_p99_$rate" "$(echo "$line" | sed -nE 's/.* p99 ([0-9.]+) ms.*/\1/p')"
+  # Issue 38 goal 3: the pickup's p99 above its floor's p99, in the same run.
+  record "${side}_gap_p99_$rate" "$(echo "$(tail -1 "$FIGURES/${side}_p99_$rate") - $(tail -1 "$FIGURES/${side}_push_p99_$rate")" | bc -l)"
 }
 # Waits until COUNT worker processes have registered (`processes`: ours and Sidekiq's heartbeat).
 registered() { for _ in $(seq 1 300); do [ "$(R scard processes)" -ge "$1" ] && { sleep 0.5; return 0; }; sleep 0.05; done; echo "workers did not register" >&2; exit 1; }
@@ -117,6 +119,10 @@ for run in $(seq 1 "$RUNS"); do
   record ours_rss_drain "$(grep stopped /tmp/bench-worker.log | tail -1 | field peak_rss_kb)"
   echo "   ours: drain $(printf %.0f "$OURS") jobs/s"
 
+  # One fsync's cost on Redis' disk, in this run (goal 3's allowance under AOF `always`).
+  line=$(python3 bench/fsync_probe.py "$(R config get dir | tail -1)" 500 | python3 bench/percentiles.py "fdatasync of 4 kB")
+  echo "   $line"
+  record fsync_p99 "$(echo "$line" | sed -nE 's/.* p99 ([0-9.]+) ms.*/\1/p')"
   R flushdb >/dev/null
   aof_settled
   "$BIN" worker --no-database --bench-jobs --concurrency "$CONCURRENCY" 2>/tmp/bench-worker.log &
@@ -181,8 +187,20 @@ for rate in $PICKUP_RATES; do
     report "${side}_p99_$rate" ms "$side: pickup p99 at $rate jobs/s (exact samples)"
     report "${side}_push_p50_$rate" ms "$side run: the producers' push round trip p50 at $rate jobs/s (the floor)"
     report "${side}_push_p99_$rate" ms "$side run: the producers' push round trip p99 at $rate jobs/s (the floor)"
+    report "${side}_gap_p99_$rate" ms "$side: pickup p99 minus its floor's p99 at $rate jobs/s (per run)"
   done
 done
+report fsync_p99 ms "one fdatasync of 4 kB on Redis' disk, p99 of 500 (per run)"
+# Issue 38 goal 3 at 5,000 jobs/s: the gap's median <= 0.3 ms without AOF; with AOF `always`, <= 0.3 ms + one fsync's p99.
+if [ -s "$FIGURES/ours_gap_p99_5000" ]; then
+  gap=$(sort -g "$FIGURES/ours_gap_p99_5000" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+  allowance=0.3
+  if [ "$(R config get appendfsync | tail -1)" = always ] && [ "$(R config get appendonly | tail -1)" = yes ]; then
+    allowance=$(echo "0.3 + $(sort -g "$FIGURES/fsync_p99" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')" | bc -l)
+  fi
+  printf '   goal 3 (issue 38): pickup p99 - floor p99 at 5,000 jobs/s = %.2f ms, allowance %.2f ms: %s\n' "$gap" "$allowance" \
+    "$([ "$(echo "$gap <= $allowance" | bc -l)" = 1 ] && echo met || echo 'not met')"
+fi
 report ours_rss_drain kB "ours: peak RSS of the draining worker"
 [ $SIDEKIQ = 1 ] && report sidekiq_rss_drain kB "sidekiq: peak RSS of the larger draining process"
 exit 0
