@@ -27,6 +27,7 @@ else
   BIN="$(swift build --show-bin-path)/workerctl"
 fi
 [ -x "$BIN" ] || { echo "$BIN is not an executable" >&2; exit 1; }
+. bench/lib.sh   # bench_kek: the workers below run with PostgreSQL
 
 # Its own Redis and PostgreSQL (crashed and restarted below), so nothing else on the machine is disturbed.
 export DATA_DIR="${CHAOS_DATA_DIR:-$ROOT/.dev/chaos}" REDIS_PORT="${CHAOS_REDIS_PORT:-6391}" PG_PORT="${CHAOS_PG_PORT:-5441}"

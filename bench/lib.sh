@@ -13,6 +13,21 @@ release_workerctl() {
   BIN="$(scripts/release-build)" || { echo "release build failed: nothing measured" >&2; exit 1; }
 }
 
+# A worker with PostgreSQL refuses to start without a KEK while a registered class declares personal arguments (the
+# receipts jobs; docs/jobs-privacy.md). Unless the caller set one, the benchmarks use the demo's KEK
+# (.dev/demo/workers-kek, made once as scripts/demo-env makes it), so the dev database's subject keys stay under one
+# KEK id whichever of the two started first. Runs when this file is sourced.
+bench_kek() {
+  [ -n "${WORKERS_KEK:-}${WORKERS_KEK_FILE:-}" ] && return 0
+  local dir file
+  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.dev/demo"
+  file="$dir/workers-kek"
+  mkdir -p "$dir"
+  [ -s "$file" ] || (umask 077; { printf 'demo-1:'; head -c 32 /dev/urandom | base64; } >"$file")
+  export WORKERS_KEK_FILE="$file"
+}
+bench_kek
+
 # The helpers below expect the caller to define R (redis-cli on the benchmark's database), N, and FIGURES (a
 # temporary folder it removes on exit).
 
