@@ -75,7 +75,7 @@ use_persistence "$PERSISTENCE"
 
 # The key store: a database of its own with a KEK of this run (a KEK of an earlier run would not open its lookup key).
 PGOPTIONS="-c client_min_messages=warning" psql "$ADMIN_URL" -qc "DROP DATABASE IF EXISTS subject_keys_bench" -c "CREATE DATABASE subject_keys_bench" >/dev/null
-"$BIN" migrate >/dev/null
+"$BIN" migrate >"$FIGURES/migrate.log" 2>&1 || { cat "$FIGURES/migrate.log" >&2; echo "migrate failed" >&2; exit 1; }
 export WORKERS_KEK="bench:$(python3 -c 'import base64, os; print(base64.b64encode(os.urandom(32)).decode())')"
 export SUBJECT_KEYS_BENCH_KEK="$WORKERS_KEK" WORKERS_SUBJECT_KEY_CACHE_SECONDS=3600
 unset WORKERS_KEK_FILE WORKERS_KEK_PREVIOUS WORKERS_KEK_PREVIOUS_FILE WORKERS_PERSONAL_ARGS_STRICT
