@@ -70,11 +70,13 @@ restore_persistence() {
 }
 WPID=""
 stop_worker() { [ -n "$WPID" ] && kill -TERM "$WPID" 2>/dev/null && wait "$WPID" 2>/dev/null; WPID=""; }
-trap 'stop_worker || true; restore_persistence; rm -rf "$FIGURES"' EXIT
+drop_keys() { PGOPTIONS="-c client_min_messages=warning" psql "$ADMIN_URL" -qc "DROP DATABASE IF EXISTS subject_keys_bench" >/dev/null || true; }
+trap 'stop_worker || true; restore_persistence; drop_keys; rm -rf "$FIGURES"' EXIT
 use_persistence "$PERSISTENCE"
 
 # The key store: a database of its own with a KEK of this run (a KEK of an earlier run would not open its lookup key).
-PGOPTIONS="-c client_min_messages=warning" psql "$ADMIN_URL" -qc "DROP DATABASE IF EXISTS subject_keys_bench" -c "CREATE DATABASE subject_keys_bench" >/dev/null
+drop_keys
+psql "$ADMIN_URL" -qc "CREATE DATABASE subject_keys_bench" >/dev/null
 "$BIN" migrate >"$FIGURES/migrate.log" 2>&1 || { cat "$FIGURES/migrate.log" >&2; echo "migrate failed" >&2; exit 1; }
 export WORKERS_KEK="bench:$(python3 -c 'import base64, os; print(base64.b64encode(os.urandom(32)).decode())')"
 export SUBJECT_KEYS_BENCH_KEK="$WORKERS_KEK" WORKERS_SUBJECT_KEY_CACHE_SECONDS=3600
