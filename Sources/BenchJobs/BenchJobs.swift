@@ -13,6 +13,12 @@ public enum BenchJobs {
         registry.register(HttpProbeJob())
     }
 
+    /// Registers `SealedProbe`, whose arguments are personal: only on a worker that has the key store (a KEK
+    /// configured), never by `register(into:)` — a registry declaring personal arguments refuses to start without it.
+    public static func registerSealedProbe(into registry: inout JobRegistry) {
+        registry.register(SealedProbeJob())
+    }
+
     /// The built-in smoke-test jobs plus the bench jobs: what a bench or test worker runs.
     public static func registry() -> JobRegistry {
         var registry = JobRegistry.builtins()

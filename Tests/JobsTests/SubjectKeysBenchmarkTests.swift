@@ -96,3 +96,53 @@ final class SubjectKeysBenchmarkTests: ReceiptsTestCase {
               + " ms per job (" + String(format: "%+.1f", (encryptedJob / plainJob - 1) * 100) + " %)")
     }
 }
+
+/// The producer of bench/subject_keys.sh's release drain (not what it measures): pushes `SealedProbe` jobs into
+/// `queue:default` of `REDIS_URL`, one per subject (`SUBJECT_KEYS_BENCH_SUBJECTS`, default 10,000, fixed user ids so
+/// every fill of a run uses the same subjects), each with a 4 KB `receipt`, `SUBJECT_KEYS_BENCH_PASSES` times over the
+/// subjects (default 1), in pipelined batches of 1,000 through `JobClient`: sealed by a `SubjectArgumentsSealer` over
+/// the key store in `DATABASE_URL` under `SUBJECT_KEYS_BENCH_KEK` (the worker's `WORKERS_KEK`) when
+/// `SUBJECT_KEYS_BENCH_FILL=sealed`, in clear when `clear`. Skipped unless `SUBJECT_KEYS_BENCH_FILL` is set.
+final class SubjectKeysBenchFillTests: XCTestCase {
+    /// `SealedProbe`'s declarations (Sources/BenchJobs/SealedProbeJob.swift; JobsTests does not link BenchJobs):
+    /// what the sealer needs. A drift shows in the bench as dead jobs, which bench/subject_keys.sh refuses.
+    struct SealedProbeArguments: JobArguments {
+        static let className = "SealedProbe"
+        static let personalFields: Set<String> = ["receipt"]
+        static let subjectField: String? = "user_id"
+        let userID: String
+        let receipt: String
+        let n: Int
+        enum CodingKeys: String, CodingKey { case userID = "user_id", receipt, n }
+    }
+
+    func testFill() throws {
+        let env = ProcessInfo.processInfo.environment
+        guard let mode = env["SUBJECT_KEYS_BENCH_FILL"] else { throw XCTSkip("set SUBJECT_KEYS_BENCH_FILL=sealed|clear (bench/subject_keys.sh)") }
+        XCTAssert(["sealed", "clear"].contains(mode), "SUBJECT_KEYS_BENCH_FILL must be sealed or clear, got \(mode)")
+        let subjects = Int(env["SUBJECT_KEYS_BENCH_SUBJECTS"] ?? "") ?? 10_000
+        let passes = Int(env["SUBJECT_KEYS_BENCH_PASSES"] ?? "") ?? 1
+        let redis = try RedisPool(url: try XCTUnwrap(env["REDIS_URL"], "REDIS_URL"), maxConnections: 1)
+        var middleware: [any EnqueueMiddleware] = []
+        if mode == "sealed" {
+            let kek = try KeyEncryptionKey(parsing: try XCTUnwrap(env["SUBJECT_KEYS_BENCH_KEK"], "SUBJECT_KEYS_BENCH_KEK"))
+            let store = try SubjectKeyStore(pool: PostgresPool(url: try XCTUnwrap(env["DATABASE_URL"], "DATABASE_URL"), maxConnections: 1),
+                                            current: kek)
+            middleware = [SubjectArgumentsSealer(store: store, classes: [SealedProbeArguments.self], cacheTTL: .seconds(3600))]
+        }
+        let client = JobClient(pool: redis, middleware: middleware)
+        let receipt = String(repeating: "MIIT", count: 1024)  // 4 KB
+        let started = Date()
+        for _ in 0..<passes {
+            for first in stride(from: 0, to: subjects, by: 1000) {
+                let jobs = try (first..<min(subjects, first + 1000)).map { index in
+                    try NewJob(SealedProbeArguments(userID: String(format: "00000000-0000-4000-8000-%012d", index),
+                                                    receipt: receipt, n: index))
+                }
+                try client.enqueueMany(jobs)
+            }
+        }
+        print("subject-keys-bench-fill: \(passes * subjects) SealedProbe jobs \(mode) in "
+              + String(format: "%.1f", Date().timeIntervalSince(started)) + " s")
+    }
+}

@@ -123,6 +123,7 @@ struct WorkerOptions: ParsableArguments {
         var registry = JobRegistry.builtins()
         if benchJobs {
             BenchJobs.register(into: &registry)
+            if try SubjectKeysSetup.configuration() != nil { BenchJobs.registerSealedProbe(into: &registry) }  // personal args
             LimitProbes.register(into: &registry, redisURL: configuration.redisURL)
             TraceProbes.register(into: &registry, redisURL: configuration.redisURL)
             SteerProbes.register(into: &registry, redisURL: configuration.redisURL)
