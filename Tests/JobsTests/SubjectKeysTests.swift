@@ -410,7 +410,7 @@ final class SubjectKeysTests: ReceiptsTestCase {
         let opener = SubjectArgumentsOpener(store: store, redis: redis.pool, cacheTTL: .zero)
         XCTAssertNoThrow(try fixture.driver(try registry(opener: opener)).run(MailOnlyProbeJob.Arguments.className, mailJob.args))
 
-        let keyless = try fixture.driver(try registry(opener: nil))
+        let keyless = fixture.driver(try registry(opener: nil))
         let waiting = try keyless.deliver(AccountDeletionJob.className, PrivacyJobs.deletionJob(userID: user, requestID: request).args)
         guard case .retry = waiting else { return XCTFail("\(waiting)") }
         XCTAssertTrue(waiting.errorMessage?.contains("no key store") ?? false, "\(waiting)")
