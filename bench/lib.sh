@@ -71,6 +71,15 @@ clock_read() { wait "$CLOCK_PID"; ELAPSED=$(cat "$FIGURES/clock"); }
 
 # Redis persistence for a benchmark run, the same for every side it measures (CONFIG SET on the running server;
 # the caller restores the previous setting on exit): always | everysec | no.
+# Remembers Redis's persistence settings now (save_persistence) and puts them back (restore_persistence, for the
+# EXIT trap): a benchmark that changes them with use_persistence leaves the server as it found it.
+save_persistence() { SAVED_AOF="$(R config get appendonly | tail -1) $(R config get appendfsync | tail -1)"; }
+restore_persistence() {
+  [ -n "${SAVED_AOF:-}" ] || return 0
+  set -- $SAVED_AOF
+  R config set appendfsync "$2" >/dev/null || true
+  R config set appendonly "$1" >/dev/null || true
+}
 use_persistence() {
   case "$1" in
     always|everysec) R config set appendonly yes >/dev/null; R config set appendfsync "$1" >/dev/null ;;

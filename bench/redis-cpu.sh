@@ -48,12 +48,10 @@ SIDEKIQ=0
 if [ "${SKIP_SIDEKIQ:-0}" != 1 ] && command -v sidekiq >/dev/null; then SIDEKIQ=1; fi
 
 FIGURES="$(mktemp -d)"
-SAVED_AOF="$(R config get appendonly | tail -1) $(R config get appendfsync | tail -1)"
+save_persistence
 REDIS_PID="$(R info server | tr -d '\r' | awk -F: '/^process_id:/ {print $2}')"
 restore() {
-  set -- $SAVED_AOF
-  R config set appendfsync "$2" >/dev/null || true
-  R config set appendonly "$1" >/dev/null || true
+  restore_persistence
   [ "$PIN" = 1 ] && taskset -a -cp "0-$(($(nproc) - 1))" "$REDIS_PID" >/dev/null 2>&1 || true
 }
 STARTED=()

@@ -62,12 +62,7 @@ BIN="${BIN:-${WORKERCTL:-}}"
 release_workerctl
 
 FIGURES="$(mktemp -d)"
-SAVED_AOF="$(R config get appendonly | tail -1) $(R config get appendfsync | tail -1)"
-restore_persistence() {
-  set -- $SAVED_AOF
-  R config set appendfsync "$2" >/dev/null || true
-  R config set appendonly "$1" >/dev/null || true
-}
+save_persistence
 WPID=""
 stop_worker() { [ -n "$WPID" ] && kill -TERM "$WPID" 2>/dev/null && wait "$WPID" 2>/dev/null; WPID=""; }
 drop_keys() { PGOPTIONS="-c client_min_messages=warning" psql "$ADMIN_URL" -qc "DROP DATABASE IF EXISTS subject_keys_bench" >/dev/null || true; }

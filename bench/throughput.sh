@@ -45,12 +45,7 @@ if [ "${SKIP_SIDEKIQ:-0}" != 1 ] && command -v sidekiq >/dev/null; then SIDEKIQ=
 
 FIGURES="$(mktemp -d)"
 chmod 755 "$FIGURES"
-SAVED_AOF="$(R config get appendonly | tail -1) $(R config get appendfsync | tail -1)"
-restore_persistence() {
-  set -- $SAVED_AOF
-  R config set appendfsync "$2" >/dev/null || true
-  R config set appendonly "$1" >/dev/null || true
-}
+save_persistence
 # Workers still running when the script stops early (an error) are stopped, so none outlives it.
 STARTED=()
 stop_started() { for p in "${STARTED[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }

@@ -76,6 +76,15 @@ final class SubjectKeysTests: ReceiptsTestCase {
         ])
     }
 
+    /// A receipt and a transaction id unique to this test run (long and random enough not to occur in the AOF by
+    /// chance, as a timestamp's digits could), which verifyReceipt answers as a valid purchase.
+    func validPurchase(_ label: String, transactionPrefix: String) throws -> (receipt: String, transaction: String) {
+        let receipt = "\(label)-receipt-\(UUID().uuidString)"
+        let transaction = transactionPrefix + "\(Int.random(in: 10_000_000_000...99_999_999_999))"
+        try registerValid(receipt: receipt, transaction: transaction)
+        return (receipt, transaction)
+    }
+
     /// A user with an address and a due deletion request (as the Auth Service records it).
     func userWithDueDeletion(email: String) throws -> (user: UUID, request: UUID) {
         let user = try db.newUser()
@@ -130,11 +139,8 @@ final class SubjectKeysTests: ReceiptsTestCase {
     func testSwiftAndWorkerctlEnqueuedReceiptJobsKeepPersonalValuesOutOfRedisAndItsAOFAndRun() throws {
         let store = try SubjectKeyStore(pool: pool, current: kek1)
         let swiftUser = try db.newUser(), cliUser = try db.newUser()
-        let swiftReceipt = "zqswift-receipt-\(UUID().uuidString)", cliReceipt = "zqcli-receipt-\(UUID().uuidString)"
-        // Transaction ids long and random enough not to occur in the AOF by chance (a timestamp's digits).
-        let swiftTx = "7337\(Int.random(in: 10_000_000_000...99_999_999_999))", cliTx = "7338\(Int.random(in: 10_000_000_000...99_999_999_999))"
-        try registerValid(receipt: swiftReceipt, transaction: swiftTx)
-        try registerValid(receipt: cliReceipt, transaction: cliTx)
+        let (swiftReceipt, swiftTx) = try validPurchase("zqswift", transactionPrefix: "7337")
+        let (cliReceipt, cliTx) = try validPurchase("zqcli", transactionPrefix: "7338")
 
         let client = JobClient(pool: redis.pool, middleware: [sealer(store)])
         try client.enqueue(try validation(user: swiftUser, receipt: swiftReceipt, transaction: swiftTx))
@@ -346,10 +352,8 @@ final class SubjectKeysTests: ReceiptsTestCase {
     func testTheOutboxRelaySealsRowsWrittenInClearAndHoldsThemBackWhileTheKeyStoreFails() throws {
         let store = try SubjectKeyStore(pool: pool, current: kek1)
         let clearUser = try db.newUser(), sealedUser = try db.newUser()
-        let clearReceipt = "zqoutbox-clear-\(UUID().uuidString)", sealedReceipt = "zqoutbox-sealed-\(UUID().uuidString)"
-        let clearTx = "7339\(Int.random(in: 10_000_000_000...99_999_999_999))", sealedTx = "7340\(Int.random(in: 10_000_000_000...99_999_999_999))"
-        try registerValid(receipt: clearReceipt, transaction: clearTx)
-        try registerValid(receipt: sealedReceipt, transaction: sealedTx)
+        let (clearReceipt, clearTx) = try validPurchase("zqoutbox-clear", transactionPrefix: "7339")
+        let (sealedReceipt, sealedTx) = try validPurchase("zqoutbox-sealed", transactionPrefix: "7340")
         let clearArgs = JSONValue.array(try validation(user: clearUser, receipt: clearReceipt, transaction: clearTx).args).serialized()
         let sealed = try sealer(store).sealed(try validation(user: sealedUser, receipt: sealedReceipt, transaction: sealedTx))
         try pool.withConnection { c in
