@@ -90,7 +90,7 @@ fill() {
     local out
     out=$(SUBJECT_KEYS_BENCH_FILL="$1" SUBJECT_KEYS_BENCH_SUBJECTS="$N" SUBJECT_KEYS_BENCH_PASSES=2 \
           swift test --skip-build --filter 'JobsTests.SubjectKeysBenchFillTests' 2>&1) || true
-    echo "$out" | grep -q 'subject-keys-bench-fill:' || { echo "$out" | grep -E 'error|failed' >&2; echo "the fill failed" >&2; exit 1; }
+    grep -q 'subject-keys-bench-fill:' <<<"$out" || { grep -E 'error|failed' <<<"$out" >&2; echo "the fill failed" >&2; exit 1; }
   fi
   [ "$(R llen queue:default)" = $((2 * N)) ] || { echo "the fill left $(R llen queue:default) jobs, not $((2 * N))" >&2; exit 1; }
 }
