@@ -81,6 +81,7 @@ drain() {
   record "${side}_rate" "$(echo "$count / $ELAPSED" | bc -l)"
   record "${side}_in_flight" "$(echo "$stats" | stat_of max_in_flight)"
   record "${side}_server_cpu_ms_per_1000" "$(echo "$(echo "$stats" | stat_of cpu_s) * 1000000 / $count" | bc -l)"
+  record "${side}_connections" "$(echo "$stats" | stat_of connections)"
   record "${side}_rss_kb" "$rss"
   record "${side}_cpu_us" "$(echo "$cpu * 1000000 / $count" | bc -l)"
   record "${side}_wait_max_ms" "$(echo "$(samples_max "$samples") * 1000" | bc -l)"
@@ -104,6 +105,7 @@ for side in ours sidekiq; do
   [ $side = sidekiq ] && [ $SIDEKIQ = 0 ] && continue
   report "${side}_rate" jobs/s "$side: drain rate"
   report "${side}_in_flight" requests "$side: most requests in flight at once (server's count)"
+  report "${side}_connections" "" "$side: connections the server accepted (keep-alive: about the concurrency)"
   report "${side}_rss_kb" kB "$side: worker peak RSS"
   report "${side}_cpu_us" "µs" "$side: worker CPU per job"
   report "${side}_wait_p99_ms" ms "$side: enqueue-to-start p99"

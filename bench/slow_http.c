@@ -46,7 +46,7 @@ static struct connection *connections;
 static struct due *queue;      /* ring buffer of answers to send */
 static size_t queue_capacity = 1 << 20, queue_head, queue_count;
 static long long delay_ns;
-static long long answered, in_flight, max_in_flight;
+static long long answered, in_flight, max_in_flight, accepted;
 static volatile sig_atomic_t stopping;
 
 static long long now_ns(void) {
@@ -143,6 +143,7 @@ int main(int argc, char **argv) {
                 int client;
                 while ((client = accept4(listener, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
                     if (client >= MAX_FDS) { close(client); continue; }
+                    accepted++;
                     setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
                     connections[client].open = 1;
                     struct epoll_event add = {.events = EPOLLIN | EPOLLRDHUP, .data.fd = client};
@@ -179,7 +180,8 @@ int main(int argc, char **argv) {
     double cpu = usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
     FILE *out = fopen(stats, "w");
     if (out) {
-        fprintf(out, "answered=%lld max_in_flight=%lld cpu_s=%.3f\n", answered, max_in_flight, cpu);
+        fprintf(out, "answered=%lld max_in_flight=%lld cpu_s=%.3f connections=%lld\n", answered, max_in_flight, cpu,
+                accepted);
         fclose(out);
     }
     return 0;

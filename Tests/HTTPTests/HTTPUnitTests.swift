@@ -119,4 +119,30 @@ final class HTTPUnitTests: XCTestCase {
         XCTAssertEqual(Duration.microseconds(10).curlMilliseconds, 1, "positive durations never become 0")
         XCTAssertEqual(Duration.zero.curlMilliseconds, 0)
     }
+
+    /// Header lines as libcurl hands them over (with their CR LF): the optional whitespace around name and value is
+    /// cut (SP and HTAB only), a value keeps its inner spaces and colons, a line without a colon and the blank end
+    /// line add nothing, and a new status line (after `100 Continue`) starts the header block again.
+    func testHeaderLinesAreParsedOnTheirBytes() {
+        let state = CurlTransferState()
+        func feed(_ line: String) { Array(line.utf8).withUnsafeBufferPointer { state.headerLine($0) } }
+        feed("HTTP/1.1 100 Continue\r\n")
+        feed("X-Early: gone\r\n")
+        feed("\r\n")
+        feed("HTTP/1.1 429 Too Many Requests\r\n")
+        feed("Retry-After: \t 120 \r\n")
+        feed("Content-Type:application/json; charset=utf-8\r\n")
+        feed("Link:  <https://example.com/a:b>; rel=\"next\"\t\r\n")
+        feed("X-Empty:\r\n")
+        feed("no colon here\r\n")
+        feed("X-Ünïcode: wert ü\n")
+        feed("\r\n")
+        XCTAssertNil(state.headers["X-Early"], "a new status line starts the block again")
+        XCTAssertEqual(state.headers["retry-after"], "120")
+        XCTAssertEqual(state.headers["Content-Type"], "application/json; charset=utf-8")
+        XCTAssertEqual(state.headers["Link"], "<https://example.com/a:b>; rel=\"next\"")
+        XCTAssertEqual(state.headers["X-Empty"], "")
+        XCTAssertEqual(state.headers["X-Ünïcode"], "wert ü")
+        XCTAssertEqual(Array(state.headers).count, 5)
+    }
 }

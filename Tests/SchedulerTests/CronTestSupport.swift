@@ -31,30 +31,6 @@ final class ThreadErrors: @unchecked Sendable {
     var all: [String] { lock.withLock { errors } }
 }
 
-/// A reusable barrier for `count` threads (each `wait` returns once all have arrived).
-final class Barrier: @unchecked Sendable {
-    private let condition = NSCondition()
-    private let count: Int
-    private var arrived = 0
-    private var generation = 0
-
-    init(_ count: Int) { self.count = count }
-
-    func wait() {
-        condition.lock()
-        defer { condition.unlock() }
-        let current = generation
-        arrived += 1
-        if arrived == count {
-            arrived = 0
-            generation += 1
-            condition.broadcast()
-            return
-        }
-        while generation == current { condition.wait() }
-    }
-}
-
 /// Runs `body(index)` on `count` new threads and waits for all of them.
 func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
     let group = DispatchGroup()
