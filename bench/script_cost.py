@@ -14,6 +14,7 @@ resource of a fleet), reset before each phase; the wall rate is printed too. Pri
 3 runs and the persistence in force. A benchmark, not a test: it asserts only that every job moved.
 """
 import os
+import random
 import re
 import socket
 import statistics
@@ -89,17 +90,33 @@ persistence = "appendonly %s, appendfsync %s" % (r.call("CONFIG", "GET", "append
 
 
 def evalsha_usec():
+    return command_usec("evalsha")
+
+
+def command_usec(*names):
+    """Microseconds Redis spent in these commands since the last `CONFIG RESETSTAT` (commands a script calls are
+    counted inside the script's own time too)."""
     stats = r.call("INFO", "commandstats").decode()
-    match = re.search(r"cmdstat_evalsha:calls=\d+,usec=(\d+)", stats)
-    return int(match.group(1)) if match else 0
+    total = 0
+    for name in names:
+        match = re.search(r"cmdstat_%s:calls=\d+,usec=(\d+)" % name, stats)
+        total += int(match.group(1)) if match else 0
+    return total
 
 
-figures = {"fetch_usec": [], "settle_usec": [], "fetch_rate": [], "settle_rate": []}
-for run in range(RUNS):
+template = '{"retry":true,"queue":"default","class":"Noop","args":[%d],"jid":"%024x","created_at":1764028800.0,"enqueued_at":1764028800.0}'
+
+
+def preload():
     r.call("FLUSHDB")
-    template = '{"retry":true,"queue":"default","class":"Noop","args":[%d],"jid":"%024x","created_at":1764028800.0,"enqueued_at":1764028800.0}'
     for start in range(0, N, 1000):
         r.call("LPUSH", "queue:default", *[template % (i, i) for i in range(start, min(N, start + 1000))])
+
+
+figures = {"fetch_usec": [], "settle_usec": [], "fetch_rate": [], "settle_rate": [], "window_usec": [],
+           "floor_usec": []}
+for run in range(RUNS):
+    preload()
     r.call("CONFIG", "RESETSTAT")
     fetched = []
     began = time.perf_counter()
@@ -126,6 +143,45 @@ for run in range(RUNS):
     if r.call("LLEN", working) != 0 or int(r.call("GET", "stat:processed")) != N:
         sys.exit("script_cost: the settle script left jobs in flight or miscounted")
 
+    # As a worker's drain goes: a fetch, then the acks of the batch fetched before it, in an order of their own
+    # (the pool's threads finish a batch's jobs in any order), so about two batches are in flight at each ack.
+    preload()
+    shuffle = random.Random(run)
+    r.call("CONFIG", "RESETSTAT")
+    previous, settled = [], 0
+    while True:
+        reply = r.call("EVALSHA", fetch_sha, 0, identity, BATCH, "default")
+        current = [job for chunk in (reply or [])[1::2] for job in chunk]
+        if previous:
+            shuffle.shuffle(previous)
+            r.call("EVALSHA", settle_sha, 0, now, day, 10000, 15552000, 1, working, len(previous), *previous)
+            settled += len(previous)
+        if not current:
+            break
+        previous = current
+    figures["window_usec"].append(evalsha_usec() / N)
+    if settled != N or r.call("LLEN", working) != 0 or int(r.call("GET", "stat:processed")) != N:
+        sys.exit("script_cost: the windowed drain left jobs in flight or miscounted")
+
+    # The floor of this layout: the same data moves as plain commands, no script — per batch the fetch's LRANGE of
+    # the queue's tail, its LTRIM and one LPUSH of the batch into the in-flight list; the ack's LTRIM of the batch
+    # off the in-flight list; the stats' INCRBY. What any reliable fetch that keeps the job's bytes in a list costs.
+    preload()
+    r.call("CONFIG", "RESETSTAT")
+    moved = 0
+    while True:
+        jobs = r.call("LRANGE", "queue:default", -BATCH, -1)
+        if not jobs:
+            break
+        r.call("LTRIM", "queue:default", 0, -(len(jobs) + 1))
+        r.call("LPUSH", working, *reversed(jobs))
+        r.call("LTRIM", working, 0, -(len(jobs) + 1))
+        r.call("INCRBY", "stat:processed", len(jobs))
+        moved += len(jobs)
+    figures["floor_usec"].append(command_usec("lrange", "ltrim", "lpush", "incrby") / N)
+    if moved != N or r.call("LLEN", working) != 0:
+        sys.exit("script_cost: the floor's moves lost jobs")
+
 
 def line(name, unit, label):
     values = figures[name]
@@ -137,5 +193,7 @@ def line(name, unit, label):
 print("== redis %s; N=%d, batch %d" % (persistence, N, BATCH))
 line("fetch_usec", "µs/job", "fetch script, Redis time")
 line("settle_usec", "µs/job", "settle script (ack), Redis time")
+line("window_usec", "µs/job", "fetch + ack as a drain goes (acks of the batch before, shuffled), Redis time")
+line("floor_usec", "µs/job", "floor: the same moves as plain commands (LRANGE, LTRIM, LPUSH, LTRIM, INCRBY)")
 line("fetch_rate", "jobs/s", "fetch, one client, wall")
 line("settle_rate", "jobs/s", "settle, one client, wall")
