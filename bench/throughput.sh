@@ -18,8 +18,10 @@
 # when every job is acknowledged (bench/lib.sh); pickup latency p50/p99 at each steady rate of PICKUP_RATES (jobs/s,
 # PRODUCERS enqueue processes sharing the rate, one job per round trip) from exact samples, the same way for both
 # sides: each `PickupProbe` job appends now - enqueued_at to a per-process file at the start of its run
-# (Sources/BenchJobs/PickupProbeJob.swift, bench/sidekiq_noop.rb), read by bench/percentiles.py; and worker peak
-# RSS. Every figure is the median of RUNS runs with min–max. A benchmark, not a test: it asserts nothing.
+# (Sources/BenchJobs/PickupProbeJob.swift, bench/sidekiq_noop.rb), read by bench/percentiles.py — and the same
+# producers against bench/floor_consumer.c (side `consumer`: LMPOP / BLMPOP and a sample per job in C, no runtime, no in-flight list), so
+# the gap any consumer shows on this machine is printed next to ours (issue 38 goal 3's physical floor); and worker
+# peak RSS. Every figure is the median of RUNS runs with min–max. A benchmark, not a test: it asserts nothing.
 # Uses Redis database DB (default 60) of the private instance (scripts/services).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -51,6 +53,7 @@ STARTED=()
 stop_started() { for p in "${STARTED[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }
 trap 'stop_started; restore_persistence; rm -rf "$FIGURES"' EXIT
 use_persistence "$PERSISTENCE"
+cc -O2 -o "$FIGURES/floor_consumer" bench/floor_consumer.c -lhiredis
 
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== redis persistence: appendonly $(R config get appendonly | tail -1), appendfsync $(R config get appendfsync | tail -1) (PERSISTENCE=$PERSISTENCE)"
@@ -126,6 +129,16 @@ for run in $(seq 1 "$RUNS"); do
   for rate in $PICKUP_RATES; do pickup ours "$rate"; done
   kill -TERM $WPID; wait $WPID || true
 
+  # The same producers against bench/floor_consumer.c (LMPOP / BLMPOP and one sample a job: no runtime at all), so
+  # what any consumer's pickup costs on this machine at this rate is measured, not assumed (goal 3's physical floor).
+  R flushdb >/dev/null
+  aof_settled
+  redis_port=${REDIS_URL#redis://*:}
+  "$FIGURES/floor_consumer" 127.0.0.1 "${redis_port%%/*}" "$DB" 2>/dev/null &
+  FPID=$!; STARTED+=($FPID)
+  for rate in $PICKUP_RATES; do pickup consumer "$rate"; done
+  kill -TERM $FPID; wait $FPID || true
+
   if [ $SIDEKIQ = 1 ]; then
     R flushdb >/dev/null
     "$BIN" enqueue Noop --count "$N" --batch 1000 >/dev/null
@@ -175,7 +188,7 @@ if [ $SIDEKIQ = 1 ]; then
   report ratio "" "ratio ours/sidekiq (per run)"
 fi
 for rate in $PICKUP_RATES; do
-  for side in ours sidekiq; do
+  for side in ours consumer sidekiq; do
     [ $side = sidekiq ] && [ $SIDEKIQ = 0 ] && continue
     report "${side}_rate_$rate" jobs/s "$side: pickup run, rate the producers reached (asked $rate)"
     report "${side}_p50_$rate" ms "$side: pickup p50 at $rate jobs/s (exact samples)"
@@ -195,6 +208,10 @@ if [ -s "$FIGURES/ours_gap_p99_5000" ]; then
   fi
   printf '   goal 3 (issue 38): pickup p99 - floor p99 at 5,000 jobs/s = %.2f ms, allowance %.2f ms: %s\n' "$gap" "$allowance" \
     "$([ "$(echo "$gap <= $allowance" | bc -l)" = 1 ] && echo met || echo 'not met')"
+  if [ -s "$FIGURES/consumer_gap_p99_5000" ]; then
+    printf '   the same gap for bench/floor_consumer.c (no runtime: what this machine allows any consumer): %.2f ms\n' \
+      "$(sort -g "$FIGURES/consumer_gap_p99_5000" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')"
+  fi
 fi
 report ours_rss_drain kB "ours: peak RSS of the draining worker"
 [ $SIDEKIQ = 1 ] && report sidekiq_rss_drain kB "sidekiq: peak RSS of the larger draining process"
