@@ -165,7 +165,8 @@ for run in range(RUNS):
 
     # The floor of this layout: the same data moves as plain commands, no script — per batch the fetch's LRANGE of
     # the queue's tail, its LTRIM and one LPUSH of the batch into the in-flight list; the ack's LTRIM of the batch
-    # off the in-flight list; the stats' INCRBY. What any reliable fetch that keeps the job's bytes in a list costs.
+    # off the in-flight list; the stats' INCRBY. A lower bound, not a design: done by a client the moves are not
+    # atomic (a job is in neither list between the LTRIM and the LPUSH), which is why the worker uses a script.
     preload()
     r.call("CONFIG", "RESETSTAT")
     moved = 0
