@@ -68,9 +68,9 @@ clock_start() {
   done
 }
 clock_read() { wait "$CLOCK_PID"; ELAPSED=$(cat "$FIGURES/clock"); }
+# The median of the values in FILE, one a line (the upper middle one of an even count), for a verdict line.
+median_of() { sort -g "$1" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-# Redis persistence for a benchmark run, the same for every side it measures (CONFIG SET on the running server;
-# the caller restores the previous setting on exit): always | everysec | no.
 # Remembers Redis's persistence settings now (save_persistence) and puts them back (restore_persistence, for the
 # EXIT trap): a benchmark that changes them with use_persistence leaves the server as it found it.
 save_persistence() { SAVED_AOF="$(R config get appendonly | tail -1) $(R config get appendfsync | tail -1)"; }
@@ -80,6 +80,8 @@ restore_persistence() {
   R config set appendfsync "$2" >/dev/null || true
   R config set appendonly "$1" >/dev/null || true
 }
+# Redis persistence for a benchmark run, the same for every side it measures (CONFIG SET on the running server;
+# the caller restores the previous setting on exit): always | everysec | no.
 use_persistence() {
   case "$1" in
     always|everysec) R config set appendonly yes >/dev/null; R config set appendfsync "$1" >/dev/null ;;

@@ -201,16 +201,16 @@ done
 report fsync_p99 ms "one fdatasync of 4 kB on Redis' disk, p99 of 500 (per run)"
 # Issue 38 goal 3 at 5,000 jobs/s: the gap's median <= 0.3 ms without AOF; with AOF `always`, <= 0.3 ms + one fsync's p99.
 if [ -s "$FIGURES/ours_gap_p99_5000" ]; then
-  gap=$(sort -g "$FIGURES/ours_gap_p99_5000" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+  gap=$(median_of "$FIGURES/ours_gap_p99_5000")
   allowance=0.3
   if [ "$(R config get appendfsync | tail -1)" = always ] && [ "$(R config get appendonly | tail -1)" = yes ]; then
-    allowance=$(echo "0.3 + $(sort -g "$FIGURES/fsync_p99" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')" | bc -l)
+    allowance=$(echo "0.3 + $(median_of "$FIGURES/fsync_p99")" | bc -l)
   fi
   printf '   goal 3 (issue 38): pickup p99 - floor p99 at 5,000 jobs/s = %.2f ms, allowance %.2f ms: %s\n' "$gap" "$allowance" \
     "$([ "$(echo "$gap <= $allowance" | bc -l)" = 1 ] && echo met || echo 'not met')"
   if [ -s "$FIGURES/consumer_gap_p99_5000" ]; then
     printf '   the same gap for bench/floor_consumer.c (no runtime: what this machine allows any consumer): %.2f ms\n' \
-      "$(sort -g "$FIGURES/consumer_gap_p99_5000" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')"
+      "$(median_of "$FIGURES/consumer_gap_p99_5000")"
   fi
 fi
 report ours_rss_drain kB "ours: peak RSS of the draining worker"

@@ -279,7 +279,9 @@ final class HTTPClientTests: XCTestCase {
     func testConcurrentCallersKeepTheirConnectionsOpenPastSixteenAtOnce() throws {
         let threads = 32, rounds = 10
         // The fake Nominatim enforces the usage policy's 1 request/s by default; this test is about the client. Each
-        // answer held 20 ms (a scripted delay), so that the 32 calls of a round are in flight at once.
+        // answer held 20 ms (a scripted delay), so that the 32 calls of a round are in flight at once; its body is
+        // the part of Nominatim's /reverse answer this test reads (`address.city`: nominatim.org/release-docs/latest/
+        // api/Reverse/, "Example with format=jsonv2").
         try fakes.configure(.nominatim, ["rate_limit_per_second": 0])
         try fakes.script(.nominatim, ["match": ["path": "/reverse"], "times": -1, "delay": 0.02,
                                       "json": ["address": ["city": "London"]]])
