@@ -75,7 +75,8 @@ public struct FakeSMTPMessage: Sendable {
 /// Runs `python3 Tests/Fakes/fakes.py` as a subprocess and talks to its admin API.
 ///
 /// Lifetime: the subprocess starts in `init` and stops on `stop()` or `deinit`; it also exits by itself when
-/// this process dies (it watches its stdin, a pipe only we hold). Every fake binds 127.0.0.1 on an OS-chosen
+/// this process dies (it watches its stdin, a pipe only we hold). `init(attachingTo:)` talks to fakes another
+/// process started (a bench script's): it never stops them. Every fake binds 127.0.0.1 on an OS-chosen
 /// port. Thread rules: all methods may be called from any thread (admin calls are independent HTTP requests).
 /// Admin calls use FoundationNetworking's URLSession, not the `HTTP` target (TestSupport must not depend on it).
 public final class FakeServers: @unchecked Sendable {
@@ -83,8 +84,9 @@ public final class FakeServers: @unchecked Sendable {
     public let ports: [String: Int]
     public let host = "127.0.0.1"
 
-    private let process: Process
-    private let stdinPipe: Pipe
+    /// The subprocess and its stdin; nil when attached to fakes this process did not start.
+    private let process: Process?
+    private let stdinPipe: Pipe?
     private let lock = NSLock()
     private var stopped = false  // guarded by `lock`
     private let session: URLSession
@@ -132,6 +134,17 @@ public final class FakeServers: @unchecked Sendable {
         session = URLSession(configuration: config)
     }
 
+    /// Talks to fakes already running (their ready line's `ports`), e.g. those a bench script started; `stop()` and
+    /// `deinit` leave them running.
+    public init(attachingTo ports: [String: Int]) {
+        self.ports = ports
+        process = nil
+        stdinPipe = nil
+        let config = URLSessionConfiguration.ephemeral
+        config.timeoutIntervalForRequest = 15
+        session = URLSession(configuration: config)
+    }
+
     deinit { stop() }
 
     /// Stops the subprocess (idempotent).
@@ -141,6 +154,8 @@ public final class FakeServers: @unchecked Sendable {
             return !stopped
         }
         guard first else { return }
+        defer { session.invalidateAndCancel() }
+        guard let process, let stdinPipe else { return }
         try? stdinPipe.fileHandleForWriting.close()
         if process.isRunning { process.terminate() }
         // A fake that does not exit within 5 s is killed: a stuck fake must never hang the suite.
@@ -148,7 +163,6 @@ public final class FakeServers: @unchecked Sendable {
         while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
-        session.invalidateAndCancel()
     }
 
     // MARK: - Shared instance
