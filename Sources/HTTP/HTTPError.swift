@@ -121,7 +121,9 @@ public enum URLRedaction {
         for segment in path.split(separator: "/") {
             let head = String(segment.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false).first ?? segment)
             for candidate in [String(segment), head] {
-                if let decoded = candidate.removingPercentEncoding, secrets.contains(decoded) { forms.insert(candidate) }
+                // Without `%` the text is its own decoding (`removingPercentEncoding` returns it unchanged).
+                let decoded = candidate.contains("%") ? candidate.removingPercentEncoding : candidate
+                if let decoded, secrets.contains(decoded) { forms.insert(candidate) }
             }
         }
         // Longest first, so a replacement never leaves a tail of a longer form behind.
@@ -135,9 +137,9 @@ public enum URLRedaction {
 
     /// `value` with everything but RFC 3986 unreserved characters percent-encoded (a path segment).
     static func encoded(_ value: String) -> String {
-        let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
-        return value.addingPercentEncoding(withAllowedCharacters: unreserved) ?? value
+        value.addingPercentEncoding(withAllowedCharacters: unreserved) ?? value
     }
+    private static let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
     /// `scheme://host:port/path` — userinfo, query and fragment removed. Strings without "://" are cut at
     /// the first `?` or `#` as well.

@@ -50,12 +50,15 @@ public enum AppleJWSError: Error, Sendable, Equatable, CustomStringConvertible {
 ///
 /// Immutable and `Sendable`; safe to share between threads. Chain validation runs swift-certificates' async
 /// verifier and blocks the calling thread until it finishes (worker threads are plain threads, never the
-/// concurrency pool).
+/// concurrency pool). A chain validated once is remembered for its validity window (`AppleChainCache`): a JWS
+/// under the same three certificates, signed at a time inside that window, skips step 2; step 3 always runs.
 public struct AppleSignedDataVerifier: Sendable {
     public let rootCertificates: [Certificate]
     public let bundleID: String
     public let allowedEnvironments: Set<String>
     public let appAppleID: Int64?
+    /// Chains validated against `rootCertificates` (shared by the copies of this verifier).
+    let chainCache = AppleChainCache()
 
     public init(rootCertificatesDER: [[UInt8]], bundleID: String, allowedEnvironments: Set<String>,
                 appAppleID: Int64? = nil) throws(AppleJWSError) {
@@ -118,39 +121,58 @@ public struct AppleSignedDataVerifier: Sendable {
         }
     }
 
-    /// Steps 1-3; returns the payload bytes.
+    /// Steps 1-3; returns the payload bytes. Works on the JWS's UTF-8 bytes (split, base64url, signing input).
     func verifiedPayload(_ jws: String) throws(AppleJWSError) -> Data {
-        let parts = jws.trimmingCharacters(in: .whitespacesAndNewlines).split(separator: ".", omittingEmptySubsequences: false)
+        let compact = Self.trimmed(jws).utf8
+        let parts = compact.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard parts.count == 3 else { throw .malformed("expected 3 dot-separated parts, got \(parts.count)") }
-        guard let headerData = Base64URL.decode(parts[0]),
+        guard let headerData = Base64URL.decode(utf8: parts[0]),
               let header = try? JSONSerialization.jsonObject(with: headerData) as? [String: Any] else {
             throw .malformed("header is not base64url JSON")
         }
-        guard let payload = Base64URL.decode(parts[1]) else { throw .malformed("payload is not base64url") }
-        guard let signatureBytes = Base64URL.decode(parts[2]) else { throw .malformed("signature is not base64url") }
+        guard let payload = Base64URL.decode(utf8: parts[1]) else { throw .malformed("payload is not base64url") }
+        guard let signatureBytes = Base64URL.decode(utf8: parts[2]) else { throw .malformed("signature is not base64url") }
         let alg = header["alg"] as? String ?? "<none>"
         guard alg == "ES256" else { throw .unsupportedAlgorithm(alg) }
         guard let x5c = header["x5c"] as? [String] else { throw .missingCertificateChain("header has no x5c claim") }
         guard x5c.count == 3 else { throw .missingCertificateChain("x5c holds \(x5c.count) certificates, expected 3") }
-        var chain: [Certificate] = []
-        for (index, encoded) in x5c.enumerated() {
-            guard let der = Data(base64Encoded: encoded) else { throw .invalidCertificate("x5c[\(index)] is not base64") }
-            do { chain.append(try Certificate(derEncoded: Array(der))) } catch {
-                throw .invalidCertificate("x5c[\(index)]: \(error)")
-            }
-        }
         let validationTime = Self.signedDate(in: payload) ?? Date()
-        try verifyChain(leaf: chain[0], intermediate: chain[1], at: validationTime)
-
-        guard let publicKey = P256.Signing.PublicKey(chain[0].publicKey) else {
-            throw .invalidCertificate("leaf key is not P-256")
+        let cacheKey = x5c.joined(separator: ".")
+        let publicKey: P256.Signing.PublicKey
+        if let cached = chainCache.leafKey(for: cacheKey, at: validationTime) {
+            publicKey = cached
+        } else {
+            var chain: [Certificate] = []
+            for (index, encoded) in x5c.enumerated() {
+                guard let der = Data(base64Encoded: encoded) else { throw .invalidCertificate("x5c[\(index)] is not base64") }
+                do { chain.append(try Certificate(derEncoded: Array(der))) } catch {
+                    throw .invalidCertificate("x5c[\(index)]: \(error)")
+                }
+            }
+            let validated = try verifyChain(leaf: chain[0], intermediate: chain[1], at: validationTime)
+            guard let leafKey = P256.Signing.PublicKey(chain[0].publicKey) else {
+                throw .invalidCertificate("leaf key is not P-256")
+            }
+            publicKey = leafKey
+            chainCache.insert(cacheKey, leafKey: leafKey, validFrom: validated.map(\.notValidBefore).max()!,
+                              validUntil: validated.map(\.notValidAfter).min()!)
         }
         guard let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes) else {
             throw .invalidSignature
         }
-        let signingInput = Data((parts[0] + "." + parts[1]).utf8)
+        let signingInput = Data(compact[compact.startIndex..<parts[1].endIndex])
         guard publicKey.isValidSignature(signature, for: signingInput) else { throw .invalidSignature }
         return payload
+    }
+
+    /// `jws` without surrounding white space (Foundation's `trimmingCharacters` only when an end is not plain ASCII:
+    /// the usual JWS is passed through untouched).
+    static func trimmed(_ jws: String) -> Substring {
+        let utf8 = jws.utf8
+        if let first = utf8.first, let last = utf8.last, (0x21...0x7E).contains(first), (0x21...0x7E).contains(last) {
+            return jws[...]
+        }
+        return Substring(jws.trimmingCharacters(in: .whitespacesAndNewlines))
     }
 
     /// `signedDate` (ms since 1970) of a JSON payload, if it has one.
@@ -160,7 +182,8 @@ public struct AppleSignedDataVerifier: Sendable {
         return Date(timeIntervalSince1970: ms / 1000)
     }
 
-    private func verifyChain(leaf: Certificate, intermediate: Certificate, at time: Date) throws(AppleJWSError) {
+    /// The validated chain (leaf, intermediate, root).
+    private func verifyChain(leaf: Certificate, intermediate: Certificate, at time: Date) throws(AppleJWSError) -> [Certificate] {
         let roots = rootCertificates
         let result: CertificateValidationResult = Blocking.run {
             var verifier = Verifier(rootCertificates: CertificateStore(roots)) {
@@ -174,6 +197,7 @@ public struct AppleSignedDataVerifier: Sendable {
             guard Array(validated).count == 3 else {
                 throw .untrustedChain("validated chain has \(Array(validated).count) certificates, expected 3")
             }
+            return Array(validated)
         case .couldNotValidate(let failures):
             let reasons = failures.map { "\($0.policyFailureReason)" }
             let why = reasons.isEmpty ? "no path from the leaf to a configured root certificate" : reasons.joined(separator: "; ")

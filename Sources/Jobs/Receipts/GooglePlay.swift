@@ -68,15 +68,62 @@ public struct GoogleSubscriptionPurchase: Decodable, Sendable {
     }
 }
 
-/// RFC 3339 timestamps as Google writes them (with or without fractional seconds).
+/// RFC 3339 timestamps as Google writes them: protobuf's `Timestamp` JSON mapping, `YYYY-MM-DDTHH:MM:SS`, 0 to 9
+/// fractional digits, `Z` or a `±HH:MM` offset (RFC 3339 §5.6; hours 00–23, minutes and seconds 00–59). Anything
+/// else is nil.
+///
+/// The shape is checked on the bytes, then swift-foundation's `Date.ISO8601FormatStyle` (Swift, `Sendable`, made
+/// once) reads it — instead of an `ISO8601DateFormatter` per call, whose ICU set-up was a quarter of a Google receipts
+/// job's CPU (bench/receipts-cpu.sh, issue 38). The style alone rolls `T23:59:99` over into the next day, and the
+/// formatter took a leading space or `T24:30`: the shape check refuses all of these.
 enum RFC3339 {
+    private static let fractional = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
+    private static let whole = Date.ISO8601FormatStyle()
+
     static func parse(_ text: String?) -> Date? {
         guard let text else { return nil }
-        let f = ISO8601DateFormatter()
-        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        if let d = f.date(from: text) { return d }
-        f.formatOptions = [.withInternetDateTime]
-        return f.date(from: text)
+        switch shape(Array(text.utf8)) {
+        case .whole?: return try? whole.parse(text)
+        case .fractional?: return try? fractional.parse(text)
+        case nil: return nil
+        }
+    }
+
+    enum Shape { case whole, fractional }
+
+    /// Whether `b` is an RFC 3339 date-time as described above, and whether it has a fraction.
+    static func shape(_ b: [UInt8]) -> Shape? {
+        func number(_ at: Int, _ digits: Int) -> Int? {
+            guard at + digits <= b.count else { return nil }
+            var value = 0
+            for byte in b[at..<(at + digits)] {
+                guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) else { return nil }
+                value = value * 10 + Int(byte - UInt8(ascii: "0"))
+            }
+            return value
+        }
+        func byte(_ at: Int, _ expected: Character) -> Bool { at < b.count && b[at] == expected.asciiValue! }
+        guard number(0, 4) != nil, byte(4, "-"), let month = number(5, 2), (1...12).contains(month), byte(7, "-"),
+              let day = number(8, 2), (1...31).contains(day), byte(10, "T"),
+              let hour = number(11, 2), hour <= 23, byte(13, ":"), let minute = number(14, 2), minute <= 59, byte(16, ":"),
+              let second = number(17, 2), second <= 59 else { return nil }
+        var at = 19, fraction = false
+        if byte(at, ".") {
+            var digits = 0
+            while at + 1 + digits < b.count, number(at + 1 + digits, 1) != nil { digits += 1 }
+            guard (1...9).contains(digits) else { return nil }
+            at += 1 + digits
+            fraction = true
+        }
+        if byte(at, "Z") {
+            at += 1
+        } else {
+            guard byte(at, "+") || byte(at, "-"), let h = number(at + 1, 2), h <= 23, byte(at + 3, ":"),
+                  let m = number(at + 4, 2), m <= 59 else { return nil }
+            at += 6
+        }
+        guard at == b.count else { return nil }
+        return fraction ? .fractional : .whole
     }
 }
 
