@@ -14,7 +14,8 @@
 #           the ledger and the subscription's PostgreSQL transaction;
 #   google  ValidateReceiptJob for Google Play: the OAuth token (cached by the worker: one assertion per process),
 #           purchases.subscriptionsv2.get, the acknowledgement, the limiter, the ledger and the transaction;
-#   noop    `Noop` jobs drained by the same worker set-up (PostgreSQL connected): the runtime's own share.
+#   noop    NOOP_N (default 20,000) `Noop` jobs drained by the same worker set-up (PostgreSQL connected): the
+#           runtime's own share.
 # The purchases and jobs come from JobsTests.ReceiptsBenchFillTests (debug test build; not measured): one user and
 # one purchase per job, registered with the fakes, then the jobs pushed while `default` is paused. The worker starts,
 # registers, its CPU is read (/proc/PID/stat), the queue is resumed, the drain clocked as bench/throughput.sh clocks
@@ -33,6 +34,7 @@ RUNS="${RUNS:-3}"
 CONCURRENCY="${CONCURRENCY:-10}"
 DB="${DB:-83}"
 SIDES="${SIDES:-apple google noop}"
+NOOP_N="${NOOP_N:-20000}"   # Noop jobs are cheap: more of them, so the CPU clock's 10 ms ticks do not blur the figure
 scripts/services install >/dev/null
 scripts/services start 2>/dev/null
 eval "$(scripts/services env)"
@@ -88,26 +90,30 @@ export RECEIPTS_GOOGLE_TOKEN_URL="$GOOGLE/token" RECEIPTS_GOOGLE_PLAY_API_URL="$
 export RECEIPTS_HTTP_TIMEOUT_SECONDS=10
 
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "== N=$N jobs per side, RUNS=$RUNS, concurrency $CONCURRENCY, Redis database $DB (appendfsync $(R config get appendfsync | tail -1))"
+echo "== N=$N jobs per store side, $NOOP_N Noop, RUNS=$RUNS, concurrency $CONCURRENCY, Redis database $DB (appendfsync $(R config get appendfsync | tail -1))"
 
-# fill SIDE RUN: N jobs of SIDE in queue:default, which is left paused.
+# The jobs of SIDE in a drain.
+jobs_of() { if [ "$1" = noop ]; then echo "$NOOP_N"; else echo "$N"; fi; }
+
+# fill SIDE RUN: the side's jobs in queue:default, which is left paused.
 fill() {
   R flushdb >/dev/null
   if [ "$1" = noop ]; then
-    "$BIN" enqueue Noop --count "$N" --batch 500 >/dev/null
+    "$BIN" enqueue Noop --count "$NOOP_N" --batch 500 >/dev/null
   else
     local out
     out=$(RECEIPTS_BENCH_FILL="$1" RECEIPTS_BENCH_JOBS="$N" RECEIPTS_BENCH_RUN="$2" RECEIPTS_BENCH_DIR="$FIGURES" \
           RECEIPTS_BENCH_FAKES="$FAKES" swift test --skip-build --filter 'JobsTests.ReceiptsBenchFillTests' 2>&1) || true
     grep -q 'receipts-bench-fill:' <<<"$out" || { grep -E 'error|failed' <<<"$out" >&2; echo "the fill failed" >&2; exit 1; }
   fi
-  [ "$(R llen queue:default)" = "$N" ] || { echo "the fill left $(R llen queue:default) jobs, not $N" >&2; exit 1; }
+  [ "$(R llen queue:default)" = "$(jobs_of "$1")" ] || { echo "the fill left $(R llen queue:default) jobs, not $(jobs_of "$1")" >&2; exit 1; }
   "$BIN" queues pause default >/dev/null
 }
 
 # drain SIDE RUN
 drain() {
-  local side=$1 cpu0 cpu1 apple0 apple1 google0 google1
+  local side=$1 cpu0 cpu1 apple0 apple1 google0 google1 n
+  n=$(jobs_of "$side")
   fill "$side" "$2"
   aof_settled
   apple0=$(requests "$APPLE" /inApps/); google0=$(requests "$GOOGLE" /androidpublisher/)
@@ -121,7 +127,7 @@ drain() {
   [ "$(R scard processes)" -ge 1 ] || { tail -5 "$FIGURES/worker.log" >&2; echo "the worker did not register" >&2; exit 1; }
   sleep 0.5
   cpu0=$(process_cpu "$WPID")
-  clock_start "$N" ours
+  clock_start "$n" ours
   "$BIN" queues resume default >/dev/null
   clock_read
   cpu1=$(process_cpu "$WPID")
@@ -130,11 +136,11 @@ drain() {
     echo "$side: jobs in retry/dead after the drain:" >&2; R zrange dead 0 0 >&2; R zrange retry 0 0 >&2; exit 1
   fi
   apple1=$(requests "$APPLE" /inApps/); google1=$(requests "$GOOGLE" /androidpublisher/)
-  record "${side}_cpu_us" "$(echo "($cpu1 - $cpu0) * 1000000 / $N" | bc -l)"
-  record "${side}_rate" "$(echo "$N / $ELAPSED" | bc -l)"
+  record "${side}_cpu_us" "$(echo "($cpu1 - $cpu0) * 1000000 / $n" | bc -l)"
+  record "${side}_rate" "$(echo "$n / $ELAPSED" | bc -l)"
   printf '   %-6s worker CPU %7.1f µs per job; drain %5.0f jobs/s; store requests per job: Apple %.2f, Google %.2f\n' "$side" \
-    "$(echo "($cpu1 - $cpu0) * 1000000 / $N" | bc -l)" "$(echo "$N / $ELAPSED" | bc -l)" \
-    "$(echo "($apple1 - $apple0) / $N" | bc -l)" "$(echo "($google1 - $google0) / $N" | bc -l)"
+    "$(echo "($cpu1 - $cpu0) * 1000000 / $n" | bc -l)" "$(echo "$n / $ELAPSED" | bc -l)" \
+    "$(echo "($apple1 - $apple0) / $n" | bc -l)" "$(echo "($google1 - $google0) / $n" | bc -l)"
 }
 
 for run in $(seq 1 "$RUNS"); do

@@ -105,7 +105,8 @@ public struct ValidateReceiptArguments: JobArguments, Equatable {
         case .apple(let receipt, let transaction, let original, let signed):
             guard receipt != nil || signed != nil else { throw .badInput("an Apple purchase needs receipt_data or signed_transaction") }
             if let receipt {
-                guard !receipt.isEmpty, receipt.count <= 1_000_000 else { throw .badInput("receipt_data is empty or larger than 1 MB") }
+                // Sizes in bytes (`utf8`): what the messages say, and no walk over a megabyte's grapheme clusters.
+                guard !receipt.isEmpty, receipt.utf8.count <= 1_000_000 else { throw .badInput("receipt_data is empty or larger than 1 MB") }
             }
             func isTransactionID(_ t: String) -> Bool {
                 !t.isEmpty && t.count <= 64 && t.allSatisfy(\.isASCII) && t.allSatisfy(\.isNumber)
@@ -117,7 +118,8 @@ public struct ValidateReceiptArguments: JobArguments, Equatable {
                 throw .badInput("original_transaction_id must be the App Store's numeric transaction id")
             }
             if let signed {
-                guard signed.split(separator: ".", omittingEmptySubsequences: false).count == 3, signed.count <= 100_000 else {
+                guard signed.utf8.count <= 100_000,
+                      signed.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false).count == 3 else {
                     throw .badInput("signed_transaction is not a compact JWS")
                 }
             }
