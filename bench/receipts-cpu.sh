@@ -59,7 +59,6 @@ cleanup() {
   rm -rf "$FIGURES"
 }
 trap cleanup EXIT
-trap 'exit 143' TERM INT
 
 drop_database
 psql "$ADMIN_URL" -qc "CREATE DATABASE receipts_bench" >/dev/null

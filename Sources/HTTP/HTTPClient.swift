@@ -103,10 +103,10 @@ public final class HTTPClient: @unchecked Sendable {
     }
 
     private func sendUntraced(_ request: HTTPRequest) throws(HTTPError) -> HTTPResponse {
-        let redacted = request.redactedURL
+        // The redacted URL is made only where it is shown (errors, debug logs, `HTTPResponse.url` when read).
         let method = request.method.rawValue
         func context(_ message: String, _ code: CURLcode? = nil) -> HTTPErrorContext {
-            HTTPErrorContext(method: method, url: redacted, message: scrub(message, request: request),
+            HTTPErrorContext(method: method, url: request.redactedURL, message: scrub(message, request: request),
                              curlCode: code.map { Int($0.rawValue) })
         }
         try validate(request, context: context)
@@ -128,7 +128,7 @@ public final class HTTPClient: @unchecked Sendable {
         guard code == CURLE_OK else {
             let message = CurlFailure.message(code, state: state)
             let ctx = context(message, code)
-            configuration.logger?.debug("http failed", metadata: ["method": "\(method)", "url": "\(redacted)",
+            configuration.logger?.debug("http failed", metadata: ["method": "\(method)", "url": "\(request.redactedURL)",
                                                                   "error": "\(message)"])
             switch CurlFailure.classify(code, handle: h, state: state) {
             case .invalidURL: throw .invalidURL(ctx)
@@ -148,10 +148,9 @@ public final class HTTPClient: @unchecked Sendable {
         var seconds = 0.0
         _ = ccurl_getinfo_double(h, CURLINFO_TOTAL_TIME, &seconds)
         let elapsed = Duration.milliseconds(Int64(seconds * 1000))
-        configuration.logger?.debug("http", metadata: ["method": "\(method)", "url": "\(redacted)",
+        configuration.logger?.debug("http", metadata: ["method": "\(method)", "url": "\(request.redactedURL)",
                                                        "status": "\(status)", "ms": "\(Int(seconds * 1000))"])
-        return HTTPResponse(status: status, headers: state.headers, body: state.body, method: method,
-                            url: redacted, totalTime: elapsed)
+        return HTTPResponse(status: status, headers: state.headers, body: state.body, request: request, totalTime: elapsed)
     }
 
     /// Convenience: GET `url` (with `query`), default timeouts.

@@ -9,17 +9,42 @@ public struct HTTPResponse: Sendable {
     public let body: Data
     /// The request method and its redacted URL (for error messages and logs).
     public let method: String
-    public let url: String
+    /// The redacted URL (`HTTPRequest.redactedURL`), made when read: a response that is only decoded never pays for
+    /// the redaction (a tenth of a Google receipts job's CPU when every call made it; bench/receipts-cpu.sh).
+    public var url: String {
+        switch urlSource {
+        case .redacted(let text): return text
+        case .request(let url, let secrets): return URLRedaction.redact(url, secretPathSegments: secrets)
+        }
+    }
     /// Time from start to end of the transfer, as libcurl measured it.
     public let totalTime: Duration
 
+    /// Where `url` comes from: a text already redacted, or the request's URL and secret path segments.
+    private enum URLSource: Sendable {
+        case redacted(String)
+        case request(url: String, secretPathSegments: [String])
+    }
+    private let urlSource: URLSource
+
+    /// `url`: already redacted (it is shown as given).
     public init(status: Int, headers: HTTPHeaders, body: Data, method: String = "GET", url: String = "",
                 totalTime: Duration = .zero) {
+        self.init(status: status, headers: headers, body: body, method: method, urlSource: .redacted(url), totalTime: totalTime)
+    }
+
+    /// The response to `request`; its `url` is the request's redacted URL.
+    init(status: Int, headers: HTTPHeaders, body: Data, request: HTTPRequest, totalTime: Duration) {
+        self.init(status: status, headers: headers, body: body, method: request.method.rawValue,
+                  urlSource: .request(url: request.url, secretPathSegments: request.secretPathSegments), totalTime: totalTime)
+    }
+
+    private init(status: Int, headers: HTTPHeaders, body: Data, method: String, urlSource: URLSource, totalTime: Duration) {
         self.status = status
         self.headers = headers
         self.body = body
         self.method = method
-        self.url = url
+        self.urlSource = urlSource
         self.totalTime = totalTime
     }
 

@@ -206,6 +206,21 @@ final class HTTPClientTests: XCTestCase {
         }
     }
 
+    /// The response's URL, read when an error describes it, is redacted too (it is made when read, not per call).
+    func testSecretPathSegmentNeverReachesAResponsesURL() throws {
+        let token = "PURCHASE-TOKEN-4f7c/x+y", segment = "PURCHASE-TOKEN-4f7c%2Fx%2By"
+        try fakes.script(.nominatim, ["match": ["prefix": "/tok/"], "status": 200, "body": "not json"])
+        let response = try client.send(HTTPRequest(method: .get, url: fakes.nominatimBaseURL + "/tok/" + segment + "?key=SECRET")
+            .withSecretPathSegment(token))
+        XCTAssertEqual(response.url, fakes.nominatimBaseURL + "/tok/…")
+        struct Answer: Decodable { let a: Int }
+        XCTAssertThrowsError(try response.decode(Answer.self)) { error in
+            guard case HTTPError.decoding(let c) = error else { return XCTFail("\(error)") }
+            XCTAssertEqual(c.url, fakes.nominatimBaseURL + "/tok/…")
+            XCTAssertFalse("\(error)".contains("PURCHASE-TOKEN") || "\(error)".contains("SECRET"), "\(error)")
+        }
+    }
+
     func testDroppedConnectionIsRetryableTransportError() throws {
         // Twice: libcurl re-sends once on a fresh connection when a reused one closes before any response byte.
         try fakes.script(.nominatim, ["close": true, "times": 2])
