@@ -154,6 +154,8 @@ report google_cpu_us "µs" "worker CPU per job, ValidateReceiptJob Google Play"
 report noop_cpu_us "µs" "worker CPU per job, Noop (the same worker set-up)"
 report apple_rate jobs/s "drain rate, Apple (bound by the Python fake)"
 report google_rate jobs/s "drain rate, Google (bound by the Python fake)"
-printf 'the job'"'"'s own code per run (medians, minus Noop): Apple %+.1f µs, Google %+.1f µs\n' \
-  "$(echo "$(median_of "$FIGURES/apple_cpu_us") - $(median_of "$FIGURES/noop_cpu_us")" | bc -l)" \
-  "$(echo "$(median_of "$FIGURES/google_cpu_us") - $(median_of "$FIGURES/noop_cpu_us")" | bc -l)"
+for side in apple google; do
+  [ -s "$FIGURES/${side}_cpu_us" ] && [ -s "$FIGURES/noop_cpu_us" ] || continue
+  printf '%s: the job'"'"'s own code per run (medians, minus Noop): %+.1f µs\n' "$side" \
+    "$(echo "$(median_of "$FIGURES/${side}_cpu_us") - $(median_of "$FIGURES/noop_cpu_us")" | bc -l)"
+done
