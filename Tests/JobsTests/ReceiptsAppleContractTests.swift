@@ -58,16 +58,7 @@ final class ReceiptsAppleContractTests: ReceiptsTestCase {
     /// A signed transaction of subscription `original` (the same JWS the device holds as `jwsRepresentation`).
     func signedTransaction(_ signer: TestAppleSigner, id: String, original: String, accountToken: UUID? = nil,
                            environment: String = "Production") throws -> String {
-        let now = Date()
-        var tx: [String: Any] = [
-            "transactionId": id, "originalTransactionId": original, "bundleId": "com.example",
-            "productId": ReceiptsDatabase.appleProduct, "type": "Auto-Renewable Subscription",
-            "purchaseDate": TestAppleSigner.ms(now.addingTimeInterval(-86400)),
-            "originalPurchaseDate": TestAppleSigner.ms(now.addingTimeInterval(-86400)),
-            "expiresDate": TestAppleSigner.ms(now.addingTimeInterval(29 * 86400)), "environment": environment,
-            "signedDate": TestAppleSigner.ms(now)]
-        if let accountToken { tx["appAccountToken"] = accountToken.uuidString.lowercased() }
-        return try signer.sign(tx)
+        try signer.subscriptionTransaction(id: id, original: original, accountToken: accountToken, environment: environment)
     }
 
     /// Registers transaction `id` with the fake (Get Transaction Info + Get All Subscription Statuses) and returns
@@ -75,14 +66,7 @@ final class ReceiptsAppleContractTests: ReceiptsTestCase {
     @discardableResult
     func registerTransaction(_ signer: TestAppleSigner, id: String, accountToken: UUID? = nil) throws -> String {
         let jws = try signedTransaction(signer, id: id, original: id, accountToken: accountToken)
-        try fakes.admin(.apple, "POST", "apple/transactions", json: ["transaction_id": id, "signedTransactionInfo": jws])
-        try fakes.admin(.apple, "POST", "apple/subscriptions", json: ["transaction_id": id, "response": [
-            "environment": "Production", "bundleId": "com.example", "appAppleId": 1234,
-            "data": [["subscriptionGroupIdentifier": "g", "lastTransactions": [[
-                "originalTransactionId": id, "status": 1, "signedTransactionInfo": jws,
-                "signedRenewalInfo": try signer.sign(["originalTransactionId": id, "autoRenewStatus": 1,
-                                                      "environment": "Production", "signedDate": TestAppleSigner.ms(Date())]),
-            ]]]]]])
+        try signer.register(jws, id: id, with: fakes)
         return jws
     }
 

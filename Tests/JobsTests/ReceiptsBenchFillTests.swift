@@ -63,22 +63,8 @@ final class ReceiptsBenchFillTests: XCTestCase {
                                                      "public_key_pem": try P256KeyPEM.publicKeyPEM(fromPrivate: try AppleFixtures.signingKeyPEM())]])
             for (index, user) in users.enumerated() {
                 let id = String(format: "%d%09d", run, index)
-                let now = Date()
-                let jws = try signer.sign([
-                    "transactionId": id, "originalTransactionId": id, "bundleId": "com.example",
-                    "productId": ReceiptsDatabase.appleProduct, "type": "Auto-Renewable Subscription",
-                    "purchaseDate": TestAppleSigner.ms(now.addingTimeInterval(-86400)),
-                    "originalPurchaseDate": TestAppleSigner.ms(now.addingTimeInterval(-86400)),
-                    "expiresDate": TestAppleSigner.ms(now.addingTimeInterval(29 * 86400)), "environment": "Production",
-                    "signedDate": TestAppleSigner.ms(now), "appAccountToken": user.uuidString.lowercased()])
-                try fakes.admin(.apple, "POST", "apple/transactions", json: ["transaction_id": id, "signedTransactionInfo": jws])
-                try fakes.admin(.apple, "POST", "apple/subscriptions", json: ["transaction_id": id, "response": [
-                    "environment": "Production", "bundleId": "com.example", "appAppleId": 1234,
-                    "data": [["subscriptionGroupIdentifier": "g", "lastTransactions": [[
-                        "originalTransactionId": id, "status": 1, "signedTransactionInfo": jws,
-                        "signedRenewalInfo": try signer.sign(["originalTransactionId": id, "autoRenewStatus": 1,
-                                                              "environment": "Production", "signedDate": TestAppleSigner.ms(now)]),
-                    ]]]]]])
+                let jws = try signer.subscriptionTransaction(id: id, original: id, accountToken: user)
+                try signer.register(jws, id: id, with: fakes)
                 try push(try NewJob(ValidateReceiptArguments(
                     userID: user, appID: appID, planID: planID,
                     proof: .apple(receiptData: nil, transactionID: id, originalTransactionID: nil, signedTransaction: jws))))

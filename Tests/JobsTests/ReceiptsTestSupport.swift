@@ -87,6 +87,37 @@ struct TestAppleSigner {
     static func ms(_ date: Date) -> Int64 { Int64(date.timeIntervalSince1970 * 1000) }
 }
 
+extension TestAppleSigner {
+    /// A signed transaction (JWS) of subscription `original` to `ReceiptsDatabase.appleProduct`, bought a day ago,
+    /// expiring in 29 days; `accountToken`, when given, as its `appAccountToken`.
+    func subscriptionTransaction(id: String, original: String, accountToken: UUID? = nil,
+                                 environment: String = "Production") throws -> String {
+        let now = Date()
+        var tx: [String: Any] = [
+            "transactionId": id, "originalTransactionId": original, "bundleId": "com.example",
+            "productId": ReceiptsDatabase.appleProduct, "type": "Auto-Renewable Subscription",
+            "purchaseDate": TestAppleSigner.ms(now.addingTimeInterval(-86400)),
+            "originalPurchaseDate": TestAppleSigner.ms(now.addingTimeInterval(-86400)),
+            "expiresDate": TestAppleSigner.ms(now.addingTimeInterval(29 * 86400)), "environment": environment,
+            "signedDate": TestAppleSigner.ms(now)]
+        if let accountToken { tx["appAccountToken"] = accountToken.uuidString.lowercased() }
+        return try sign(tx)
+    }
+
+    /// Makes the Apple fake answer for subscription `id` (its own original): Get Transaction Info with `jws`, Get All
+    /// Subscription Statuses with `jws` as the last transaction (status 1) and a renewal info signed by this signer.
+    func register(_ jws: String, id: String, with fakes: FakeServers) throws {
+        try fakes.admin(.apple, "POST", "apple/transactions", json: ["transaction_id": id, "signedTransactionInfo": jws])
+        try fakes.admin(.apple, "POST", "apple/subscriptions", json: ["transaction_id": id, "response": [
+            "environment": "Production", "bundleId": "com.example", "appAppleId": 1234,
+            "data": [["subscriptionGroupIdentifier": "g", "lastTransactions": [[
+                "originalTransactionId": id, "status": 1, "signedTransactionInfo": jws,
+                "signedRenewalInfo": try sign(["originalTransactionId": id, "autoRenewStatus": 1,
+                                               "environment": "Production", "signedDate": TestAppleSigner.ms(Date())]),
+            ]]]]]])
+    }
+}
+
 /// One app and one plan (Apple + Google products) in a `JobsFixture`'s database, and helpers to add users and
 /// read rows.
 final class ReceiptsDatabase {
