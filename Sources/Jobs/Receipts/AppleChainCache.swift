@@ -15,8 +15,9 @@ import Synchronization
 /// spare work, never accept what the verifier would refuse. The JWS's own signature is always checked, with the
 /// cached leaf key.
 ///
-/// Invariant: an entry's key is the exact base64 text of `x5c[0]` and `x5c[1]` (leaf, intermediate) — the chain the
-/// verifier validated against this verifier's roots (the JWS's `x5c[2]` is never used, cached or not).
+/// Invariant: an entry's key is the exact text of the JWS's three `x5c` entries, joined by "." — those the verifier
+/// parsed and whose leaf and intermediate it validated against this verifier's roots (`x5c[2]` is parsed, not trusted:
+/// keeping it in the key makes a hit need the very bytes that passed, as without the cache).
 /// Thread rules: any thread; one lock around the table (lookups and inserts only, no validation under it).
 final class AppleChainCache: Sendable {
     /// Apple's figures (ChainVerifier.swift: `MAXIMUM_CACHE_SIZE`, `CACHE_TIME_LIMIT`).
@@ -35,9 +36,6 @@ final class AppleChainCache: Sendable {
     }
 
     private let entries = Mutex<[String: Entry]>([:])
-
-    /// The key of the chain `leaf`, `intermediate` (x5c's base64 texts).
-    static func key(leaf: String, intermediate: String) -> String { leaf + "." + intermediate }
 
     /// The leaf key of a chain validated before, when `time` lies in its validity window and the entry is fresh.
     func leafKey(for key: String, at time: Date, now: Date = Date()) -> P256.Signing.PublicKey? {
