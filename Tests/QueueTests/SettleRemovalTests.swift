@@ -88,4 +88,37 @@ final class SettleRemovalTests: XCTestCase {
             }
         }
     }
+
+    /// A worker's usual batch: its n oldest finished jobs, with k older ones still running among them, so that some of
+    /// the jobs acknowledged sit past the list's last n entries (the script reads the 32 before them only then). The
+    /// list left behind is entry for entry the one n `LREM -1`s leave, and each job is counted once.
+    func testABatchWithOlderJobsStillRunningLeavesTheListAsOneLREMPerJobWould() throws {
+        let redis = try TestRedis(database: 95)
+        let reference = try TestRedis(database: 96)
+        let connection = try redis.connection()
+        var random = Generator(state: 0x7A11)
+        let key = "working:queue:a:host:1:x"
+        for round in 0..<40 {
+            try redis.flush()
+            try reference.flush()
+            let entries = (0..<Int.random(in: 1...200, using: &random)).map { job(round * 1000 + $0) }
+            for target in [redis, reference] {
+                _ = try target.pool.withConnection { try $0.send(["RPUSH", key] + entries) }
+            }
+            // The tail's n + k entries: k of them (not the newest) still running, the other n acknowledged.
+            let n = Int.random(in: 1...min(60, entries.count), using: &random)
+            let k = Int.random(in: 0...min(n, 40, entries.count - n), using: &random)
+            let stretch = Array(entries.suffix(n + k))
+            var running = Set<Int>()
+            while running.count < k { running.insert(Int.random(in: 1..<max(2, stretch.count), using: &random)) }
+            let acked = stretch.indices.filter { !running.contains($0) }.map { stretch[$0] }.shuffled(using: &random)
+            let items = acked.map { (job: FetchedJob(queue: "a", raw: $0, workingKey: key), settlement: Settlement.ack,
+                                     counts: RunCounts.processed) }
+            let settled = try ReliableQueue.settle(connection, items)
+            for raw in acked { _ = try reference.int("LREM", key, -1, raw) }
+            XCTAssertEqual(settled, n, "round \(round) (n \(n), k \(k))")
+            XCTAssertEqual(try redis.int("GET", Keys.statProcessed), n, "round \(round): counted once each")
+            XCTAssertEqual(try list(redis, key), try list(reference, key), "round \(round) (n \(n), k \(k)): the list left behind")
+        }
+    }
 }
