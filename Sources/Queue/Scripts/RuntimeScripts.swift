@@ -51,8 +51,8 @@ enum Scripts {
     /// unique lock and without `"bid"` in its bytes (a batch's job goes as an `ack` op, whose `batch_outcome` counts
     /// it: no search of every acknowledged payload in Lua, 16 % of this script's Redis time), the hot path sent in 1
     /// argument a job instead of 7 (Redis time per acknowledged job 1.96 → 1.52 µs, bench/script_cost.py, no AOF,
-    /// batch 100). A group's jobs are matched against the list's last n entries, and the 32 before them only when
-    /// some were not there (where a worker's oldest jobs are; 32 for those that finish before older ones) and, when those that
+    /// batch 100). A group's jobs are matched against the list's last n + 32
+    /// entries (where a worker's oldest jobs are; 32 for those that finish before older ones) and, when those that
     /// stay between the tail and the newest match are no more than those that go, that stretch is cut off with one
     /// `LTRIM` and the ones that stay pushed back in order (`RPUSH`), the rest `LREM`ed one by one: the list and the
     /// counts end exactly as after one `LREM -1` per job (SettleRemovalTests), for two or three calls instead of n
@@ -89,10 +89,9 @@ enum Scripts {
           local working = ARGV[first]
           local n = tonumber(ARGV[first + 1])
           first = first + 2
-          -- The jobs acknowledged are mostly the oldest in flight, at the tail: match them in the last n entries and,
-          -- when some are not there, in the 32 before (read only then: each entry read into Lua costs Redis a hash of
-          -- all its bytes) — a count per raw job: identical bytes may be in flight twice; matched nearest the tail
-          -- first, as LREM -1; a matched entry is marked false in `region` — and, when the entries that stay between the tail and the
+          -- The jobs acknowledged are mostly the oldest in flight, at the tail: match them in the last n + 32 entries
+          -- (a count per raw job: identical bytes may be in flight twice; matched nearest the tail first, as LREM -1;
+          -- a matched entry is marked false in `region`) and, when the entries that stay between the tail and the
           -- newest match are no more than those that go, cut that stretch off with one LTRIM and push back the ones
           -- that stay, in their order: the list ends exactly as after n LREMs, for 2 or 3 calls instead of n, and the
           -- AOF records the entries that stay (none when a worker acknowledges its oldest jobs) instead of every
@@ -102,32 +101,20 @@ enum Scripts {
             local raw = ARGV[j]
             want[raw] = (want[raw] or 0) + 1
           end
-          local region = n > 0 and redis.call('LRANGE', working, -n, -1) or {}
-          local found = 0
-          local newest = #region + 1
-          local from = #region
-          for pass = 1, 2 do
-            for k = from, 1, -1 do
-              local entry = region[k]
-              local c = want[entry]
-              if c and c > 0 then
-                want[entry] = c - 1
-                region[k] = false
-                found = found + 1
-                newest = k
-              end
-            end
-            if pass == 2 or found == n or #region < n then break end
-            -- The 32 entries before, put in front of the ones read (their indexes move up by as many).
-            local more = redis.call('LRANGE', working, -(n + 32), -(n + 1))
-            local m = #more
-            if m == 0 then break end
-            for j = 1, #region do more[m + j] = region[j] end
-            region = more
-            newest = newest + m
-            from = m
-          end
+          local region = n > 0 and redis.call('LRANGE', working, -(n + 32), -1) or {}
           local size = #region
+          local found = 0
+          local newest = size + 1
+          for k = size, 1, -1 do
+            local entry = region[k]
+            local c = want[entry]
+            if c and c > 0 then
+              want[entry] = c - 1
+              region[k] = false
+              found = found + 1
+              newest = k
+            end
+          end
           -- The cut ends at the newest entry matched: the ones past it stay where they are.
           local cut = size - newest + 1
           if found > 0 and cut - found <= found then
@@ -142,7 +129,7 @@ enum Scripts {
             for c = 1, #kept, 1000 do
               redis.call('RPUSH', working, unpack(kept, c, math.min(c + 999, #kept)))
             end
-            -- Those not found in the stretch read, one by one (none when all were).
+            -- Those not found in the stretch, one by one (none when all were: no walk of `want` then).
             if found < n then
               for raw, c in pairs(want) do
                 for _ = 1, c do
