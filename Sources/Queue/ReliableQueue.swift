@@ -240,20 +240,9 @@ package enum ReliableQueue {
     /// Whether `raw` holds the bytes `"bid"` anywhere — the settle script's own test before it looks for a batch
     /// (`batch_outcome`), made here on the settler's thread so that Redis, which a fleet shares, does not search every
     /// acknowledged payload (issue 38: that search was 16 % of the settle script's Redis time).
-    static func mayBelongToBatch(_ raw: [UInt8]) -> Bool {
-        raw.withUnsafeBufferPointer { bytes in
-            let quote = UInt8(ascii: "\""), b = UInt8(ascii: "b"), i = UInt8(ascii: "i"), d = UInt8(ascii: "d")
-            var index = 0
-            while index + 4 < bytes.count {
-                if bytes[index] == quote, bytes[index + 1] == b, bytes[index + 2] == i, bytes[index + 3] == d,
-                   bytes[index + 4] == quote {
-                    return true
-                }
-                index += 1
-            }
-            return false
-        }
-    }
+    static func mayBelongToBatch(_ raw: [UInt8]) -> Bool { ByteSearch.contains(raw, batchNeedle) }
+
+    private static let batchNeedle = Array(#""bid""#.utf8)
 
     /// Moves the jobs of `set` (`schedule` or `retry`) whose time has come to their queues, in
     /// batches of `batchSize`, until none is due. Each job is pushed once however many processes
