@@ -90,8 +90,9 @@ final class SettleRemovalTests: XCTestCase {
     }
 
     /// A worker's usual batch: its n oldest finished jobs, with k older ones still running among them, so that some of
-    /// the jobs acknowledged sit past the list's last n entries (the script reads the 32 before them only then). The
-    /// list left behind is entry for entry the one n `LREM -1`s leave, and each job is counted once.
+    /// the jobs acknowledged sit past the list's last n entries (in the script's read of the last n + 32, or beyond it
+    /// when k > 32: then `LREM`ed one by one). The list left behind is entry for entry the one n `LREM -1`s leave, and
+    /// each job is counted once.
     func testABatchWithOlderJobsStillRunningLeavesTheListAsOneLREMPerJobWould() throws {
         let redis = try TestRedis(database: 95)
         let reference = try TestRedis(database: 96)
