@@ -107,6 +107,67 @@ def command_usec(*names):
     return total
 
 
+# Where the tree's plain acks go: through the settle script as one group (`working`, n, n raw jobs: the trees before
+# the acknowledgement left Lua), or as ReliableQueue.acknowledge sends them (this tree and later).
+SCRIPT_ACKS = "tonumber(ARGV[5])" in settle
+
+
+def pipe(*commands):
+    """Several commands in one round trip; their replies in order."""
+    out = []
+    for args in commands:
+        out.append(b"*%d\r\n" % len(args))
+        for arg in args:
+            data = arg if isinstance(arg, bytes) else str(arg).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    r.sock.sendall(b"".join(out))
+    return [r.read() for _ in commands]
+
+
+def acknowledge(jobs, now, day):
+    """Plain acks as the worker sends them: the settle script's group in older trees; in this one
+    ReliableQueue.acknowledge's tail cut (WATCH + LRANGE of the last n + 32 entries, the cut planned here as TailCut
+    plans it, then MULTI, LTRIM, RPUSH of the entries that stay, the processed counters, EXEC)."""
+    if SCRIPT_ACKS:
+        r.call("EVALSHA", settle_sha, 0, now, day, 10000, 15552000, 1, working, len(jobs), *jobs)
+        return
+    region = pipe(["WATCH", working], ["LRANGE", working, -(len(jobs) + 32), -1])[1]
+    wanted = {}
+    for job in jobs:
+        wanted[job] = wanted.get(job, 0) + 1
+    matched, found, newest = set(), 0, len(region)
+    for k in range(len(region) - 1, -1, -1):
+        if found == len(jobs):
+            break
+        if wanted.get(region[k], 0) > 0:
+            wanted[region[k]] -= 1
+            matched.add(k)
+            found += 1
+            newest = k
+    length = len(region) - newest
+    if found < len(jobs) or length - found > found:
+        sys.exit("script_cost: an acknowledged job was not in the stretch read (the bench acknowledges the oldest)")
+    kept = [region[k] for k in range(newest, len(region)) if k not in matched]
+    minute = int(now // 60) % 1440
+    writes = [["MULTI"], ["LTRIM", working, 0, -(length + 1)]] + ([["RPUSH", working] + kept] if kept else []) + [
+        ["INCRBY", "stat:processed", found], ["INCRBY", "stat:processed:" + day, found],
+        ["EXPIRE", "stat:processed:" + day, 157680000], ["HINCRBY", "stat:minutely:processed:" + day, minute, found],
+        ["EXPIRE", "stat:minutely:processed:" + day, 259200], ["EXEC"]]
+    if pipe(*writes)[-1] is None:
+        sys.exit("script_cost: the transaction aborted (nothing else writes the list here)")
+
+
+def ack_usec():
+    """Redis time of the acknowledgements: the settle script's, or the transaction's (EXEC's time holds the commands
+    inside it; the LRANGE is outside). Neither holds the copy of replies to the socket (bench/redis-cpu.sh's does)."""
+    return evalsha_usec() if SCRIPT_ACKS else command_usec("watch", "lrange", "multi", "exec")
+
+
+def cpu_seconds():
+    info = r.call("INFO", "cpu").decode()
+    return sum(float(v) for v in re.findall(r"used_cpu_(?:sys|user):([\d.]+)", info))
+
+
 template = '{"retry":true,"queue":"default","class":"Noop","args":[%d],"jid":"%024x","created_at":1764028800.0,"enqueued_at":1764028800.0}'
 
 
@@ -117,7 +178,7 @@ def preload():
 
 
 figures = {"fetch_usec": [], "settle_usec": [], "fetch_rate": [], "settle_rate": [], "window_usec": [],
-           "floor_usec": [], "lua_floor_usec": []}
+           "floor_usec": [], "lua_floor_usec": [], "window_cpu": []}
 for run in range(RUNS):
     preload()
     r.call("CONFIG", "RESETSTAT")
@@ -131,6 +192,7 @@ for run in range(RUNS):
             fetched.extend(chunk)
     figures["fetch_rate"].append(N / (time.perf_counter() - began))
     figures["fetch_usec"].append(evalsha_usec() / N)
+    fetch_lrange_usec = command_usec("lrange")  # inside the fetch script (counted in its time too)
     if len(fetched) != N:
         sys.exit("script_cost: fetched %d of %d" % (len(fetched), N))
     r.call("CONFIG", "RESETSTAT")
@@ -139,10 +201,9 @@ for run in range(RUNS):
     began = time.perf_counter()
     for start in range(0, N, BATCH):
         chunk = fetched[start:start + BATCH]
-        # As ReliableQueue.settle sends plain acks: one group (the in-flight list, the count, the raw jobs).
-        r.call("EVALSHA", settle_sha, 0, now, day, 10000, 15552000, 1, working, len(chunk), *chunk)
+        acknowledge(chunk, now, day)
     figures["settle_rate"].append(N / (time.perf_counter() - began))
-    figures["settle_usec"].append(evalsha_usec() / N)
+    figures["settle_usec"].append(ack_usec() / N)
     if r.call("LLEN", working) != 0 or int(r.call("GET", "stat:processed")) != N:
         sys.exit("script_cost: the settle script left jobs in flight or miscounted")
 
@@ -151,18 +212,22 @@ for run in range(RUNS):
     preload()
     shuffle = random.Random(run)
     r.call("CONFIG", "RESETSTAT")
+    cpu_before = cpu_seconds()
     previous, settled = [], 0
     while True:
         reply = r.call("EVALSHA", fetch_sha, 0, identity, BATCH, "default")
         current = [job for chunk in (reply or [])[1::2] for job in chunk]
         if previous:
             shuffle.shuffle(previous)
-            r.call("EVALSHA", settle_sha, 0, now, day, 10000, 15552000, 1, working, len(previous), *previous)
+            acknowledge(previous, now, day)
             settled += len(previous)
         if not current:
             break
         previous = current
-    figures["window_usec"].append(evalsha_usec() / N)
+    figures["window_cpu"].append((cpu_seconds() - cpu_before) * 1e6 / N)
+    # The acknowledgements' LRANGEs are those of this phase less the fetch script's own (as in the fetch phase above).
+    outside = 0 if SCRIPT_ACKS else command_usec("watch", "multi", "exec") + command_usec("lrange") - fetch_lrange_usec
+    figures["window_usec"].append((evalsha_usec() + outside) / N)
     if settled != N or r.call("LLEN", working) != 0 or int(r.call("GET", "stat:processed")) != N:
         sys.exit("script_cost: the windowed drain left jobs in flight or miscounted")
 
@@ -226,8 +291,9 @@ def line(name, unit, label):
 
 print("== redis %s; N=%d, batch %d" % (persistence, N, BATCH))
 line("fetch_usec", "µs/job", "fetch script, Redis time")
-line("settle_usec", "µs/job", "settle script (ack), Redis time")
+line("settle_usec", "µs/job", "acknowledgement, Redis time (%s)" % ("the settle script" if SCRIPT_ACKS else "the tail cut's transaction"))
 line("window_usec", "µs/job", "fetch + ack as a drain goes (acks of the batch before, shuffled), Redis time")
+line("window_cpu", "µs/job", "   the same, Redis CPU (INFO cpu: with its networking, paced by this one Python client)")
 line("floor_usec", "µs/job", "floor: the same moves as plain commands (LRANGE, LTRIM, LPUSH, LTRIM, INCRBY)")
 line("lua_floor_usec", "µs/job", "floor through Lua: the payloads' crossings alone (fetch LRANGE; ack arguments + LRANGE)")
 line("fetch_rate", "jobs/s", "fetch, one client, wall")

@@ -172,20 +172,22 @@ package enum ReliableQueue {
                    queue: queue, working: working)
     }
 
-    /// Settles jobs and adds each settled run's `counts` to the processed/failed counters, in one
-    /// atomic script call. A job no longer in flight (taken back by a sweep, or already settled by
-    /// an earlier send of the same batch whose reply was lost) is neither settled nor counted.
-    /// Returns how many of the jobs were still in flight (and so were settled). The script applies the plain
-    /// acks (`isPlainAck`, sent in its compact form) first, then the other settlements in their order; the
-    /// order matters only when the same bytes are in flight twice and one copy is gone.
+    /// Settles jobs and adds each settled run's `counts` to the processed/failed counters. A job no longer in flight
+    /// (taken back by a sweep, or already settled by an earlier send of the same batch whose reply was lost) is
+    /// neither settled nor counted. Returns how many of the jobs were still in flight (and so were settled).
+    ///
+    /// Plain acks (`isPlainAck`: what a successful run settles as) go first, off their lists' tails by `acknowledge`
+    /// (a transaction whose commands carry no acknowledged payload); those it does not take, and every other
+    /// settlement, then go in their order through one call of `Scripts.complete`. The order matters only when the
+    /// same bytes are in flight twice and one copy is gone.
     @discardableResult
     public static func settle(_ connection: RedisConnection,
                               _ items: [(job: FetchedJob, settlement: Settlement, counts: RunCounts)],
                               deadLimits: DeadSetLimits = DeadSetLimits(),
                               now: Double = Clock.now()) throws(RedisError) -> Int {
         if items.isEmpty { return 0 }
-        // Plain acks (processed, not failed, no unique lock) by in-flight list, in order: one argument each.
-        var plainAcks: [(workingKey: String, raws: [[UInt8]])] = []
+        // Plain acks by in-flight list, in order.
+        var plainAcks: [(workingKey: String, jobs: [FetchedJob])] = []
         var others: [(job: FetchedJob, settlement: Settlement, counts: RunCounts)] = []
         for (job, settlement, counts) in items {
             guard isPlainAck(job, settlement, counts) else {
@@ -193,21 +195,26 @@ package enum ReliableQueue {
                 continue
             }
             if let index = plainAcks.firstIndex(where: { $0.workingKey == job.workingKey }) {
-                plainAcks[index].raws.append(job.raw)
+                plainAcks[index].jobs.append(job)
             } else {
-                plainAcks.append((job.workingKey, [job.raw]))
+                plainAcks.append((job.workingKey, [job]))
             }
         }
-        var arguments: [any RedisArgument] = [now, Clock.utcDay(now), deadLimits.maxJobs, deadLimits.maxAgeSeconds,
-                                              plainAcks.count]
-        arguments.reserveCapacity(5 + plainAcks.count * 2 + (items.count - others.count) + others.count * 7)
-        for group in plainAcks {
-            arguments.append(group.workingKey)
-            arguments.append(group.raws.count)
-            for raw in group.raws { arguments.append(raw) }
+        var settled = 0
+        var ops: [(job: FetchedJob, settlement: Settlement, counts: RunCounts)] = []
+        if !plainAcks.isEmpty {
+            let cut = try acknowledge(connection, plainAcks.map { ($0.workingKey, $0.jobs.map(\.raw)) }, now: now)
+            settled += cut.settled
+            for (group, leftovers) in zip(plainAcks, cut.leftovers) {
+                for index in leftovers { ops.append((group.jobs[index], .ack, .processed)) }
+            }
         }
+        if ops.isEmpty && others.isEmpty { return settled }
+        ops += others
+        var arguments: [any RedisArgument] = [now, Clock.utcDay(now), deadLimits.maxJobs, deadLimits.maxAgeSeconds]
+        arguments.reserveCapacity(4 + ops.count * 7)
         // Appended one by one: an array literal per job (`+= [...]`) allocated a temporary array each time.
-        for (job, settlement, counts) in others {
+        for (job, settlement, counts) in ops {
             let op: String, payload: String
             let target: any RedisArgument
             switch settlement {
@@ -227,11 +234,82 @@ package enum ReliableQueue {
             arguments.append(job.uniqueJid ?? "")
         }
         let reply = try connection.evaluate(Scripts.complete, arguments: arguments)
-        return Int(reply.integer ?? 0)
+        return settled + Int(reply.integer ?? 0)
+    }
+
+    /// Takes plain acks (`raws`, by in-flight list) off their lists' tails with `TailCut`s in one transaction:
+    /// `WATCH` the lists and read each one's last n + `TailCut.slack` entries, plan the cuts here, then `MULTI`,
+    /// per list one `LTRIM` and the `RPUSH` of the entries that stay, the processed counters for the jobs cut, `EXEC`.
+    /// A list written in between (a fetch pushing at its head, a sweep) aborts the transaction: read and planned
+    /// again, up to `attempts` times. Returns how many jobs were cut (settled and counted, exactly once: the cut
+    /// applies only to the entries read) and, per group, the indices of the jobs it did not take — not in the stretch
+    /// read, in a group whose cut would not pay, or all of them after `attempts` aborted transactions — which the
+    /// caller settles as `ack` ops of `Scripts.complete` (one `LREM` each). `afterRead` runs between each read and its
+    /// transaction (tests write to a list there, as a fetch or a sweep may).
+    ///
+    /// Why not in the settle script: Redis's Lua hashes every byte of each string that enters it, and matching there
+    /// brought each acknowledged payload in twice (the argument and the list read); here Redis only copies the
+    /// region out (issue 38: the acknowledgement's Redis time per job, docs/benchmarks.md).
+    package static func acknowledge(_ connection: RedisConnection, _ groups: [(workingKey: String, raws: [[UInt8]])],
+                                    now: Double, attempts: Int = 3,
+                                    afterRead: () -> Void = {}) throws(RedisError) -> (settled: Int, leftovers: [[Int]]) {
+        let everyJob = groups.map { Array($0.raws.indices) }
+        for _ in 0..<attempts {
+            var reads: [[any RedisArgument]] = [["WATCH"] + groups.map(\.workingKey)]
+            for group in groups { reads.append(["LRANGE", group.workingKey, -(group.raws.count + TailCut.slack), -1]) }
+            let regions = try connection.pipeline(reads)
+            try regions[0].checked()
+            var plans: [TailCut?] = []
+            for (group, region) in zip(groups, regions.dropFirst()) {
+                let entries = try region.checked().array?.compactMap(\.bytes) ?? []
+                plans.append(TailCut.plan(region: entries, acknowledged: group.raws))
+            }
+            let found = plans.reduce(0) { $0 + ($1?.found ?? 0) }
+            if found == 0 {
+                try connection.command("UNWATCH")
+                return (0, everyJob)
+            }
+            afterRead()
+            var writes: [[any RedisArgument]] = [["MULTI"]]
+            for (group, plan) in zip(groups, plans) {
+                guard let plan else { continue }
+                writes.append(["LTRIM", group.workingKey, 0, -(plan.length + 1)])
+                for start in stride(from: 0, to: plan.kept.count, by: 1000) {
+                    var push: [any RedisArgument] = ["RPUSH", group.workingKey]
+                    for entry in plan.kept[start..<min(plan.kept.count, start + 1000)] { push.append(entry) }
+                    writes.append(push)
+                }
+            }
+            writes += processedCounters(found, now: now)
+            writes.append(["EXEC"])
+            let replies = try connection.pipeline(writes)
+            for reply in replies.dropLast() { try reply.checked() }
+            switch try replies[replies.count - 1].checked() {
+            case .null: continue  // a list moved since it was read: nothing was written
+            case .array(let results):
+                for result in results { try result.checked() }
+                return (found, zip(plans, everyJob).map { plan, all in plan?.leftovers ?? all })
+            case let other: throw .unexpectedReply("EXEC returned \(other)")
+            }
+        }
+        return (0, everyJob)
+    }
+
+    /// The commands that add `count` runs to the processed counters at `now`: `stat:processed`, the UTC day's
+    /// counter (kept 5 years) and the day's per-minute hash (`Keys.minutelyRetention`) — the same keys, expiries and
+    /// minute as the ending of `Scripts.complete`, which moves them for the runs it settles.
+    static func processedCounters(_ count: Int, now: Double) -> [[any RedisArgument]] {
+        let day = Clock.utcDay(now)
+        let minute = Int((now / 60).rounded(.down)) % 1440
+        return [["INCRBY", Keys.statProcessed, count],
+                ["INCRBY", Keys.statProcessed(day: day), count],
+                ["EXPIRE", Keys.statProcessed(day: day), 157_680_000],
+                ["HINCRBY", Keys.statMinutelyProcessed(day: day), minute, count],
+                ["EXPIRE", Keys.statMinutelyProcessed(day: day), Keys.minutelyRetention]]
     }
 
     /// An `ack` of a run counted as processed only (not failed), of a job without a unique lock and not of a batch:
-    /// what a successful run settles as, sent to the settle script in its compact form.
+    /// what a successful run settles as, taken off its list's tail by `acknowledge`.
     private static func isPlainAck(_ job: FetchedJob, _ settlement: Settlement, _ counts: RunCounts) -> Bool {
         guard case .ack = settlement else { return false }
         return counts == .processed && job.uniqueJid == nil && !mayBelongToBatch(job.raw)

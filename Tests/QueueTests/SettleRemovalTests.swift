@@ -122,4 +122,56 @@ final class SettleRemovalTests: XCTestCase {
             XCTAssertEqual(try list(redis, key), try list(reference, key), "round \(round) (n \(n), k \(k)): the list left behind")
         }
     }
+
+    /// The cut is planned from a read of the list and written in a transaction watching it: a list written in between
+    /// (here a sweep takes the tail job back, as `recoverOrphans` would) aborts the transaction, and the cut is planned
+    /// again from a fresh read. A cut written blind would trim the wrong entries: a job still in flight lost.
+    func testAListWrittenBetweenTheReadAndTheCutIsReadAgainNotCutBlind() throws {
+        let redis = try TestRedis(database: 95)
+        try redis.flush()
+        let connection = try redis.connection()
+        let sweeper = try redis.connection()
+        let key = "working:queue:a:host:1:x"
+        let entries = (0..<10).map { job($0) }
+        _ = try connection.send(["RPUSH", key] + entries)
+        var reads = 0
+        let result = try ReliableQueue.acknowledge(connection, [(key, Array(entries.suffix(3)))], now: 1_764_028_800) {
+            reads += 1
+            if reads == 1 { _ = try? sweeper.send(["RPOP", key]) }
+        }
+        XCTAssertEqual(reads, 2, "read again after the aborted transaction")
+        XCTAssertEqual(result.settled, 2, "the two acknowledged jobs still in flight")
+        XCTAssertEqual(result.leftovers, [[2]], "the one the sweep took is left to the script's LREM (which finds nothing)")
+        XCTAssertEqual(try list(redis, key), entries.prefix(7).map { String(decoding: $0, as: UTF8.self) })
+        XCTAssertEqual(try redis.int("GET", Keys.statProcessed), 2)
+    }
+
+    /// A list written before every attempt (a busy fetcher pushing at its head) cuts nothing and counts nothing: all its
+    /// jobs are left to the settle script, one `LREM` each — and `settle` still settles each of them once.
+    func testAListWrittenBeforeEveryAttemptLeavesItsJobsToTheScript() throws {
+        let redis = try TestRedis(database: 95)
+        try redis.flush()
+        let connection = try redis.connection()
+        let fetcher = try redis.connection()
+        let key = "working:queue:a:host:1:x"
+        let entries = (0..<10).map { job($0) }
+        _ = try connection.send(["RPUSH", key] + entries)
+        let acknowledged = Array(entries.suffix(4))
+        var reads = 0
+        let result = try ReliableQueue.acknowledge(connection, [(key, acknowledged)], now: 1_764_028_800, attempts: 3) {
+            reads += 1
+            _ = try? fetcher.send(["LPUSH", key, job(100 + reads)])
+        }
+        XCTAssertEqual(reads, 3)
+        XCTAssertEqual(result.settled, 0)
+        XCTAssertEqual(result.leftovers, [[0, 1, 2, 3]])
+        XCTAssertEqual(try redis.command("LLEN", key).integer, 13, "nothing cut")
+        XCTAssertEqual(try redis.command("GET", Keys.statProcessed).isNull, true, "nothing counted")
+        let items = acknowledged.map { (job: FetchedJob(queue: "a", raw: $0, workingKey: key), settlement: Settlement.ack,
+                                        counts: RunCounts.processed) }
+        XCTAssertEqual(try ReliableQueue.settle(connection, items), 4)
+        XCTAssertEqual(try ReliableQueue.settle(connection, items), 0, "sent again: nothing twice")
+        XCTAssertEqual(try redis.int("GET", Keys.statProcessed), 4)
+        XCTAssertEqual(try redis.command("LLEN", key).integer, 9)
+    }
 }

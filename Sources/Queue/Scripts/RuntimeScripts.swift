@@ -45,28 +45,19 @@ enum Scripts {
         return out
         """)
 
-    /// Settles a batch of in-flight jobs and moves the counters, atomically.
-    /// ARGV: now, utc day, dead max jobs, dead timeout seconds, the number G of plain-ack groups, G groups of
-    /// (working key, count n, n raw jobs) — plain acks: `ack` of a run counted as processed only, without a
-    /// unique lock and without `"bid"` in its bytes (a batch's job goes as an `ack` op, whose `batch_outcome` counts
-    /// it: no search of every acknowledged payload in Lua, 16 % of this script's Redis time), the hot path sent in 1
-    /// argument a job instead of 7 (Redis time per acknowledged job 1.96 → 1.52 µs, bench/script_cost.py, no AOF,
-    /// batch 100). A group's jobs are matched against the list's last n + 32
-    /// entries (where a worker's oldest jobs are; 32 for those that finish before older ones) and, when those that
-    /// stay between the tail and the newest match are no more than those that go, that stretch is cut off with one
-    /// `LTRIM` and the ones that stay pushed back in order (`RPUSH`), the rest `LREM`ed one by one: the list and the
-    /// counts end exactly as after one `LREM -1` per job (SettleRemovalTests), for two or three calls instead of n
-    /// (Redis time of the acknowledgements in a 50,000-job drain 4.87 → 2.54 µs a job, `INFO commandstats`, measured with
-    /// a 2n window before n + 32). Then
-    /// groups of seven: op, working
-    /// key, raw job, new payload, target, counts, unique jid. An op only takes effect if the raw job was still
+    /// Settles in-flight jobs and moves the counters, atomically. ARGV: now, utc day, dead max jobs, dead timeout
+    /// seconds, then groups of seven: op, working key, raw job, new payload, target, counts, unique jid. (The plain
+    /// acks of a drain do not come here: `ReliableQueue.acknowledge` cuts them off their lists' tails without sending
+    /// each payload through Lua, whose string hash reads every byte; this script takes the ones it leaves as `ack`.)
+    /// An op only takes effect if the raw job was still
     /// in the in-flight list (so a job that an orphan sweep already took back is not also
     /// retried). Ops: `ack` (remove), `retry` (ZADD retry target payload), `dead` (ZADD dead
     /// now payload + trims), `requeue` (RPUSH queue:target payload: the front of the line),
     /// `drop` (remove without a trace: `retry: false`), `schedule` (ZADD schedule target payload: over a
     /// limit, docs/limiters.md). `counts` is `RunCounts.rawValue`
     /// (1 processed, 2 failed, 3 both). Invariant: a run moves `stat:processed` / `stat:failed`
-    /// (and the daily keys, and the per-minute hashes `Keys.statMinutely*`: minute of `now`) only if this call's LREM removed its job, so a batch sent again after
+    /// (and the daily keys, and the per-minute hashes `Keys.statMinutely*`: minute of `now`; the same keys as
+    /// `ReliableQueue.processedCounters`) only if this call's LREM removed its job, so a batch sent again after
     /// a lost reply counts nothing twice. The same holds for batch jobs (`BatchScripts`): a settled
     /// job carrying a `bid` is counted for its batch here, in the same call (ack = success, retry =
     /// failure, dead / drop = finished without success). `unique jid` ('' if none) is the jid of a job
@@ -84,72 +75,7 @@ enum Scripts {
         local failed = 0
         local settled = 0
         local killed = false
-        local first = 6
-        for g = 1, tonumber(ARGV[5]) do
-          local working = ARGV[first]
-          local n = tonumber(ARGV[first + 1])
-          first = first + 2
-          -- The jobs acknowledged are mostly the oldest in flight, at the tail: match them in the last n + 32 entries
-          -- (a count per raw job: identical bytes may be in flight twice; matched nearest the tail first, as LREM -1;
-          -- a matched entry is marked false in `region`) and, when the entries that stay between the tail and the
-          -- newest match are no more than those that go, cut that stretch off with one LTRIM and push back the ones
-          -- that stay, in their order: the list ends exactly as after n LREMs, for 2 or 3 calls instead of n, and the
-          -- AOF records the entries that stay (none when a worker acknowledges its oldest jobs) instead of every
-          -- acknowledged one. No job here carries a batch (`"bid"`): those come as ops below.
-          local want = {}
-          for j = first, first + n - 1 do
-            local raw = ARGV[j]
-            want[raw] = (want[raw] or 0) + 1
-          end
-          local region = n > 0 and redis.call('LRANGE', working, -(n + 32), -1) or {}
-          local size = #region
-          local found = 0
-          local newest = size + 1
-          for k = size, 1, -1 do
-            local entry = region[k]
-            local c = want[entry]
-            if c and c > 0 then
-              want[entry] = c - 1
-              region[k] = false
-              found = found + 1
-              newest = k
-            end
-          end
-          -- The cut ends at the newest entry matched: the ones past it stay where they are.
-          local cut = size - newest + 1
-          if found > 0 and cut - found <= found then
-            local kept = {}
-            for k = newest, size do
-              local entry = region[k]
-              if entry then kept[#kept + 1] = entry end
-            end
-            settled = settled + found
-            processed = processed + found
-            redis.call('LTRIM', working, 0, -(cut + 1))
-            for c = 1, #kept, 1000 do
-              redis.call('RPUSH', working, unpack(kept, c, math.min(c + 999, #kept)))
-            end
-            -- Those not found in the stretch, one by one (none when all were: no walk of `want` then).
-            if found < n then
-              for raw, c in pairs(want) do
-                for _ = 1, c do
-                  if redis.call('LREM', working, -1, raw) == 1 then
-                    settled = settled + 1
-                    processed = processed + 1
-                  end
-                end
-              end
-            end
-          else
-            for j = first, first + n - 1 do
-              if redis.call('LREM', working, -1, ARGV[j]) == 1 then
-                settled = settled + 1
-                processed = processed + 1
-              end
-            end
-          end
-          first = first + n
-        end
+        local first = 5
         for i = first, #ARGV, 7 do
           local op, working, raw, payload, target = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
           local counts = tonumber(ARGV[i + 5])
