@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/script_cost.py — Redis time per job of the fetch and settle scripts, as the worker sends them.
+"""bench/script_cost.py — Redis time per job of the fetch script and the acknowledgement, as the worker sends them.
 
     python3 bench/script_cost.py [N] [BATCH]      default N=100000 jobs, BATCH=250 (the worker's fetch batch)
     SOURCES=/path/to/other/checkout python3 bench/script_cost.py     the scripts of another tree (an A/B comparison)
@@ -8,12 +8,15 @@ Reads the scripts' Lua text from Sources/Queue/Scripts/ (RuntimeScripts.swift, a
 functions; an older tree's Sources/Queue/Scripts.swift too, for SOURCES=), so it
 measures what is in the tree. For each of 3 runs: N no-op payloads are pushed onto `queue:default` of database 59 of
 the private Redis (scripts/services: 127.0.0.1:$REDIS_PORT, default 6390; flushed first), fetched BATCH at a time
-into an in-flight list by the fetch script, then acknowledged BATCH at a time by the settle script, as the worker
-does. Redis's own `INFO commandstats` gives the microseconds spent in each script (the figure: Redis is the shared
-resource of a fleet), reset before each phase; the wall rate is printed too. Prints the median (min–max) of the
+into an in-flight list by the fetch script, then acknowledged BATCH at a time as the worker does (this tree:
+ReliableQueue.acknowledge's tail cut, a WATCHed transaction; trees before it: the settle script). Redis's own
+`INFO commandstats` gives the microseconds spent in each (the figure: Redis is the shared resource of a fleet), reset
+before each phase; the wall rate is printed too, and for the drain-shaped phase Redis's CPU (`INFO cpu`), which also
+holds the networking (the tail cut sends the stretch it reads back to the client). Prints the median (min–max) of the
 3 runs and the persistence in force. Two floors are printed next to them: the same moves as plain commands (not
 atomic: a lower bound, not a design), and the same moves through two minimal scripts whose only work is to carry the
-payloads through Lua as ours must (what any Lua fetch and payload-matching acknowledgement costs on this Redis).
+payloads through Lua (what any Lua fetch and any acknowledgement matching payloads in Lua cost on this Redis: the
+acknowledgement left Lua for that reason, issue 38).
 A benchmark, not a test: it asserts only that every job moved.
 """
 import os

@@ -270,7 +270,7 @@ package enum ReliableQueue {
                 return (0, everyJob)
             }
             afterRead()
-            var writes: [[any RedisArgument]] = [["MULTI"]]
+            var writes: [[any RedisArgument]] = []
             for (group, plan) in zip(groups, plans) {
                 guard let plan else { continue }
                 writes.append(["LTRIM", group.workingKey, 0, -(plan.length + 1)])
@@ -281,16 +281,10 @@ package enum ReliableQueue {
                 }
             }
             writes += processedCounters(found, now: now)
-            writes.append(["EXEC"])
-            let replies = try connection.pipeline(writes)
-            for reply in replies.dropLast() { try reply.checked() }
-            switch try replies[replies.count - 1].checked() {
-            case .null: continue  // a list moved since it was read: nothing was written
-            case .array(let results):
-                for result in results { try result.checked() }
-                return (found, zip(plans, everyJob).map { plan, all in plan?.leftovers ?? all })
-            case let other: throw .unexpectedReply("EXEC returned \(other)")
-            }
+            // Nil: a list moved since it was read (nothing was written); read and plan again.
+            guard let results = try connection.transactionUnlessWatchedKeysMoved(writes) else { continue }
+            for result in results { try result.checked() }
+            return (found, zip(plans, everyJob).map { plan, all in plan?.leftovers ?? all })
         }
         return (0, everyJob)
     }

@@ -201,12 +201,22 @@ public final class RedisConnection: @unchecked Sendable {
 
     /// Runs `commands` inside MULTI/EXEC in one round trip and returns EXEC's replies.
     public func transaction(_ commands: [[any RedisArgument]]) throws(RedisError) -> [RedisReply] {
-        let replies = try pipeline([["MULTI"]] + commands + [["EXEC"]])
-        for reply in replies.dropLast() { try reply.checked() }
-        guard case .array(let results) = try replies[replies.count - 1].checked() else {
+        guard let results = try transactionUnlessWatchedKeysMoved(commands) else {
             throw .unexpectedReply("EXEC returned no results (transaction aborted)")
         }
         return results
+    }
+
+    /// Runs `commands` inside MULTI/EXEC in one round trip and returns EXEC's replies, or nil when a key this
+    /// connection `WATCH`es was written since (then none of them ran). EXEC ends every watch either way.
+    package func transactionUnlessWatchedKeysMoved(_ commands: [[any RedisArgument]]) throws(RedisError) -> [RedisReply]? {
+        let replies = try pipeline([["MULTI"]] + commands + [["EXEC"]])
+        for reply in replies.dropLast() { try reply.checked() }
+        switch try replies[replies.count - 1].checked() {
+        case .array(let results): return results
+        case .null: return nil
+        case let other: throw .unexpectedReply("EXEC returned \(other)")
+        }
     }
 
     /// Runs a Lua script by its SHA, loading it on first use and again after `NOSCRIPT`
