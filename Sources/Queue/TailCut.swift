@@ -1,3 +1,5 @@
+import Foundation
+
 /// How one in-flight list's plain acknowledgements come off its tail: the stretch from the tail to the newest
 /// acknowledged entry found there is cut off (`LTRIM`) and the entries of it that stay are pushed back in their order
 /// (`RPUSH`), so that the list ends exactly as after one `LREM list -1 raw` per acknowledged job — for two commands
@@ -24,16 +26,17 @@ package struct TailCut: Sendable, Equatable {
     /// returns them: the tail last). Nil when a cut would not pay: no acknowledged job in the region, or more
     /// entries staying in the stretch than leaving it (then every job is a leftover, `LREM`ed one by one).
     package static func plan(region: [[UInt8]], acknowledged: [[UInt8]]) -> TailCut? {
-        var wanted: [[UInt8]: Int] = [:]
+        var wanted: [Payload: Int] = [:]
         wanted.reserveCapacity(acknowledged.count)
-        for raw in acknowledged { wanted[raw, default: 0] += 1 }
+        for raw in acknowledged { wanted[Payload(raw), default: 0] += 1 }
         var matched = [Bool](repeating: false, count: region.count)
         var found = 0
         var newest = region.count
         var index = region.count - 1
         while index >= 0, found < acknowledged.count {
-            if let count = wanted[region[index]], count > 0 {
-                wanted[region[index]] = count - 1
+            let entry = Payload(region[index])
+            if let count = wanted[entry], count > 0 {
+                wanted[entry] = count - 1
                 matched[index] = true
                 found += 1
                 newest = index
@@ -47,11 +50,24 @@ package struct TailCut: Sendable, Equatable {
         var leftovers: [Int] = []
         if found < acknowledged.count {
             for (position, raw) in acknowledged.enumerated() {
-                guard let count = wanted[raw], count > 0 else { continue }
-                wanted[raw] = count - 1
+                guard let count = wanted[Payload(raw)], count > 0 else { continue }
+                wanted[Payload(raw)] = count - 1
                 leftovers.append(position)
             }
         }
         return TailCut(length: length, kept: kept, found: found, leftovers: leftovers)
+    }
+
+    /// A payload as a dictionary key hashed in one pass over its bytes (`[UInt8]`'s own `Hashable` feeds the hasher
+    /// one byte at a time: the settler hashes every acknowledged payload and every entry it reads).
+    private struct Payload: Hashable {
+        let bytes: [UInt8]
+        init(_ bytes: [UInt8]) { self.bytes = bytes }
+        func hash(into hasher: inout Hasher) { bytes.withUnsafeBytes { hasher.combine(bytes: $0) } }
+        static func == (a: Payload, b: Payload) -> Bool {
+            a.bytes.count == b.bytes.count && a.bytes.withUnsafeBytes { x in b.bytes.withUnsafeBytes { y in
+                x.count == 0 || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0
+            } }
+        }
     }
 }

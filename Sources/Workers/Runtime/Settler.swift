@@ -4,7 +4,8 @@ import Queue
 import Synchronization
 
 /// The settler: writes settlements (ack, retry, dead, requeue) and the `stat:*` counters to Redis
-/// in batches, one script call per batch (`ReliableQueue.settle`).
+/// in batches (`ReliableQueue.settle`: per batch, a `WATCH`ed transaction cutting the successes off the in-flight
+/// list's tail, and one script call for the rest).
 ///
 /// Thread rules: owns the `settler` thread and its Redis connection (only that thread touches
 /// them). Takes from `settlements`, which every other thread feeds. `processedCount` /
@@ -63,7 +64,7 @@ final class Settler: Sendable {
             let processed = batch.reduce(0) { $0 + ($1.counts.contains(.processed) ? 1 : 0) }
             let failed = batch.reduce(0) { $0 + ($1.counts.contains(.failed) ? 1 : 0) }
             if links.count == 1 {
-                // One Redis: the whole batch in one script call (no grouping on the hot path).
+                // One Redis: the whole batch in one `settle` (no grouping on the hot path).
                 guard write(batch, on: &links[0], backoff: &backoff) else { return }
             } else {
                 // Each job settles on the shard it was fetched from (its in-flight list is there).
@@ -80,7 +81,7 @@ final class Settler: Sendable {
         }
     }
 
-    /// Writes `items` on `link` in one script call, retrying with backoff until it succeeds. False
+    /// Writes `items` on `link` in one `settle`, retrying with backoff until it succeeds. False
     /// when it gave up past the shutdown deadline (the items stay unwritten).
     private func write(_ items: [SettlementQueue.Item], on link: inout RedisLink, backoff: inout ReconnectBackoff) -> Bool {
         while true {
