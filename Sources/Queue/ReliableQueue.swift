@@ -238,14 +238,23 @@ package enum ReliableQueue {
     }
 
     /// Takes plain acks (`raws`, by in-flight list) off their lists' tails with `TailCut`s in one transaction:
-    /// `WATCH` the lists and read each one's last n + `TailCut.slack` entries, plan the cuts here, then `MULTI`,
-    /// per list one `LTRIM` and the `RPUSH` of the entries that stay, the processed counters for the jobs cut, `EXEC`.
-    /// A list written in between (a fetch pushing at its head, a sweep) aborts the transaction: read and planned
-    /// again, up to `attempts` times. Returns how many jobs were cut (settled and counted, exactly once: the cut
-    /// applies only to the entries read) and, per group, the indices of the jobs it did not take — not in the stretch
-    /// read, in a group whose cut would not pay, or all of them after `attempts` aborted transactions — which the
-    /// caller settles as `ack` ops of `Scripts.complete` (one `LREM` each). `afterRead` runs between each read and its
-    /// transaction (tests write to a list there, as a fetch or a sweep may).
+    /// `WATCH` the lists' owners' fetcher heartbeats, check they exist and read each list's last n + `TailCut.slack`
+    /// entries, plan the cuts here, then `MULTI`, per list one `LTRIM` and the `RPUSH` of the entries that stay, the
+    /// processed counters for the jobs cut, `EXEC`. Returns how many jobs were cut (settled and counted, exactly once:
+    /// the cut applies only to the entries read) and, per group, the indices of the jobs it did not take — not in the
+    /// stretch read, in a group whose cut would not pay, or all of them when a heartbeat is gone, a list's key is not
+    /// an in-flight list's or `attempts` transactions aborted — which the caller settles as `ack` ops of
+    /// `Scripts.complete` (one `LREM` each). `afterRead` runs between each read and its transaction (tests write there
+    /// what a fetch, a sweep or the heartbeat may write).
+    ///
+    /// Why a cut planned from a read stays right until `EXEC` (the invariant the `WATCH` keeps; SettleRemovalTests):
+    /// a live process's in-flight list is written at its tail only by its settler (the one thread calling this), and
+    /// at its head by its fetch, which the cut leaves alone (`LTRIM` and `RPUSH` both count from the tail). Every other
+    /// writer — the orphan sweep (`Scripts.recover`), `JobPurge`, gitlab-sidekiq-fetcher's cleanup — acts only on a
+    /// list whose fetcher heartbeat is gone: present at the read and neither refreshed, deleted nor expired until `EXEC`
+    /// (any of which aborts it: read and planned again), it was present throughout, so none of them ran. (Our own
+    /// reconciliation after a lost fetch reply goes through the settler too: `Fetcher`.) Watching the lists instead
+    /// aborted on every fetch in between: half the transactions of an 8-process drain, each one read again.
     ///
     /// Why not in the settle script: Redis's Lua hashes every byte of each string that enters it, and matching there
     /// brought each acknowledged payload in twice (the argument and the list read); here Redis only copies the
@@ -254,13 +263,24 @@ package enum ReliableQueue {
                                     now: Double, attempts: Int = 3,
                                     afterRead: () -> Void = {}) throws(RedisError) -> (settled: Int, leftovers: [[Int]]) {
         let everyJob = groups.map { Array($0.raws.indices) }
+        var heartbeats: [String] = []
+        for group in groups {
+            guard let owner = Keys.parseWorking(group.workingKey)?.identity else { return (0, everyJob) }
+            let heartbeat = Keys.fetcherHeartbeat(identity: owner)
+            if !heartbeats.contains(heartbeat) { heartbeats.append(heartbeat) }
+        }
         for _ in 0..<attempts {
-            var reads: [[any RedisArgument]] = [["WATCH"] + groups.map(\.workingKey)]
+            var reads: [[any RedisArgument]] = [["WATCH"] + heartbeats, ["EXISTS"] + heartbeats]
             for group in groups { reads.append(["LRANGE", group.workingKey, -(group.raws.count + TailCut.slack), -1]) }
-            let regions = try connection.pipeline(reads)
-            try regions[0].checked()
+            let replies = try connection.pipeline(reads)
+            try replies[0].checked()
+            // A heartbeat gone: a sweep may take the list back at any moment (or has): nothing is cut blind.
+            guard try replies[1].checked().integer == Int64(heartbeats.count) else {
+                try connection.command("UNWATCH")
+                return (0, everyJob)
+            }
             var plans: [TailCut?] = []
-            for (group, region) in zip(groups, regions.dropFirst()) {
+            for (group, region) in zip(groups, replies.dropFirst(2)) {
                 let entries = try region.checked().array?.compactMap(\.bytes) ?? []
                 plans.append(TailCut.plan(region: entries, acknowledged: group.raws))
             }
@@ -281,7 +301,7 @@ package enum ReliableQueue {
                 }
             }
             writes += processedCounters(found, now: now)
-            // Nil: a list moved since it was read (nothing was written); read and plan again.
+            // Nil: a heartbeat moved since it was read (nothing was written); read and plan again.
             guard let results = try connection.transactionUnlessWatchedKeysMoved(writes) else { continue }
             for result in results { try result.checked() }
             return (found, zip(plans, everyJob).map { plan, all in plan?.leftovers ?? all })
@@ -361,16 +381,15 @@ package enum ReliableQueue {
         }
     }
 
-    /// Puts back every job in this process's in-flight lists (for `queues`) that the process does
-    /// not know it holds. A fetch whose reply was lost (the link broke after Redis ran it) leaves
-    /// such jobs behind; nobody else would recover them while our heartbeat lives.
+    /// The jobs in this process's in-flight lists (for `queues`) that the process does not know it holds: a fetch
+    /// whose reply was lost (the link broke after Redis ran it) leaves such jobs behind, and nobody else would recover
+    /// them while our heartbeat lives. The caller puts them back through its settler (`SettlementQueue.giveBack`):
+    /// only the settler takes a job off a live process's list (`acknowledge`'s invariant).
     ///
-    /// `known` must be read *after* the lists (see `WorkerProcess`): a job settled in between is
-    /// then "unknown" here, but the requeue only acts on a job still in the list, so it is a no-op.
-    /// Returns the number of jobs put back at the front of their queues.
-    @discardableResult
-    public static func reclaimUnknown(_ connection: RedisConnection, identity: String, queues: [String],
-                                      known: () -> [[UInt8]]) throws(RedisError) -> Int {
+    /// `known` must be read *after* the lists (see `WorkerProcess`): a job settled in between is then "unknown" here,
+    /// but the requeue only acts on a job still in the list, so it is a no-op. Read only.
+    public static func unknownInFlight(_ connection: RedisConnection, identity: String, queues: [String],
+                                       known: () -> [[UInt8]]) throws(RedisError) -> [FetchedJob] {
         var listed: [FetchedJob] = []
         for queue in queues {
             let key = Keys.working(queue: queue, identity: identity)
@@ -378,18 +397,18 @@ package enum ReliableQueue {
                 if let raw = reply.bytes { listed.append(FetchedJob(queue: queue, raw: raw, workingKey: key)) }
             }
         }
-        if listed.isEmpty { return 0 }
+        if listed.isEmpty { return [] }
         var held: [[UInt8]: Int] = [:]
         for raw in known() { held[raw, default: 0] += 1 }
-        var unknown: [(job: FetchedJob, settlement: Settlement, counts: RunCounts)] = []
+        var unknown: [FetchedJob] = []
         for job in listed {
             if let count = held[job.raw], count > 0 {
                 held[job.raw] = count - 1
             } else {
-                unknown.append((job, .requeue(payload: String(decoding: job.raw, as: UTF8.self)), []))
+                unknown.append(job)
             }
         }
-        return try settle(connection, unknown)
+        return unknown
     }
 
     /// What the orphan sweep does with one job of a dead process (`identity`) from `queue`'s in-flight list: back to

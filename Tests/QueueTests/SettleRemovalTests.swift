@@ -4,11 +4,13 @@ import TestSupport
 import XCTest
 
 /// Which settlements of one settle call take effect: exactly those whose job one `LREM working -1 raw` per job, in
-/// the call's order with its plain acks first (they travel in the script's compact form), removes — checked against a copy of the lists in another database, with jobs near the tail
-/// (as a worker settles them) and anywhere else, absent jobs (taken back by a sweep), the same bytes twice in a list
-/// and in a batch, and several in-flight lists in one call; the lists left behind must be the same too, entry for
-/// entry and in order — which is what the script's tail cut (one LTRIM and one RPUSH of the entries that stay,
-/// instead of one LREM per acknowledged job) must keep.
+/// the call's order with its plain acks first (`ReliableQueue.acknowledge` cuts them off the tail before the script
+/// runs), removes — checked against a copy of the lists in another database, with jobs near the tail (as a worker
+/// settles them) and anywhere else, absent jobs (taken back by a sweep), the same bytes twice in a list and in a batch,
+/// and several in-flight lists in one call; the lists left behind must be the same too, entry for entry and in order —
+/// which is what the tail cut (one LTRIM and one RPUSH of the entries that stay, instead of one LREM per acknowledged
+/// job) must keep, and what the transaction around it keeps when the list's other writers act between its read and
+/// its cut.
 final class SettleRemovalTests: XCTestCase {
     /// A deterministic generator, so that a failure can be replayed.
     struct Generator: RandomNumberGenerator {
@@ -21,6 +23,10 @@ final class SettleRemovalTests: XCTestCase {
 
     private func job(_ index: Int) -> [UInt8] { Array(#"{"class":"Noop","args":[\#(index)],"jid":"\#(String(format: "%024x", index))"}"#.utf8) }
 
+    /// The fetcher heartbeat of the lists' owner (`host:1:abc`): alive, as a settling process is, so that plain acks
+    /// are cut off the tail (without it every one is `LREM`ed: `testNoCutOnceTheOwnersHeartbeatIsGone`).
+    private let heartbeat = Keys.fetcherHeartbeat(identity: "host:1:abc")
+
     private func list(_ redis: TestRedis, _ key: String) throws -> [String] {
         try redis.command("LRANGE", key, 0, -1).array?.compactMap(\.string) ?? []
     }
@@ -30,10 +36,11 @@ final class SettleRemovalTests: XCTestCase {
         let reference = try TestRedis(database: 96)
         let connection = try redis.connection()
         var random = Generator(state: 0x5EED)
-        let keys = ["working:queue:a:host:1:x", "working:queue:b:host:1:x"]
+        let keys = ["working:queue:a:host:1:abc", "working:queue:b:host:1:abc"]
         for round in 0..<30 {
             try redis.flush()
             try reference.flush()
+            try redis.command("SET", heartbeat, "1")
             // Each list: up to 300 jobs drawn from a small pool, so that some bytes appear twice.
             for key in keys {
                 let entries = (0..<Int.random(in: 0...300, using: &random)).map { _ in job(Int.random(in: 0..<400, using: &random)) }
@@ -59,9 +66,9 @@ final class SettleRemovalTests: XCTestCase {
                     batch.append((key, job(Int.random(in: 0..<500, using: &random))))
                 }
             }
-            // Plain acks (sent in the script's compact form, which it applies first): about a third of the batch in
-            // even rounds, nine in ten in odd ones (a drain's batch: the script then cuts the list's tail off and
-            // pushes back what stays, instead of one LREM each); the others a `retry` whose payload names its
+            // Plain acks (cut off the tail first, the rest of them then `LREM`ed by the script): about a third of the
+            // batch in even rounds, nine in ten in odd ones (a drain's batch: the tail is cut off and what stays pushed
+            // back, instead of one LREM each); the others a `retry` whose payload names its
             // position: the retry set shows which of those took effect.
             let mostlyAcks = round % 2 == 1
             let acks = batch.indices.filter { _ in
@@ -90,18 +97,19 @@ final class SettleRemovalTests: XCTestCase {
     }
 
     /// A worker's usual batch: its n oldest finished jobs, with k older ones still running among them, so that some of
-    /// the jobs acknowledged sit past the list's last n entries (in the script's read of the last n + 32, or beyond it
-    /// when k > 32: then `LREM`ed one by one). The list left behind is entry for entry the one n `LREM -1`s leave, and
-    /// each job is counted once.
+    /// the jobs acknowledged sit past the list's last n entries (in the cut's read of the last n + 32, or beyond it when
+    /// k > 32: then left to the script, one `LREM` each). The list left behind is entry for entry the one n `LREM -1`s
+    /// leave, and each job is counted once.
     func testABatchWithOlderJobsStillRunningLeavesTheListAsOneLREMPerJobWould() throws {
         let redis = try TestRedis(database: 95)
         let reference = try TestRedis(database: 96)
         let connection = try redis.connection()
         var random = Generator(state: 0x7A11)
-        let key = "working:queue:a:host:1:x"
+        let key = "working:queue:a:host:1:abc"
         for round in 0..<40 {
             try redis.flush()
             try reference.flush()
+            try redis.command("SET", heartbeat, "1")
             let entries = (0..<Int.random(in: 1...200, using: &random)).map { job(round * 1000 + $0) }
             for target in [redis, reference] {
                 _ = try target.pool.withConnection { try $0.send(["RPUSH", key] + entries) }
@@ -123,21 +131,28 @@ final class SettleRemovalTests: XCTestCase {
         }
     }
 
-    /// The cut is planned from a read of the list and written in a transaction watching it: a list written in between
-    /// (here a sweep takes the tail job back, as `recoverOrphans` would) aborts the transaction, and the cut is planned
-    /// again from a fresh read. A cut written blind would trim the wrong entries: a job still in flight lost.
-    func testAListWrittenBetweenTheReadAndTheCutIsReadAgainNotCutBlind() throws {
+    /// The cut is planned from a read of the list and written in a transaction watching the owner's fetcher heartbeat:
+    /// a sweep can take jobs back only once the heartbeat is gone, and a heartbeat that moved in between (here it
+    /// expired, the sweep took the tail job back as `recoverOrphans` would, and the process's heartbeat came back)
+    /// aborts the transaction; the cut is planned again from a fresh read. A cut written blind would trim the wrong
+    /// entries: a job still in flight lost.
+    func testASweepBetweenTheReadAndTheCutAbortsItAndTheCutIsPlannedAgain() throws {
         let redis = try TestRedis(database: 95)
         try redis.flush()
         let connection = try redis.connection()
         let sweeper = try redis.connection()
-        let key = "working:queue:a:host:1:x"
+        let key = "working:queue:a:host:1:abc"
+        try redis.command("SET", heartbeat, "1")
         let entries = (0..<10).map { job($0) }
         _ = try connection.send(["RPUSH", key] + entries)
         var reads = 0
         let result = try ReliableQueue.acknowledge(connection, [(key, Array(entries.suffix(3)))], now: 1_764_028_800) {
             reads += 1
-            if reads == 1 { _ = try? sweeper.send(["RPOP", key]) }
+            if reads == 1 {
+                _ = try? sweeper.send(["DEL", heartbeat])
+                _ = try? sweeper.send(["RPOP", key])
+                _ = try? sweeper.send(["SET", heartbeat, "1"])
+            }
         }
         XCTAssertEqual(reads, 2, "read again after the aborted transaction")
         XCTAssertEqual(result.settled, 2, "the two acknowledged jobs still in flight")
@@ -146,32 +161,78 @@ final class SettleRemovalTests: XCTestCase {
         XCTAssertEqual(try redis.int("GET", Keys.statProcessed), 2)
     }
 
-    /// A list written before every attempt (a busy fetcher pushing at its head) cuts nothing and counts nothing: all its
-    /// jobs are left to the settle script, one `LREM` each — and `settle` still settles each of them once.
-    func testAListWrittenBeforeEveryAttemptLeavesItsJobsToTheScript() throws {
+    /// A fetch pushing at the list's head between the read and the cut does not make it wrong (the cut counts from the
+    /// tail), so it does not abort it: the acknowledged jobs go, the pushed ones stay, in order.
+    func testAFetchPushingAtTheHeadBetweenTheReadAndTheCutLeavesItRight() throws {
         let redis = try TestRedis(database: 95)
         try redis.flush()
         let connection = try redis.connection()
         let fetcher = try redis.connection()
-        let key = "working:queue:a:host:1:x"
+        let key = "working:queue:a:host:1:abc"
+        try redis.command("SET", heartbeat, "1")
+        let entries = (0..<5).map { job($0) }
+        _ = try connection.send(["RPUSH", key] + entries)
+        // The list's last 4 entries, the second newest of them still running: the whole list is in the region read.
+        let acknowledged = [entries[1], entries[3], entries[4]]
+        var reads = 0
+        let result = try ReliableQueue.acknowledge(connection, [(key, acknowledged)], now: 1_764_028_800) {
+            reads += 1
+            _ = try? fetcher.send(["LPUSH", key, job(100), job(101)])
+        }
+        XCTAssertEqual(reads, 1, "not read again")
+        XCTAssertEqual(result.settled, 3)
+        XCTAssertEqual(try list(redis, key), [job(101), job(100), entries[0], entries[2]].map { String(decoding: $0, as: UTF8.self) })
+        XCTAssertEqual(try redis.int("GET", Keys.statProcessed), 3)
+    }
+
+    /// With the owner's fetcher heartbeat gone (expired: the process stalled, a sweep may take its list back at any
+    /// moment) nothing is cut: every job is left to the settle script's `LREM`, which acts only on what is still there.
+    func testNoCutOnceTheOwnersHeartbeatIsGone() throws {
+        let redis = try TestRedis(database: 95)
+        try redis.flush()
+        let connection = try redis.connection()
+        let key = "working:queue:a:host:1:abc"
+        let entries = (0..<6).map { job($0) }
+        _ = try connection.send(["RPUSH", key] + entries)
+        var reads = 0
+        let result = try ReliableQueue.acknowledge(connection, [(key, Array(entries.suffix(2)))], now: 1_764_028_800) {
+            reads += 1
+        }
+        XCTAssertEqual(reads, 0, "no cut planned")
+        XCTAssertEqual(result.settled, 0)
+        XCTAssertEqual(result.leftovers, [[0, 1]])
+        XCTAssertEqual(try redis.command("LLEN", key).integer, 6, "nothing cut")
+        XCTAssertEqual(try redis.command("GET", Keys.statProcessed).isNull, true, "nothing counted")
+    }
+
+    /// A heartbeat moved before every attempt (refreshed, each time, between the read and the cut) cuts nothing and
+    /// counts nothing: all the jobs are left to the settle script, one `LREM` each — and `settle` still settles each
+    /// of them once.
+    func testAHeartbeatMovedBeforeEveryAttemptLeavesTheJobsToTheScript() throws {
+        let redis = try TestRedis(database: 95)
+        try redis.flush()
+        let connection = try redis.connection()
+        let heart = try redis.connection()
+        let key = "working:queue:a:host:1:abc"
+        try redis.command("SET", heartbeat, "1")
         let entries = (0..<10).map { job($0) }
         _ = try connection.send(["RPUSH", key] + entries)
         let acknowledged = Array(entries.suffix(4))
         var reads = 0
         let result = try ReliableQueue.acknowledge(connection, [(key, acknowledged)], now: 1_764_028_800, attempts: 3) {
             reads += 1
-            _ = try? fetcher.send(["LPUSH", key, job(100 + reads)])
+            _ = try? heart.send(["SET", heartbeat, "1", "EX", 30])
         }
         XCTAssertEqual(reads, 3)
         XCTAssertEqual(result.settled, 0)
         XCTAssertEqual(result.leftovers, [[0, 1, 2, 3]])
-        XCTAssertEqual(try redis.command("LLEN", key).integer, 13, "nothing cut")
+        XCTAssertEqual(try redis.command("LLEN", key).integer, 10, "nothing cut")
         XCTAssertEqual(try redis.command("GET", Keys.statProcessed).isNull, true, "nothing counted")
         let items = acknowledged.map { (job: FetchedJob(queue: "a", raw: $0, workingKey: key), settlement: Settlement.ack,
                                         counts: RunCounts.processed) }
         XCTAssertEqual(try ReliableQueue.settle(connection, items), 4)
         XCTAssertEqual(try ReliableQueue.settle(connection, items), 0, "sent again: nothing twice")
         XCTAssertEqual(try redis.int("GET", Keys.statProcessed), 4)
-        XCTAssertEqual(try redis.command("LLEN", key).integer, 9)
+        XCTAssertEqual(try redis.command("LLEN", key).integer, 6)
     }
 }

@@ -153,10 +153,15 @@ final class Fetcher: Sendable {
         if gate.takeReconciliationRequest() { state.mustReconcile = true }
         guard state.mustReconcile else { return }
         // Once no waiter has a wait in flight (FetchGate): a job whose reply is still on its way is not "unknown".
-        let reclaimed = try gate.reconcile { () throws(RedisError) in
-            try ReliableQueue.reclaimUnknown(conn, identity: identity, queues: names, known: knownInFlight)
+        var unknown = try gate.reconcile { () throws(RedisError) in
+            try ReliableQueue.unknownInFlight(conn, identity: identity, queues: names, known: knownInFlight)
         }
-        if reclaimed > 0 { logger.notice("put back jobs a lost fetch reply had left in flight", metadata: ["count": "\(reclaimed)"]) }
+        if !unknown.isEmpty {
+            for index in unknown.indices { unknown[index].shard = shard }
+            logger.notice("putting back jobs a lost fetch reply had left in flight", metadata: ["count": "\(unknown.count)"])
+            // Through the settler, the one writer of our list's tail (`ReliableQueue.acknowledge`).
+            settlements.giveBack(unknown, logger: logger)
+        }
         state.mustReconcile = false
     }
 
