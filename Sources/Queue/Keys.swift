@@ -51,7 +51,9 @@ package enum Keys {
 
     /// Liveness of a fetcher identity (`SET … EX ttl`, refreshed by the heartbeat).
     public static func fetcherHeartbeat(identity: String) -> String {
-        "reliable-fetcher-heartbeat-" + identity.replacingOccurrences(of: ":", with: "-")
+        // ':' to '-' byte for byte (no Foundation: the settler derives this key on every batch).
+        "reliable-fetcher-heartbeat-" + String(decoding: identity.utf8.map { $0 == UInt8(ascii: ":") ? UInt8(ascii: "-") : $0 },
+                                                 as: UTF8.self)
     }
 
     /// HASH of a process (info, busy, beat, quiet, rss, rtt_us).
@@ -66,17 +68,24 @@ package enum Keys {
 
     /// Splits a working-list key into its queue and owner identity, the way the gitlab fetcher's
     /// cleaner does (`working:(queue:.*):([^:]*:[0-9]*:[0-9a-f]*)$`); queue names may hold colons.
+    /// Byte by byte (ASCII digits and lowercase hex only), without `Character`'s Unicode properties: the settler derives
+    /// its heartbeat's key from its lists' keys on every batch (`ReliableQueue.acknowledge`).
     public static func parseWorking(_ key: String) -> (queue: String, identity: String)? {
-        let prefix = "working:queue:"
-        guard key.hasPrefix(prefix) else { return nil }
-        let rest = key.dropFirst(prefix.count)
-        let parts = rest.split(separator: ":", omittingEmptySubsequences: false)
-        guard parts.count >= 4 else { return nil }
-        let nonce = parts[parts.count - 1], pid = parts[parts.count - 2], host = parts[parts.count - 3]
-        guard !nonce.isEmpty, nonce.allSatisfy({ $0.isHexDigit && !$0.isUppercase }),
-              !pid.isEmpty, pid.allSatisfy(\.isNumber) else { return nil }
-        let queue = parts[0..<(parts.count - 3)].joined(separator: ":")
-        guard !queue.isEmpty else { return nil }
-        return (queue, "\(host):\(pid):\(nonce)")
+        let prefix = "working:queue:".utf8
+        let bytes = Array(key.utf8)
+        guard bytes.starts(with: prefix) else { return nil }
+        // The last three colons: host, pid and nonce follow them (a queue's name may hold colons).
+        var colons: [Int] = []
+        var index = bytes.count - 1
+        while index >= prefix.count, colons.count < 3 {
+            if bytes[index] == UInt8(ascii: ":") { colons.append(index) }
+            index -= 1
+        }
+        guard colons.count == 3, colons[2] > prefix.count else { return nil }
+        let nonce = bytes[(colons[0] + 1)...], pid = bytes[(colons[1] + 1)..<colons[0]]
+        guard !nonce.isEmpty, nonce.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }),
+              !pid.isEmpty, pid.allSatisfy({ (0x30...0x39).contains($0) }) else { return nil }
+        return (String(decoding: bytes[prefix.count..<colons[2]], as: UTF8.self),
+                String(decoding: bytes[(colons[2] + 1)...], as: UTF8.self))
     }
 }

@@ -26,17 +26,13 @@ package struct TailCut: Sendable, Equatable {
     /// returns them: the tail last). Nil when a cut would not pay: no acknowledged job in the region, or more
     /// entries staying in the stretch than leaving it (then every job is a leftover, `LREM`ed one by one).
     package static func plan(region: [[UInt8]], acknowledged: [[UInt8]]) -> TailCut? {
-        var wanted: [Payload: Int] = [:]
-        wanted.reserveCapacity(acknowledged.count)
-        for raw in acknowledged { wanted[Payload(raw), default: 0] += 1 }
+        var wanted = Multiset(acknowledged)
         var matched = [Bool](repeating: false, count: region.count)
         var found = 0
         var newest = region.count
         var index = region.count - 1
         while index >= 0, found < acknowledged.count {
-            let entry = Payload(region[index])
-            if let count = wanted[entry], count > 0 {
-                wanted[entry] = count - 1
+            if wanted.take(region[index]) {
                 matched[index] = true
                 found += 1
                 newest = index
@@ -49,23 +45,56 @@ package struct TailCut: Sendable, Equatable {
         for position in newest..<region.count where !matched[position] { kept.append(region[position]) }
         var leftovers: [Int] = []
         if found < acknowledged.count {
-            for (position, raw) in acknowledged.enumerated() {
-                guard let count = wanted[Payload(raw)], count > 0 else { continue }
-                wanted[Payload(raw)] = count - 1
-                leftovers.append(position)
-            }
+            for (position, raw) in acknowledged.enumerated() where wanted.take(raw) { leftovers.append(position) }
         }
         return TailCut(length: length, kept: kept, found: found, leftovers: leftovers)
     }
 
-    /// A payload as a dictionary key hashed in one pass over its bytes (`[UInt8]`'s own `Hashable` feeds the hasher
-    /// one byte at a time: the settler hashes every acknowledged payload and every entry it reads).
-    private struct Payload: Hashable {
-        let bytes: [UInt8]
-        init(_ bytes: [UInt8]) { self.bytes = bytes }
-        func hash(into hasher: inout Hasher) { bytes.withUnsafeBytes { hasher.combine(bytes: $0) } }
-        static func == (a: Payload, b: Payload) -> Bool {
-            a.bytes.count == b.bytes.count && a.bytes.withUnsafeBytes { x in b.bytes.withUnsafeBytes { y in
+    /// The acknowledged raws as a multiset: open addressing over their distinct byte strings, each hashed in one pass
+    /// over its bytes (`Hasher.combine(bytes:)`; `[UInt8]`'s own `Hashable` feeds the hasher a byte at a time).
+    /// Concrete rather than a `Dictionary` keyed by a wrapper: the generic dictionary's runtime metadata and
+    /// unspecialized paths were pages of the binary the settler touched on every batch (issue 38 goal 4, peak RSS).
+    private struct Multiset {
+        private let raws: [[UInt8]]
+        /// Per slot: the index in `raws` of the distinct raw stored there, or -1. Never more than half full.
+        private var owners: [Int]
+        /// Per slot: the copies of its raw not yet taken.
+        private var counts: [Int]
+        private let mask: Int
+
+        init(_ raws: [[UInt8]]) {
+            var size = 16
+            while size < raws.count * 2 { size <<= 1 }
+            self.raws = raws
+            owners = [Int](repeating: -1, count: size)
+            counts = [Int](repeating: 0, count: size)
+            mask = size - 1
+            for index in raws.indices {
+                let slot = slot(of: raws[index])
+                if owners[slot] < 0 { owners[slot] = index }
+                counts[slot] += 1
+            }
+        }
+
+        /// Takes one copy of `bytes`; false when none is left (or there never was one).
+        mutating func take(_ bytes: [UInt8]) -> Bool {
+            let slot = slot(of: bytes)
+            guard owners[slot] >= 0, counts[slot] > 0 else { return false }
+            counts[slot] -= 1
+            return true
+        }
+
+        /// The slot holding `bytes`, or the free slot where they would go.
+        private func slot(of bytes: [UInt8]) -> Int {
+            var hasher = Hasher()
+            bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+            var slot = hasher.finalize() & mask
+            while owners[slot] >= 0 && !Self.same(raws[owners[slot]], bytes) { slot = (slot + 1) & mask }
+            return slot
+        }
+
+        private static func same(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+            a.count == b.count && a.withUnsafeBytes { x in b.withUnsafeBytes { y in
                 x.count == 0 || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0
             } }
         }
