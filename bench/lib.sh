@@ -13,6 +13,22 @@ release_workerctl() {
   BIN="$(scripts/release-build)" || { echo "release build failed: nothing measured" >&2; exit 1; }
 }
 
+# Drops the page cache's copy of $BIN (fsync, then POSIX_FADV_DONTNEED; no root needed), so that the next start reads
+# it as after a reboot. Why: a process's resident pages of its binary depend on how the file sits in the cache (Linux
+# maps the whole cached folio around a page fault, and folio sizes follow how the file was written or read): the
+# same no-op drain peaked 1-2 MB higher with a binary just written by the linker or `cp` than with one whose cold pages
+# had been evicted, which made a build copied later look heavier in an A/B (issue 38, docs/benchmarks.md). The next
+# start pays the reads (drain clocks of ours include them: conservative against Sidekiq).
+cold_binary() {
+  python3 - "$BIN" <<'PY'
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+os.fsync(fd)
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+os.close(fd)
+PY
+}
+
 # A worker with PostgreSQL refuses to start without a KEK while a registered class declares personal arguments (the
 # receipts jobs; docs/jobs-privacy.md). Unless the caller set one, the benchmarks use the demo's KEK
 # (.dev/demo/workers-kek, made once as scripts/demo-env makes it), so the dev database's subject keys stay under one

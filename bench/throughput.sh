@@ -21,7 +21,7 @@
 # (Sources/BenchJobs/PickupProbeJob.swift, bench/sidekiq_noop.rb), read by bench/percentiles.py — and the same
 # producers against bench/floor_consumer.c (side `consumer`: LMPOP / BLMPOP and a sample per job in C, no runtime, no in-flight list), so
 # the gap any consumer shows on this machine is printed next to ours (issue 38 goal 3's physical floor); and worker
-# peak RSS. Every figure is the median of RUNS runs with min–max. A benchmark, not a test: it asserts nothing.
+# peak RSS (each run starts with the binary dropped from the page cache: bench/lib.sh cold_binary). Every figure is the median of RUNS runs with min–max. A benchmark, not a test: it asserts nothing.
 # Uses Redis database DB (default 60) of the private instance (scripts/services).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -99,6 +99,7 @@ for run in $(seq 1 "$RUNS"); do
   LOAD=$(cut -d' ' -f1 /proc/loadavg)
   record load "$LOAD"
   echo "-- run $run of $RUNS (load $LOAD)"
+  cold_binary  # each run starts from the same page-cache state (bench/lib.sh): the peak RSS below depends on it
   R flushdb >/dev/null
   record enqueue1 "$("$BIN" enqueue Noop --count 20000 --batch 1 | grep -oE '[0-9]+ jobs/s' | grep -oE '[0-9]+')"
   R flushdb >/dev/null
