@@ -49,12 +49,19 @@ ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 URL="http://127.0.0.1:$PORT/v1/probe"
 start_server() {
-  "$FIGURES/slow_http" "$PORT" "$DELAY_MS" "$FIGURES/server.stats" &
+  rm -f "$FIGURES/server.stats"
+  "$FIGURES/slow_http" "$PORT" "$DELAY_MS" "$FIGURES/server.stats" 2>>"$FIGURES/server.err" &
   SERVER=$!; STARTED+=($SERVER)
   for _ in $(seq 1 100); do curl -s -o /dev/null "$URL" && return 0; sleep 0.05; done
   echo "bench/slow_http did not start" >&2; exit 1
 }
-stop_server() { kill -TERM "$SERVER"; wait "$SERVER" || true; cat "$FIGURES/server.stats"; }
+# Stops the server and waits for it in this shell (not in a `$(…)` subshell, whose `wait` cannot wait for it: the
+# figures were read while the server was still writing them — missing, or an earlier run's). A server that wrote none
+# stops the benchmark with what it said.
+stop_server() {
+  kill -TERM "$SERVER"; wait "$SERVER" || true
+  [ -s "$FIGURES/server.stats" ] || { echo "bench/slow_http wrote no figures:" >&2; cat "$FIGURES/server.err" >&2; exit 1; }
+}
 stat_of() { grep -oE "$1=[0-9.]+" | cut -d= -f2; }
 samples_max() { cat "$1"/pickup.* | sort -g | tail -1; }
 
@@ -77,7 +84,8 @@ drain() {
   local rss
   rss=$(awk '/VmHWM/ {print $2}' "/proc/$wpid/status")
   kill -TERM "$wpid"; wait "$wpid" || true
-  stats=$(stop_server)
+  stop_server
+  stats=$(cat "$FIGURES/server.stats")
   record "${side}_rate" "$(echo "$count / $ELAPSED" | bc -l)"
   record "${side}_in_flight" "$(echo "$stats" | stat_of max_in_flight)"
   record "${side}_server_cpu_ms_per_1000" "$(echo "$(echo "$stats" | stat_of cpu_s) * 1000000 / $count" | bc -l)"
