@@ -4,8 +4,8 @@ import Queue
 import Synchronization
 
 /// The settler: writes settlements (ack, retry, dead, requeue) and the `stat:*` counters to Redis
-/// in batches (`ReliableQueue.settle`: per batch, a `WATCH`ed transaction cutting the successes off the in-flight
-/// list's tail, and one script call for the rest).
+/// in batches (`ReliableQueue.settle`: per batch, a transaction cutting the successes off the in-flight list's tail,
+/// watching this process's fetcher heartbeat, and one script call for the rest).
 ///
 /// Thread rules: owns the `settler` thread and its Redis connection (only that thread touches
 /// them). Takes from `settlements`, which every other thread feeds. `processedCount` /
