@@ -9,7 +9,7 @@ functions; an older tree's Sources/Queue/Scripts.swift too, for SOURCES=), so it
 measures what is in the tree. For each of 3 runs: N no-op payloads are pushed onto `queue:default` of database 59 of
 the private Redis (scripts/services: 127.0.0.1:$REDIS_PORT, default 6390; flushed first), fetched BATCH at a time
 into an in-flight list by the fetch script, then acknowledged BATCH at a time as the worker does (this tree:
-ReliableQueue.acknowledge's tail cut, a WATCHed transaction; trees before it: the settle script). Redis's own
+ReliableQueue.acknowledge's tail cut, a transaction watching the fetcher heartbeat; trees before it: the settle script). Redis's own
 `INFO commandstats` gives the microseconds spent in each (the figure: Redis is the shared resource of a fleet), reset
 before each phase; the wall rate is printed too, and for the drain-shaped phase Redis's CPU (`INFO cpu`), which also
 holds the networking (the tail cut sends the stretch it reads back to the client). Prints the median (min–max) of the
@@ -91,6 +91,7 @@ fetch_sha = r.call("SCRIPT", "LOAD", fetch).decode()
 settle_sha = r.call("SCRIPT", "LOAD", settle).decode()
 identity = "bench-host:1:scriptcost"
 working = "working:queue:default:" + identity
+heartbeat = "reliable-fetcher-heartbeat-" + identity.replace(":", "-")  # Keys.fetcherHeartbeat
 persistence = "appendonly %s, appendfsync %s" % (r.call("CONFIG", "GET", "appendonly")[1].decode(),
                                                  r.call("CONFIG", "GET", "appendfsync")[1].decode())
 
@@ -129,12 +130,15 @@ def pipe(*commands):
 
 def acknowledge(jobs, now, day):
     """Plain acks as the worker sends them: the settle script's group in older trees; in this one
-    ReliableQueue.acknowledge's tail cut (WATCH + LRANGE of the last n + 32 entries, the cut planned here as TailCut
-    plans it, then MULTI, LTRIM, RPUSH of the entries that stay, the processed counters, EXEC)."""
+    ReliableQueue.acknowledge's tail cut (WATCH of the owner's fetcher heartbeat, EXISTS of it, LRANGE of the last
+    n + 32 entries, the cut planned here as TailCut plans it, then MULTI, LTRIM, RPUSH of the entries that stay, the
+    processed counters, EXEC)."""
     if SCRIPT_ACKS:
         r.call("EVALSHA", settle_sha, 0, now, day, 10000, 15552000, 1, working, len(jobs), *jobs)
         return
-    region = pipe(["WATCH", working], ["LRANGE", working, -(len(jobs) + 32), -1])[1]
+    _, alive, region = pipe(["WATCH", heartbeat], ["EXISTS", heartbeat], ["LRANGE", working, -(len(jobs) + 32), -1])
+    if alive != 1:
+        sys.exit("script_cost: the heartbeat is gone (the worker would leave every ack to the settle script)")
     wanted = {}
     for job in jobs:
         wanted[job] = wanted.get(job, 0) + 1
@@ -163,7 +167,7 @@ def acknowledge(jobs, now, day):
 def ack_usec():
     """Redis time of the acknowledgements: the settle script's, or the transaction's (EXEC's time holds the commands
     inside it; the LRANGE is outside). Neither holds the copy of replies to the socket (bench/redis-cpu.sh's does)."""
-    return evalsha_usec() if SCRIPT_ACKS else command_usec("watch", "lrange", "multi", "exec")
+    return evalsha_usec() if SCRIPT_ACKS else command_usec("watch", "exists", "lrange", "multi", "exec")
 
 
 def cpu_seconds():
@@ -176,6 +180,7 @@ template = '{"retry":true,"queue":"default","class":"Noop","args":[%d],"jid":"%0
 
 def preload():
     r.call("FLUSHDB")
+    r.call("SET", heartbeat, "1")  # the worker's fetcher heartbeat, which the tail cut's transaction watches
     for start in range(0, N, 1000):
         r.call("LPUSH", "queue:default", *[template % (i, i) for i in range(start, min(N, start + 1000))])
 
@@ -229,7 +234,7 @@ for run in range(RUNS):
         previous = current
     figures["window_cpu"].append((cpu_seconds() - cpu_before) * 1e6 / N)
     # The acknowledgements' LRANGEs are those of this phase less the fetch script's own (as in the fetch phase above).
-    outside = 0 if SCRIPT_ACKS else command_usec("watch", "multi", "exec") + command_usec("lrange") - fetch_lrange_usec
+    outside = 0 if SCRIPT_ACKS else command_usec("watch", "exists", "multi", "exec") + command_usec("lrange") - fetch_lrange_usec
     figures["window_usec"].append((evalsha_usec() + outside) / N)
     if settled != N or r.call("LLEN", working) != 0 or int(r.call("GET", "stat:processed")) != N:
         sys.exit("script_cost: the windowed drain left jobs in flight or miscounted")

@@ -40,6 +40,10 @@ package enum Keys {
     public static func statMinutelyFailed(day: String) -> String { "stat:minutely:failed:" + day }
     /// Three days, so that "the last 24 hours" is always whole.
     public static let minutelyRetention = 259_200
+    /// How long a UTC day's `stat:processed:…` / `stat:failed:…` counter is kept: five years, Sidekiq's own
+    /// (sidekiq 6.4.1 lib/sidekiq/launcher.rb, `STATS_TTL = 5 * 365 * 24 * 60 * 60`). `Scripts.complete` spells the
+    /// same number in its Lua.
+    public static let dailyStatRetention = 157_680_000
 
     /// LIST of jobs a process has fetched from `queue` and not yet acknowledged.
     public static func working(queue: String, identity: String) -> String {

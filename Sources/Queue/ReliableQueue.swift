@@ -310,14 +310,14 @@ package enum ReliableQueue {
     }
 
     /// The commands that add `count` runs to the processed counters at `now`: `stat:processed`, the UTC day's
-    /// counter (kept 5 years) and the day's per-minute hash (`Keys.minutelyRetention`) — the same keys, expiries and
+    /// counter (`Keys.dailyStatRetention`) and the day's per-minute hash (`Keys.minutelyRetention`) — the same keys, expiries and
     /// minute as the ending of `Scripts.complete`, which moves them for the runs it settles.
     static func processedCounters(_ count: Int, now: Double) -> [[any RedisArgument]] {
         let day = Clock.utcDay(now)
         let minute = Int((now / 60).rounded(.down)) % 1440
         return [["INCRBY", Keys.statProcessed, count],
                 ["INCRBY", Keys.statProcessed(day: day), count],
-                ["EXPIRE", Keys.statProcessed(day: day), 157_680_000],
+                ["EXPIRE", Keys.statProcessed(day: day), Keys.dailyStatRetention],
                 ["HINCRBY", Keys.statMinutelyProcessed(day: day), minute, count],
                 ["EXPIRE", Keys.statMinutelyProcessed(day: day), Keys.minutelyRetention]]
     }

@@ -27,6 +27,20 @@ final class SettleRemovalTests: XCTestCase {
     /// are cut off the tail (without it every one is `LREM`ed: `testNoCutOnceTheOwnersHeartbeatIsGone`).
     private let heartbeat = Keys.fetcherHeartbeat(identity: "host:1:abc")
 
+    /// The one in-flight list the `acknowledge` tests work on (`key`), holding jobs 0..<count (job 0 at the head), in a
+    /// flushed database; its owner's heartbeat set when `alive`.
+    private let key = "working:queue:a:host:1:abc"
+    private func inFlightList(_ count: Int, alive: Bool = true) throws -> (redis: TestRedis, connection: RedisConnection,
+                                                                            entries: [[UInt8]]) {
+        let redis = try TestRedis(database: 95)
+        try redis.flush()
+        let connection = try redis.connection()
+        if alive { try redis.command("SET", heartbeat, "1") }
+        let entries = (0..<count).map { job($0) }
+        _ = try connection.send(["RPUSH", key] + entries)
+        return (redis, connection, entries)
+    }
+
     private func list(_ redis: TestRedis, _ key: String) throws -> [String] {
         try redis.command("LRANGE", key, 0, -1).array?.compactMap(\.string) ?? []
     }
@@ -105,7 +119,6 @@ final class SettleRemovalTests: XCTestCase {
         let reference = try TestRedis(database: 96)
         let connection = try redis.connection()
         var random = Generator(state: 0x7A11)
-        let key = "working:queue:a:host:1:abc"
         for round in 0..<40 {
             try redis.flush()
             try reference.flush()
@@ -137,14 +150,8 @@ final class SettleRemovalTests: XCTestCase {
     /// aborts the transaction; the cut is planned again from a fresh read. A cut written blind would trim the wrong
     /// entries: a job still in flight lost.
     func testASweepBetweenTheReadAndTheCutAbortsItAndTheCutIsPlannedAgain() throws {
-        let redis = try TestRedis(database: 95)
-        try redis.flush()
-        let connection = try redis.connection()
+        let (redis, connection, entries) = try inFlightList(10)
         let sweeper = try redis.connection()
-        let key = "working:queue:a:host:1:abc"
-        try redis.command("SET", heartbeat, "1")
-        let entries = (0..<10).map { job($0) }
-        _ = try connection.send(["RPUSH", key] + entries)
         var reads = 0
         let result = try ReliableQueue.acknowledge(connection, [(key, Array(entries.suffix(3)))], now: 1_764_028_800) {
             reads += 1
@@ -164,14 +171,8 @@ final class SettleRemovalTests: XCTestCase {
     /// A fetch pushing at the list's head between the read and the cut does not make it wrong (the cut counts from the
     /// tail), so it does not abort it: the acknowledged jobs go, the pushed ones stay, in order.
     func testAFetchPushingAtTheHeadBetweenTheReadAndTheCutLeavesItRight() throws {
-        let redis = try TestRedis(database: 95)
-        try redis.flush()
-        let connection = try redis.connection()
+        let (redis, connection, entries) = try inFlightList(5)
         let fetcher = try redis.connection()
-        let key = "working:queue:a:host:1:abc"
-        try redis.command("SET", heartbeat, "1")
-        let entries = (0..<5).map { job($0) }
-        _ = try connection.send(["RPUSH", key] + entries)
         // The list's last 4 entries, the second newest of them still running: the whole list is in the region read.
         let acknowledged = [entries[1], entries[3], entries[4]]
         var reads = 0
@@ -188,12 +189,7 @@ final class SettleRemovalTests: XCTestCase {
     /// With the owner's fetcher heartbeat gone (expired: the process stalled, a sweep may take its list back at any
     /// moment) nothing is cut: every job is left to the settle script's `LREM`, which acts only on what is still there.
     func testNoCutOnceTheOwnersHeartbeatIsGone() throws {
-        let redis = try TestRedis(database: 95)
-        try redis.flush()
-        let connection = try redis.connection()
-        let key = "working:queue:a:host:1:abc"
-        let entries = (0..<6).map { job($0) }
-        _ = try connection.send(["RPUSH", key] + entries)
+        let (redis, connection, entries) = try inFlightList(6, alive: false)
         var reads = 0
         let result = try ReliableQueue.acknowledge(connection, [(key, Array(entries.suffix(2)))], now: 1_764_028_800) {
             reads += 1
@@ -209,14 +205,8 @@ final class SettleRemovalTests: XCTestCase {
     /// counts nothing: all the jobs are left to the settle script, one `LREM` each — and `settle` still settles each
     /// of them once.
     func testAHeartbeatMovedBeforeEveryAttemptLeavesTheJobsToTheScript() throws {
-        let redis = try TestRedis(database: 95)
-        try redis.flush()
-        let connection = try redis.connection()
+        let (redis, connection, entries) = try inFlightList(10)
         let heart = try redis.connection()
-        let key = "working:queue:a:host:1:abc"
-        try redis.command("SET", heartbeat, "1")
-        let entries = (0..<10).map { job($0) }
-        _ = try connection.send(["RPUSH", key] + entries)
         let acknowledged = Array(entries.suffix(4))
         var reads = 0
         let result = try ReliableQueue.acknowledge(connection, [(key, acknowledged)], now: 1_764_028_800, attempts: 3) {
