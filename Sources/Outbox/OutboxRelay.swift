@@ -149,6 +149,7 @@ public final class OutboxRelay: Sendable {
         var finderDue = Date(timeIntervalSinceNow: (settings.lostJobs?.interval.inSeconds ?? 0) * Double.random(in: 0.1...1))
         var wake = true
         var failures = 0
+        var backoff = ReconnectBackoff(cap: 2)
         logger.info("outbox relay started", metadata: ["batch": "\(settings.batchSize)", "relay": "\(relayID)"])
         while !shouldStop {
             do {
@@ -184,6 +185,7 @@ public final class OutboxRelay: Sendable {
                 }
                 if failures > 0 { logger.notice("outbox relay working again", metadata: ["after_failures": "\(failures)"]) }
                 failures = 0
+                backoff.reset()
                 let wait = max(0, min(0.2, pollDue.timeIntervalSinceNow))
                 wake = !(try pg.waitForNotifications(timeout: .seconds(wait))).isEmpty
             } catch {
@@ -193,7 +195,7 @@ public final class OutboxRelay: Sendable {
                 }
                 database?.close()
                 database = nil
-                Thread.sleep(forTimeInterval: min(2, 0.05 * Double(1 << min(failures, 6))))
+                backoff.wait { !shouldStop }
             }
         }
         if let database {

@@ -191,6 +191,7 @@ public final class SchedulerRunner: @unchecked Sendable {
         defer { done.signal() }
         logger.info("scheduler started", metadata: ["entries": "\(entries.count)"])
         var failures = 0
+        var backoff = ReconnectBackoff()
         while !stopSignal.isStopped {
             if reloadRequested.exchange(false, ordering: .acquiringAndReleasing) { reloadSchedule() }
             var pause = maxSleep
@@ -199,6 +200,7 @@ public final class SchedulerRunner: @unchecked Sendable {
                 lastRoundAt.store(Date().timeIntervalSince1970, ordering: .relaxed)
                 if failures > 0 { logger.notice("scheduler round succeeded again", metadata: ["failed_rounds": "\(failures)"]) }
                 failures = 0
+                backoff.reset()
                 let now = clock.now()
                 if let next = nextTick(after: now) { pause = min(maxSleep, max(0.001, next.timeIntervalSince(now))) }
             } catch {
@@ -206,6 +208,9 @@ public final class SchedulerRunner: @unchecked Sendable {
                 if failures == 1 || failures % 60 == 0 {
                     logger.error("scheduler round failed; retrying", metadata: ["error": "\(error)", "failed_rounds": "\(failures)"])
                 }
+                // The reconnect backoff, which a reload request does not cut short (only stop does).
+                stopSignal.wait(seconds: backoff.failed(), ignoringWakes: true)
+                continue
             }
             stopSignal.wait(seconds: pause)
         }
@@ -335,12 +340,12 @@ final class StopSignal: @unchecked Sendable {
         }
     }
 
-    /// Sleeps up to `seconds`, returning early when stopped or woken.
-    func wait(seconds: TimeInterval) {
+    /// Sleeps up to `seconds`, returning early when stopped or (unless `ignoringWakes`) woken.
+    func wait(seconds: TimeInterval, ignoringWakes: Bool = false) {
         let deadline = Date(timeIntervalSinceNow: seconds)
         condition.withLock {
-            while !stopped, !woken, Date() < deadline { _ = condition.wait(until: deadline) }
-            woken = false
+            while !stopped, ignoringWakes || !woken, Date() < deadline { _ = condition.wait(until: deadline) }
+            if !ignoringWakes { woken = false }
         }
     }
 }

@@ -28,11 +28,17 @@ public final class RedisConnection: @unchecked Sendable {
     public private(set) var roundTrips = 0
     /// The RESP bytes of the command being queued (reused: one connection, one thread at a time).
     private var requestBuffer: [UInt8] = []
+    /// The server's key in `ConnectThrottle` (which server, not which login).
+    private let throttleKey: String
+    /// True from a connect until the first reply on that link: a link that breaks before it was answered is a
+    /// failed attempt (a server that accepts and hangs up), one that breaks later is not.
+    private var awaitingFirstReply = false
 
     public init(endpoint: RedisEndpoint, commandTimeout: Duration = .seconds(10)) throws(RedisError) {
         self.endpoint = endpoint
         self.commandTimeout = commandTimeout
         self.serverAddress = endpoint.description
+        self.throttleKey = endpoint.throttleKey
         try connect()
     }
 
@@ -48,6 +54,7 @@ public final class RedisConnection: @unchecked Sendable {
     public func close() {
         if let context { redisFree(context) }
         context = nil
+        awaitingFirstReply = false
         loadedScripts.removeAll()
     }
 
@@ -70,8 +77,20 @@ public final class RedisConnection: @unchecked Sendable {
         return true
     }
 
+    /// Opens the link, through `ConnectThrottle`: an attempt to a server that failed lately waits for its turn (this
+    /// throws at once meanwhile), and every attempt that gets no reply counts as a failure there.
     private func connect() throws(RedisError) {
         close()
+        try ConnectThrottle.shared.admit(throttleKey, address: serverAddress)
+        do throws(RedisError) {
+            try openLink()
+        } catch {
+            ConnectThrottle.shared.failed(throttleKey, reason: Self.reason(of: error))
+            throw error
+        }
+    }
+
+    private func openLink() throws(RedisError) {
         var server = endpoint
         if let sentinel = endpoint.sentinel {
             let master = try sentinel.masterAddress()
@@ -90,7 +109,14 @@ public final class RedisConnection: @unchecked Sendable {
         redisSetTimeout(ctx, Self.timeval(commandTimeout))
         redisEnableKeepAlive(ctx)
         context = ctx
+        // The handshake's replies are not counted here: a failed handshake fails the attempt once, in `connect`. A
+        // server that failed lately gets a PING when nothing else is asked, so that only an answer clears it.
+        let recovering = ConnectThrottle.shared.failures(throttleKey) > 0
+        let handshakes = endpoint.password != nil || endpoint.database != 0 || endpoint.sentinel != nil || recovering
         do throws(RedisError) {
+            if recovering && endpoint.password == nil && endpoint.database == 0 && endpoint.sentinel == nil {
+                try send(["PING"]).checked()
+            }
             if let password = endpoint.password {
                 if let user = endpoint.username {
                     try send(["AUTH", user, password]).checked()
@@ -109,6 +135,15 @@ public final class RedisConnection: @unchecked Sendable {
         } catch {
             close()
             throw .connectionFailed(address: serverAddress, reason: error.description)
+        }
+        if handshakes { ConnectThrottle.shared.answered(throttleKey) } else { awaitingFirstReply = true }
+    }
+
+    /// The reason an error gives, for `ConnectThrottle`'s refusals.
+    private static func reason(of error: RedisError) -> String {
+        switch error {
+        case .connectionFailed(_, let reason), .io(_, let reason): return reason
+        default: return error.description
         }
     }
 
@@ -188,6 +223,10 @@ public final class RedisConnection: @unchecked Sendable {
         for index in commands.indices {
             var raw: UnsafeMutableRawPointer?
             if redisGetReply(ctx, &raw) != REDIS_OK || raw == nil { throw failIO(ctx) }
+            if awaitingFirstReply {
+                awaitingFirstReply = false
+                ConnectThrottle.shared.answered(throttleKey)
+            }
             let reply = Self.convert(raw!.assumingMemoryBound(to: redisReply.self))
             freeReplyObject(raw)
             if reply.isWriteRefusal { refused = true }
@@ -254,6 +293,7 @@ public final class RedisConnection: @unchecked Sendable {
 
     private func failIO(_ ctx: UnsafeMutablePointer<redisContext>) -> RedisError {
         let reason = ctx.pointee.err != 0 ? Self.errorString(ctx) : "no reply"
+        if awaitingFirstReply { ConnectThrottle.shared.failed(throttleKey, reason: reason) }
         close()
         return .io(address: serverAddress, reason: reason)
     }

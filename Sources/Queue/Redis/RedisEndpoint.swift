@@ -101,6 +101,13 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
         return "\(host):\(port)/\(database)"
     }
 
+    /// Which server (and database) this is, for `ConnectThrottle`: `host:port/db`, or the master name, every
+    /// Sentinel's address and the database. Never the login.
+    var throttleKey: String {
+        if let sentinel { return "sentinel:\(sentinel.masterName)@\(sentinel.sentinels.map(\.description).joined(separator: ","))/\(database)" }
+        return "\(host):\(port)/\(database)"
+    }
+
     /// The same login and database on another server: the master a Sentinel named.
     func master(host: String, port: Int) -> RedisEndpoint {
         RedisEndpoint(host: host, port: port, database: database, username: username, password: password)

@@ -85,6 +85,7 @@ final class Heartbeat: @unchecked Sendable {
 
     private func loop(_ initial: RedisLink, onSignal: (String) -> Void) {
         var link = initial
+        var backoff = ReconnectBackoff()
         var next = Date(timeIntervalSinceNow: configuration.heartbeatInterval.inSeconds)
         while !thread.shouldStop {
             if Date() < next {
@@ -95,10 +96,12 @@ final class Heartbeat: @unchecked Sendable {
             do {
                 if let signal = try link.withRetryOnStaleLink({ try beat($0) }) { onSignal(signal) }
                 outages.succeeded("Redis")
+                backoff.reset()
             } catch {
                 link.drop()
                 outages.failed("Redis", error)
-                next = Date(timeIntervalSinceNow: min(1, configuration.heartbeatInterval.inSeconds))
+                // The next beat once the reconnect backoff has run out, not at the next heartbeat.
+                next = Date(timeIntervalSinceNow: backoff.failed())
             }
         }
     }

@@ -43,8 +43,11 @@ final class Housekeeper: Sendable {
     /// Waits at most `timeout` seconds for the thread to return; true if it did.
     func wait(timeout: Double) -> Bool { thread.wait(timeout: timeout) }
 
+    /// Rounds until stopped: a poll or a sweep when one is due; after a failed round, the reconnect backoff
+    /// (`ReconnectBackoff`), which no due poll or sweep cuts short.
     private func loop() {
         var link = RedisLink(endpoint: endpoint)
+        var backoff = ReconnectBackoff()
         var nextPoll = Date(timeIntervalSinceNow: Double.random(in: 0...min(1, configuration.pollInterval.inSeconds)))
         var nextSweep = Date()
         while !thread.shouldStop {
@@ -56,10 +59,11 @@ final class Housekeeper: Sendable {
             do {
                 try link.withRetryOnStaleLink { conn in try housekeeping(conn, nextPoll: &nextPoll, nextSweep: &nextSweep) }
                 outages.succeeded("Redis")
+                backoff.reset()
             } catch {
                 link.drop()
                 outages.failed("Redis", error)
-                nextPoll = Date(timeIntervalSinceNow: 1)
+                backoff.wait { !thread.shouldStop }
             }
         }
     }

@@ -23,19 +23,3 @@ final class OutageLog: Sendable {
         if wasDown { logger.notice("\(dependency) reachable again") }
     }
 }
-
-/// Exponential backoff for reconnect loops: 0.1 s doubling to `cap`.
-struct ReconnectBackoff {
-    private var next = 0.1
-    let cap: Double
-
-    init(cap: Double = 5) { self.cap = cap }
-
-    mutating func wait(while keepGoing: () -> Bool = { true }) {
-        let until = Date(timeIntervalSinceNow: next)
-        while Date() < until && keepGoing() { Thread.sleep(forTimeInterval: min(0.1, until.timeIntervalSinceNow)) }
-        next = min(cap, next * 2)
-    }
-
-    mutating func reset() { next = 0.1 }
-}
