@@ -5,12 +5,13 @@ import Workers
 /// production: nothing here is registered or created unless asked for explicitly
 /// (`workerctl worker|run --bench-jobs`, `workerctl migrate --bench-tables`, or a test's setup).
 public enum BenchJobs {
-    /// Registers `ProbeInsert`, `BatchProbe`, `PickupProbe` and `HttpProbe`.
+    /// Registers `ProbeInsert`, `BatchProbe`, `PickupProbe`, `HttpProbe` and `RunLogProbe`.
     public static func register(into registry: inout JobRegistry) {
         registry.register(ProbeInsertJob())
         registry.register(BatchProbeJob())
         registry.register(PickupProbeJob())
         registry.register(HttpProbeJob())
+        registry.register(RunLogProbeJob())
     }
 
     /// Registers `SealedProbe`, whose arguments are personal: only on a worker that has the key store (a KEK

@@ -41,13 +41,20 @@ enum PickupSamples {
     /// write — so 1,000 threads recording at once do not queue behind each other's system call (they did: 14 % of
     /// the worker's CPU samples under `perf` in bench/http-bound.sh).
     static func record(_ seconds: Double, folder: String) throws(SampleFileError) {
-        let line = Array(String(format: "%.6f\n", seconds).utf8)
+        try append(line: String(format: "%.6f\n", seconds), folder: folder, file: "pickup")
+    }
+
+    /// Appends `line` whole to `<folder>/<file>.<pid>` (opened on first use, `O_APPEND`): the one way the bench jobs
+    /// record something outside Redis and PostgreSQL (`RunLogProbe` too).
+    static func append(line text: String, folder: String, file: String) throws(SampleFileError) {
+        let line = Array(text.utf8)
+        let key = folder + "\u{0}" + file
         let fd = try files.withLock { files throws(SampleFileError) -> Int32 in
-            if let open = files[folder] { return open }
-            let path = "\(folder)/pickup.\(getpid())"
+            if let open = files[key] { return open }
+            let path = "\(folder)/\(file).\(getpid())"
             let fd = Foundation.open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
             guard fd >= 0 else { throw SampleFileError(path: path, errno: errno) }
-            files[folder] = fd
+            files[key] = fd
             return fd
         }
         _ = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }

@@ -26,6 +26,13 @@ public protocol JobArguments: Codable, Sendable {
     /// The key whose (clear) value names the person the personal fields belong to (a `users.id`, or an e-mail
     /// address): it selects the data key. Required when `personalFields` is not empty. Default: nil.
     static var subjectField: String? { get }
+    /// The version of these arguments' shape that typed enqueues write (the payload's `args_version`); nil (default):
+    /// unversioned. During a rolling deploy a worker that does not decode a job's version gives it back to a live
+    /// process that announces it (docs/deploy.md, "Rolling deploys").
+    static var argumentsVersion: Int? { get }
+    /// The `args_version`s the worker decodes, announced in its process record. Default: `argumentsVersion` alone
+    /// (nil when unversioned). A release that still reads version 1 payloads after moving to 2 declares `1...2`.
+    static var decodableArgumentsVersions: ClosedRange<Int>? { get }
 }
 
 /// How a `JobArguments` type maps onto the payload's `args` array (see `JobArguments`).
@@ -55,6 +62,8 @@ extension JobArguments {
     public static var layout: JobArgumentsLayout { .singleHash }
     public static var personalFields: Set<String> { [] }
     public static var subjectField: String? { nil }
+    public static var argumentsVersion: Int? { nil }
+    public static var decodableArgumentsVersions: ClosedRange<Int>? { argumentsVersion.map { $0...$0 } }
 
     /// These arguments as the payload's `args`, exactly as `Job.Arguments` decodes them. Throws
     /// `EnqueueError.invalidArguments` when the encoder refuses a value (a NaN or infinite number) or the encoded
@@ -80,11 +89,16 @@ extension JobArguments {
 }
 
 extension NewJob {
+    /// The payload field that carries `JobArguments.argumentsVersion` (Ruby Sidekiq ignores it).
+    public static let argumentsVersionField = "args_version"
+
     /// A job of `A.className` with `arguments` encoded as its `args` (`JobArguments.sidekiqArgs()`), on `queue`
     /// (default `A.queue`). Goes through the same checks as every other job when enqueued (runtime-owned fields,
     /// numbers, payload size).
     public init<A: JobArguments>(_ arguments: A, queue: String? = nil, retry: JSONValue = .bool(true),
                                  extra: JSONObject = [:]) throws(EnqueueError) {
+        var extra = extra
+        if let version = A.argumentsVersion { extra[NewJob.argumentsVersionField] = .int(Int64(version)) }
         self.init(A.className, args: try arguments.sidekiqArgs(), queue: queue ?? A.queue, retry: retry, extra: extra)
     }
 }

@@ -23,10 +23,45 @@ public struct ProcessEntry: Sendable, Equatable {
         return Set(names)
     }
     public var tag: String { info["tag"]?.stringValue ?? "" }
+    /// The `args_version`s the process decodes for `className` (`arg_versions` in `info`, ours: `[lowest, highest]`);
+    /// nil when it does not say (the class is unversioned there, or the process announces none).
+    public func argumentVersions(of className: String) -> ClosedRange<Int>? {
+        guard let pair = info["arg_versions"]?.objectValue?[className]?.arrayValue, pair.count == 2,
+              let low = pair[0].intValue, let high = pair[1].intValue, low <= high,
+              let lower = Int(exactly: low), let upper = Int(exactly: high) else { return nil }
+        return lower...upper
+    }
 }
 
 /// Reading and signalling the process registry, the way Sidekiq's API does.
 package enum ProcessRegistry {
+    /// The heartbeat of a process whose Redis is full (docs/redis-full.md), in one script Redis accepts at
+    /// `maxmemory`: `EXPIRE` keeps the process hash and the fetcher heartbeat alive (so no orphan sweep takes this
+    /// live process's jobs), the busy hashes are unlinked (they would be stale), and a signal is popped. Only a
+    /// fetcher heartbeat that is missing (a process starting on a full Redis) is created: `SET` is refused at
+    /// `maxmemory`, but not after a script's first write (the `EXPIRE`s), and those ~100 bytes are what stops the
+    /// fleet running this process's jobs twice. Returns the signal popped, if any, and whether the heartbeat was made.
+    package static func fullBeat(_ connection: RedisConnection, identity: String,
+                                 fetcherHeartbeatTTL: Int) throws(RedisError) -> (signal: String?, created: Bool) {
+        let reply = try connection.evaluate(fullBeatScript, arguments: [
+            Keys.process(identity), Keys.workers(identity), Keys.work(identity),
+            Keys.fetcherHeartbeat(identity: identity), max(1, fetcherHeartbeatTTL), Keys.signals(identity)])
+        let parts = reply.array ?? []
+        return (parts.count > 1 ? parts[1].string : nil, parts.first?.integer == 1)
+    }
+
+    /// ARGV: process hash, workers hash (Sidekiq 6), work hash (7/8), fetcher heartbeat, its TTL, signal list.
+    private static let fullBeatScript = RedisScript("""
+        redis.call('EXPIRE', ARGV[1], 60)
+        redis.call('UNLINK', ARGV[2], ARGV[3])
+        local created = 0
+        if redis.call('EXPIRE', ARGV[4], ARGV[5]) == 0 then
+          redis.call('SET', ARGV[4], '1', 'EX', ARGV[5])
+          created = 1
+        end
+        return {created, redis.call('RPOP', ARGV[6])}
+        """)
+
     /// Removes members of `processes` whose hash has no `info` (expired: the process is gone),
     /// like `Sidekiq::ProcessSet.new`'s cleanup. Returns the number removed.
     @discardableResult

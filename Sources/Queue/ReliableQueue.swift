@@ -57,15 +57,21 @@ package struct RunCounts: OptionSet, Sendable, Equatable {
     }
 }
 
-/// Limits of the dead set (Sidekiq defaults: 10,000 jobs, 180 days).
+/// Limits of the dead set (Sidekiq defaults: 10,000 jobs, 180 days; Ruby Sidekiq trims by count and age only) and
+/// ours by bytes: with payloads up to 1 MiB, 10,000 dead jobs could hold 10 GB of Redis (docs/redis-full.md).
 public struct DeadSetLimits: Sendable, Equatable {
     public var maxJobs: Int
     /// Dead jobs older than this are trimmed when another job dies.
     public var maxAge: Duration
+    /// The most Redis memory the dead set may take (`MEMORY USAGE`, sampled), oldest trimmed first: after each batch
+    /// that killed a job, and at every orphan sweep (so entries other writers add — Ruby Sidekiq, the API — are
+    /// trimmed too). 0: no byte limit.
+    public var maxBytes: Int
 
-    public init(maxJobs: Int = 10_000, maxAge: Duration = .seconds(180 * 86_400)) {
+    public init(maxJobs: Int = 10_000, maxAge: Duration = .seconds(180 * 86_400), maxBytes: Int = 256 << 20) {
         self.maxJobs = maxJobs
         self.maxAge = maxAge
+        self.maxBytes = maxBytes
     }
 
     /// `maxAge` in seconds (the dead scripts' argument).
@@ -180,17 +186,22 @@ package enum ReliableQueue {
     /// (a transaction whose commands carry no acknowledged payload); those it does not take, and every other
     /// settlement, then go in their order through one call of `Scripts.complete`. The order matters only when the
     /// same bytes are in flight twice and one copy is gone.
+    ///
+    /// `redisHasRoom` false (a Redis at `maxmemory`, docs/redis-full.md): no tail cut — its transaction holds
+    /// `RPUSH` and `INCRBY`, which a full Redis refuses — so every settlement goes through the script, whose first
+    /// write (`LREM`) Redis accepts. The caller then sends only settlements that free memory (`freesMemory`), with
+    /// no counts.
     @discardableResult
     public static func settle(_ connection: RedisConnection,
                               _ items: [(job: FetchedJob, settlement: Settlement, counts: RunCounts)],
                               deadLimits: DeadSetLimits = DeadSetLimits(),
-                              now: Double = Clock.now()) throws(RedisError) -> Int {
+                              now: Double = Clock.now(), redisHasRoom: Bool = true) throws(RedisError) -> Int {
         if items.isEmpty { return 0 }
         // Plain acks by in-flight list, in order.
         var plainAcks: [(workingKey: String, jobs: [FetchedJob])] = []
         var others: [(job: FetchedJob, settlement: Settlement, counts: RunCounts)] = []
         for (job, settlement, counts) in items {
-            guard isPlainAck(job, settlement, counts) else {
+            guard redisHasRoom, isPlainAck(job, settlement, counts) else {
                 others.append((job, settlement, counts))
                 continue
             }
@@ -199,6 +210,13 @@ package enum ReliableQueue {
             } else {
                 plainAcks.append((job.workingKey, [job]))
             }
+        }
+        // Settlements that grow Redis are written only while it has room: first a write that a Redis at `maxmemory`
+        // refuses and that changes nothing otherwise (`SADD` of a queue already listed), so a full Redis refuses the
+        // batch before anything of it is written (`-OOM`; the scripts below would not refuse it after their first
+        // write, docs/redis-full.md). Between this and the script, memory can still fill: one batch at most overshoots.
+        if redisHasRoom, let growing = others.first(where: { !freesMemory($0.job, $0.settlement) }) {
+            try connection.command("SADD", Keys.queues, growing.job.queue)
         }
         var settled = 0
         var ops: [(job: FetchedJob, settlement: Settlement, counts: RunCounts)] = []
@@ -322,6 +340,43 @@ package enum ReliableQueue {
                 ["EXPIRE", Keys.statMinutelyProcessed(day: day), Keys.minutelyRetention]]
     }
 
+    /// Trims the dead set to `maxBytes` of Redis memory (as `MEMORY USAGE … SAMPLES 32` estimates it), oldest first,
+    /// in at most 64 steps of one script. Returns how many entries went. 0 `maxBytes`: nothing.
+    @discardableResult
+    public static func trimDead(_ connection: RedisConnection, maxBytes: Int) throws(RedisError) -> Int {
+        guard maxBytes > 0 else { return 0 }
+        return Int(try connection.evaluate(Scripts.trimByBytes, arguments: [Keys.dead, maxBytes]).integer ?? 0)
+    }
+
+    /// Whether settling `job` so takes memory off Redis, or leaves it as it was, without counting: what may be written
+    /// while Redis is full (docs/redis-full.md). An ack, a drop (each one `LREM`, and a unique lock's `DEL`) and a
+    /// give-back (`LREM` + `RPUSH` of the same bytes) do; a retry, a dead job or a reschedule (a sorted-set entry in
+    /// place of a list entry, the payload rewritten larger) and any job of a batch (its outcome is recorded) do not.
+    public static func freesMemory(_ job: FetchedJob, _ settlement: Settlement) -> Bool {
+        switch settlement {
+        case .ack, .drop: return !mayBelongToBatch(job.raw)
+        case .requeue(let payload): return !mayBelongToBatch(job.raw) && payload.utf8.count <= job.raw.count
+        case .retry, .dead, .schedule: return false
+        }
+    }
+
+    /// Adds `processed` and `failed` runs to the `stat:*` counters at `now` (the ones `Scripts.complete` and
+    /// `processedCounters` move): the runs a full Redis settled without counting, once it has room.
+    public static func addCounters(_ connection: RedisConnection, processed: Int, failed: Int,
+                                   now: Double = Clock.now()) throws(RedisError) {
+        var commands: [[any RedisArgument]] = processed > 0 ? processedCounters(processed, now: now) : []
+        if failed > 0 {
+            let day = Clock.utcDay(now)
+            let minute = Int((now / 60).rounded(.down)) % 1440
+            commands += [["INCRBY", Keys.statFailed, failed],
+                         ["INCRBY", Keys.statFailed(day: day), failed],
+                         ["EXPIRE", Keys.statFailed(day: day), Keys.dailyStatRetention],
+                         ["HINCRBY", Keys.statMinutelyFailed(day: day), minute, failed],
+                         ["EXPIRE", Keys.statMinutelyFailed(day: day), Keys.minutelyRetention]]
+        }
+        for reply in try connection.pipeline(commands) { try reply.checked() }
+    }
+
     /// An `ack` of a run counted as processed only (not failed), of a job without a unique lock and not of a batch:
     /// what a successful run settles as, taken off its list's tail by `acknowledge`.
     private static func isPlainAck(_ job: FetchedJob, _ settlement: Settlement, _ counts: RunCounts) -> Bool {
@@ -370,12 +425,11 @@ package enum ReliableQueue {
                 total += Int(moved.integer ?? 0)
             }
             for (raw, reason) in invalid {
-                // ZREM first so that only one poller writes the dead entry.
-                let removed = try connection.command("ZREM", set, raw)
-                if removed.integer == 1 {
-                    try connection.command("ZADD", Keys.dead, now,
-                                           UnreadableJob.deadEntry(raw: raw, queue: "default", reason: reason, now: now))
-                }
+                // One script: only the poller whose ZREM removed it writes the dead entry, and a full Redis, which
+                // would refuse a ZADD sent alone after the ZREM, lets it through after the script's first write
+                // (docs/redis-full.md): the member is never lost between the two.
+                _ = try connection.evaluate(Scripts.buryUnreadable, arguments: [
+                    set, raw, now, UnreadableJob.deadEntry(raw: raw, queue: "default", reason: reason, now: now)])
             }
             if members.count < batchSize { return total }
         }

@@ -119,7 +119,8 @@ final class ReadinessProbe: @unchecked Sendable {
             checks[name] = .object(entry)
         }
         record("process", health.ok ? nil : health.detail, detail: health.detail)
-        record("redis", redisProblem())
+        let redis = redisProblem()
+        record("redis", redis.problem, detail: redis.degraded)
         if databaseURL != nil {
             record("postgresql", postgresProblem())
         } else {
@@ -131,19 +132,22 @@ final class ReadinessProbe: @unchecked Sendable {
         return (failures.isEmpty, JSONValue.object(body).serialized())
     }
 
-    /// nil when Redis answered `PING`; otherwise why not. A failed connection is dropped and
-    /// reopened by the next probe.
-    private func redisProblem() -> String? {
+    /// `problem` nil when Redis answered `PING` (else why not); `degraded` when it answers but is full (`used_memory`
+    /// at `maxmemory`, docs/redis-full.md): a worker draining a full Redis stays ready, the detail says so. A failed
+    /// connection is dropped and reopened by the next probe.
+    private func redisProblem() -> (problem: String?, degraded: String?) {
         do {
             if redisConnection == nil {
                 redisConnection = try RedisConnection(endpoint: redis, commandTimeout: .seconds(Self.dependencyTimeout))
             }
-            try redisConnection!.command("PING")
-            return nil
+            let replies = try redisConnection!.pipeline([["PING"], ["INFO", "memory"]])
+            try replies[0].checked()
+            guard let memory = RedisMemoryReading(info: replies[1].string ?? ""), memory.isFull else { return (nil, nil) }
+            return (nil, "degraded: Redis is full (used_memory \(memory.used) of maxmemory \(memory.max)); writes that grow it wait, the drain goes on")
         } catch {
             redisConnection?.close()
             redisConnection = nil
-            return "unreachable (\(error))"
+            return ("unreachable (\(error))", nil)
         }
     }
 

@@ -71,6 +71,32 @@ final class OutboxFaultTests: XCTestCase {
         XCTAssertEqual(try count("SELECT count(*) FROM job_outbox WHERE pushed_at IS NULL OR error IS NOT NULL"), 0)
     }
 
+    /// The relay's open connection to shard b is killed (`CLIENT KILL`) between two rounds: the round whose pipeline
+    /// meets the dead link marks nothing pushed, and once the shard's back-off has passed the row is pushed, exactly
+    /// once (mutation sample 2026-12-07, survivor 6: the `catch` after the pipeline must not mark its rows pushed).
+    func testAConnectionKilledUnderTheRelayMarksNoRowPushedAndTheRowGoesOnceLater() throws {
+        let servers = try ShardServers(count: 2)
+        defer { servers.stop() }
+        let map = try shards(servers, queues: [("bq", "b")])
+        let redis = OutboxShards(map: map, logger: logger)  // one for every round: its connection to b stays open
+        defer { redis.close() }
+        let first = try XCTUnwrap(connection.queryFirst("SELECT workers_enqueue('Noop', queue => 'bq') AS jid")).string("jid")
+        XCTAssertEqual(try OutboxRelay.relayBatch(database: connection, redis: redis, limit: 500).taken, 1)
+        XCTAssertEqual(try jids(servers.connection(1), "queue:bq"), [first])
+
+        try servers.connection(1).command("CLIENT", "KILL", "TYPE", "normal").checked()
+        let second = try XCTUnwrap(connection.queryFirst("SELECT workers_enqueue('Noop', queue => 'bq') AS jid")).string("jid")
+        _ = try OutboxRelay.relayBatch(database: connection, redis: redis, limit: 500)
+        XCTAssertEqual(try count("SELECT count(*) FROM job_outbox WHERE pushed_at IS NULL AND jid = $1", [second]), 1,
+                       "a pipeline on a dead link marks nothing pushed")
+
+        XCTAssertTrue(try eventually(timeout: 10) {
+            _ = try OutboxRelay.relayBatch(database: connection, redis: redis, limit: 500)
+            return try count("SELECT count(*) FROM job_outbox WHERE pushed_at IS NULL") == 0
+        }, "pushed once the shard's back-off has passed")
+        XCTAssertEqual(try jids(servers.connection(1), "queue:bq"), [second, first], "each row once")
+    }
+
     /// Shard b is stopped: a running relay still moves the default shard's rows, batch after batch (more rows than
     /// one batch holds, b's rows first in id order), and leaves b's rows waiting.
     func testOneShardDownDoesNotStopTheRelayForTheOthers() throws {

@@ -138,4 +138,28 @@ final class BoundaryTests: XCTestCase {
         XCTAssertEqual(Bounded.sum(2, 3), 5)
     }
 
+
+    /// The producer's jid is read from bytes that do not parse when it sits at the top level as a plain string; a
+    /// `jid` inside `args`, a truncated or escaped value, or control characters give none (the dead entry gets a new
+    /// one), whatever else is wrong with the bytes.
+    func testAnUnreadablePayloadKeepsItsProducersJidOnlyWhenPlainlyReadable() {
+        let cases: [(raw: [UInt8], jid: String?)] = [
+            (Array(#"{"class":42,"args":[],"jid":"abc123"}"#.utf8), "abc123"),
+            (Array(#"{ "args" : [ {"jid":"inner"} ], "jid" : "outer-1" , "class": "#.utf8), "outer-1"),
+            (Array(#"{"args":[{"jid":"inner"}],"class":"X""#.utf8), nil),
+            (Array(#"{"note":"a "jid":"fake"","jid":"real"}"#.utf8), "real"),
+            (Array(#"{"jid":"esc\u001b[31m"}"#.utf8), nil),
+            (Array(#"{"jid":"with space"}"#.utf8), nil),
+            (Array(#"{"jid":42,"class":"X"}"#.utf8), nil),
+            (Array(#"{"jid":"cut"#.utf8), nil),
+            (Array(#"["jid","x"]"#.utf8), nil),
+            ([0x7b, 0xff, 0xfe] + Array(#","jid":"after-bad-utf8"}"#.utf8), "after-bad-utf8"),
+            (Array("{\"jid\":\"\(String(repeating: "j", count: 129))\"}".utf8), nil),
+        ]
+        for (raw, jid) in cases {
+            XCTAssertEqual(UnreadableJob.producerJid(in: raw), jid, String(decoding: raw, as: UTF8.self))
+        }
+        let entry = UnreadableJob.deadEntry(raw: Array(#"{"class":42,"jid":"abc123"}"#.utf8), queue: "q", reason: "r")
+        XCTAssertEqual(try JobPayload(parsing: entry).jid, "abc123")
+    }
 }

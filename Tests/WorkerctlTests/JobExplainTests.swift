@@ -13,7 +13,8 @@ final class JobExplainTests: XCTestCase {
     func workerArguments(queues: [String] = ["default"], concurrency: Int = 2, database: Bool = false) -> [String] {
         ["worker", "--bench-jobs", "--concurrency", "\(concurrency)"] + (database ? [] : ["--no-database"])
             + queues.flatMap { ["--queue", $0] }
-            + ["--heartbeat-interval", "0.3", "--heartbeat-ttl", "2", "--orphan-sweep-interval", "0.5", "--poll-interval", "0.1"]
+            + ["--heartbeat-interval", "0.3", "--heartbeat-ttl", "2", "--orphan-sweep-interval", "0.5", "--poll-interval", "0.1",
+               "--unknown-class-grace", "0"]
     }
 
     func startWorker(_ redis: TestRedis, queues: [String] = ["default"], concurrency: Int = 2,
@@ -84,6 +85,41 @@ final class JobExplainTests: XCTestCase {
         XCTAssertTrue(unknown.stdout.hasPrefix("unknown jid 0123456789abcdef01234567"), unknown.stdout)
     }
 
+    /// A quiet process fetches nothing: with only a quiet process listing the queue, no live process serves it
+    /// (mutation sample 2026-12-07, survivor 5). A job a limiter refused once is over the limit, not merely scheduled
+    /// (survivor E4): `overrated` 1 is the first reschedule, 0 none.
+    func testAQuietProcessServesNothingAndAFirstLimiterRescheduleIsOverLimit() throws {
+        let redis = try TestRedis(database: 29)
+        try redis.flush()
+        defer { try? redis.flush() }
+        let identity = "quiet-host:77:0123456789ab"
+        let info: JSONObject = ["hostname": "quiet-host", "pid": 77, "queues": ["hushed"], "identity": .string(identity),
+                                "classes": ["Noop"], "classes_truncated": false]
+        try redis.command("SADD", Keys.processes, identity)
+        try redis.command("HSET", Keys.process(identity), "info", JSONValue.object(info).serialized(), "busy", 0,
+                          "beat", Clock.now(), "quiet", "true")
+        let waiting = try redis.client.enqueue(NewJob("Noop", queue: "hushed"))
+        XCTAssertEqual(try explain(redis, waiting), .noLiveProcess(queue: "hushed", processes: 1))
+        try redis.command("HSET", Keys.process(identity), "quiet", "false")
+        guard case .behind(let queue, _, _, _) = try explain(redis, waiting) else { return XCTFail("\(try explain(redis, waiting))") }
+        XCTAssertEqual(queue, "hushed", "the same process, no longer quiet, serves it")
+
+        let at = Clock.now() + 600
+        for (overrated, jid) in [(1, "overrated0000000000000001"), (0, "overrated0000000000000000")] {
+            var payload = try JobClient.payload(for: NewJob("Noop"), createdAt: Clock.now(), enqueuedAt: Clock.now())
+            payload.fields["jid"] = .string(jid)
+            if overrated > 0 { payload.fields["overrated"] = .int(Int64(overrated)) }
+            try redis.command("ZADD", Keys.schedule, at, payload.serialized())
+        }
+        guard case .overLimit(_, let reschedules, _, _) = try explain(redis, "overrated0000000000000001") else {
+            return XCTFail("\(try explain(redis, "overrated0000000000000001"))")
+        }
+        XCTAssertEqual(reschedules, 1)
+        guard case .scheduled = try explain(redis, "overrated0000000000000000") else {
+            return XCTFail("\(try explain(redis, "overrated0000000000000000"))")
+        }
+    }
+
     // MARK: with a real worker
 
     /// Running (where, since when), no live process for a queue, a retry (attempt n of m), dead (why), over a
@@ -146,7 +182,7 @@ final class JobExplainTests: XCTestCase {
         XCTAssertEqual(errorClass.map { $0.hasSuffix("OverLimit") }, true, "\(String(describing: errorClass))")
         XCTAssertGreaterThan(at.timeIntervalSinceNow, 0)
 
-        // An unregistered class is bad input: straight to dead, with the error the runtime stored.
+        // An unregistered class no live process knows, with a grace of 0: straight to dead, with the error stored.
         let doomed = try client.enqueue(NewJob("NoSuchJob"))
         XCTAssertTrue(try eventually { try redis.payloads(zset: Keys.dead).contains { $0.jid == doomed } }, worker.stderr)
         let stored = try XCTUnwrap(try redis.payloads(zset: Keys.dead).first { $0.jid == doomed })

@@ -65,7 +65,7 @@ final class PoisonPillTests: XCTestCase {
             try ChildProcess(executable: TestServices.workerctl,
                              arguments: ["worker", "--no-database", "--queue", "default", "--concurrency", "3",
                                          "--heartbeat-interval", "0.2", "--heartbeat-ttl", "1", "--poll-interval", "0.2",
-                                         "--shutdown-timeout", "3"],
+                                         "--shutdown-timeout", "3", "--unknown-class-grace", "0"],
                              environment: ["REDIS_URL": redis.url])
         }
         children += workers

@@ -14,7 +14,7 @@ final class BadInputTests: XCTestCase {
             ("this is {not json", "payload is not JSON"),
             (#"["an","array"]"#, "payload must be a JSON object, got array"),
             (#"{"args":[]}"#, #"payload has no "class""#),
-            (#"{"class":42,"args":[]}"#, #"payload "class" is invalid: expected a string, got integer"#),
+            (#"{"class":42,"args":[],"jid":"producer0000000000000001"}"#, #"payload "class" is invalid: expected a string, got integer"#),
             (#"{"class":"","args":[]}"#, #"payload "class" is invalid: empty string"#),
             (#"{"class":"Noop"}"#, #"payload has no "args""#),
             (#"{"class":"Noop","args":{"a":1}}"#, #"payload "args" must be an array, got object"#),
@@ -23,13 +23,16 @@ final class BadInputTests: XCTestCase {
             (#"{"class":"Sleep","args":[-5],"jid":"aaaaaaaaaaaaaaaaaaaaaaa3","retry":true}"#, "milliseconds must be within 0...3600000, got -5"),
             (#"{"class":"Sleep","args":[1,2],"jid":"aaaaaaaaaaaaaaaaaaaaaaa4","retry":true}"#, "arguments do not fit Sleep"),
             (#"{"class":"Fail","args":[],"jid":"aaaaaaaaaaaaaaaaaaaaaaa5","retry":true}"#, "expected exactly one argument, got 0"),
-            ("{\"class\":\"Noop\",\"args\":[\"\u{01}\"]}", "payload is not JSON"),
+            ("{\"class\":\"Noop\",\"args\":[\"\u{01}\"],\"jid\":\"producer0000000000000002\"}", "payload is not JSON"),
         ]
         for (raw, _) in cases { try redis.command("LPUSH", "queue:default", raw) }
         try redis.command("LPUSH", "queue:default", [UInt8]([0x7b, 0xff, 0xfe, 0x7d]))  // not UTF-8
         try redis.client.enqueue(NewJob("Record", args: ["still alive"]))
 
-        let process = try harness.start(harness.configuration(concurrency: 2))
+        // Grace 0: a class no live process knows goes to dead at once (RollingDeployTests covers the give-back).
+        var configuration = harness.configuration(concurrency: 2)
+        configuration.unknownClassGrace = .zero
+        let process = try harness.start(configuration)
         defer { process.shutdown() }
         XCTAssertTrue(eventually { harness.recorder.all == ["still alive"] })
         XCTAssertTrue(try eventually { try redis.int("ZCARD", Keys.dead) == cases.count + 1 })
@@ -39,6 +42,9 @@ final class BadInputTests: XCTestCase {
             XCTAssertTrue(messages.contains { $0.contains(reason) }, "no dead entry says '\(reason)' for \(raw); got \(messages)")
         }
         XCTAssertTrue(messages.contains("payload is not valid UTF-8"), "\(messages)")
+        // A payload that does not parse keeps its producer's jid when the bytes hold one (`jobs show JID` finds it).
+        let deadJids = Set(dead.compactMap(\.jid))
+        XCTAssertTrue(deadJids.isSuperset(of: ["producer0000000000000001", "producer0000000000000002"]), "\(deadJids)")
         // Unreadable payloads are kept, readable, with the original text.
         XCTAssertTrue(dead.contains { $0.fields["raw_payload"]?.stringValue == "this is {not json" })
         XCTAssertEqual(try redis.int("ZCARD", Keys.retry), 0)

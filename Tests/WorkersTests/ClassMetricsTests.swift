@@ -27,8 +27,9 @@ final class ClassMetricsTests: XCTestCase {
         BenchJobs.register(into: &registry)
         var logger = Logger(label: "class-metrics-test")
         logger.logLevel = .critical
-        let process = try WorkerProcess(configuration: .forTests(redis: redis, concurrency: 4), registry: registry,
-                                        logger: logger)
+        var configuration = WorkerConfiguration.forTests(redis: redis, concurrency: 4)
+        configuration.unknownClassGrace = .zero  // an unregistered class is a failed run here, counted under _other
+        let process = try WorkerProcess(configuration: configuration, registry: registry, logger: logger)
         try process.start()
         processes.append(process)
         return process

@@ -11,5 +11,7 @@ final class FetchStepTests: XCTestCase {
         XCTAssertEqual(FetchStep(single: "default", pausedSeen: false, held: 1), .fetch, "no room for the wait's job")
         XCTAssertEqual(FetchStep(single: "default", pausedSeen: true, held: 5), .fetch, "a paused queue is probed first")
         XCTAssertEqual(FetchStep(single: nil, pausedSeen: false, held: 5), .fetch, "several queues: no wait")
+        XCTAssertEqual(FetchStep(single: "default", pausedSeen: false, held: 5, redisFull: true), .fetch,
+                       "a full Redis refuses BLMOVE: no wait (docs/redis-full.md)")
     }
 }

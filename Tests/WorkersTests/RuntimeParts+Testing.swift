@@ -15,6 +15,7 @@ extension RuntimeParts {
                      buffer: buffer ?? JobBuffer(capacity: configuration.concurrency + configuration.prefetch),
                      running: running, settlements: settlements, runTime: RunTimeEstimate(),
                      outages: OutageLog(logger: logger), flags: LifeCycleFlags(), metrics: RuntimeMetrics(),
-                     registeredClasses: [], classMetrics: ClassMetricsRecorder(registeredClasses: []), logger: logger)
+                     registeredClasses: [], argumentVersions: [:], classMetrics: ClassMetricsRecorder(registeredClasses: []), logger: logger,
+                     room: RedisRoom(logger: logger))
     }
 }

@@ -126,12 +126,15 @@ final class WorkerRuntimeTests: XCTestCase {
     }
 
     /// The bench/test job ProbeInsert is not in the production registry: a worker started without
-    /// `--bench-jobs` sends it to dead as an unknown class, like any class it does not know.
+    /// `--bench-jobs` treats it as an unknown class, like any class it does not know (with no other process serving
+    /// the queue and a grace of 0: dead at once; RollingDeployTests covers the give-back).
     func testBenchJobIsNotInTheBuiltinRegistry() throws {
         XCTAssertNil(JobRegistry.builtins().options(for: "ProbeInsert"))
         XCTAssertNotNil(JobRegistry.builtins().options(for: "Sleep"))
         try redis.client.enqueue(NewJob("ProbeInsert", args: ["x"]))
-        _ = try start(harness.configuration())
+        var configuration = harness.configuration()
+        configuration.unknownClassGrace = .zero
+        _ = try start(configuration)
         XCTAssertTrue(try eventually { try redis.int("ZCARD", Keys.dead) == 1 })
         let dead = try XCTUnwrap(redis.payloads(zset: Keys.dead).first)
         XCTAssertEqual(dead.className, "ProbeInsert")

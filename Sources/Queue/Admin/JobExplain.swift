@@ -22,8 +22,14 @@ public enum JobExplanation: Sendable, Equatable, CustomStringConvertible {
     case noLiveProcess(queue: String, processes: Int)
     /// In its queue, served by `processes` live processes, none of which registers its class (each lists its classes
     /// in its process info; a process that does not — Ruby Sidekiq, an older worker — makes the answer unknown, and
-    /// explain goes on): whichever fetches it sends it to dead as bad input.
+    /// explain goes on): whichever fetches it gives it back to `schedule`, and sends it to dead once no live process
+    /// has known it for the unknown-class grace (docs/deploy.md, "Rolling deploys").
     case classNotRegistered(queue: String, className: String, processes: Int)
+    /// In `schedule`, given back `giveBacks` times by processes that do not register its class (a rolling deploy, a
+    /// class only Ruby knows; docs/deploy.md, "Rolling deploys"); tried again at `nextTry`. `announcedBy`: the live
+    /// processes serving its queue that register the class; `unannounced`: those that list no classes (they may
+    /// know it); both empty: no live process knows it, and it goes to dead once the unknown-class grace has passed.
+    case unknownClassGivenBack(nextTry: Date, giveBacks: Int, className: String, announcedBy: [String], unannounced: [String])
     /// In its queue with the same unique lock as another live job (`unique_for`): it is dropped when fetched.
     case duplicateOfUnique(lock: String, ownerJid: String)
     /// A batch callback whose batch has not finished: its jid is fixed at creation, the job is pushed when the
@@ -52,6 +58,7 @@ public enum JobExplanation: Sendable, Equatable, CustomStringConvertible {
         case .queuePaused: return "queue_paused"
         case .noLiveProcess: return "no_live_process"
         case .classNotRegistered: return "class_not_registered"
+        case .unknownClassGivenBack: return "unknown_class_given_back"
         case .duplicateOfUnique: return "duplicate"
         case .batchCallbackWaiting: return "batch_callback_waiting"
         case .behind: return "behind"
@@ -90,7 +97,17 @@ public enum JobExplanation: Sendable, Equatable, CustomStringConvertible {
         case .noLiveProcess(let queue, let processes):
             return "no live process serves queue \(queue) (\(processes) live process\(processes == 1 ? "" : "es"), none lists it)"
         case .classNotRegistered(let queue, let className, let processes):
-            return "no live process serving queue \(queue) registers class \(className) (\(processes) serve the queue): the one that fetches it sends it to dead as bad input"
+            return "no live process serving queue \(queue) registers class \(className) (\(processes) serve the queue): the one that fetches it gives it back to schedule, and sends it to dead once none has for the unknown-class grace (docs/deploy.md, \"Rolling deploys\")"
+        case .unknownClassGivenBack(let nextTry, let giveBacks, let className, let announcedBy, let unannounced):
+            let known: String
+            if !announcedBy.isEmpty {
+                known = "registered by \(announcedBy.prefix(5).joined(separator: ", "))\(announcedBy.count > 5 ? " and \(announcedBy.count - 5) more" : "")"
+            } else if !unannounced.isEmpty {
+                known = "registered by no live process; \(unannounced.prefix(5).joined(separator: ", ")) list no classes and may know it"
+            } else {
+                known = "known to no live process serving its queue: it goes to dead once the unknown-class grace has passed"
+            }
+            return "class \(className) given back \(giveBacks) time\(giveBacks == 1 ? "" : "s") by processes that do not register it; next try at \(ExplainFormat.time(nextTry)) (\(ExplainFormat.relative(nextTry, now: now))); \(known)"
         case .duplicateOfUnique(let lock, let ownerJid):
             return "a duplicate of live unique job \(ownerJid) (lock \(lock)): it is dropped when fetched"
         case .batchCallbackWaiting(let bid, let event, let pending):
@@ -165,6 +182,8 @@ public struct JobStatus: Sendable, Equatable {
     public var explanation: JobExplanation
     /// The shard the job was found on (`ShardMap.defaultName` without sharding).
     public var shard: String
+    /// Set while that shard's Redis is full (`used_memory` at `maxmemory`): what that means for every job there.
+    public var redisFull: String?
 
     public init(state: JobState?, attempts: Int, progress: JobProgress?, cancelRequestedAt: Date?,
                 explanation: JobExplanation, shard: String) {
@@ -245,8 +264,12 @@ public struct JobExplain: Sendable {
         }
         let retryCount = record?.retryCount.map { Bounded.int($0, in: -1...Bounded.maxCount) }
         let attempts = retryCount.map { $0 + 1 } ?? (record?.state == .busy ? 1 : 0)
-        return JobStatus(state: record?.state, attempts: max(0, attempts), progress: progress, cancelRequestedAt: cancel,
-                         explanation: explanation, shard: shard)
+        var status = JobStatus(state: record?.state, attempts: max(0, attempts), progress: progress,
+                               cancelRequestedAt: cancel, explanation: explanation, shard: shard)
+        if let memory = try RedisMemoryReading.read(connection), memory.isFull {
+            status.redisFull = "Redis is full (used_memory \(memory.used) of maxmemory \(memory.max)): producers are refused, and the workers hold retries, dead jobs and counters until it has room (docs/redis-full.md)"
+        }
+        return status
     }
 
 
@@ -305,6 +328,19 @@ public struct JobExplain: Sendable {
             return .retryWaiting(at: date(record.score), attempt: count + 2, maxAttempts: maxAttempts, errorClass: record.errorClass)
         case .scheduled:
             let overrated = Bounded.int(record.item?["overrated"]?.intValue ?? 0, in: 0...Bounded.maxCount)
+            let giveBacks = Bounded.int(record.item?["unknown_class_count"]?.intValue ?? 0, in: 0...Bounded.maxCount)
+            if giveBacks > 0, let className = record.className {
+                let knowledge = ClassKnowledge.of(className: className, queue: record.queue,
+                                                  processes: try ProcessRegistry.list(connection))
+                var announced: [String] = [], unannounced: [String] = []
+                switch knowledge {
+                case .announced(let identities): announced = identities
+                case .mayKnow(let identities): unannounced = identities
+                case .nobody: break
+                }
+                return .unknownClassGivenBack(nextTry: date(record.score), giveBacks: giveBacks, className: className,
+                                              announcedBy: announced, unannounced: unannounced)
+            }
             if overrated > 0 {
                 return .overLimit(nextTry: date(record.score), reschedules: overrated, full: try fullLimiters(),
                                   holders: try holders(className: record.className, except: record.jid))
@@ -332,10 +368,9 @@ public struct JobExplain: Sendable {
         let processes = try ProcessRegistry.list(connection)
         let serving = processes.filter { !$0.quiet && $0.queues.contains(queue) }
         if serving.isEmpty { return .noLiveProcess(queue: queue, processes: processes.count) }
-        let registered = serving.map(\.registeredClasses)
-        if let className = record.className, !registered.contains(where: { $0 == nil }),
-           !registered.contains(where: { $0?.contains(className) == true }) {
-            return .classNotRegistered(queue: queue, className: className, processes: serving.count)
+        if let className = record.className,
+           case .nobody(let count) = ClassKnowledge.of(className: className, queue: queue, processes: processes) {
+            return .classNotRegistered(queue: queue, className: className, processes: count)
         }
         let key = Keys.queue(queue)
         let replies = try connection.pipeline([["LLEN", key], ["LPOS", key, record.raw, "RANK", -1, "MAXLEN", aheadBound + 1]])

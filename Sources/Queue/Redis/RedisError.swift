@@ -16,11 +16,22 @@ public enum RedisError: Error, Sendable, CustomStringConvertible, Equatable {
         switch self {
         case .connectionFailed(let address, let reason): return "cannot connect to Redis at \(address): \(reason)"
         case .io(let address, let reason): return "Redis connection to \(address) failed: \(reason)"
+        case .server(let message) where Self.isOutOfMemoryReply(message):
+            return "Redis is full (maxmemory reached; with maxmemory-policy noeviction it refuses writes until memory is freed): \(message)"
         case .server(let message): return "Redis error: \(message)"
         case .unexpectedReply(let what): return "unexpected Redis reply: \(what)"
         case .invalidURL(let why): return "invalid Redis URL: \(why)"
         }
     }
+
+    /// True for Redis's refusal of a write at `maxmemory` (`-OOM command not allowed when used memory > 'maxmemory'`),
+    /// also when it aborted a transaction holding such a command.
+    public var isOutOfMemory: Bool {
+        guard case .server(let message) = self else { return false }
+        return Self.isOutOfMemoryReply(message)
+    }
+
+    static func isOutOfMemoryReply(_ message: String) -> Bool { message.hasPrefix("OOM ") }
 
     /// True when retrying on a fresh connection may succeed (the server was unreachable or the
     /// link broke), false for errors the server returned or programming errors.

@@ -76,6 +76,12 @@ enum Scripts {
         local settled = 0
         local killed = false
         local first = 5
+        -- PEXPIREAT … GT without the GT flag, which Redis 6.2 lacks (an arity error there, after the LREM: the job
+        -- would be lost): later only, and never on a key without expiry or a missing one.
+        local function extend_to(key, ms)
+          local left = redis.call('PTTL', key)
+          if left >= 0 and tonumber(now) * 1000 + left < ms then redis.call('PEXPIREAT', key, ms) end
+        end
         for i = first, #ARGV, 7 do
           local op, working, raw, payload, target = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
           local counts = tonumber(ARGV[i + 5])
@@ -88,8 +94,8 @@ enum Scripts {
               if op == 'retry' or op == 'schedule' then
                 if lock and redis.call('GET', lock) == unique then
                   local ms = math.floor((tonumber(target) + tonumber(redis.call('HGET', owner, 'for') or 0)) * 1000)
-                  redis.call('PEXPIREAT', lock, ms, 'GT')
-                  redis.call('PEXPIREAT', owner, ms, 'GT')
+                  extend_to(lock, ms)
+                  extend_to(owner, ms)
                 end
               else
                 if lock and redis.call('GET', lock) == unique then redis.call('DEL', lock) end
@@ -149,6 +155,34 @@ enum Scripts {
           end
         end
         return moved
+        """)
+
+    /// Moves an unreadable member of the ZSET ARGV[1] (ARGV[2]) to `dead` as ARGV[4] (score ARGV[3]), if this call
+    /// removed it. Returns 1 if it did.
+    static let buryUnreadable = RedisScript("""
+        if redis.call('ZREM', ARGV[1], ARGV[2]) == 1 then
+          redis.call('ZADD', 'dead', ARGV[3], ARGV[4])
+          return 1
+        end
+        return 0
+        """)
+
+    /// Trims the sorted set ARGV[1] to ARGV[2] bytes of Redis memory, lowest scores (oldest) first: while its sampled
+    /// `MEMORY USAGE` is over, removes the share of entries that is over (at least one). At most 64 rounds. Returns
+    /// the number removed.
+    static let trimByBytes = RedisScript("""
+        local key, limit = ARGV[1], tonumber(ARGV[2])
+        local removed = 0
+        for _ = 1, 64 do
+          local n = redis.call('ZCARD', key)
+          if n == 0 then break end
+          local bytes = redis.call('MEMORY', 'USAGE', key, 'SAMPLES', 32) or 0
+          if bytes <= limit then break end
+          local cut = math.max(1, math.ceil(n * (bytes - limit) / bytes))
+          redis.call('ZREMRANGEBYRANK', key, 0, cut - 1)
+          removed = removed + cut
+        end
+        return removed
         """)
 
     /// Takes back the in-flight jobs of a dead process. ARGV: working key, that process's

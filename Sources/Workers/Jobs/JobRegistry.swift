@@ -55,6 +55,9 @@ public struct JobRegistry: Sendable {
     /// Registered names whose `Arguments` declare personal fields (`JobArguments.personalFields`) → the fields and
     /// the subject field.
     private var personalByName: [String: (fields: Set<String>, subject: String?)] = [:]
+    /// Registered names whose `Arguments` are versioned → the `args_version`s this registry decodes
+    /// (`JobArguments.decodableArgumentsVersions`, or what `register(_:as:argumentVersions:)` was given).
+    public private(set) var argumentVersions: [String: ClosedRange<Int>] = [:]
 
     /// Opens the envelopes of declared personal fields before decoding (docs/jobs-privacy.md). Nil: arguments are
     /// decoded as sent (clear text decodes; an envelope does not fit and the job goes dead as bad input). Set it
@@ -75,9 +78,11 @@ public struct JobRegistry: Sendable {
     }
 
     /// Registers `job` under its class name, or under `name` (an alias, e.g. a Ruby class name
-    /// that another service enqueues).
-    public mutating func register<J: Job>(_ job: J, as name: String? = nil) {
+    /// that another service enqueues). `argumentVersions`: the `args_version`s announced as decoded here, when not
+    /// the arguments' own `decodableArgumentsVersions` (a test or bench standing in for another release).
+    public mutating func register<J: Job>(_ job: J, as name: String? = nil, argumentVersions: ClosedRange<Int>? = nil) {
         let key = name ?? J.className
+        self.argumentVersions[key] = argumentVersions ?? J.Arguments.decodableArgumentsVersions
         // Arguments the job never reads (`IgnoredJobArguments`, Noop): one value made here and handed to every run —
         // no decoding and no protocol cast per job (a cast per run cost ~2 % of a no-op drain's worker CPU in a
         // `perf` profile).

@@ -26,6 +26,14 @@ package final class RuntimeMetrics: Sendable {
         Counter(label: "workers_dependency_errors_total", dimensions: [("dependency", dependency)]).increment()
     }
     let jobTimeouts = Counter(label: "workers_job_timeouts_total")
+    /// `used_memory / maxmemory` of a shard's Redis at the last heartbeat (0 without a `maxmemory`): `RedisRoom`.
+    static func redisMemoryRatio(_ ratio: Double, shard: Int) {
+        Gauge(label: "workers_redis_memory_used_ratio", dimensions: [("shard", "\(shard)")]).record(ratio)
+    }
+    /// 1 while a shard's Redis is full (`RedisRoom`): the runtime drains it without growing it.
+    static func redisFull(_ full: Bool, shard: Int) {
+        Gauge(label: "workers_redis_full", dimensions: [("shard", "\(shard)")]).record(full ? 1 : 0)
+    }
 
     public init() {}
 

@@ -42,6 +42,9 @@ final class Fetcher: Sendable {
     /// Waiter threads (`waitLoop`): `WorkerConfiguration.blockingWaiters` when one queue is served, else none.
     private let waiterCount: Int
     private let waitersDone = DispatchGroup()
+    /// Whether this shard's Redis has room: while it is full, no blocking wait (`BLMOVE` is refused at `maxmemory`;
+    /// the fetch script is not, docs/redis-full.md).
+    private let room: RedisRoom
 
     /// `shard`: the index in `parts.shardMap` of the Redis it reads; `queues`: the process's queues there (all of
     /// them by default).
@@ -60,6 +63,7 @@ final class Fetcher: Sendable {
         self.queues = queues ?? configuration.queues
         thread = RuntimeThread(name: shard == 0 ? "fetcher" : "fetcher-\(shard)")
         gate = FetchGate(buffer: buffer)
+        room = parts.room
         waiterCount = self.queues.count == 1 ? configuration.blockingWaiters : 0
     }
 
@@ -105,10 +109,14 @@ final class Fetcher: Sendable {
                     continue
                 }
                 defer { gate.release(held) }
-                switch FetchStep(single: single, pausedSeen: state.pausedSeen, held: held) {
+                switch FetchStep(single: single, pausedSeen: state.pausedSeen, held: held, redisFull: room.isFull(shard: shard)) {
                 case .fetchThenWait(let queue): try fetchThenWait(conn, queue: queue, held: &held, state: &state)
                 case .fetch: try fetch(conn, single: single, held: &held, state: &state)
                 }
+            } catch where error.isOutOfMemory {
+                // A wait refused by a full Redis moved nothing; the link is fine. Fetch without waits from now on.
+                room.noteRefused(shard: shard, error)
+                state.mustReconcile = true
             } catch {
                 state.mustReconcile = true
                 state.checkLink.drop()
@@ -207,12 +215,13 @@ final class Fetcher: Sendable {
     private func fetch(_ conn: RedisConnection, single: String?, held: inout Int,
                        state: inout LoopState) throws(RedisError) {
         var jobs = try ReliableQueue.fetch(conn, identity: identity, queues: queueOrder(), limit: held)
-        if jobs.isEmpty, let single, try !probePaused(conn, queue: single, state: &state) {
+        let full = room.isFull(shard: shard)
+        if jobs.isEmpty, !full, let single, try !probePaused(conn, queue: single, state: &state) {
             if let job = try fetchBlocking(conn, queue: single) { jobs = [job] }
         }
         redisAnswered(&state.backoff)
         if jobs.isEmpty {
-            if single == nil {
+            if single == nil || full {
                 Thread.sleep(forTimeInterval: state.idleWait)
                 state.idleWait = min(state.idleWait * 2, configuration.idlePollMax.inSeconds)
             }
@@ -261,6 +270,10 @@ final class Fetcher: Sendable {
         while !thread.shouldStop {
             guard gate.waitUntilWaitingPays(timeout: 0.1) else { continue }
             if waitWhileSettlerIsBehind() { continue }
+            if room.isFull(shard: shard) {  // no waits on a full Redis: the fetcher fetches alone
+                Thread.sleep(forTimeInterval: 0.1)
+                continue
+            }
             let limit = configuration.concurrency + allowedPrefetch()
             // The last free slot stays the fetcher's: waiters never leave it without room to fetch.
             var held = gate.reserve(upTo: 1, limit: limit, keepFree: 1)
@@ -282,6 +295,10 @@ final class Fetcher: Sendable {
                     try deliver([job], checkingOn: conn, releasing: 1)
                     held = 0
                 }
+            } catch where error.isOutOfMemory {
+                room.noteRefused(shard: shard, error)
+                gate.release(held)
+                held = 0
             } catch {
                 // The wait's reply may be lost after BLMOVE moved a job: the fetcher reconciles once this slot is free
                 // (released now, not after the backoff, so the fetcher is not held up by it).

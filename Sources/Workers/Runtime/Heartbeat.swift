@@ -27,6 +27,8 @@ final class Heartbeat: @unchecked Sendable {
     private let classMetrics: ClassMetricsRecorder
     /// The job classes this process runs, listed in its `info` (`SidekiqProcessInfo`).
     private let registeredClasses: [String]
+    /// The `args_version`s decoded per versioned class, listed in its `info` too.
+    private let argumentVersions: [String: ClosedRange<Int>]
     private let startedAt: Double
     private let outages: OutageLog
     private let logger: Logger
@@ -39,6 +41,8 @@ final class Heartbeat: @unchecked Sendable {
     private let recordsBusyGauge: Bool
     private let thread: RuntimeThread
     private var initial: RedisConnection?
+    /// Whether this heartbeat's Redis has room (it records each beat's `INFO memory` reading there).
+    private let room: RedisRoom
     /// Time of the last heartbeat Redis accepted (0 before the first).
     private let lastBeat = Atomic<Double>(0)
 
@@ -55,10 +59,12 @@ final class Heartbeat: @unchecked Sendable {
         metrics = parts.metrics
         classMetrics = parts.classMetrics
         registeredClasses = parts.registeredClasses
+        argumentVersions = parts.argumentVersions
         startedAt = parts.startedAt
         outages = parts.outages
         logger = parts.logger
         steering = parts.steering
+        room = parts.room
     }
 
     var lastBeatAt: Double { lastBeat.load(ordering: .relaxed) }
@@ -106,9 +112,44 @@ final class Heartbeat: @unchecked Sendable {
         }
     }
 
+    /// One heartbeat, then a reading of Redis's memory for `RedisRoom`. While Redis is full (or when this beat is
+    /// refused with `-OOM`) the beat that Redis accepts at `maxmemory` (`ProcessRegistry.fullBeat`): the fetcher
+    /// heartbeat never lapses on a full Redis. Returns the signal it popped, if any.
+    private func beat(_ connection: RedisConnection) throws -> String? {
+        let shardIndex = shard ?? 0
+        let signal: String?
+        if room.isFull(shard: shardIndex) {
+            signal = try fullBeat(connection)
+        } else {
+            do {
+                signal = try recordBeat(connection)
+            } catch let error as RedisError where error.isOutOfMemory {
+                room.noteRefused(shard: shardIndex, error)
+                signal = try fullBeat(connection)
+            }
+        }
+        if let memory = try RedisMemoryReading.read(connection) { room.noteMemory(shard: shardIndex, memory) }
+        return signal
+    }
+
+    /// The beat of a full Redis: keeps this process's keys alive without growing Redis (`ProcessRegistry.fullBeat`);
+    /// the registry entry, busy hashes, progress and per-class figures wait until Redis has room.
+    private func fullBeat(_ connection: RedisConnection) throws -> String? {
+        let (signal, created) = try ProcessRegistry.fullBeat(
+            connection, identity: identity, fetcherHeartbeatTTL: Int(configuration.fetcherHeartbeatTTL.inSeconds.rounded(.up)))
+        if created { logger.notice("fetcher heartbeat created on a full Redis (the one key that may grow it: ~100 bytes)") }
+        // Cancels are still read (progress `SET`s are refused by a full Redis, and lost: they are only progress).
+        let all = running.all
+        try steering.beat(connection, shard: shard ?? 0, executions: shard.map { shard in all.filter { $0.job.shard == shard } } ?? all,
+                          now: Clock.now())
+        lastBeat.store(Clock.now(), ordering: .relaxed)
+        if let signal { logger.notice("signal received through Redis", metadata: ["signal": "\(signal)"]) }
+        return signal
+    }
+
     /// One heartbeat in Sidekiq's format (§10.1), plus the fetcher heartbeat, and the signal
     /// list. Returns the signal it popped, if any.
-    private func beat(_ connection: RedisConnection) throws -> String? {
+    private func recordBeat(_ connection: RedisConnection) throws -> String? {
         let now = Clock.now()
         let all = running.all
         if recordsBusyGauge { metrics.busyThreads.record(all.count) }
@@ -161,7 +202,7 @@ final class Heartbeat: @unchecked Sendable {
 
     private func processInfo() -> String {
         SidekiqProcessInfo(configuration: configuration, identity: identity, startedAt: startedAt,
-                           registeredClasses: registeredClasses).json
+                           registeredClasses: registeredClasses, argumentVersions: argumentVersions).json
     }
 
     /// Removes this process from the registry (on the caller's thread, with a connection of its own,

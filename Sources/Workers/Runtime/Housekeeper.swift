@@ -21,6 +21,9 @@ final class Housekeeper: Sendable {
     private let shard: Int
     /// The map this process uses, checked against the shard at every sweep interval (`ShardMapCheck`).
     private let shardMap: ShardMap
+    /// While this shard's Redis is full the orphan sweep waits (its lease is a `SET`, refused at `maxmemory`; the
+    /// jobs of a dead process stay in its in-flight list meanwhile); moving due jobs goes on (it frees as it pushes).
+    private let room: RedisRoom
 
     /// `shard`: index in `parts.shardMap` of the shard it keeps (0 with one Redis). Each
     /// shard has its own housekeeper: its `schedule`/`retry` hold only its queues' jobs, and its
@@ -35,6 +38,7 @@ final class Housekeeper: Sendable {
         metrics = parts.metrics
         outages = parts.outages
         logger = parts.logger
+        room = parts.room
     }
 
     func start() { thread.start { [self] in loop() } }
@@ -60,6 +64,9 @@ final class Housekeeper: Sendable {
                 try link.withRetryOnStaleLink { conn in try housekeeping(conn, nextPoll: &nextPoll, nextSweep: &nextSweep) }
                 outages.succeeded("Redis")
                 backoff.reset()
+            } catch let error as RedisError where error.isOutOfMemory {
+                room.noteRefused(shard: shard, error)
+                nextSweep = Date(timeIntervalSinceNow: configuration.orphanSweepInterval.inSeconds)
             } catch {
                 link.drop()
                 outages.failed("Redis", error)
@@ -74,6 +81,9 @@ final class Housekeeper: Sendable {
                 + ReliableQueue.moveDue(conn, from: Keys.schedule)
             if moved > 0 { logger.debug("moved due jobs to their queues", metadata: ["count": "\(moved)"]) }
             nextPoll = Date(timeIntervalSinceNow: configuration.pollInterval.inSeconds * Double.random(in: 0.5...1.5))
+        }
+        if Date() >= nextSweep, room.isFull(shard: shard) {
+            nextSweep = Date(timeIntervalSinceNow: configuration.orphanSweepInterval.inSeconds)
         }
         if Date() >= nextSweep {
             try sweepOrphans(conn)
@@ -112,5 +122,11 @@ final class Housekeeper: Sendable {
                 "requeued": "\(report.requeued)", "dead": "\(report.killed)"])
         }
         try ProcessRegistry.prune(connection)
+        // The dead set by bytes, whoever added to it (Ruby Sidekiq, the API, our scripts).
+        let trimmed = try ReliableQueue.trimDead(connection, maxBytes: configuration.deadLimits.maxBytes)
+        if trimmed > 0 {
+            logger.notice("dead set trimmed to its byte limit", metadata: [
+                "removed": "\(trimmed)", "dead_max_bytes": "\(configuration.deadLimits.maxBytes)"])
+        }
     }
 }

@@ -22,6 +22,9 @@ struct JobRunner: Sendable {
     var runMiddleware = RunMiddlewareChain.tracingOnly
     /// Cancelled jids and progress (RunSteering.swift); nil: cancels are not checked (a runner built by a test).
     var steering: RunSteering? = nil
+    /// The live processes' announced classes, for a job whose class is not registered here (`UnknownClassGiveBack`);
+    /// nil: no other process is consulted (as if none served the queue).
+    var classDirectory: ClassDirectory? = nil
 
     /// The timeout for a payload (its class's, else the process default, else 30 min).
     func timeout(for payload: JobPayload?) -> Double {
@@ -80,9 +83,25 @@ struct JobRunner: Sendable {
             JobContext.runLogger(logger, jid: jid, className: className, queue: job.queue, attempt: attempt)
         }
 
+        // Arguments of a version this release does not decode while a live process announces it: given back to it.
+        if let version = payload.fields[NewJob.argumentsVersionField]?.intValue.map({ Bounded.int($0, in: 0...Bounded.maxCount) }),
+           let decoded = registry.argumentVersions[className], !decoded.contains(version),
+           let knowledge = classDirectory?.knowledge(of: className, queue: job.queue, shard: job.shard, argumentsVersion: version),
+           case .announced = knowledge {
+            return UnknownClassGiveBack.settlement(payload: payload, queue: job.queue, knowledge: knowledge,
+                                                   grace: configuration.unknownClassGrace.inSeconds, now: Clock.now(),
+                                                   logger: jobLogger(), why: "arguments version \(version) not decoded here (\(decoded.lowerBound)...\(decoded.upperBound))")
+        }
         let prepared: PreparedJob
         do {
             prepared = try registry.prepare(payload)
+        } catch .unknownClass {
+            // A rolling deploy, or a class only Ruby knows: given back while a live process may know it.
+            let knowledge = classDirectory?.knowledge(of: payload.className, queue: job.queue, shard: job.shard)
+                ?? .nobody(serving: 0)
+            return UnknownClassGiveBack.settlement(payload: payload, queue: job.queue, knowledge: knowledge,
+                                                   grace: configuration.unknownClassGrace.inSeconds, now: Clock.now(),
+                                                   logger: jobLogger())
         } catch {
             jobLogger().warning("bad input sent to dead", metadata: ["reason": "\(error.description)"])
             return .failed(.dead(payload: payload.recordingFailure(queue: job.queue, errorClass: error.errorClass,

@@ -33,10 +33,16 @@ struct RuntimeParts: Sendable {
     let metrics: RuntimeMetrics
     /// The job classes the registry holds (`JobRegistry.classNames`): listed in the heartbeat's process info.
     let registeredClasses: [String]
+    /// The `args_version`s the registry decodes, per versioned class (`JobRegistry.argumentVersions`): announced in
+    /// the heartbeat's process info beside the classes.
+    let argumentVersions: [String: ClosedRange<Int>]
     /// Per-class execution figures: recorded by the pool's runs (`ClassMetricsMiddleware`), flushed by the heartbeat.
     let classMetrics: ClassMetricsRecorder
     /// Carries the `process` metadata.
     let logger: Logger
+    /// Whether each shard's Redis has room for writes that grow it: heartbeats and `-OOM` replies write it; the
+    /// fetcher, settler and housekeeper read it (docs/redis-full.md).
+    let room: RedisRoom
     /// Heartbeats → pool: cancelled jids; the heartbeats write the runs' progress (RunSteering.swift).
     let steering = RunSteering()
 }

@@ -26,6 +26,9 @@ final class SettlementQueue: @unchecked Sendable {
     private var pending = 0
     /// The batch the settler took and has not yet marked written.
     private var writing: [Item] = []
+    /// Settlements the settler holds until their Redis has room (docs/redis-full.md): still pending, their jobs
+    /// still in the in-flight list (so in `snapshot`).
+    private var held: [Item] = []
 
     func add(_ item: Item) {
         condition.lock()
@@ -35,32 +38,44 @@ final class SettlementQueue: @unchecked Sendable {
         condition.unlock()
     }
 
-    /// Waits up to `timeout` for items, then takes at most `limit` of them.
-    func takeBatch(limit: Int, timeout: Double) -> [Item] {
+    /// Waits up to `timeout` for items, then takes at most `limit` of them, after the held ones `releasing` lets go
+    /// (those whose Redis has room again), which come first, in their order.
+    func takeBatch(limit: Int, timeout: Double, releasing: (Item) -> Bool = { _ in false }) -> [Item] {
         condition.lock()
         defer { condition.unlock() }
-        if items.isEmpty { _ = condition.wait(until: Date(timeIntervalSinceNow: timeout)) }
+        var released: [Item] = []
+        if !held.isEmpty {
+            var kept: [Item] = []
+            for item in held { if releasing(item) { released.append(item) } else { kept.append(item) } }
+            held = kept
+        }
+        if items.isEmpty && released.isEmpty { _ = condition.wait(until: Date(timeIntervalSinceNow: timeout)) }
         let count = min(limit, items.count)
-        let batch = Array(items.prefix(count))
+        let batch = released + items.prefix(count)
         items.removeFirst(count)
         writing = batch
         return batch
     }
 
-    /// Marks taken items as written (so `waitUntilDrained` can return).
-    func markWritten(_ count: Int) {
+    /// Marks taken items as written (so `waitUntilDrained` can return), and `held` of them as held: still
+    /// pending, given again by `takeBatch` once `releasing` lets them go.
+    func markWritten(_ count: Int, held newlyHeld: [Item] = []) {
         condition.lock()
         writing = []
         pending -= count
+        held += newlyHeld
         condition.broadcast()
         condition.unlock()
     }
 
-    /// The raw jobs of every settlement not yet written (queued or being written).
+    /// Settlements held until their Redis has room.
+    var heldCount: Int { condition.withLock { held.count } }
+
+    /// The raw jobs of every settlement not yet written (queued, being written or held).
     func snapshot() -> [[UInt8]] {
         condition.lock()
         defer { condition.unlock() }
-        return (writing + items).map(\.job.raw)
+        return (writing + held + items).map(\.job.raw)
     }
 
     /// Puts fetched jobs that never started back at the front of their queues, unchanged (not a

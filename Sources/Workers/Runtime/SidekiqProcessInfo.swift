@@ -12,7 +12,9 @@ import Queue
 /// `{queue => weight}` per capsule), `labels`, `identity`, `version`, `embedded` (false: Sidekiq
 /// 7/8's `Process#quiet!`/`stop!` refuse an embedded process, and ours obeys both signals); then ours, which
 /// Sidekiq's readers ignore: `classes` (the registered job classes, sorted, at most `maxListedClasses`; with more,
-/// `classes_truncated: true` and none listed), read by `workerctl jobs explain` ("no live process registers its class").
+/// `classes_truncated: true` and none listed), read by `workerctl jobs explain` ("no live process registers its class")
+/// and by a worker that meets a class it does not know (`ClassKnowledge`); `arg_versions` (the versions each versioned
+/// class decodes, `[lowest, highest]`).
 ///
 /// Weights mean what Sidekiq's capsule means by them (v8.1.7 capsule.rb `queues=`): all 0 is
 /// strict order, otherwise weighted random. Our worker uses strict order when every queue has the
@@ -29,6 +31,9 @@ struct SidekiqProcessInfo {
     let startedAt: Double
     /// The registered job classes (`JobRegistry.classNames`).
     var registeredClasses: [String] = []
+    /// The `args_version`s decoded per versioned class (`JobRegistry.argumentVersions`): `arg_versions` in `info`,
+    /// `{class: [lowest, highest]}` (docs/deploy.md, "Rolling deploys"); with the classes, listed only when they are.
+    var argumentVersions: [String: ClosedRange<Int>] = [:]
     /// The most classes listed in `info` (it is written every heartbeat).
     static let maxListedClasses = 200
 
@@ -59,6 +64,10 @@ struct SidekiqProcessInfo {
             "version": .string(Self.version), "embedded": false,
             "classes": .array(registeredClasses.count > Self.maxListedClasses ? [] : registeredClasses.sorted().map { .string($0) }),
             "classes_truncated": .bool(registeredClasses.count > Self.maxListedClasses),
+            "arg_versions": .object(registeredClasses.count > Self.maxListedClasses ? [:] : JSONObject(
+                argumentVersions.sorted { $0.key < $1.key }.map {
+                    (key: $0.key, value: JSONValue.array([.int(Int64($0.value.lowerBound)), .int(Int64($0.value.upperBound))]))
+                })),
         ]
     }
 

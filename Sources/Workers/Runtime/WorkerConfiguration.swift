@@ -92,6 +92,11 @@ public struct WorkerConfiguration: Sendable {
     public var fetcherHeartbeatTTL: Duration = .seconds(30)
     /// How often a process looks for dead processes' in-flight jobs.
     public var orphanSweepInterval: Duration = .seconds(15)
+    /// How long a job whose class this process does not register is given back to `schedule` (no retry spent) while
+    /// no live process serving its queue knows the class, before it goes to dead (docs/deploy.md, "Rolling deploys").
+    /// While a live process announces the class, or announces none (Ruby Sidekiq, an older release), it is given back
+    /// without limit. 0: dead at once when nobody knows it.
+    public var unknownClassGrace: Duration = .seconds(3600)
     /// Interruptions (worker died mid-run) before a job goes to dead instead of back to its queue.
     public var interruptLimit: Int = 3
     /// Average time between polls of `schedule` and `retry`.
@@ -136,6 +141,7 @@ public struct WorkerConfiguration: Sendable {
             throw .invalid("commit window must be within 0...60 s, got \(commitWindow.inSeconds)")
         }
         guard shutdownTimeout >= .zero, pollInterval > .zero, orphanSweepInterval > .zero else { throw .invalid("intervals must be positive") }
+        guard deadLimits.maxBytes >= 0 else { throw .invalid("dead_max_bytes must not be negative, got \(deadLimits.maxBytes)") }
         // Every duration is converted to milliseconds or a deadline somewhere; a duration of 1e15 s (a `Duration`
         // holds up to ~9.2e18 s) would overflow there (docs/hostile-input.md). Each gets an upper bound here.
         let durations: [(String, Duration, ClosedRange<Double>)] = [
@@ -143,6 +149,7 @@ public struct WorkerConfiguration: Sendable {
             ("blocking fetch timeout", blockingFetchTimeout, 0...3_600), ("heartbeat interval", heartbeatInterval, 0...3_600),
             ("fetcher heartbeat TTL", fetcherHeartbeatTTL, 0...86_400), ("orphan sweep interval", orphanSweepInterval, 0...86_400),
             ("poll interval", pollInterval, 0...3_600), ("shutdown timeout", shutdownTimeout, 0...86_400),
+            ("unknown-class grace", unknownClassGrace, 0...(30 * 86_400)),
             ("default timeout", defaultTimeout ?? .seconds(1), 0...Bounded.maxIntervalSeconds),
         ]
         for (name, value, range) in durations where !range.contains(value.inSeconds) {

@@ -99,11 +99,13 @@ public final class WorkerProcess: @unchecked Sendable {
         let parts = RuntimeParts(identity: identity, configuration: configuration, shardMap: shardMap, startedAt: startedAt,
                                  buffer: buffer, running: running, settlements: settlements, runTime: RunTimeEstimate(),
                                  outages: OutageLog(logger: logger), flags: flags, metrics: metrics,
-                                 registeredClasses: registry.classNames,
-                                 classMetrics: ClassMetricsRecorder(registeredClasses: registry.classNames), logger: logger)
+                                 registeredClasses: registry.classNames, argumentVersions: registry.argumentVersions,
+                                 classMetrics: ClassMetricsRecorder(registeredClasses: registry.classNames), logger: logger,
+                                 room: RedisRoom(logger: logger))
         var runner = JobRunner(registry: registry, configuration: configuration, database: database, logger: logger,
                                limiter: JobLimiter(endpoint: endpoint, logger: logger),
                                middleware: JobMiddlewareChain(middleware), steering: parts.steering)
+        runner.classDirectory = ClassDirectory(shardMap: shardMap, identity: identity)
         runner.runMiddleware = RunMiddlewareChain([TracingRunMiddleware(), ClassMetricsMiddleware(recorder: parts.classMetrics)])
         pool = JobPool(parts, runner: runner,
                        pickupLatency: pickupLatency, runTimes: runTime)

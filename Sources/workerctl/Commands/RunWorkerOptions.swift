@@ -44,6 +44,9 @@ struct WorkerOptions: ParsableArguments {
     @Option(name: .customLong("poll-interval"), help: "Average seconds between polls of the schedule and retry sets.")
     var pollInterval: Double?
 
+    @Option(name: .customLong("unknown-class-grace"), help: "Seconds a job whose class no live process serving its queue knows is given back before it goes to dead (default 3600; 0: at once); or unknown_class_grace in the config file (docs/deploy.md, \"Rolling deploys\").")
+    var unknownClassGrace: Double?
+
     @Option(name: .customLong("job-timeout"), help: "Default job timeout in seconds (classes may set less).")
     var jobTimeout: Double?
 
@@ -64,6 +67,11 @@ struct WorkerOptions: ParsableArguments {
         visibility: .hidden))
     var benchJobs = false
 
+    @Option(name: .customLong("bench-args-version"), help: ArgumentHelp(
+        "With --bench-jobs: announce RunLogProbe as decoding only this args_version (a stand-in for another release in the rolling-deploy tests).",
+        visibility: .hidden))
+    var benchArgsVersion: Int?
+
     @Option(name: .customLong("metrics-port"), help: "Serve Prometheus /metrics, /healthz and /readyz on PORT (0: any free port, logged); or metrics_port in the config file.")
     var metricsPort: Int?
 
@@ -83,7 +91,7 @@ struct WorkerOptions: ParsableArguments {
         if let commitWindow, !(commitWindow.isFinite && (0...60).contains(commitWindow)) {
             throw ValidationError("--commit-window must be within 0...60 seconds")
         }
-        for value in [shutdownTimeout, heartbeatTTL, heartbeatInterval, orphanSweepInterval, pollInterval, jobTimeout] {
+        for value in [shutdownTimeout, heartbeatTTL, heartbeatInterval, orphanSweepInterval, pollInterval, jobTimeout, unknownClassGrace] {
             if let value, !(value.isFinite && value >= 0) { throw ValidationError("durations must be non-negative numbers") }
         }
     }
@@ -112,6 +120,7 @@ struct WorkerOptions: ParsableArguments {
         if let heartbeatInterval { configuration.heartbeatInterval = .configured(seconds: heartbeatInterval) }
         if let orphanSweepInterval { configuration.orphanSweepInterval = .configured(seconds: orphanSweepInterval) }
         if let pollInterval { configuration.pollInterval = .configured(seconds: pollInterval) }
+        if let unknownClassGrace { configuration.unknownClassGrace = .configured(seconds: unknownClassGrace) }
         if let jobTimeout { configuration.defaultTimeout = .configured(seconds: jobTimeout) }
         if let commitBatch { configuration.commitBatch = commitBatch }
         if let commitWindow { configuration.commitWindow = .configured(seconds: commitWindow) }
@@ -123,6 +132,7 @@ struct WorkerOptions: ParsableArguments {
         var registry = JobRegistry.builtins()
         if benchJobs {
             BenchJobs.register(into: &registry)
+            if let benchArgsVersion { registry.register(RunLogProbeJob(), argumentVersions: benchArgsVersion...benchArgsVersion) }
             if try SubjectKeysSetup.configuration() != nil { BenchJobs.registerSealedProbe(into: &registry) }  // personal args
             LimitProbes.register(into: &registry, redisURL: configuration.redisURL)
             TraceProbes.register(into: &registry, redisURL: configuration.redisURL)

@@ -84,6 +84,10 @@ extension JobsCommand {
             details = ["queue": .string(queue), "live_processes": .int(Int64(processes))]
         case .classNotRegistered(let queue, let className, let processes):
             details = ["queue": .string(queue), "class": .string(className), "serving_processes": .int(Int64(processes))]
+        case .unknownClassGivenBack(let nextTry, let giveBacks, let className, let announcedBy, let unannounced):
+            details = ["next_try": iso(nextTry), "give_backs": .int(Int64(giveBacks)),
+                       "class": .string(className), "registered_by": .array(announcedBy.map { .string($0) }),
+                       "listing_no_classes": .array(unannounced.map { .string($0) })]
         case .duplicateOfUnique(let lock, let owner): details = ["lock": .string(lock), "owner_jid": .string(owner)]
         case .batchCallbackWaiting(let bid, let event, let pending):
             details = ["bid": .string(bid), "event": .string(event), "pending": .int(Int64(pending))]
@@ -100,7 +104,7 @@ extension JobsCommand {
             "jid": .string(jid), "reason": .string(status.explanation.reason), "explanation": .string(status.explanation.description),
             "state": AdminJSON.string(status.state?.rawValue), "attempts": .int(Int64(status.attempts)),
             "progress": status.progress.map { .object(["fraction": .double($0.fraction), "note": $0.note.map(JSONValue.string) ?? .null, "at": iso($0.at)]) } ?? .null,
-            "cancel_requested_at": iso(status.cancelRequestedAt), "shard": .string(status.shard), "details": .object(details),
+            "cancel_requested_at": iso(status.cancelRequestedAt), "shard": .string(status.shard), "details": .object(details), "redis_full": AdminJSON.string(status.redisFull),
         ])
     }
 
@@ -144,6 +148,7 @@ extension JobsCommand {
                     return status.explanation.isUnknown
                 }
                 print(status.explanation.description(now: Date()))
+                if let full = status.redisFull { print(full) }
                 if let progress = status.progress {
                     print(String(format: "progress %.0f%%", progress.fraction * 100) + (progress.note.map { " \($0)" } ?? ""))
                 }
