@@ -70,6 +70,8 @@ public struct SubjectKeysConfiguration: Sendable {
     public var previous: KeyEncryptionKey?
     public var strict: Bool
     public var cacheTTL: Duration
+    /// What an operator should change, though it works (a KEK given inline in the environment): logged at start.
+    public var warnings: [String] = []
 
     public init(current: KeyEncryptionKey, previous: KeyEncryptionKey? = nil, strict: Bool = false,
                 cacheTTL: Duration = .seconds(60)) {
@@ -79,14 +81,30 @@ public struct SubjectKeysConfiguration: Sendable {
         self.cacheTTL = cacheTTL
     }
 
+    /// Refuses a KEK file that anyone but its owner may read or write (any group or other permission bit): the KEK
+    /// opens every person's data key. The owner is the service user; mode 0600 or 0400.
+    static func checkPrivate(_ path: String, variable: String) throws(SubjectKeysConfigurationError) {
+        var status = stat()
+        guard stat(path, &status) == 0 else { throw .invalid("\(variable) cannot be read") }
+        let mode = Int(status.st_mode) & 0o777
+        if mode & 0o077 != 0 {
+            throw .invalid("\(variable) (\(path)) may be read or written by group or others (mode 0\(String(mode, radix: 8))): make it 0600 or 0400, owned by the service user")
+        }
+    }
+
     /// Nil when no KEK is configured (neither `WORKERS_KEK` nor `WORKERS_KEK_FILE`).
     public static func fromEnvironment(_ env: [String: String]) throws(SubjectKeysConfigurationError) -> SubjectKeysConfiguration? {
+        var warnings: [String] = []
         func read(_ name: String) throws(SubjectKeysConfigurationError) -> KeyEncryptionKey? {
             let inline = env[name].flatMap { $0.isEmpty ? nil : $0 }
             let file = env[name + "_FILE"].flatMap { $0.isEmpty ? nil : $0 }
             if inline != nil && file != nil { throw .invalid("set \(name) or \(name)_FILE, not both") }
-            if let inline { return try KeyEncryptionKey(parsing: inline) }
+            if let inline {
+                warnings.append("\(name) is set inline in the environment, where any process that can read this one's (/proc/PID/environ, a crash report, `systemctl show`) reads it: use \(name)_FILE, mode 0600 (docs/jobs-privacy.md)")
+                return try KeyEncryptionKey(parsing: inline)
+            }
             guard let file else { return nil }
+            try checkPrivate(file, variable: name + "_FILE")
             guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
                 throw .invalid("\(name)_FILE cannot be read")
             }
@@ -111,6 +129,8 @@ public struct SubjectKeysConfiguration: Sendable {
             }
             ttl = .seconds(seconds)
         }
-        return SubjectKeysConfiguration(current: current, previous: previous, strict: strict, cacheTTL: ttl)
+        var configuration = SubjectKeysConfiguration(current: current, previous: previous, strict: strict, cacheTTL: ttl)
+        configuration.warnings = warnings
+        return configuration
     }
 }

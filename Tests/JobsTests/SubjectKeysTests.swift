@@ -175,6 +175,37 @@ final class SubjectKeysTests: ReceiptsTestCase {
         XCTAssertEqual(try aofHolds(needles), [], "personal values in clear in the AOF")
     }
 
+    /// A job that quotes its opened personal values in its error and its logs (the receipt job's `user_id … does not
+    /// exist`, with `user_id` in every line's metadata: review 2026-12-07 security-reliability-3 H1) writes none of
+    /// them: the dead entry's `error_message`, every log line of the run and the AOF hold `[field]` where the value
+    /// was (`OpenedValues`, through the real runner).
+    func testOpenedValuesNeverLeaveTheRunInAnErrorALogLineOrTheAOF() throws {
+        let store = try SubjectKeyStore(pool: pool, current: kek1)
+        let user = UUID()  // no such user: the job refuses it as bad input, quoting the id
+        let (receipt, transaction) = try validPurchase("zqleak", transactionPrefix: "7339")
+        let client = JobClient(pool: redis.pool, middleware: [sealer(store)])
+        let jid = try client.enqueue(try validation(user: user, receipt: receipt, transaction: transaction))
+        let logs = CapturedLogs()
+        processes.append(try TestWorker.start(redis: redis, registry: try registry(opener: SubjectArgumentsOpener(store: store, redis: redis.pool)),
+                                              database: fixture.jobDatabase, concurrency: 2, logger: logs.logger(label: "leak-test")))
+        XCTAssertTrue(try eventually(timeout: 60) { try redis.payloads(zset: Keys.dead).contains { $0.jid == jid } },
+                      logs.all.map(\.description).joined(separator: "\n"))
+        let dead = try XCTUnwrap(try redis.payloads(zset: Keys.dead).first { $0.jid == jid })
+        let message = try XCTUnwrap(dead.errorMessage)
+        let needles = [transaction, user.uuidString.lowercased(), receipt]
+        for needle in needles {
+            XCTAssertFalse(message.contains(needle), "an opened value in error_message: \(message)")
+            XCTAssertFalse(dead.serialized().contains(needle), "an opened value in the dead entry")
+        }
+        XCTAssertTrue(message.contains("user_id [user_id] does not exist"), "the field is named where its value was: \(message)")
+        let lines = logs.all.map { "\($0.message) \($0.metadata)" }
+        XCTAssertTrue(lines.contains { $0.contains("[transaction_id]") || $0.contains("[user_id]") }, "\(lines)")
+        for needle in needles {
+            XCTAssertEqual(lines.filter { $0.contains(needle) }, [], "an opened value in a log line")
+        }
+        XCTAssertEqual(try aofHolds(needles), [], "an opened value in the AOF")
+    }
+
     /// Rotation: jobs sealed before `keys rotate` (under KEK 1) and after (KEK 2) are opened by a worker that only has
     /// KEK 2 (KEK 1 destroyed); a wrong KEK fails when the store opens, at start, not per job.
     func testRotationKeepsJobsBeforeAndAfterReadableAndAWrongKEKFailsAtStart() throws {

@@ -80,6 +80,14 @@ final class ServiceUnitTests: XCTestCase {
         environment["REDIS_URL"] = redis.url
         environment["DATABASE_URL"] = database.url
         environment["PRIVACY_EXPORT_DIR"] = scratch.appendingPathComponent("state/exports").path  // StateDirectory stand-in
+        // The example names the KEK file a worker with PostgreSQL needs; here it is the test KEK, in a file as the
+        // example says to make it (mode 0600), and no inline KEK beside it.
+        XCTAssertEqual(environment["WORKERS_KEK_FILE"], "/etc/workers/secrets/workers-kek", "the example names the KEK file")
+        let kekFile = scratch.appendingPathComponent("workers-kek").path
+        let testKEK = try XCTUnwrap(ChildProcess.testKEK["WORKERS_KEK"] ?? ProcessInfo.processInfo.environment["WORKERS_KEK"])
+        XCTAssertTrue(FileManager.default.createFile(atPath: kekFile, contents: Data(testKEK.utf8), attributes: [.posixPermissions: 0o600]))
+        environment["WORKERS_KEK_FILE"] = kekFile
+        environment["WORKERS_KEK"] = ""
         let migrate = try ChildProcess.run(TestServices.workerctl, ["migrate"], environment: environment)
         XCTAssertEqual(migrate.status, 0, migrate.stderr)
 

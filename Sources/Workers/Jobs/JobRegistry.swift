@@ -40,6 +40,8 @@ package struct PreparedJob: Sendable {
     public let className: String
     public let options: JobOptions
     let body: @Sendable (JobContext) throws -> Void
+    /// The personal values the registry opened for this run: what the runner scrubs from its error texts and logs.
+    var opened = OpenedValues.none
 
     public func run(_ context: JobContext) throws { try body(context) }
 }
@@ -125,10 +127,13 @@ public struct JobRegistry: Sendable {
     package func prepare(_ payload: JobPayload) throws(DispatchError) -> PreparedJob {
         guard let make = entries[payload.className] else { throw .unknownClass(payload.className) }
         var payload = payload
+        var opened = OpenedValues.none
         if let personal = personalByName[payload.className], let opener = personalArgumentsOpener {
             do {
-                payload.fields["args"] = .array(try opener.open(payload.args, className: payload.className, fields: personal.fields,
-                                                                subjectField: personal.subject))
+                let args = try opener.open(payload.args, className: payload.className, fields: personal.fields,
+                                           subjectField: personal.subject)
+                payload.fields["args"] = .array(args)
+                opened = OpenedValues(args: args, fields: personal.fields)
             } catch let refusal as PersonalArgumentsRefusal {
                 throw .refusedPersonalArguments(className: payload.className, errorClass: refusal.errorClass,
                                                 reason: refusal.reason)
@@ -139,11 +144,18 @@ public struct JobRegistry: Sendable {
             }
         }
         do {
-            return try make(payload)
+            var prepared = try make(payload)
+            prepared.opened = opened
+            return prepared
         } catch let error as DispatchError {
-            throw error
+            // A check in `init(from:)` may quote the value it refused: the reason leaves without opened values.
+            switch error {
+            case .invalidArguments(let name, let reason): throw .invalidArguments(className: name, reason: opened.scrub(reason))
+            case .undecodableArguments(let name, let reason): throw .undecodableArguments(className: name, reason: opened.scrub(reason))
+            default: throw error
+            }
         } catch {
-            throw .undecodableArguments(className: payload.className, reason: "\(error)")
+            throw .undecodableArguments(className: payload.className, reason: opened.scrub("\(error)"))
         }
     }
 

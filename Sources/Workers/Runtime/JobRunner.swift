@@ -79,8 +79,11 @@ struct JobRunner: Sendable {
         // successful run logs nothing at the default level, and building it for every run (a metadata dictionary,
         // a copy of the handler) was ~8 % of a no-op drain's worker CPU (perf).
         let className = payload.className
+        /// The personal values opened for this run (none until the registry opens them): scrubbed from every line the
+        /// run logs and every error text it settles with (`OpenedValues`).
+        var opened = OpenedValues.none
         func jobLogger() -> Logger {
-            JobContext.runLogger(logger, jid: jid, className: className, queue: job.queue, attempt: attempt)
+            opened.logger(JobContext.runLogger(logger, jid: jid, className: className, queue: job.queue, attempt: attempt))
         }
 
         // Arguments of a version this release does not decode while a live process announces it: given back to it.
@@ -107,6 +110,7 @@ struct JobRunner: Sendable {
             return .failed(.dead(payload: payload.recordingFailure(queue: job.queue, errorClass: error.errorClass,
                                                                    message: error.description)))
         }
+        opened = prepared.opened
 
         // A job that may have run before (interrupted, or retried after a failure) is checked against the
         // ledger first, so a redelivery skips its external calls too. A first delivery skips this round
@@ -122,8 +126,8 @@ struct JobRunner: Sendable {
                     return .acknowledged
                 }
             } catch {
-                return .failed(settlement(after: error, payload: payload, job: job, options: prepared.options,
-                                          logger: jobLogger()))
+                return opened.scrub(.failed(settlement(after: error, payload: payload, job: job, options: prepared.options,
+                                                       logger: jobLogger())))
             }
         }
 
@@ -142,7 +146,7 @@ struct JobRunner: Sendable {
 
         var context = JobContext(jid: jid, className: payload.className, queue: job.queue, attempt: attempt,
                                  payload: payload, deadline: Date(timeIntervalSince1970: execution.deadline),
-                                 cancellation: execution.cancellation, logger: logger, database: database)
+                                 cancellation: execution.cancellation, logger: opened.logger(logger), database: database)
         context.sharedTransaction = sharedTransaction
         context.limitsAdmittedAt = admittedAt.map { Date(timeIntervalSince1970: $0) }
         let started = Clock.now()
@@ -170,8 +174,8 @@ struct JobRunner: Sendable {
                             metadata: ["error": "\(Self.message(error))"])
             return .redo
         } catch {
-            return .failed(settlement(after: error, payload: payload, job: job, options: prepared.options,
-                                      logger: jobLogger()))
+            return opened.scrub(.failed(settlement(after: error, payload: payload, job: job, options: prepared.options,
+                                                   logger: jobLogger())))
         }
     }
 

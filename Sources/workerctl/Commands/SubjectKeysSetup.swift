@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 import Jobs
 import Queue
 import Storage
@@ -9,12 +10,22 @@ import Workers
 /// The key store of encrypted personal arguments (docs/jobs-privacy.md) as `workerctl` configures it from the
 /// environment (`SubjectKeysConfiguration`: `WORKERS_KEK` / `WORKERS_KEK_FILE`, …).
 enum SubjectKeysSetup {
-    /// The configuration, or nil when no KEK is set. A malformed value is a usage error.
+    /// The configuration, or nil when no KEK is set. A malformed value, or a KEK file others may read, is a usage
+    /// error; its warnings (an inline KEK) are logged once per process.
     static func configuration() throws -> SubjectKeysConfiguration? {
-        do { return try SubjectKeysConfiguration.fromEnvironment(ProcessInfo.processInfo.environment) } catch {
+        let configuration: SubjectKeysConfiguration?
+        do { configuration = try SubjectKeysConfiguration.fromEnvironment(ProcessInfo.processInfo.environment) } catch {
             throw CLIError.usage(error.description)
         }
+        if let warnings = configuration?.warnings, !warnings.isEmpty, !warned.exchange(true, ordering: .relaxed) {
+            let logger = Logger(label: "workerctl.subject-keys")
+            for warning in warnings { logger.warning("\(warning)") }
+        }
+        return configuration
     }
+
+    /// Set once the configuration's warnings were logged.
+    private static let warned = Atomic<Bool>(false)
 
     /// Opens the key store (a wrong KEK fails here) over `pool`.
     static func store(pool: PostgresPool, configuration: SubjectKeysConfiguration) throws -> SubjectKeyStore {
