@@ -175,6 +175,11 @@ public final class OutboxRelay: Sendable {
                     repeat {
                         result = try relayBatch(database: pg, redis: redis)
                         pushedTotal.add(result.taken, ordering: .relaxed)
+                        if result.refused > 0 {
+                            // Each such row is marked with its reason (`job_outbox.error`; `workerctl outbox status`).
+                            logger.error("outbox rows refused: marked with their error, never pushed; the batch went on", metadata: [
+                                "alert": "outbox_row_refused", "rows": "\(result.refused)"])
+                        }
                     } while result.full && !shouldStop
                     pollDue = Date(timeIntervalSinceNow: settings.pollInterval.inSeconds)
                 }
@@ -250,6 +255,8 @@ public final class OutboxRelay: Sendable {
         var taken = 0
         /// Rows left unpushed because their shard is down or refused.
         var skipped = 0
+        /// Rows marked with their own error (not a job, refused by a middleware — a damaged subject key —, too large).
+        var refused = 0
         /// True when more rows may be waiting right now (the batch hit its row or byte limit).
         var full = false
     }
@@ -306,6 +313,7 @@ public final class OutboxRelay: Sendable {
             }
             if !statements.isEmpty { _ = try connection.pipeline(statements) }
             result.taken = outcome.pushed.count + errors.count
+            result.refused = errors.count
             result.skipped = outcome.skipped.count
             if result.skipped > 0 { result.full = false }  // the next batch would meet the same down shard first
             return result

@@ -48,7 +48,14 @@ public final class SubjectArgumentsSealer: EnqueueMiddleware {
         guard let subject = object[declaration.subject]?.stringValue, !subject.isEmpty else {
             throw EnqueueError.invalidArguments("\(job.className): \(declaration.subject) (the subject of its personal arguments) must be a non-empty string")
         }
-        let dataKey = try key(forSubject: subject)
+        let dataKey: SubjectDataKey
+        do {
+            dataKey = try key(forSubject: subject)
+        } catch SubjectKeyStoreError.damagedKey(let keyID) {
+            // That one subject's fault, not the store's: the job is refused (an outbox row is marked with it and the
+            // relay's batch goes on), and the next job of another subject seals as usual.
+            throw EnqueueError.invalidArguments("\(job.className): the subject's data key \(keyID) does not unwrap (its row in subject_keys was changed); restore the row from a backup or erase the subject (docs/jobs-privacy.md)")
+        }
         for field in pending {
             object[field] = try PersonalEnvelope.seal(object[field]!, field: field, keyID: dataKey.id, key: dataKey.key).json
         }

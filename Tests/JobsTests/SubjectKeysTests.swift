@@ -375,6 +375,61 @@ final class SubjectKeysTests: ReceiptsTestCase {
         }, "\((try? redis.payloads(zset: Keys.dead))?.map { $0.fields["error_class"]?.stringValue ?? "" } ?? [])")
     }
 
+    /// A worker whose key store fails (its table away) keeps the job of a personal class waiting in `schedule` without
+    /// spending a retry (`key_store_waits` counts the waits), and runs it once the store is back (issue 50 point 4).
+    func testAJobWhoseKeyStoreFailsWaitsWithoutSpendingARetryAndRunsOnceItIsBack() throws {
+        let store = try SubjectKeyStore(pool: pool, current: kek1)
+        let user = try db.newUser()
+        let (receipt, transaction) = try validPurchase("zqwait", transactionPrefix: "7342")
+        let job = try sealer(store).sealed(try validation(user: user, receipt: receipt, transaction: transaction))
+        _ = try pool.withConnection { try $0.execute("ALTER TABLE subject_keys RENAME TO subject_keys_away") }
+        var restored = false
+        defer { if !restored { _ = try? pool.withConnection { try $0.execute("ALTER TABLE subject_keys_away RENAME TO subject_keys") } } }
+        let jid = try redis.client.enqueue(job)
+        try startWorker(try registry(opener: SubjectArgumentsOpener(store: store, redis: redis.pool)))
+        XCTAssertTrue(try eventually(timeout: 30) {
+            try redis.payloads(zset: Keys.schedule).contains { $0.jid == jid && ($0.fields["key_store_waits"]?.intValue ?? 0) >= 1 }
+        }, "\((try? redis.payloads(zset: Keys.retry).map(\.errorMessage)) ?? [])")
+        let waiting = try XCTUnwrap(try redis.payloads(zset: Keys.schedule).first { $0.jid == jid })
+        XCTAssertNil(waiting.retryCount, "no retry spent")
+        XCTAssertEqual(try redis.int("ZCARD", Keys.retry) + redis.int("ZCARD", Keys.dead), 0)
+
+        _ = try pool.withConnection { try $0.execute("ALTER TABLE subject_keys_away RENAME TO subject_keys") }
+        restored = true
+        XCTAssertTrue(try eventually(timeout: 90) { try db.userStatus(user) == "premium" }, "ran once the store was back")
+        XCTAssertEqual(try redis.int("ZCARD", Keys.retry) + redis.int("ZCARD", Keys.dead), 0)
+    }
+
+    /// A damaged key is its row's fault (issue 50 point 6): the subject whose wrapped key was changed has its outbox
+    /// row marked with the reason, the relay logs the alert, and the next row of another subject in the same batch is
+    /// sealed and pushed — one damaged key no longer stops the relay.
+    func testADamagedSubjectKeyMarksItsOutboxRowAndTheRelayGoesOn() throws {
+        let store = try SubjectKeyStore(pool: pool, current: kek1)
+        let damaged = try db.newUser(), healthy = try db.newUser()
+        _ = try store.dataKey(forSubject: damaged.uuidString.lowercased())
+        try pool.withConnection { c in
+            _ = try c.execute("UPDATE subject_keys SET wrapped_key = overlay(wrapped_key placing '\\x00'::bytea from 20 for 1) WHERE person_id = $1",
+                              [damaged])
+            for user in [damaged, healthy] {
+                let args = JSONValue.array(try validation(user: user, receipt: "zqdamaged-\(user)", transaction: "7341\(Int.random(in: 1000...9999))").args)
+                _ = try c.query("SELECT workers_enqueue('ValidateReceiptJob', $1::jsonb) AS jid", [args.serialized()])
+            }
+        }
+        let relay = try ChildProcess(executable: TestServices.workerctl, arguments: ["relay", "--outbox-poll-interval", "0.2"],
+                                     environment: ["REDIS_URL": redis.url, "DATABASE_URL": fixture.database.url,
+                                                   "WORKERS_KEK": kek1.configurationText])
+        defer { relay.signal(SIGTERM); _ = relay.wait() }
+        XCTAssertTrue(eventually(timeout: 30) { (try? redis.int("LLEN", "queue:default")) == 1 }, relay.stderr)
+        let marked = try pool.withConnection { try $0.query("SELECT error FROM job_outbox WHERE error IS NOT NULL").map { try $0.string("error") } }
+        XCTAssertEqual(marked.count, 1, "the damaged subject's row, marked")
+        XCTAssertTrue(marked.first?.contains("does not unwrap") == true, "\(marked)")
+        XCTAssertFalse(marked.first?.contains(damaged.uuidString.lowercased()) == true, "the reason names no person")
+        XCTAssertTrue(eventually { relay.stderr.contains("outbox_row_refused") }, relay.stderr)
+        let pushed = try XCTUnwrap(try redis.payloads(list: "queue:default").first?.args.first?.objectValue)
+        XCTAssertNotNil(PersonalEnvelope(try XCTUnwrap(pushed["user_id"])), "the healthy row went sealed")
+        XCTAssertFalse(relay.stderr.contains("outbox relay round failed"), "no round failed over one damaged key")
+    }
+
     /// The outbox (issue 37 point 2): a row written in clear through SQL `workers_enqueue` reaches Redis with its
     /// personal fields sealed by the real `workerctl relay` (WORKERS_KEK set), a row the caller sealed itself passes
     /// untouched; while the key store fails (its table away) the relay pushes nothing — neither in clear nor marked

@@ -9,6 +9,9 @@ public enum DispatchError: Error, Sendable, CustomStringConvertible {
     /// Personal arguments that can never be opened (`PersonalArgumentsRefusal`: the subject's key is erased, a
     /// clear value in strict mode, a damaged envelope); `errorClass` is the dead entry's `error_class`.
     case refusedPersonalArguments(className: String, errorClass: String, reason: String)
+    /// Personal arguments that cannot be opened now (the key store unreachable): not the job's fault; the runner gives
+    /// it back to `schedule` without spending a retry (`KeyStoreWait`).
+    case keyStoreUnavailable(className: String, reason: String)
 
     /// The dead entry's `error_class`: `BadInput`, or the refusal's own class for personal arguments.
     public var errorClass: String {
@@ -22,6 +25,7 @@ public enum DispatchError: Error, Sendable, CustomStringConvertible {
         case .undecodableArguments(let name, let reason): return "arguments do not fit \(name): \(reason)"
         case .invalidArguments(let name, let reason): return "invalid arguments for \(name): \(reason)"
         case .refusedPersonalArguments(let name, _, let reason): return "personal arguments of \(name) refused: \(reason)"
+        case .keyStoreUnavailable(let name, let reason): return "personal arguments of \(name) cannot be opened now: \(reason)"
         }
     }
 }
@@ -138,9 +142,8 @@ public struct JobRegistry: Sendable {
                 throw .refusedPersonalArguments(className: payload.className, errorClass: refusal.errorClass,
                                                 reason: refusal.reason)
             } catch {
-                // The key store is unreachable (or the like): a run that fails with it, so the job is retried.
-                let options = optionsByName[payload.className] ?? JobOptions()
-                return PreparedJob(className: payload.className, options: options) { _ in throw error }
+                // The key store is unreachable (or the like): not the job's fault — it waits, spending no retry.
+                throw .keyStoreUnavailable(className: payload.className, reason: "\(error)")
             }
         }
         do {

@@ -105,6 +105,8 @@ struct JobRunner: Sendable {
             return UnknownClassGiveBack.settlement(payload: payload, queue: job.queue, knowledge: knowledge,
                                                    grace: configuration.unknownClassGrace.inSeconds, now: Clock.now(),
                                                    logger: jobLogger())
+        } catch .keyStoreUnavailable(_, let reason) {
+            return KeyStoreWait.settlement(payload: payload, reason: reason, now: Clock.now(), logger: jobLogger())
         } catch {
             jobLogger().warning("bad input sent to dead", metadata: ["reason": "\(error.description)"])
             return .failed(.dead(payload: payload.recordingFailure(queue: job.queue, errorClass: error.errorClass,

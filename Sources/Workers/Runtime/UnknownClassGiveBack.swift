@@ -96,3 +96,21 @@ final class ClassDirectory: Sendable {
         }
     }
 }
+
+/// A job whose personal arguments cannot be opened now because the key store fails (PostgreSQL unreachable, its table
+/// away): not the job's fault, so it spends no retry — it waits in `schedule`, 1 s doubling to 60 s (jittered), counted
+/// in the payload's `key_store_waits` (Ruby ignores it), until a worker opens it (issue 50 point 4; the health table in
+/// docs/metrics-and-health.md). Every class without personal arguments runs on meanwhile.
+enum KeyStoreWait {
+    static let maxDelay = 60.0
+
+    static func settlement(payload: JobPayload, reason: String, now: Double, logger: Logger) -> RunResult {
+        let waits = Int(payload.fields["key_store_waits"]?.intValue.map { Bounded.int($0, in: 0...Bounded.maxCount) } ?? 0)
+        var next = payload
+        next.fields["key_store_waits"] = .int(Int64(waits + 1))
+        let delay = min(maxDelay, pow(2, Double(min(waits, 16)))) * Double.random(in: 0.75...1.25)
+        logger.warning("personal arguments cannot be opened now (key store); the job waits, spending no retry", metadata: [
+            "alert": "key_store_unavailable", "waits": "\(waits + 1)", "delay_s": "\(Int(delay.rounded()))", "error": "\(reason)"])
+        return .settled(.schedule(payload: next.serialized(), at: now + delay), counts: [])
+    }
+}
