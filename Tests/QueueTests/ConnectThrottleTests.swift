@@ -30,9 +30,7 @@ final class ConnectThrottleTests: XCTestCase {
 
         // The server answers again: once one attempt got an answer, every thread connects at once.
         listener.stop()
-        let redisServer = try XCTUnwrap(TestServices.which("redis-server"))
-        let server = try ChildProcess(executable: redisServer, arguments: [
-            "--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        let server = try TestServices.startRedisServer(port: port)
         defer { server.signal(SIGKILL) }
         XCTAssertTrue(eventually { (try? RedisConnection(url: url).command("PING")) != nil })
         let failures = Errors()

@@ -67,3 +67,17 @@ extension TestServices {
         return Int(UInt16(bigEndian: addr.sin_port))
     }
 }
+
+extension TestServices {
+    /// A redis-server of the test's own on 127.0.0.1:`port`, without persistence unless `arguments` ask for it
+    /// (`arguments` come last, so they win); the caller kills it. The one way the tests start a private Redis.
+    public static func startRedisServer(port: Int, _ arguments: [String] = []) throws -> ChildProcess {
+        guard let redisServer = which("redis-server") else { throw NoRedisServer() }
+        return try ChildProcess(executable: redisServer, arguments: [
+            "--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"] + arguments)
+    }
+
+    public struct NoRedisServer: Error, CustomStringConvertible {
+        public var description: String { "redis-server is not installed (scripts/services install)" }
+    }
+}

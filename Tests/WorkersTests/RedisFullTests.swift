@@ -13,10 +13,7 @@ final class RedisFullTests: XCTestCase {
 
     func testTwoWorkersStartedOnAFullRedisDrainItOnceEachAndGrowItOnlyOnceItHasRoom() throws {
         let port = try TestServices.closedPort()
-        let redisServer = try XCTUnwrap(TestServices.which("redis-server"))
-        let server = try ChildProcess(executable: redisServer, arguments: [
-            "--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-            "--maxmemory", "\(Self.maxmemory)", "--maxmemory-policy", "noeviction"])
+        let server = try TestServices.startRedisServer(port: port, ["--maxmemory", "\(Self.maxmemory)", "--maxmemory-policy", "noeviction"])
         defer { server.signal(SIGKILL) }
         let url = "redis://127.0.0.1:\(port)/0"
         XCTAssertTrue(eventually { (try? RedisConnection(url: url).command("PING")) != nil })

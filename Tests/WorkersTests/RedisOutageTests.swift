@@ -11,11 +11,8 @@ final class RedisOutageTests: XCTestCase {
         let port = 6393
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("outage-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let redisServer = try XCTUnwrap(TestServices.which("redis-server"))
         func startRedis() throws -> ChildProcess {
-            try ChildProcess(executable: redisServer, arguments: [
-                "--port", "\(port)", "--bind", "127.0.0.1", "--dir", directory.path, "--save", "",
-                "--appendonly", "yes", "--appendfsync", "always"])
+            try TestServices.startRedisServer(port: port, ["--dir", directory.path, "--appendonly", "yes", "--appendfsync", "always"])
         }
         var server = try startRedis()
         defer { server.signal(SIGKILL) }
@@ -80,9 +77,7 @@ final class RedisOutageTests: XCTestCase {
 final class RedisOutageBackoffTests: XCTestCase {
     func testAnOutageLongerThanEveryIntervalCostsAFewConnectsASecondAndNoCore() throws {
         let port = try TestServices.closedPort()
-        let redisServer = try XCTUnwrap(TestServices.which("redis-server"))
-        var server: ChildProcess? = try ChildProcess(executable: redisServer, arguments: [
-            "--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        var server: ChildProcess? = try TestServices.startRedisServer(port: port)
         defer { server?.signal(SIGKILL) }
         let url = "redis://127.0.0.1:\(port)/0"
         XCTAssertTrue(eventually { (try? RedisConnection(url: url)) != nil })
@@ -151,8 +146,7 @@ final class RedisOutageBackoffTests: XCTestCase {
 
         // Redis back: the process resumes.
         listener.stop()
-        server = try ChildProcess(executable: redisServer, arguments: [
-            "--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        server = try TestServices.startRedisServer(port: port)
         XCTAssertTrue(eventually { processed() >= 0 }, "Redis did not come back")
         // That Redis came back empty (no persistence): three new jobs run.
         let client = JobClient(pool: try RedisPool(url: url, maxConnections: 1))
