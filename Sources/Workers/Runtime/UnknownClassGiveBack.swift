@@ -35,7 +35,8 @@ enum UnknownClassGiveBack {
         var next = payload
         switch knowledge {
         case .nobody(let serving)?:
-            let since = payload.fields["unknown_class_since"]?.doubleValue.flatMap { $0.isFinite ? min($0, now) : nil } ?? now
+            // From Redis: any writer may have put any number there (docs/hostile-input.md); outside an epoch, now.
+            let since = Bounded.epochSeconds(payload.fields["unknown_class_since"]?.doubleValue).map { min($0, now) } ?? now
             if now - since >= grace {
                 let reason = "unknown job class '\(payload.className)': no live process serving queue '\(queue)' has registered it for \(Int(now - since)) s (unknown-class grace \(Int(grace)) s; \(serving) serve the queue)"
                 logger.warning("unknown job class sent to dead: no live process knows it", metadata: [
