@@ -34,6 +34,7 @@ let floors: [String: Int] = [
     "HTTP": 2,                // libcurl HTTP client (and the curl runtime Mail sends through)
     // 1: no project dependencies
     "CHiredis": 1, "CLibPQ": 1, "CCurl": 1,  // system-library shims
+    "CWorkersOpenSSL": 1,     // OpenSSL's libssl for TLS links to Redis (hiredis 0.14 has no TLS of its own)
     "CivilDate": 1,           // calendar arithmetic
     "Boundary": 1,            // Bounded: outside numbers clamped or refused, never a trap
     "Telemetry": 1,           // the tracing switch, W3C context, OTLP tracer and batcher (docs/tracing.md)
@@ -75,6 +76,8 @@ let package = Package(
                        providers: [.apt(["libhiredis-dev"])]),
         .systemLibrary(name: "CLibPQ", path: "Sources/CLibPQ", pkgConfig: "libpq",
                        providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(name: "CWorkersOpenSSL", path: "Sources/CWorkersOpenSSL", pkgConfig: "openssl",
+                       providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CCurl", path: "Sources/CCurl", pkgConfig: "libcurl",
                        providers: [.apt(["libcurl4-openssl-dev"])]),
 
@@ -87,7 +90,7 @@ let package = Package(
         // Tracing (docs/tracing.md): off unless bootstrapped; the OTLP/HTTP transport lives in HTTP.
         .target(name: "Telemetry", dependencies: [.product(name: "Tracing", package: "swift-distributed-tracing")]),
 
-        .target(name: "Queue", dependencies: ["Boundary", "CHiredis", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"),
+        .target(name: "Queue", dependencies: ["Boundary", "CHiredis", "CWorkersOpenSSL", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"),
                                               .product(name: "Crypto", package: "swift-crypto")]),
         .target(name: "Storage", dependencies: ["CLibPQ", "CivilDate", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
                                                 .product(name: "Crypto", package: "swift-crypto")],
@@ -165,7 +168,7 @@ let package = Package(
                                                       .product(name: "X509", package: "swift-certificates"),
                                                       .product(name: "SwiftASN1", package: "swift-asn1")]),
         .testTarget(name: "WorkerctlTests", dependencies: ["Queue", "Storage", "TestSupport"]),
-        .testTarget(name: "WorkersClientTests", dependencies: ["WorkersClient", "TestSupport",
+        .testTarget(name: "WorkersClientTests", dependencies: ["WorkersClient", "Queue", "TestSupport",
                                                                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
         // Drives a real `workerctl web` process (and headless Chromium): it imports nothing from WebDashboard.
         .testTarget(name: "WebDashboardTests", dependencies: ["Queue", "Scheduler", "Storage", "TestSupport"]),

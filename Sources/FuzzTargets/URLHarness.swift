@@ -17,7 +17,12 @@ struct URLSecrets {
         is not a number no Sentinel in no master name in (redis+sentinel://host:port,…/master-name/db) unexpected \
         path after the database in bad Sentinel address empty Sentinel host in Sentinel port is not a port number \
         default shard: shard must be letters, digits, or named twice (the default shard is REDIS_URL) queue is \
-        mapped to shard which is not configured postgres://postgresql://***
+        mapped to shard which is not configured postgres://postgresql://*** rediss:// or rediss+sentinel:// a password \
+        in the query is not read: put it in the login (redis://user:password@host) or in a password_file parameter \
+        of the query is unknown (known: ca_file, cert_file, insecure, key_file, password_file, server_name) given twice \
+        is a TLS parameter: the URL must start with rediss:// (or rediss+sentinel://) is empty key_file without \
+        cert_file parameter insecure takes no value (or true/false) a password in the URL and a password_file: give \
+        one of them
         """
 
     let secrets: [String]
@@ -91,7 +96,8 @@ struct URLSecrets {
 }
 
 /// A Redis URL as an operator or a deployment writes it (`REDIS_URL`, `--redis-url`, `QUEUE_SHARDS`):
-/// `RedisEndpoint(url:)` for `redis://` and `redis+sentinel://`, and a `ShardMap` built from it.
+/// `RedisEndpoint(url:)` for `redis://`, `rediss://`, `redis+sentinel://` and `rediss+sentinel://` with their query
+/// (`RedisURLOptions`), and a `ShardMap` built from it.
 /// Contract checked: no error message (and no endpoint description) shows the password (issue 32, L2).
 public enum RedisURLHarness {
     public static func run(_ data: [UInt8]) {

@@ -161,8 +161,9 @@ public final class OutboxRelay: Sendable {
                     wake = true  // rows committed while we were away sent their NOTIFY to nobody
                 }
                 if shards == nil {
-                    shards = OutboxShards(map: try settings.shardMap ?? ShardMap(single: RedisEndpoint(url: settings.redisURL)),
-                                          middleware: settings.middleware, logger: logger)
+                    let map = try settings.shardMap ?? ShardMap(single: RedisEndpoint(url: settings.redisURL))
+                    for warning in map.shards.flatMap(\.endpoint.warnings) { logger.warning("\(warning)") }
+                    shards = OutboxShards(map: map, middleware: settings.middleware, logger: logger)
                 }
                 guard let pg = database, let redis = shards else { continue }
                 if Date() >= heartbeatDue {

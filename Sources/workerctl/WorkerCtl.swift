@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Synchronization
 import HTTP
 import Logging
 import Queue
@@ -76,7 +77,7 @@ struct RedisOptions: ParsableArguments {
     }
 
     func endpoint(configured: String? = nil) throws -> RedisEndpoint {
-        do { return try RedisEndpoint(url: resolvedURL(configured: configured)) } catch {
+        do { return try RedisEndpoint(url: resolvedURL(configured: configured)).warned() } catch {
             throw CLIError.usage(error.description)
         }
     }
@@ -88,6 +89,20 @@ struct RedisOptions: ParsableArguments {
             throw CLIError.runtime(error.description)
         }
     }
+}
+
+extension RedisEndpoint {
+    /// This endpoint, after its warnings (`?insecure`) went to standard error, once per process and endpoint.
+    func warned() -> RedisEndpoint {
+        let fresh = WarnedEndpoints.shared.withLock { $0.insert(description).inserted }
+        if fresh { for warning in warnings { FileHandle.standardError.write(Data("workerctl: warning: \(warning)\n".utf8)) } }
+        return self
+    }
+}
+
+/// The endpoints whose warnings were printed (`RedisEndpoint.warned`).
+enum WarnedEndpoints {
+    static let shared = Mutex<Set<String>>([])
 }
 
 /// Runs a Redis operation, mapping Redis failures to a runtime error (exit 1).

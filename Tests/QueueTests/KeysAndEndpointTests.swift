@@ -74,7 +74,7 @@ final class KeysAndEndpointTests: XCTestCase {
     /// refuses the URL (the review's `rediss://` and `#` reproductions, and the fuzz corpus's redis-url seeds).
     func testRedisURLErrorsNeverShowThePassword() {
         let refused = [
-            "rediss://:s3cretpw@h:1/0",                          // review L2: not redis://
+            "ftp://:s3cretpw@h:1/0",                             // review L2: not a Redis scheme (rediss:// is one now)
             "redis://:s3cret#pw@h:1/0",                          // review L2: URLComponents cannot parse it
             "redis://user:s3cretpw@:1/0",                        // no host
             "redis://:s3cretpw@h:1/notanumber",                  // database not a number

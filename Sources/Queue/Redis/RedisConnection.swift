@@ -1,10 +1,12 @@
 import CHiredis
 import Foundation
 
-/// One TCP connection to Redis over hiredis' blocking API.
+/// One connection to Redis: plain TCP over hiredis' blocking API, or TLS (`rediss://`) through `RedisTLSLink`
+/// (OpenSSL, with hiredis's reply reader). Everything above the link is the same for both.
 ///
 /// Thread rule: a connection is used by **one thread at a time** (hiredis contexts are not
-/// thread-safe). Share connections between threads only through `RedisPool`, which hands each
+/// thread-safe). Every thread that connects or sends blocks SIGPIPE for itself (once): a server that drops the link
+/// under a write is an `.io` error, never the end of the process. Share connections between threads only through `RedisPool`, which hands each
 /// one out exclusively. That invariant is why the class is `@unchecked Sendable`.
 ///
 /// A broken link (I/O error, timeout) closes the context; the next command reconnects once,
@@ -21,7 +23,7 @@ public final class RedisConnection: @unchecked Sendable {
     public private(set) var serverAddress: String
     /// Socket read/write timeout for ordinary commands (connecting waits at most 5 s of it).
     public let commandTimeout: Duration
-    private var context: UnsafeMutablePointer<redisContext>?
+    private var link: Link?
     private var loadedScripts: Set<String> = []
     /// How many round trips (`pipeline` calls that sent commands) this connection has made: what a caller that
     /// batches its commands can be checked against.
@@ -46,14 +48,20 @@ public final class RedisConnection: @unchecked Sendable {
         try self.init(endpoint: RedisEndpoint(url: url), commandTimeout: commandTimeout)
     }
 
-    deinit { if let context { redisFree(context) } }
+    /// The open link: hiredis's own context (plain TCP), or a TLS session feeding hiredis's reader.
+    private enum Link {
+        case plain(UnsafeMutablePointer<redisContext>)
+        case tls(RedisTLSLink)
+    }
 
-    public var isConnected: Bool { context != nil }
+    deinit { if case .plain(let context) = link { redisFree(context) } }
 
-    /// Drops the TCP connection (the next command reconnects).
+    public var isConnected: Bool { link != nil }
+
+    /// Drops the connection (the next command reconnects).
     public func close() {
-        if let context { redisFree(context) }
-        context = nil
+        if case .plain(let context) = link { redisFree(context) }
+        link = nil
         awaitingFirstReply = false
         loadedScripts.removeAll()
     }
@@ -68,10 +76,16 @@ public final class RedisConnection: @unchecked Sendable {
     /// link that breaks in the middle of a command is not covered: that command throws `.io`.
     @discardableResult
     public func closeIfPeerHungUp() -> Bool {
-        guard let context else { return false }
-        var probe = pollfd(fd: context.pointee.fd, events: Int16(POLLIN), revents: 0)
-        guard poll(&probe, 1, 0) > 0, probe.revents & Int16(POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0 else {
+        switch link {
+        case nil:
             return false
+        case .plain(let context):
+            var probe = pollfd(fd: context.pointee.fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&probe, 1, 0) > 0, probe.revents & Int16(POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0 else {
+                return false
+            }
+        case .tls(let tls):
+            guard tls.peerHungUp() else { return false }
         }
         close()
         return true
@@ -80,6 +94,7 @@ public final class RedisConnection: @unchecked Sendable {
     /// Opens the link, through `ConnectThrottle`: an attempt to a server that failed lately waits for its turn (this
     /// throws at once meanwhile), and every attempt that gets no reply counts as a failure there.
     private func connect() throws(RedisError) {
+        workers_block_sigpipe_on_this_thread()
         close()
         try ConnectThrottle.shared.admit(throttleKey, address: serverAddress)
         do throws(RedisError) {
@@ -93,31 +108,38 @@ public final class RedisConnection: @unchecked Sendable {
     private func openLink() throws(RedisError) {
         var server = endpoint
         if let sentinel = endpoint.sentinel {
-            let master = try sentinel.masterAddress()
+            let master = try sentinel.masterAddress(tls: endpoint.tls)
             server = endpoint.master(host: master.host, port: master.port)
             serverAddress = "\(endpoint.description) (master \(server.description))"
         }
-        let tv = Self.timeval(min(commandTimeout, .seconds(5)))
-        guard let ctx = redisConnectWithTimeout(server.host, Int32(server.port), tv) else {
-            throw .connectionFailed(address: serverAddress, reason: "out of memory")
+        // Read before dialling: a password file that cannot be read fails the attempt without touching the server.
+        let password = try endpoint.currentPassword(address: serverAddress)
+        if let tls = endpoint.tls {
+            link = .tls(try RedisTLSLink.open(host: server.host, port: server.port, settings: tls, address: serverAddress,
+                                              connectTimeout: min(commandTimeout, .seconds(5)), commandTimeout: commandTimeout))
+        } else {
+            let tv = Self.timeval(min(commandTimeout, .seconds(5)))
+            guard let ctx = redisConnectWithTimeout(server.host, Int32(server.port), tv) else {
+                throw .connectionFailed(address: serverAddress, reason: "out of memory")
+            }
+            if ctx.pointee.err != 0 {
+                let reason = Self.errorString(ctx)
+                redisFree(ctx)
+                throw .connectionFailed(address: serverAddress, reason: reason)
+            }
+            redisSetTimeout(ctx, Self.timeval(commandTimeout))
+            redisEnableKeepAlive(ctx)
+            link = .plain(ctx)
         }
-        if ctx.pointee.err != 0 {
-            let reason = Self.errorString(ctx)
-            redisFree(ctx)
-            throw .connectionFailed(address: serverAddress, reason: reason)
-        }
-        redisSetTimeout(ctx, Self.timeval(commandTimeout))
-        redisEnableKeepAlive(ctx)
-        context = ctx
         // The handshake's replies are not counted here: a failed handshake fails the attempt once, in `connect`. A
         // server that failed lately gets a PING when nothing else is asked, so that only an answer clears it.
         let recovering = ConnectThrottle.shared.failures(throttleKey) > 0
-        let handshakes = endpoint.password != nil || endpoint.database != 0 || endpoint.sentinel != nil || recovering
+        let handshakes = password != nil || endpoint.database != 0 || endpoint.sentinel != nil || recovering
         do throws(RedisError) {
-            if recovering && endpoint.password == nil && endpoint.database == 0 && endpoint.sentinel == nil {
+            if recovering && password == nil && endpoint.database == 0 && endpoint.sentinel == nil {
                 try send(["PING"]).checked()
             }
-            if let password = endpoint.password {
+            if let password {
                 if let user = endpoint.username {
                     try send(["AUTH", user, password]).checked()
                 } else {
@@ -206,15 +228,22 @@ public final class RedisConnection: @unchecked Sendable {
     /// runs on this thread and must not use this connection (its later replies are still unread).
     public func pipeline(_ commands: [[any RedisArgument]], eachReply body: (Int, RedisReply) -> Void) throws(RedisError) {
         if commands.isEmpty { return }
-        if context == nil { try connect() }
-        guard let ctx = context else { throw .io(address: serverAddress, reason: "not connected") }
+        // A write to a link the server dropped fails with EPIPE instead of ending the process (CHiredis's shim).
+        workers_block_sigpipe_on_this_thread()
+        if link == nil { try connect() }
+        guard let link else { throw .io(address: serverAddress, reason: "not connected") }
         for arguments in commands {
             requestBuffer.removeAll(keepingCapacity: true)
             RESP.appendCommand(arguments, to: &requestBuffer)
-            let status = requestBuffer.withUnsafeBufferPointer { bytes in
-                bytes.withMemoryRebound(to: CChar.self) { redisAppendFormattedCommand(ctx, $0.baseAddress, $0.count) }
+            switch link {
+            case .plain(let ctx):
+                let status = requestBuffer.withUnsafeBufferPointer { bytes in
+                    bytes.withMemoryRebound(to: CChar.self) { redisAppendFormattedCommand(ctx, $0.baseAddress, $0.count) }
+                }
+                if status != REDIS_OK { throw failIO(reason: Self.reason(ctx)) }
+            case .tls(let tls):
+                requestBuffer.withUnsafeBufferPointer { tls.append($0) }
             }
-            if status != REDIS_OK { throw failIO(ctx) }
         }
         // A very large command (a bulk enqueue) must not keep its buffer for the connection's lifetime.
         if requestBuffer.capacity > 1 << 20 { requestBuffer = [] }
@@ -222,7 +251,14 @@ public final class RedisConnection: @unchecked Sendable {
         var refused = false
         for index in commands.indices {
             var raw: UnsafeMutableRawPointer?
-            if redisGetReply(ctx, &raw) != REDIS_OK || raw == nil { throw failIO(ctx) }
+            switch link {
+            case .plain(let ctx):
+                if redisGetReply(ctx, &raw) != REDIS_OK || raw == nil { throw failIO(reason: Self.reason(ctx)) }
+            case .tls(let tls):
+                do throws(RedisError) { raw = try tls.nextReply(address: serverAddress) } catch {
+                    throw failIO(reason: Self.reason(of: error))
+                }
+            }
             if awaitingFirstReply {
                 awaitingFirstReply = false
                 ConnectThrottle.shared.answered(throttleKey)
@@ -291,8 +327,13 @@ public final class RedisConnection: @unchecked Sendable {
         return replies
     }
 
-    private func failIO(_ ctx: UnsafeMutablePointer<redisContext>) -> RedisError {
-        let reason = ctx.pointee.err != 0 ? Self.errorString(ctx) : "no reply"
+    /// Why hiredis's context failed.
+    private static func reason(_ ctx: UnsafeMutablePointer<redisContext>) -> String {
+        ctx.pointee.err != 0 ? errorString(ctx) : "no reply"
+    }
+
+    private func failIO(reason: String) -> RedisError {
+        workers_consume_pending_sigpipe()
         if awaitingFirstReply { ConnectThrottle.shared.failed(throttleKey, reason: reason) }
         close()
         return .io(address: serverAddress, reason: reason)

@@ -1,8 +1,10 @@
 import Foundation
 
-/// Where a Redis server is and how to log in: parsed from `redis://[user:password@]host[:port][/db]`,
-/// or, for a master watched by Redis Sentinel,
-/// `redis+sentinel://[user:password@]host1[:port1],host2[:port2]/master-name[/db]` (see `SentinelTarget`).
+/// Where a Redis server is and how to log in: parsed from `redis://[user:password@]host[:port][/db]`
+/// (`rediss://` for TLS), or, for a master watched by Redis Sentinel,
+/// `redis+sentinel://[user:password@]host1[:port1],host2[:port2]/master-name[/db]` (`rediss+sentinel://`: TLS to the
+/// Sentinels and to the master; see `SentinelTarget`). Either may end in a query of `RedisURLOptions`
+/// (`?ca_file=…&password_file=…`).
 ///
 /// With Sentinels, `host`/`port` are the first Sentinel's (only a fallback label): every
 /// `RedisConnection` asks the Sentinels for the master each time it (re)connects (docs/redis-ha.md).
@@ -12,22 +14,31 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     public var database: Int
     public var username: String?
     public var password: String?
+    /// A file holding the password instead of `password` (`?password_file=`): read at every connect, so a rotated
+    /// secret is used from the next reconnect on. Never both.
+    public var passwordFile: String?
+    /// TLS for `rediss://` (with Sentinels: to the Sentinels and to the master); nil: plain TCP.
+    public var tls: RedisTLSSettings?
     /// The Sentinels and master name when the URL was `redis+sentinel://`; nil for a plain server.
     package var sentinel: SentinelTarget?
 
     /// A plain Redis server (for Sentinel, `init(url:)` with a `redis+sentinel://` URL).
     public init(host: String = "127.0.0.1", port: Int = 6379, database: Int = 0,
-                username: String? = nil, password: String? = nil) {
-        self.init(host: host, port: port, database: database, username: username, password: password, sentinel: nil)
+                username: String? = nil, password: String? = nil, passwordFile: String? = nil,
+                tls: RedisTLSSettings? = nil) {
+        self.init(host: host, port: port, database: database, username: username, password: password,
+                  passwordFile: passwordFile, tls: tls, sentinel: nil)
     }
 
     package init(host: String, port: Int, database: Int, username: String?, password: String?,
-                 sentinel: SentinelTarget?) {
+                 passwordFile: String? = nil, tls: RedisTLSSettings? = nil, sentinel: SentinelTarget?) {
         self.host = host
         self.port = port
         self.database = database
         self.username = username
         self.password = password
+        self.passwordFile = passwordFile
+        self.tls = tls
         self.sentinel = sentinel
     }
 
@@ -36,15 +47,25 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     public static let defaultURL = "redis://127.0.0.1:6390/0"
 
     public init(url: String) throws(RedisError) {
-        if url.hasPrefix(SentinelTarget.scheme) {
-            self = try SentinelTarget.endpoint(url: url)
-            return
+        let options = try RedisURLOptions(url: url)
+        if options.isSentinel {
+            self = try SentinelTarget.endpoint(url: url, body: options.body)
+        } else {
+            try self.init(serverURL: url, body: options.body)
         }
+        tls = options.tls
+        passwordFile = options.passwordFile
+        if passwordFile != nil && password != nil {
+            throw .invalidURL("a password in the URL and a password_file: give one of them")
+        }
+    }
+
+    /// `redis://` or `rediss://` without its query (`body`); `url` is the whole URL, for messages.
+    private init(serverURL url: String, body: Substring) throws(RedisError) {
         // Every message shows the URL redacted, or a part of it only when the redacted URL shows that part too:
         // a password may hold any character (`#`, `/`, `?`), and an unparseable URL may put it anywhere.
         let redacted = Self.redacted(url)
-        guard url.hasPrefix("redis://") else { throw .invalidURL("'\(redacted)' does not start with redis://") }
-        guard let components = URLComponents(string: url) else { throw .invalidURL("cannot parse '\(redacted)'") }
+        guard let components = URLComponents(string: String(body)) else { throw .invalidURL("cannot parse '\(redacted)'") }
         guard let host = components.host, !host.isEmpty else { throw .invalidURL("no host in '\(redacted)'") }
         self.host = host
         self.port = components.port ?? 6379
@@ -62,6 +83,29 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
         // redis://:password@host means "password only" (Redis < 6 AUTH with one argument).
         self.username = (user?.isEmpty ?? true) ? nil : user
         self.password = password
+    }
+
+    /// What an operator should hear about this endpoint when a process starts with it (the worker logs each at
+    /// warning level, `workerctl` prints them): today, a TLS link whose server is not authenticated.
+    public var warnings: [String] {
+        guard let tls, !tls.verifiesPeer else { return [] }
+        return ["the Redis URL for \(description) has ?insecure: the server's certificate is not checked, so the link "
+                + "is encrypted but whoever sits on the path can read and change every job (give ca_file instead)"]
+    }
+
+    /// The password to send with `AUTH`: `password`, or the content of `passwordFile` read now (one trailing line
+    /// break dropped). Throws `.connectionFailed` naming the file (never its content) when it cannot be read or is empty.
+    func currentPassword(address: String) throws(RedisError) -> String? {
+        guard let passwordFile else { return password }
+        guard let data = FileManager.default.contents(atPath: passwordFile) else {
+            throw .connectionFailed(address: address, reason: "cannot read the password file \(passwordFile)")
+        }
+        var text = String(decoding: data, as: UTF8.self)
+        if text.hasSuffix("\r\n") { text.removeLast(2) } else if text.hasSuffix("\n") { text.removeLast() }
+        guard !text.isEmpty else {
+            throw .connectionFailed(address: address, reason: "the password file \(passwordFile) is empty")
+        }
+        return text
     }
 
     /// `url` as messages and logs may show it: the scheme, `…@` for any login, then only the leading part that
@@ -110,6 +154,7 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
 
     /// The same login and database on another server: the master a Sentinel named.
     func master(host: String, port: Int) -> RedisEndpoint {
-        RedisEndpoint(host: host, port: port, database: database, username: username, password: password)
+        RedisEndpoint(host: host, port: port, database: database, username: username, password: password,
+                      passwordFile: passwordFile, tls: tls)
     }
 }

@@ -18,6 +18,10 @@ public enum RedisError: Error, Sendable, CustomStringConvertible, Equatable {
         case .io(let address, let reason): return "Redis connection to \(address) failed: \(reason)"
         case .server(let message) where Self.isOutOfMemoryReply(message):
             return "Redis is full (maxmemory reached; with maxmemory-policy noeviction it refuses writes until memory is freed): \(message)"
+        case .server(let message) where Self.isPermissionRefusal(message):
+            return "Redis refused a command this Redis user has no ACL permission for (\(message)); grant the user what "
+                + "docs/deploy.md (Managed Redis) lists: +@all -@dangerous, or at least +@read +@write +@list +@sortedset "
+                + "+@hash +@set +@string +@keyspace +@scripting +@transaction +@blocking +@connection, and ~* &*"
         case .server(let message): return "Redis error: \(message)"
         case .unexpectedReply(let what): return "unexpected Redis reply: \(what)"
         case .invalidURL(let why): return "invalid Redis URL: \(why)"
@@ -32,6 +36,15 @@ public enum RedisError: Error, Sendable, CustomStringConvertible, Equatable {
     }
 
     static func isOutOfMemoryReply(_ message: String) -> Bool { message.hasPrefix("OOM ") }
+
+    /// True for Redis's refusal of a command, key or channel the connection's ACL user may not use (`-NOPERM …`,
+    /// which names the command: "this user has no permissions to run the 'evalsha' command").
+    public var isPermissionRefusal: Bool {
+        guard case .server(let message) = self else { return false }
+        return Self.isPermissionRefusal(message)
+    }
+
+    static func isPermissionRefusal(_ message: String) -> Bool { message.hasPrefix("NOPERM") }
 
     /// True when retrying on a fresh connection may succeed (the server was unreachable or the
     /// link broke), false for errors the server returned or programming errors.

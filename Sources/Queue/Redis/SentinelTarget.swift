@@ -3,7 +3,8 @@ import Foundation
 /// A Redis master found through Redis Sentinel: the Sentinels to ask and the master's name.
 ///
 /// Parsed from `redis+sentinel://[user:password@]host1[:port1],host2[:port2],…/master-name[/db]`
-/// (Sentinel port 26379 when omitted). The user and password are the master's (`AUTH` after
+/// (Sentinel port 26379 when omitted); `rediss+sentinel://` speaks TLS to the Sentinels and to the master, each
+/// certificate checked against the name dialled (the master's as the Sentinel gives it) unless `server_name` says. The user and password are the master's (`AUTH` after
 /// connecting to it); Sentinels are asked without a password.
 ///
 /// Discovery follows Redis' Sentinel client spec
@@ -36,9 +37,10 @@ package struct SentinelTarget: Sendable, Equatable {
     /// How long to wait for one Sentinel (connect and reply) before asking the next.
     public static let sentinelTimeout: Duration = .milliseconds(500)
 
-    /// Parses a `redis+sentinel://` URL into an endpoint whose `sentinel` is set.
-    static func endpoint(url: String) throws(RedisError) -> RedisEndpoint {
-        var rest = Substring(url.dropFirst(scheme.count))
+    /// Parses a `redis+sentinel://` (or `rediss+sentinel://`) URL into an endpoint whose `sentinel` is set: `body`
+    /// is the URL without its query (`RedisURLOptions`), `url` the whole of it, for messages.
+    static func endpoint(url: String, body: Substring) throws(RedisError) -> RedisEndpoint {
+        var rest = body[(body.range(of: "://")?.upperBound ?? body.startIndex)...]
         var username: String?
         var password: String?
         let slash = rest.firstIndex(of: "/") ?? rest.endIndex
@@ -103,13 +105,13 @@ package struct SentinelTarget: Sendable, Equatable {
         return Address(host: String(host), port: port)
     }
 
-    /// Asks the Sentinels, in order, for the master's address. Throws `.connectionFailed` naming
-    /// every Sentinel and why it did not answer when none knows the master.
-    public func masterAddress() throws(RedisError) -> Address {
+    /// Asks the Sentinels, in order, for the master's address (over TLS when `tls` is set, as `rediss+sentinel://`
+    /// asks). Throws `.connectionFailed` naming every Sentinel and why it did not answer when none knows the master.
+    public func masterAddress(tls: RedisTLSSettings? = nil) throws(RedisError) -> Address {
         var reasons: [String] = []
         for sentinel in sentinels {
             do {
-                let connection = try RedisConnection(endpoint: RedisEndpoint(host: sentinel.host, port: sentinel.port),
+                let connection = try RedisConnection(endpoint: RedisEndpoint(host: sentinel.host, port: sentinel.port, tls: tls),
                                                      commandTimeout: Self.sentinelTimeout)
                 defer { connection.close() }
                 let reply = try connection.command("SENTINEL", "get-master-addr-by-name", masterName)

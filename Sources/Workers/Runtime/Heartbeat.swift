@@ -73,6 +73,7 @@ final class Heartbeat: @unchecked Sendable {
     /// fetch. Throws if Redis cannot be reached. A signal already waiting is passed to `onSignal`.
     func register(onSignal: (String) -> Void) throws {
         let connection = try RedisConnection(endpoint: endpoint)
+        try RedisAccessCheck.verify(connection)  // an ACL user without @scripting stops here, named
         if let signal = try beat(connection) { onSignal(signal) }
         initial = connection
     }

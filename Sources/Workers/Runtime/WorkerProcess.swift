@@ -168,6 +168,7 @@ public final class WorkerProcess: @unchecked Sendable {
             "queues": "\(configuration.queues.map { "\($0.name):\($0.weight)" }.joined(separator: ","))",
             "redis": "\(shardMap.isSingle ? endpoint.description : servedShards.map { "\(shardMap.shards[$0].name)=\(shardMap.shards[$0].endpoint)" }.joined(separator: ","))",
         ])
+        for warning in shardMap.shards.flatMap(\.endpoint.warnings) { logger.warning("\(warning)") }
         for heartbeat in heartbeats { heartbeat.start { [weak self] signal in self?.handle(redisSignal: signal) } }
         for housekeeper in housekeepers { housekeeper.start() }
         watchdog.start()

@@ -16,7 +16,7 @@ struct ConnectionOptions: ParsableArguments {
     func connect() throws -> RedisConnection {
         let url = try resolvedURL()
         let endpoint: RedisEndpoint
-        do { endpoint = try RedisEndpoint(url: url) } catch { throw CLIError.usage(error.description) }
+        do { endpoint = try RedisEndpoint(url: url).warned() } catch { throw CLIError.usage(error.description) }
         do { return try RedisConnection(endpoint: endpoint) } catch { throw CLIError.runtime(error.description) }
     }
 
@@ -33,7 +33,7 @@ struct ConnectionOptions: ParsableArguments {
         let url = try resolvedURL()
         let file = try config.map { try WorkerConfigFile.load(path: $0) } ?? WorkerConfigFile()
         if let map = try file.shardMap(defaultURL: url) { return map }
-        do { return ShardMap(single: try RedisEndpoint(url: url)) } catch { throw CLIError.usage(error.description) }
+        do { return ShardMap(single: try RedisEndpoint(url: url).warned()) } catch { throw CLIError.usage(error.description) }
     }
 
     /// A connection to one shard of `map`.
