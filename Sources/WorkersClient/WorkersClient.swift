@@ -79,7 +79,9 @@ public final class WorkersClient: Sendable {
     /// The shards' names in the map's order: `default` first (the only one without sharding).
     public var shardNames: [String] { shards.map.shards.map(\.name) }
 
-    /// `redis://[user:password@]host[:port][/db]`.
+    /// `redis://[user:password@]host[:port][/db]`, `rediss://…` for TLS (`?ca_file=`, `?password_file=`…), or a
+    /// Sentinel URL (`RedisEndpoint`; docs/deploy.md, "Managed Redis"). `endpoint.warnings` (an `?insecure` TLS link)
+    /// are for the caller to log.
     public convenience init(url: String, maxConnections: Int = 8, commandTimeout: Duration = .seconds(10),
                             middleware: [any EnqueueMiddleware] = []) throws(RedisError) {
         self.init(endpoint: try RedisEndpoint(url: url), maxConnections: maxConnections, commandTimeout: commandTimeout,

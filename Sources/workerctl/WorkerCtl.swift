@@ -69,7 +69,7 @@ struct CLIError: Error {
 
 /// `--redis-url`, else `REDIS_URL`, else the local instance from `scripts/services`.
 struct RedisOptions: ParsableArguments {
-    @Option(name: .customLong("redis-url"), help: "Redis URL (redis://[:password@]host:port/db). Default: $REDIS_URL or \(RedisEndpoint.defaultURL).")
+    @Option(name: .customLong("redis-url"), help: "Redis URL (redis://[user:password@]host:port/db, rediss:// for TLS: docs/deploy.md). Default: $REDIS_URL or \(RedisEndpoint.defaultURL).")
     var redisURL: String?
 
     func resolvedURL(configured: String? = nil) -> String {

@@ -1,4 +1,5 @@
 import Foundation
+import Queue
 
 /// A test certificate authority and the certificates the TLS tests need, made by the `openssl` command in a
 /// temporary directory (P-256 keys, valid two days):
@@ -47,11 +48,14 @@ public struct TLSTestCertificates: Sendable {
 
 /// A redis-server of the test's own speaking TLS only (`--port 0 --tls-port P`), on a free loopback port, with the
 /// test CA's certificates and two ACL users besides `default` (which keeps no password, as on the dev server):
-/// `worker` / `worker-secret` (everything) and `no-scripts` / `no-scripts-secret` (everything but `@scripting`).
+/// `worker` / `worker-secret` (exactly `RedisAccessCheck.fleetPermissions`: what docs/deploy.md tells operators to
+/// grant), `no-scripts` / `no-scripts-secret` (everything but `@scripting`) and `sentinel` / `sentinel-secret`
+/// (everything, for a Sentinel's own link).
 /// The caller stops it.
 public final class TLSRedisServer {
     public static let workerPassword = "worker-secret"
     public static let noScriptsPassword = "no-scripts-secret"
+    public static let sentinelPassword = "sentinel-secret"
 
     public let port: Int
     public let certificates: TLSTestCertificates
@@ -70,8 +74,9 @@ public final class TLSRedisServer {
             "--tls-key-file", certificates.path("\(certificate).key"),
             "--tls-ca-cert-file", certificates.path("ca.crt"),
             "--tls-auth-clients", authClients ? "yes" : "no",
-            "--user", "worker", "on", ">\(Self.workerPassword)", "~*", "&*", "+@all",
+            "--user", "worker", "on", ">\(Self.workerPassword)"] + RedisAccessCheck.fleetPermissions.split(separator: " ").map(String.init) + [
             "--user", "no-scripts", "on", ">\(Self.noScriptsPassword)", "~*", "&*", "+@all", "-@scripting",
+            "--user", "sentinel", "on", ">\(Self.sentinelPassword)", "~*", "&*", "+@all",
         ] + extra)
         let ready = eventually(timeout: 10) { Self.listening(self.port) }
         guard ready else { stop(); throw TLSTestCertificates.Failure("redis-server with TLS did not start: \(child.stderr)\(child.stdout)") }
@@ -81,7 +86,8 @@ public final class TLSRedisServer {
     /// test CA unless `caFile` is false, and `query` appended.
     public func url(user: String? = "worker", host: String = "localhost", database: Int = 0, caFile: Bool = true,
                     query: [String] = []) -> String {
-        let login = user.map { "\($0):\($0 == "worker" ? Self.workerPassword : Self.noScriptsPassword)@" } ?? ""
+        let passwords = ["worker": Self.workerPassword, "no-scripts": Self.noScriptsPassword, "sentinel": Self.sentinelPassword]
+        let login = user.map { "\($0):\(passwords[$0] ?? "")@" } ?? ""
         let parameters = (caFile ? ["ca_file=\(certificates.path("ca.crt"))"] : []) + query
         return "rediss://\(login)\(host):\(port)/\(database)" + (parameters.isEmpty ? "" : "?" + parameters.joined(separator: "&"))
     }

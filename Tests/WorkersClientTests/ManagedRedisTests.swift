@@ -47,6 +47,11 @@ final class ManagedRedisTests: XCTestCase {
         XCTAssertEqual(stats.object?["processed"]?.intValue, 5, stats.stdout)
         let processes = try workerctl.run("workers", "ls")
         XCTAssertEqual(processes.status, 0, processes.stderr)
+        // The admin commands need no more than the fleet's ACL rules either.
+        for command in [["queues", "ls"], ["jobs", "ls", "--state", "dead"], ["cron", "ls"], ["stats", "--classes"]] {
+            let result = try workerctl.run(command)
+            XCTAssertEqual(result.status, 0, "\(command): \(result.stderr)")
+        }
         // The password is never printed: not by the worker's log, not by workerctl.
         XCTAssertFalse(worker.stderr.contains(TLSRedisServer.workerPassword))
         XCTAssertFalse((stats.stderr + processes.stdout + processes.stderr).contains(TLSRedisServer.workerPassword))
@@ -71,7 +76,7 @@ final class ManagedRedisTests: XCTestCase {
         defer { if worker.isRunning { worker.signal(SIGKILL) } }
         XCTAssertEqual(worker.wait(timeout: 30), 1, worker.stderr)
         XCTAssertTrue(worker.stderr.contains("no permissions to run the 'script|load' command"), worker.stderr)
-        XCTAssertTrue(worker.stderr.contains("+@scripting"), worker.stderr)
+        XCTAssertTrue(worker.stderr.contains(RedisAccessCheck.fleetPermissions), worker.stderr)
         XCTAssertFalse(worker.stderr.contains(TLSRedisServer.noScriptsPassword), worker.stderr)
     }
 
@@ -94,8 +99,8 @@ final class ManagedRedisTests: XCTestCase {
             tls-auth-clients no
             tls-replication yes
             sentinel monitor tlsmaster 127.0.0.1 \(master.port) 1
-            sentinel auth-user tlsmaster worker
-            sentinel auth-pass tlsmaster \(TLSRedisServer.workerPassword)
+            sentinel auth-user tlsmaster sentinel
+            sentinel auth-pass tlsmaster \(TLSRedisServer.sentinelPassword)
 
             """.write(to: configuration, atomically: true, encoding: .utf8)
         let redisServer = try XCTUnwrap(TestServices.which("redis-server"))

@@ -19,9 +19,8 @@ public enum RedisError: Error, Sendable, CustomStringConvertible, Equatable {
         case .server(let message) where Self.isOutOfMemoryReply(message):
             return "Redis is full (maxmemory reached; with maxmemory-policy noeviction it refuses writes until memory is freed): \(message)"
         case .server(let message) where Self.isPermissionRefusal(message):
-            return "Redis refused a command this Redis user has no ACL permission for (\(message)); grant the user what "
-                + "docs/deploy.md (Managed Redis) lists: +@all -@dangerous, or at least +@read +@write +@list +@sortedset "
-                + "+@hash +@set +@string +@keyspace +@scripting +@transaction +@blocking +@connection, and ~* &*"
+            return "Redis refused a command this Redis user has no ACL permission for (\(message)); the fleet's user needs "
+                + "\(RedisAccessCheck.fleetPermissions) (docs/deploy.md, Managed Redis)"
         case .server(let message): return "Redis error: \(message)"
         case .unexpectedReply(let what): return "unexpected Redis reply: \(what)"
         case .invalidURL(let why): return "invalid Redis URL: \(why)"
