@@ -127,4 +127,30 @@ final class BatchScriptTests: XCTestCase {
             XCTAssertEqual(error as? BatchError, .invalidBid("bad bid"))
         }
     }
+
+    /// A batch's Redis memory is bounded: at most `Batches.maxJobs` jobs (only their jids stay for the batch's
+    /// lifetime) and `Batches.maxPayloadBytes` of payloads (one script call); over either, nothing is written.
+    func testABatchOverItsJobOrByteLimitIsRefusedWithNothingWritten() throws {
+        let redis = try TestRedis(database: 77)
+        try redis.flush()
+        let connection = try redis.connection()
+        let tooMany = NewBatch(jobs: Array(repeating: NewJob("Noop"), count: Batches.maxJobs + 1))
+        XCTAssertThrowsError(try Batches.create(connection, tooMany, bid: "too-many")) { error in
+            XCTAssertEqual(error as? BatchError, .tooLarge(jobs: Batches.maxJobs + 1, payloadBytes: 0))
+            XCTAssertTrue("\(error)".contains("split the work"), "\(error)")
+        }
+        // 70 jobs of ~1 MB: past 64 MiB at the 65th or so; the bytes counted when refused are over the limit.
+        let large = NewJob("Noop", args: [.string(String(repeating: "x", count: 1_000_000))])
+        XCTAssertThrowsError(try Batches.create(connection, NewBatch(jobs: Array(repeating: large, count: 70)), bid: "too-big")) { error in
+            guard case .tooLarge(let jobs, let bytes)? = error as? BatchError else { return XCTFail("\(error)") }
+            XCTAssertEqual(jobs, 70)
+            XCTAssertGreaterThan(bytes, Batches.maxPayloadBytes)
+        }
+        XCTAssertEqual(try redis.int("DBSIZE"), 0, "nothing written")
+        // At the limits' edge it is created: 60 such jobs are under 64 MiB.
+        let created = try Batches.create(connection, NewBatch(jobs: Array(repeating: large, count: 60)), bid: "just-fits")
+        XCTAssertEqual(created.jids.count, 60)
+        XCTAssertEqual(try redis.int("LLEN", "queue:default"), 60)
+        try redis.flush()
+    }
 }

@@ -53,11 +53,16 @@ public enum BatchError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The jobs and callbacks live on more than one shard (docs/sharding.md): a batch is one script
     /// on one Redis, so all its queues must map to the same shard.
     case spansShards([String])
+    /// More jobs, or more payload bytes, than one batch may hold (`Batches.maxJobs`, `Batches.maxPayloadBytes`).
+    case tooLarge(jobs: Int, payloadBytes: Int)
 
     public var description: String {
         switch self {
         case .spansShards(let shards): return "a batch's queues must all live on one shard; these span \(shards.joined(separator: ", "))"
         case .invalidBid(let bid): return "invalid batch id '\(bid)': expected 1...64 characters of [A-Za-z0-9_-]"
+        case .tooLarge(let jobs, let bytes):
+            return "a batch of \(jobs) jobs and \(bytes) payload bytes is over the limit (\(Batches.maxJobs) jobs and "
+                + "\(Batches.maxPayloadBytes) bytes: one script call creates it); split the work into several batches"
         case .alreadyExists(let bid): return "batch \(bid) already exists"
         case .invalidJob(let index, let error): return "job \(index) of the batch: \(error)"
         case .invalidCallback(let event, let error): return "\(event) callback: \(error)"
@@ -69,6 +74,14 @@ public enum BatchError: Error, Sendable, Equatable, CustomStringConvertible {
 public enum Batches {
     /// How long a batch's keys live after creation (Sidekiq Pro's default batch expiry: 30 days).
     public static let defaultLifetime: Duration = .seconds(30 * 86_400)
+
+    /// The most jobs one batch may hold. A batch keeps only jids in Redis (`b-BID-jids`, `-done`, and `-failed` /
+    /// `-died` for failures: about 75 bytes a jid in each set, so at most ~23 MB for the largest batch) for its
+    /// lifetime; this, the lifetime and `maxPayloadBytes` are what bound a batch's memory (docs/redis-full.md).
+    public static let maxJobs = 100_000
+    /// The most payload bytes (jobs' JSON, callbacks' templates) one batch may carry: they travel in one script call,
+    /// which holds Redis for as long as it runs.
+    public static let maxPayloadBytes = 64 << 20
 
     /// A new batch id: 16 lowercase hex characters.
     public static func newBid() -> String { Identifiers.hex(byteCount: 8) }
@@ -85,6 +98,7 @@ public enum Batches {
     public static func create(_ connection: RedisConnection, _ batch: NewBatch, bid: String = newBid(),
                               lifetime: Duration = defaultLifetime, now: Double = Clock.now()) throws -> CreatedBatch {
         guard isValidBid(bid) else { throw BatchError.invalidBid(bid) }
+        guard batch.jobs.count <= maxJobs else { throw BatchError.tooLarge(jobs: batch.jobs.count, payloadBytes: 0) }
         var arguments: [any RedisArgument] = [bid, now, Int64((now + min(lifetime.inSeconds, Bounded.maxEpochSeconds)).rounded(.up)), batch.description]
         var callbackJids: [String?] = []
         for (event, callback) in [("complete", batch.onComplete), ("success", batch.onSuccess)] {
@@ -110,6 +124,7 @@ public enum Batches {
         }
         var jids: [String] = []
         jids.reserveCapacity(batch.jobs.count)
+        var payloadBytes = 0
         for (index, job) in batch.jobs.enumerated() {
             var job = job
             job.runtimeFields["bid"] = .string(bid)
@@ -120,6 +135,10 @@ public enum Batches {
             }
             let text: String
             do { text = try JobClient.serializedWithinLimit(payload) } catch { throw BatchError.invalidJob(index: index, error) }
+            payloadBytes += text.utf8.count
+            guard payloadBytes <= maxPayloadBytes else {
+                throw BatchError.tooLarge(jobs: batch.jobs.count, payloadBytes: payloadBytes)
+            }
             arguments += [job.queue, jid, text]
             jids.append(jid)
         }
