@@ -58,6 +58,21 @@ final class ManagedRedisTests: XCTestCase {
         worker.signal(SIGTERM)
         XCTAssertEqual(worker.wait(), 0, worker.stderr)
 
+        // The dashboard (`workerctl web`, on WorkersClient's threads) reads the same Redis over TLS.
+        let web = try ChildProcess(executable: TestServices.workerctl, arguments: ["web", "--port", "0"],
+                                   environment: ["REDIS_URL": url])
+        defer { web.signal(SIGTERM); _ = web.wait() }
+        var base: String?
+        XCTAssertTrue(eventually {
+            base = web.stderr.firstMatch(of: /"web_url":"([^"]+)"/).map { String($0.1) }
+            return base != nil
+        }, web.stderr)
+        let curl = try XCTUnwrap(TestServices.which("curl"))
+        let page = try ChildProcess.run(curl, ["-s", "-w", "\n%{http_code}", try XCTUnwrap(base)])
+        XCTAssertTrue(page.stdout.hasSuffix("\n200"), page.stdout.suffix(300) + web.stderr)
+        XCTAssertNotNil(page.stdout.firstMatch(of: /[Pp]rocessed\D{0,200}5\b/), "the processed count is on the page")
+        XCTAssertFalse(web.stderr.contains(TLSRedisServer.workerPassword))
+
         // `?insecure` is logged by the worker and printed by workerctl.
         let insecure = server.url(user: "worker", database: 3, caFile: false, query: ["insecure"])
         let warned = try WorkerctlRunner(redisURL: insecure).run("stats")

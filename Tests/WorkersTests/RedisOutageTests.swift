@@ -107,7 +107,11 @@ final class RedisOutageBackoffTests: XCTestCase {
         }
         XCTAssertTrue(eventually(timeout: 30) { processed() >= 2 }, worker.stderr)
         var metricsBase: String?
-        XCTAssertTrue(eventually { (metricsBase = worker.stderr.firstMatch(of: /"metrics_url":"([^"]+)\/metrics"/).map { String($0.1) }) != nil },
+        // (An assignment is `()`, never nil: the closure sets and then tests.)
+        XCTAssertTrue(eventually {
+            metricsBase = worker.stderr.firstMatch(of: /"metrics_url":"([^"]+)\/metrics"/).map { String($0.1) }
+            return metricsBase != nil
+        },
                       worker.stderr)
         let curl = try XCTUnwrap(TestServices.which("curl"))
 
