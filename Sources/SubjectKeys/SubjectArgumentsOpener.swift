@@ -1,11 +1,11 @@
 import Crypto
 import Foundation
 import Queue
-import Synchronization
 
 /// The worker's `PersonalArgumentsOpener` over a `SubjectKeyStore` (docs/jobs-privacy.md): opens the envelopes of a
-/// job's declared personal fields with the subject's data key, kept unwrapped in a cache for at most `cacheTTL` and
-/// dropped fleet-wide on erasure (`SubjectKeyInvalidation`, read at most once per `epochCheckInterval`).
+/// job's declared personal fields with the subject's data key, kept unwrapped in a `SubjectKeyCache` (at most
+/// `cacheCapacity` keys, each for at most `cacheTTL`, dropped fleet-wide on erasure: `SubjectKeyInvalidation`, read at
+/// most once per `epochCheckInterval`).
 ///
 /// Outcomes per field: an envelope whose key exists opens (its value replaces it); whose key is gone →
 /// `SubjectErased` (dead, never retried); that does not open with its key or is of an unknown version →
@@ -17,27 +17,21 @@ public final class SubjectArgumentsOpener: PersonalArgumentsOpener {
     let store: SubjectKeyStore
     let redis: RedisPool?
     let strict: Bool
-    let cacheTTL: Duration
-    let epochCheckInterval: Duration
-    let now: @Sendable () -> Date
+    let cache: SubjectKeyCache
 
-    private struct State {
-        var keys: [String: (key: Data, until: Date)] = [:]
-        var epoch: Int64?
-        var checkedAt: Date?
-    }
-    private let state = Mutex(State())
+    /// The most unwrapped keys a worker keeps by default: about 2 MB (measured: bench/subject-keys-cache.sh).
+    public static let defaultCacheCapacity = 10_000
 
     /// `redis`: where the erasure epoch is read (nil: no fleet-wide invalidation, only `cacheTTL`); `now`: the
     /// clock of the cache and the epoch checks (tests move it).
     public init(store: SubjectKeyStore, redis: RedisPool?, strict: Bool = false, cacheTTL: Duration = .seconds(60),
-                epochCheckInterval: Duration = .seconds(1), now: @escaping @Sendable () -> Date = { Date() }) {
+                cacheCapacity: Int = defaultCacheCapacity, epochCheckInterval: Duration = .seconds(1),
+                now: @escaping @Sendable () -> Date = { Date() }) {
         self.store = store
         self.redis = redis
         self.strict = strict
-        self.cacheTTL = cacheTTL
-        self.epochCheckInterval = epochCheckInterval
-        self.now = now
+        cache = SubjectKeyCache(capacity: cacheCapacity, ttl: cacheTTL, redis: redis,
+                                epochCheckInterval: epochCheckInterval, now: now)
     }
 
     public convenience init(store: SubjectKeyStore, redis: RedisPool?, configuration: SubjectKeysConfiguration) {
@@ -45,11 +39,10 @@ public final class SubjectArgumentsOpener: PersonalArgumentsOpener {
     }
 
     /// Cached keys right now (tests).
-    public var cachedKeyCount: Int { state.withLock { $0.keys.count } }
+    public var cachedKeyCount: Int { cache.count }
 
     public func open(_ args: [JSONValue], className: String, fields: Set<String>, subjectField: String?) throws -> [JSONValue] {
         guard args.count == 1, var object = args[0].objectValue else { return args }  // decoding reports the shape
-        refreshEpochIfDue()
         for field in fields.sorted() {
             guard let value = object[field], value != .null else { continue }
             if let envelope = PersonalEnvelope(value) {
@@ -73,37 +66,10 @@ public final class SubjectArgumentsOpener: PersonalArgumentsOpener {
     }
 
     private func key(id: String) throws -> SymmetricKey? {
-        let time = now()
-        if let cached = state.withLock({ state -> Data? in
-            guard let entry = state.keys[id] else { return nil }
-            if entry.until > time { return entry.key }
-            state.keys[id] = nil
-            return nil
-        }) { return SymmetricKey(data: cached) }
-        guard let key = try store.dataKey(id: id) else { return nil }
-        if cacheTTL > .zero {
-            let until = time.addingTimeInterval(Double(cacheTTL.components.seconds) + Double(cacheTTL.components.attoseconds) / 1e18)
-            state.withLock { $0.keys[id] = (key, until) }
-        }
-        return SymmetricKey(data: key)
-    }
-
-    /// Reads the erasure epoch when the last read is older than `epochCheckInterval`; a changed (or unreadable)
-    /// epoch drops every cached key.
-    private func refreshEpochIfDue() {
-        guard let redis else { return }
-        let time = now()
-        let interval = Double(epochCheckInterval.components.seconds) + Double(epochCheckInterval.components.attoseconds) / 1e18
-        let due = state.withLock { state -> Bool in
-            if let checked = state.checkedAt, time.timeIntervalSince(checked) < interval { return false }
-            state.checkedAt = time
-            return true
-        }
-        guard due else { return }
-        let epoch = try? SubjectKeyInvalidation.epoch(on: redis)
-        state.withLock { state in
-            if epoch == nil || epoch != state.epoch { state.keys.removeAll() }
-            state.epoch = epoch
-        }
+        if let cached = cache.entry(id) { return cached.key }
+        guard let bytes = try store.dataKey(id: id) else { return nil }
+        let key = SymmetricKey(data: bytes)
+        cache.insert(id, keyID: id, key: key)
+        return key
     }
 }

@@ -1,7 +1,6 @@
 import Crypto
 import Foundation
 import Queue
-import Synchronization
 
 /// The producer's side (docs/jobs-privacy.md): an `EnqueueMiddleware` that replaces the declared personal fields
 /// (`JobArguments.personalFields`) of the classes it was given by `PersonalEnvelope`s under the subject's data key
@@ -10,17 +9,20 @@ import Synchronization
 /// already envelopes (encrypted by the caller) is left as it is.
 ///
 /// Use: `JobClient(pool: pool, middleware: [sealer])` (or `WorkersClient`'s middleware); `sealed(_:)` for one job.
-/// Thread rules: any thread; data keys are cached for `cacheTTL` (a key erased meanwhile is made anew on the
-/// next enqueue after expiry: that job then belongs to an erased person's new key, and runs as a no-op).
+/// Thread rules: any thread; data keys are cached in a `SubjectKeyCache` (at most `cacheCapacity`, each for at most
+/// `cacheTTL`). Given `redis`, the cache hears of erasures as the opener's does (the erasure epoch, read at most once
+/// a second): a key erased meanwhile is not used to seal; without it, only `cacheTTL` bounds that (a job sealed under
+/// an erased key runs as a no-op, `SubjectErased`).
 public final class SubjectArgumentsSealer: EnqueueMiddleware {
     let store: SubjectKeyStore
     let declarations: [String: (fields: Set<String>, subject: String)]
-    let cacheTTL: Duration
-    private let cache = Mutex<[String: (key: SubjectDataKey, until: Date)]>([:])
+    let cache: SubjectKeyCache
 
     /// `classes`: the argument types whose personal fields this sealer encrypts (each must declare a
-    /// `subjectField`, and use the `.singleHash` layout).
-    public init(store: SubjectKeyStore, classes: [any JobArguments.Type], cacheTTL: Duration = .seconds(60)) {
+    /// `subjectField`, and use the `.singleHash` layout); `redis`: where the erasure epoch is read (the producer's
+    /// Redis, default shard).
+    public init(store: SubjectKeyStore, classes: [any JobArguments.Type], cacheTTL: Duration = .seconds(60),
+                cacheCapacity: Int = SubjectArgumentsOpener.defaultCacheCapacity, redis: RedisPool? = nil) {
         self.store = store
         var declarations: [String: (Set<String>, String)] = [:]
         for type in classes where !type.personalFields.isEmpty {
@@ -29,7 +31,7 @@ public final class SubjectArgumentsSealer: EnqueueMiddleware {
             declarations[type.className] = (type.personalFields, subject)
         }
         self.declarations = declarations
-        self.cacheTTL = cacheTTL
+        cache = SubjectKeyCache(capacity: cacheCapacity, ttl: cacheTTL, redis: redis)
     }
 
     /// The class names this sealer encrypts.
@@ -48,7 +50,7 @@ public final class SubjectArgumentsSealer: EnqueueMiddleware {
         guard let subject = object[declaration.subject]?.stringValue, !subject.isEmpty else {
             throw EnqueueError.invalidArguments("\(job.className): \(declaration.subject) (the subject of its personal arguments) must be a non-empty string")
         }
-        let dataKey: SubjectDataKey
+        let dataKey: (keyID: String, key: SymmetricKey)
         do {
             dataKey = try key(forSubject: subject)
         } catch SubjectKeyStoreError.damagedKey(let keyID) {
@@ -57,7 +59,7 @@ public final class SubjectArgumentsSealer: EnqueueMiddleware {
             throw EnqueueError.invalidArguments("\(job.className): the subject's data key \(keyID) does not unwrap (its row in subject_keys was changed); restore the row from a backup or erase the subject (docs/jobs-privacy.md)")
         }
         for field in pending {
-            object[field] = try PersonalEnvelope.seal(object[field]!, field: field, keyID: dataKey.id, key: dataKey.key).json
+            object[field] = try PersonalEnvelope.seal(object[field]!, field: field, keyID: dataKey.keyID, key: dataKey.key).json
         }
         job.args = [.object(object)]
     }
@@ -69,13 +71,15 @@ public final class SubjectArgumentsSealer: EnqueueMiddleware {
         return job
     }
 
-    private func key(forSubject subject: String) throws -> SubjectDataKey {
+    /// Cached keys right now (tests).
+    public var cachedKeyCount: Int { cache.count }
+
+    private func key(forSubject subject: String) throws -> (keyID: String, key: SymmetricKey) {
         let digest = store.digest(ofSubject: subject).base64EncodedString()
-        let time = Date()
-        if let hit = cache.withLock({ $0[digest].flatMap { $0.until > time ? $0.key : nil } }) { return hit }
+        if let hit = cache.entry(digest) { return (hit.keyID, hit.key) }
         let made = try store.dataKey(forSubject: subject)
-        let seconds = Double(cacheTTL.components.seconds)
-        if seconds > 0 { cache.withLock { $0[digest] = (made, time.addingTimeInterval(seconds)) } }
-        return made
+        let key = made.key
+        cache.insert(digest, keyID: made.id, key: key)
+        return (made.id, key)
     }
 }

@@ -375,6 +375,29 @@ final class SubjectKeysTests: ReceiptsTestCase {
         }, "\((try? redis.payloads(zset: Keys.dead))?.map { $0.fields["error_class"]?.stringValue ?? "" } ?? [])")
     }
 
+    /// The sealer hears of erasures (issue 50 point 5): a producer's sealer that has a person's key cached does not
+    /// seal with it once the person is erased (the erasure epoch, read at most once a second): the next job gets a
+    /// key of its own, not the erased one.
+    func testASealerWithTheErasedKeyCachedSealsTheNextJobUnderANewKey() throws {
+        let store = try SubjectKeyStore(pool: pool, current: kek1)
+        let sealer = SubjectArgumentsSealer(store: store, classes: DomainJobs.personalArgumentTypes, redis: redis.pool)
+        let user = try db.newUser()
+        func keyID(_ job: NewJob) throws -> String {
+            let object = try XCTUnwrap(job.args.first?.objectValue)
+            let envelope: PersonalEnvelope = try XCTUnwrap(object.entries.compactMap { PersonalEnvelope($0.value) }.first, "\(object)")
+            return envelope.keyID
+        }
+        let first = try keyID(sealer.sealed(try validation(user: user, receipt: "zqseal-1", transaction: "7349001")))
+        XCTAssertEqual(try keyID(sealer.sealed(try validation(user: user, receipt: "zqseal-2", transaction: "7349002"))), first,
+                       "cached: the same key")
+        XCTAssertEqual(sealer.cachedKeyCount, 1)
+        _ = try pool.withConnection { try SubjectKeyStore.erase(personID: user, on: $0) }
+        try SubjectKeyInvalidation.announce(on: [redis.pool])
+        Thread.sleep(forTimeInterval: 1.1)  // the sealer reads the epoch at most once a second
+        let after = try keyID(sealer.sealed(try validation(user: user, receipt: "zqseal-3", transaction: "7349003")))
+        XCTAssertNotEqual(after, first, "a job sealed after the erasure is not sealed under the erased key")
+    }
+
     /// A worker whose key store fails (its table away) keeps the job of a personal class waiting in `schedule` without
     /// spending a retry (`key_store_waits` counts the waits), and runs it once the store is back (issue 50 point 4).
     func testAJobWhoseKeyStoreFailsWaitsWithoutSpendingARetryAndRunsOnceItIsBack() throws {

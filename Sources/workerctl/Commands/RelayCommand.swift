@@ -115,7 +115,7 @@ struct RelayCommand: ParsableCommand {
         let relay = OutboxRelay(settings: outbox.settings(redisURL: redis.resolvedURL(), databaseURL: database.resolvedURL(),
                                                           registry: registry,
                                                           shardMap: try WorkerConfigFile().shardMap(defaultURL: redis.resolvedURL()),
-                                                          middleware: SubjectKeysSetup.relayMiddleware(store: keys)),
+                                                          middleware: try SubjectKeysSetup.relayMiddleware(store: keys, redisURL: redis.resolvedURL())),
                                 logger: Logger(label: "workerctl.relay"))
         let stopped = DispatchSemaphore(value: 0)
         var sources: [any DispatchSourceSignal] = []

@@ -150,7 +150,7 @@ struct WorkerOptions: ParsableArguments {
         let relay = try outbox.makeRelay(redisURL: configuration.redisURL, noDatabase: noDatabase,
                                          databaseURL: database.resolvedURL(configured: file.databaseURL), registry: registry,
                                          shardMap: configuration.shardMap,
-                                         middleware: outbox.enabled ? SubjectKeysSetup.relayMiddleware(store: subjectKeys) : [])
+                                         middleware: outbox.enabled ? try SubjectKeysSetup.relayMiddleware(store: subjectKeys, redisURL: configuration.redisURL) : [])
         let metricsEndpoint = try metricsAddress(file: file).map { address in
             try PrometheusEndpoint.endpoint(host: address.host, port: address.port, redisURL: configuration.redisURL,
                                             databaseURL: noDatabase ? nil : database.resolvedURL(configured: file.databaseURL))

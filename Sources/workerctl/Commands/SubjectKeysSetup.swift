@@ -68,7 +68,8 @@ enum SubjectKeysSetup {
     /// classes with personal arguments (`DomainJobs.personalArgumentTypes`), so rows written in clear (SQL
     /// `workers_enqueue`, `Outbox.enqueue`) reach Redis encrypted. Without a key store the rows go as written, and a
     /// warning says so once.
-    static func relayMiddleware(store: SubjectKeyStore?) -> [any EnqueueMiddleware] {
+    /// `redisURL`: where the sealer's cache hears of erasures (the relay's default shard).
+    static func relayMiddleware(store: SubjectKeyStore?, redisURL: String) throws -> [any EnqueueMiddleware] {
         guard let store else {
             let classes = DomainJobs.personalArgumentTypes.map { $0.className }.joined(separator: ",")
             Logger(label: "workerctl.outbox").warning(
@@ -76,7 +77,8 @@ enum SubjectKeysSetup {
                 metadata: ["classes": "\(classes)"])
             return []
         }
-        return [SubjectArgumentsSealer(store: store, classes: DomainJobs.personalArgumentTypes)]
+        return [SubjectArgumentsSealer(store: store, classes: DomainJobs.personalArgumentTypes,
+                                       redis: try RedisPool(url: redisURL, maxConnections: 1))]
     }
 
     /// The sealer `workerctl enqueue` uses for `className`, or nil when the class declares no personal arguments.
