@@ -57,6 +57,9 @@ public final class SubjectArgumentsSealer: EnqueueMiddleware {
             // That one subject's fault, not the store's: the job is refused (an outbox row is marked with it and the
             // relay's batch goes on), and the next job of another subject seals as usual.
             throw EnqueueError.invalidArguments("\(job.className): the subject's data key \(keyID) does not unwrap (its row in subject_keys was changed); restore the row from a backup or erase the subject (docs/jobs-privacy.md)")
+        } catch SubjectKeyStoreError.personErased {
+            // A job for a person erased before it was sealed: it would run as a no-op at best; refused here instead.
+            throw EnqueueError.invalidArguments("\(job.className): the subject's person was erased; no key is made for an erased person, so the job is refused (docs/jobs-privacy.md)")
         }
         for field in pending {
             object[field] = try PersonalEnvelope.seal(object[field]!, field: field, keyID: dataKey.keyID, key: dataKey.key).json

@@ -78,7 +78,9 @@ public final class SubjectKeyStore: Sendable {
     }
 
     /// The data key of `subject`, made on first use. `person`: the `users.id` the subject belongs to (erased with
-    /// it); a subject that is itself a UUID is its own person. Two producers asking at once get the same key.
+    /// it); a subject that is itself a UUID is its own person. Two producers asking at once get the same key. No key
+    /// is made for a person already erased (`SubjectKeyStoreError.personErased`): the check and the insert hold the
+    /// person's advisory lock, which the erasure takes too.
     public func dataKey(forSubject subject: String, person: UUID? = nil) throws -> SubjectDataKey {
         let digest = digest(ofSubject: subject)
         let person = person ?? UUID(uuidString: subject.trimmingCharacters(in: .whitespacesAndNewlines))
@@ -93,10 +95,18 @@ public final class SubjectKeyStore: Sendable {
             if let found = try existing() { return found }
             let keyID = Self.newKeyID()
             let wrapped = try current.wrap(SymmetricKey(size: .bits256).withUnsafeBytes { Data($0) }, context: Self.dataKeyContext(keyID))
-            try conn.write("""
-                INSERT INTO subject_keys (key_id, subject_digest, person_id, kek_id, wrapped_key)
-                VALUES ($1, $2, $3, $4, $5) ON CONFLICT (subject_digest) DO NOTHING
-                """, [keyID, digest, person, current.id, wrapped])
+            try conn.transaction { c in
+                if let person {
+                    _ = try c.execute(Self.personLock, [person])
+                    if try c.queryFirst("SELECT 1 FROM subject_key_erasures WHERE person_id = $1", [person]) != nil {
+                        throw SubjectKeyStoreError.personErased
+                    }
+                }
+                _ = try c.execute("""
+                    INSERT INTO subject_keys (key_id, subject_digest, person_id, kek_id, wrapped_key)
+                    VALUES ($1, $2, $3, $4, $5) ON CONFLICT (subject_digest) DO NOTHING
+                    """, [keyID, digest, person, current.id, wrapped])
+            }
             guard let made = try existing() else { throw SubjectKeyStoreError.raceLost }
             return made
         }
@@ -164,9 +174,16 @@ public final class SubjectKeyStore: Sendable {
     /// Deletes the data keys of `personID` (every subject linked to that `users.id`), inside the caller's
     /// transaction (the account deletion's). Needs no KEK. Returns how many keys went. Call
     /// `SubjectKeyInvalidation.announce` after the commit so no worker keeps a cached copy.
+    /// The person is recorded in `subject_key_erasures` (under the person's advisory lock, which key creation takes
+    /// too), so no key is made for them afterwards.
     public static func erase(personID: UUID, on conn: PostgresConnection) throws -> Int {
-        try conn.execute("DELETE FROM subject_keys WHERE person_id = $1", [personID])
+        _ = try conn.execute(personLock, [personID])
+        _ = try conn.execute("INSERT INTO subject_key_erasures (person_id) VALUES ($1) ON CONFLICT DO NOTHING", [personID])
+        return try conn.execute("DELETE FROM subject_keys WHERE person_id = $1", [personID])
     }
+
+    /// The transaction-scoped advisory lock that orders a person's key creation and erasure.
+    static let personLock = "SELECT pg_advisory_xact_lock(hashtextextended('subject-keys-person|' || $1::text, 0))"
 
     /// Deletes the data key of one subject (e.g. an e-mail address not linked to a person), in the caller's
     /// transaction. Returns 1 when there was one.
@@ -193,6 +210,8 @@ public enum SubjectKeyStoreError: Error, Sendable, CustomStringConvertible, Equa
     case damagedKey(keyID: String)
     /// A concurrent insert and delete of the same subject's key (retry).
     case raceLost
+    /// The subject's person was erased: no data key is made for them again (their job is refused).
+    case personErased
 
     public var description: String {
         switch self {
@@ -203,6 +222,7 @@ public enum SubjectKeyStoreError: Error, Sendable, CustomStringConvertible, Equa
                 + "configure that KEK as WORKERS_KEK_PREVIOUS and run `workerctl keys rotate` (docs/jobs-privacy.md)"
         case .damagedKey(let keyID): return "subject key \(keyID) does not unwrap: its row was changed"
         case .raceLost: return "subject key created and deleted concurrently; try again"
+        case .personErased: return "the subject's person was erased: no data key is made for them again"
         }
     }
 }
