@@ -23,6 +23,10 @@ public enum DomainJobs {
     /// arguments"): what `workerctl enqueue` encrypts, and what a Swift producer hands its `SubjectArgumentsSealer`.
     public static let personalArgumentTypes: [any JobArguments.Type] = [ValidateReceiptArguments.self]
 
+    /// How `workerctl jobs` and the dashboard show the domain's jobs: the default redaction, and each class's
+    /// declared personal fields hidden (`ArgsRedactor.declaring`).
+    public static let argsRedactor = ArgsRedactor.declaring(personalArgumentTypes)
+
     /// Registers the unconfigured area's stand-in (`UnusableAreaJob`) under each of `classNames`: their jobs retry,
     /// visible in `retry` with `problem`, until a worker that can run them takes them.
     public static func registerStandIns(for classNames: [String], area: String, problem: String,

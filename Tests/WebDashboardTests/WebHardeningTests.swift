@@ -153,28 +153,32 @@ extension WebDashboardTests {
     }
 
     /// M11: a receipt job's purchase token and receipt, and a dead job's e-mail and coordinates, are not shown by
-    /// any page or by `workerctl jobs ls|show` (table and JSON): "[redacted]" instead; other args stay visible. A
-    /// search by the token finds nothing (search is by jid or class). Every answer carries `Cache-Control: no-store`.
+    /// any page or by `workerctl jobs ls|show` (table and JSON): "[redacted]" instead; other args stay visible. The
+    /// receipt class's declared personal fields (issue 50 point 6) are hidden too, though `user_id` and
+    /// `transaction_id` are no sensitive words: "[redacted]" in clear, "[encrypted]" for an envelope. A search by the
+    /// token finds nothing (search is by jid or class). Every answer carries `Cache-Control: no-store`.
     func testSecretsInArgumentsAreRedactedOnPagesAndByWorkerctlJobs() throws {
         let redis = try TestRedis(database: 109)
         let token = "tokSECRETpurchase0123456789"
         let receipt = "MIIreceiptSECRETdata987"
         let email = "alice.secret@example.com"
         let jid = try redis.client.enqueue(NewJob("ValidateReceiptJob", args: [.object([
-            "user_id": .string("user-visible-42"), "store": .string("google"),
+            "user_id": .string("user-personal-42"), "store": .string("google-visible"), "transaction_id": .string("7300099123"),
+            "original_transaction_id": .object(["enc": .string("v1"), "kid": .string("kidSECRETlink"), "ct": .string("AAAA")]),
             "purchase_token": .string(token), "receipt_data": .string(receipt)])]))
         let dead = try deadJob(redis, className: "ReverseGeocodeJob",
                                args: [.object(["email": .string(email), "lat": .double(48.137154), "longitude": .double(11.576124),
                                                "nested": .object(["purchaseToken": .string(token)])])], message: "boom")
         let base = try startServer(redis)
-        let secrets = [token, receipt, email, "48.137154", "11.576124"]
+        let secrets = [token, receipt, email, "48.137154", "11.576124", "user-personal-42", "7300099123", "kidSECRETlink"]
         for path in ["jobs/enqueued", "job/\(jid)", "search?q=ValidateReceiptJob", "jobs/dead", "job/\(dead)", "search?q=\(dead)", ""] {
             let page = try http(base + path)
             XCTAssertEqual(page.status, 200, path)
             for secret in secrets { XCTAssertFalse(page.body.contains(secret), "\(path) shows \(secret)") }
         }
         let receiptPage = try http(base + "job/\(jid)").body
-        XCTAssertTrue(receiptPage.contains("[redacted]") && receiptPage.contains("user-visible-42"), receiptPage)
+        XCTAssertTrue(receiptPage.contains("[redacted]") && receiptPage.contains("[encrypted]") && receiptPage.contains("google-visible"),
+                      receiptPage)
         XCTAssertTrue(try http(base + "jobs/dead").body.contains("[redacted]"))
         XCTAssertTrue(try http(base + "search?q=\(token)").body.contains("No jobs."), "search does not read argument text")
 

@@ -6,6 +6,9 @@
 /// - Default, for every class: inside the arguments and the payload's other fields, at any depth, the value of
 ///   every object key that `isSensitive` (compared without case, `_` and `-`: `purchase_token`, `purchaseToken`
 ///   and `Purchase-Token` are one key) is replaced by `"[redacted]"`.
+/// - Per class, its declared personal fields (`JobArguments.personalFields`, the single-hash layout): each is shown as
+///   `"[encrypted]"` when it holds an envelope and `"[redacted]"` when it arrived in clear (a foreign producer), whatever
+///   its key's name (`user_id`, `transaction_id` are not sensitive words, but personal for that class).
 /// - Per class, a hook (like Oban Web's `format_job_args`) rewrites the arguments first — for a class that takes a
 ///   secret positionally (`["user-1", "eyJhbGci…"]`) — and the default then applies to its result, so a hook can
 ///   hide more, never less.
@@ -18,6 +21,8 @@ public struct ArgsRedactor: Sendable {
 
     /// What a hidden value is shown as.
     public static let placeholder = "[redacted]"
+    /// What a declared personal field holding an envelope is shown as.
+    public static let encryptedPlaceholder = "[encrypted]"
 
     /// Keys whose values are hidden wherever they occur (normalized: lower case, no `_` or `-`). From the domain
     /// jobs' arguments (Sources/Jobs: `receipt_data`, `purchase_token`, `signed_transaction`, the notifications'
@@ -48,9 +53,21 @@ public struct ArgsRedactor: Sendable {
     }
 
     private let hooks: [String: Hook]
+    private let personalFields: [String: Set<String>]
 
-    /// `hooks` by class name (the payload's `class`, or the display class: ActiveJob's `wrapped`).
-    public init(hooks: [String: Hook] = [:]) { self.hooks = hooks }
+    /// `hooks` by class name (the payload's `class`, or the display class: ActiveJob's `wrapped`); `personalFields`
+    /// by class name too (`declaring(_:)` builds them from the argument types).
+    public init(hooks: [String: Hook] = [:], personalFields: [String: Set<String>] = [:]) {
+        self.hooks = hooks
+        self.personalFields = personalFields.filter { !$0.value.isEmpty }
+    }
+
+    /// The default rule, each of `types`' declared personal fields hidden, and `hooks`.
+    public static func declaring(_ types: [any JobArguments.Type], hooks: [String: Hook] = [:]) -> ArgsRedactor {
+        var fields: [String: Set<String>] = [:]
+        for type in types { fields[type.className, default: []].formUnion(type.personalFields) }
+        return ArgsRedactor(hooks: hooks, personalFields: fields)
+    }
 
     /// The default rule for every class, no hooks.
     public static let standard = ArgsRedactor()
@@ -59,7 +76,16 @@ public struct ArgsRedactor: Sendable {
     public func args(of record: JobRecord) -> [JSONValue]? {
         guard let args = record.args else { return nil }
         let hook = record.className.flatMap { hooks[$0] } ?? record.displayClass.flatMap { hooks[$0] }
-        return (hook?(args) ?? args).map(Self.redactingSensitiveKeys)
+        var shown = hook?(args) ?? args
+        if let fields = record.className.flatMap({ personalFields[$0] }) ?? record.displayClass.flatMap({ personalFields[$0] }),
+           let first = shown.first, let object = first.objectValue {
+            shown[0] = .object(JSONObject(object.entries.map { entry in
+                guard fields.contains(entry.key) else { return entry }
+                let sealed = entry.value.objectValue?["enc"] != nil
+                return (entry.key, .string(sealed ? Self.encryptedPlaceholder : Self.placeholder))
+            }))
+        }
+        return shown.map(Self.redactingSensitiveKeys)
     }
 
     /// The whole payload as shown: `args` as `args(of:)`, every other field by the default rule. nil when the

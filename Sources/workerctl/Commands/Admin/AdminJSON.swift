@@ -1,4 +1,5 @@
 import Foundation
+import Jobs
 import Queue
 
 /// The `--json` shapes, in one place so they stay stable (documented in docs/workerctl.md).
@@ -16,7 +17,7 @@ enum AdminJSON {
             "queue": .string(record.queue),
             "class": string(record.className),
             "display_class": string(record.displayClass),
-            "args": ArgsRedactor.standard.args(of: record).map { .array($0) } ?? .null,
+            "args": DomainJobs.argsRedactor.args(of: record).map { .array($0) } ?? .null,
             "score": number(record.score),
             "at": Format.iso(record.score),
             "created_at": number(record.createdAt),
@@ -38,8 +39,8 @@ enum AdminJSON {
     /// raw with secrets and personal data redacted (`ArgsRedactor`, review M11).
     static func detail(_ record: JobRecord) -> JSONValue {
         guard case .object(var object) = summary(record) else { return .null }
-        object["payload"] = ArgsRedactor.standard.item(of: record).map { .object($0) } ?? .null
-        object["raw"] = .string(ArgsRedactor.standard.text(of: record))
+        object["payload"] = DomainJobs.argsRedactor.item(of: record).map { .object($0) } ?? .null
+        object["raw"] = .string(DomainJobs.argsRedactor.text(of: record))
         let backtrace = decodedBacktrace(record)
         object["error_backtrace"] = backtrace.lines.map { .array($0.map { .string($0) }) } ?? .null
         object["backtrace_error"] = string(backtrace.error)

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Jobs
 import Queue
 
 struct JobsCommand: ParsableCommand {
@@ -22,7 +23,7 @@ struct JobsCommand: ParsableCommand {
         table.maxCellWidth = 48
         for record in page.items {
             table.add([record.jid ?? "-", record.state.rawValue, record.queue, record.displayClass ?? "?",
-                       ArgsRedactor.standard.args(of: record).map { JSONValue.array($0).serialized() } ?? "(invalid)",
+                       DomainJobs.argsRedactor.args(of: record).map { JSONValue.array($0).serialized() } ?? "(invalid)",
                        when(record, now: now), info(record)])
         }
         table.print()
@@ -98,7 +99,7 @@ struct JobsCommand: ParsableCommand {
             for (shard, page) in pages {
                 for record in page.items {
                     table.add([shard, record.jid ?? "-", record.state.rawValue, record.queue, record.displayClass ?? "?",
-                               ArgsRedactor.standard.args(of: record).map { JSONValue.array($0).serialized() } ?? "(invalid)",
+                               DomainJobs.argsRedactor.args(of: record).map { JSONValue.array($0).serialized() } ?? "(invalid)",
                                JobsCommand.when(record, now: now), JobsCommand.info(record)])
                 }
             }
@@ -159,7 +160,7 @@ struct JobsCommand: ParsableCommand {
             line("queue", record.queue)
             if let reason = record.invalidReason { line("INVALID", reason) }
             line("class", record.displayClass.map { $0 == record.className ? $0 : "\($0) (\(record.className ?? "?"))" } ?? "-")
-            line("args", ArgsRedactor.standard.args(of: record).map { JSONValue.array($0).serialized() } ?? "-")
+            line("args", DomainJobs.argsRedactor.args(of: record).map { JSONValue.array($0).serialized() } ?? "-")
             line("created", Format.time(record.createdAt))
             line("enqueued", Format.time(record.enqueuedAt))
             if let retry = record.item?["retry"] { line("retry", retry.serialized() + (record.retryCount.map { ", retry_count \($0)" } ?? "")) }
@@ -176,7 +177,7 @@ struct JobsCommand: ParsableCommand {
                 line("backtrace", "cannot decode: \(error)")
             }
             print("payload (secrets and personal data redacted)")
-            print("  \(ArgsRedactor.standard.text(of: record))")
+            print("  \(DomainJobs.argsRedactor.text(of: record))")
         }
     }
 

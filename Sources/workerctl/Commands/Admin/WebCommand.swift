@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Jobs
 import Logging
 import Synchronization
 import WebDashboard
@@ -27,8 +28,9 @@ struct WebCommand: ParsableCommand {
         let credential = try resolvedCredential()
         // Several shards (REDIS_SHARDS / QUEUE_SHARDS or the config file): every page shows each of them.
         let database = databaseURL ?? ProcessInfo.processInfo.environment["DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
-        let configuration = WebConfiguration(host: host, port: port, shards: try connection.shardMap(), credential: credential,
+        var configuration = WebConfiguration(host: host, port: port, shards: try connection.shardMap(), credential: credential,
                                              databaseURL: database)
+        configuration.redactor = DomainJobs.argsRedactor
         do { try configuration.validate() } catch { throw CLIError.usage(error.description) }
         let logger = Logger(label: "workerctl.web")
         let finished = DispatchSemaphore(value: 0)
