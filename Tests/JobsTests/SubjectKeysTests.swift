@@ -424,6 +424,64 @@ final class SubjectKeysTests: ReceiptsTestCase {
         XCTAssertEqual(try keys(other), 1)
     }
 
+    /// The one-off scrub (issue 50 point 1): error texts an older release wrote with opened values in them lose the
+    /// values (`[field]`), in retry and dead, at the same score, the arguments still sealed; a job whose key is erased
+    /// has both texts replaced by a fixed note; the opener's own refusals and classes without personal arguments are
+    /// left alone; `--dry-run` writes nothing; a second run changes nothing.
+    func testScrubErrorsRemovesOpenedValuesFromOldErrorTextsInRetryAndDead() throws {
+        let store = try SubjectKeyStore(pool: pool, current: kek1)
+        let user = try db.newUser()
+        let (erasedUser, request) = try userWithDueDeletion(email: "zqscrub@example.org")
+        func entry(_ job: NewJob, message: String, errorClass: String = "RuntimeError", backtrace: [String] = []) throws -> String {
+            var payload = try JobClient.payload(for: job, createdAt: Clock.now(), enqueuedAt: Clock.now())
+            payload.fields["error_class"] = .string(errorClass)
+            payload.fields["error_message"] = .string(message)
+            if !backtrace.isEmpty { payload.fields["error_backtrace"] = .array(backtrace.map { .string($0) }) }
+            payload.fields["retry_count"] = .int(1)
+            return payload.serialized()
+        }
+        let quoted = try entry(try sealer(store).sealed(try validation(user: user, receipt: "zqscrubreceipt-1", transaction: "7352001")),
+                               message: "transaction 7352001 is not in receipt zqscrubreceipt-1 of user \(user.uuidString.lowercased())",
+                               backtrace: ["ValidateReceiptJob.perform user=\(user.uuidString.lowercased())", "JobRunner.run"])
+        let gone = try entry(try sealer(store).sealed(try validation(user: erasedUser, receipt: "zqscrubreceipt-2", transaction: "7352002")),
+                             message: "transaction 7352002 refused for \(erasedUser.uuidString.lowercased())", backtrace: ["frame"])
+        let refusal = try entry(try sealer(store).sealed(try validation(user: erasedUser, receipt: "zqscrubreceipt-3", transaction: "7352003")),
+                                message: "the data key of user_id (key id k) is erased: the subject was deleted", errorClass: "SubjectErased")
+        let other = try entry(NewJob("Noop", args: [.string("7352001")]), message: "Noop failed on 7352001")
+        try redis.command("ZADD", Keys.retry, 1000, quoted)
+        try redis.command("ZADD", Keys.dead, 2000, gone, 3000, refusal, 4000, other)
+        try erase(erasedUser, request: request)
+        let environment = ["REDIS_URL": redis.url, "DATABASE_URL": fixture.database.url, "WORKERS_KEK": kek1.configurationText]
+
+        let dry = try ChildProcess.run(TestServices.workerctl, ["keys", "scrub-errors", "--dry-run"], environment: environment, timeout: 30)
+        XCTAssertEqual(dry.status, 0, dry.stderr)
+        XCTAssertTrue(dry.stdout.contains("would scrub 1, would blank 1 of 4"), dry.stdout)
+        XCTAssertEqual(try redis.command("ZRANGE", Keys.retry, 0, -1).strings, [quoted], "a dry run writes nothing")
+
+        let run = try ChildProcess.run(TestServices.workerctl, ["keys", "scrub-errors"], environment: environment, timeout: 30)
+        XCTAssertEqual(run.status, 0, run.stderr)
+        XCTAssertTrue(run.stdout.contains("scrubbed 1, blanked 1 of 4"), run.stdout)
+        let retried = try XCTUnwrap(try redis.payloads(zset: Keys.retry).first)
+        XCTAssertEqual(retried.fields["error_message"]?.stringValue,
+                       "transaction [transaction_id] is not in receipt [receipt_data] of user [user_id]")
+        XCTAssertEqual(retried.fields["error_backtrace"]?.arrayValue?.compactMap(\.stringValue),
+                       ["ValidateReceiptJob.perform user=[user_id]", "JobRunner.run"])
+        XCTAssertEqual(retried.args, try JobPayload(parsing: quoted).args, "the arguments stay sealed, as they were")
+        XCTAssertEqual(try redis.command("ZSCORE", Keys.retry, retried.serialized()).double, 1000, "at its score")
+        let dead = try redis.payloads(zset: Keys.dead)
+        let blanked = try XCTUnwrap(dead.first { $0.jid == (try? JobPayload(parsing: gone))?.jid })
+        XCTAssertEqual(blanked.fields["error_message"]?.stringValue, OpenedErrorScrub.blankedMessage)
+        XCTAssertNil(blanked.fields["error_backtrace"])
+        let members = try redis.command("ZRANGE", Keys.dead, 0, -1).strings
+        XCTAssertTrue(members.contains(refusal) && members.contains(other), "the refusal's own text and other classes are left")
+        for needle in ["7352001", "7352002", "zqscrubreceipt", user.uuidString.lowercased(), erasedUser.uuidString.lowercased()] {
+            XCTAssertFalse((try redis.command("ZRANGE", Keys.retry, 0, -1).strings + members.filter { $0 != other })
+                .contains { $0.contains(needle) }, needle)
+        }
+        let again = try ChildProcess.run(TestServices.workerctl, ["keys", "scrub-errors"], environment: environment, timeout: 30)
+        XCTAssertTrue(again.stdout.contains("scrubbed 0, blanked 0 of 4"), again.stdout + again.stderr)
+    }
+
     /// A worker whose key store fails (its table away) keeps the job of a personal class waiting in `schedule` without
     /// spending a retry (`key_store_waits` counts the waits), and runs it once the store is back (issue 50 point 4).
     func testAJobWhoseKeyStoreFailsWaitsWithoutSpendingARetryAndRunsOnceItIsBack() throws {

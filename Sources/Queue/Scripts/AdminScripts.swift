@@ -29,6 +29,16 @@ enum AdminScripts {
         return out
         """)
 
+    /// KEYS[1] = a sorted set; ARGV[1] = a member's exact bytes, ARGV[2] = its replacement. Replaces the member at
+    /// its score when it is still there (1), else leaves the set as it is (0). `JobSetRewrite`.
+    static let replaceMember = RedisScript("""
+        local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+        if not score then return 0 end
+        redis.call('ZREM', KEYS[1], ARGV[1])
+        redis.call('ZADD', KEYS[1], score, ARGV[2])
+        return 1
+        """)
+
     /// One page of a sorted set walked from the lowest score up (`SortedJobSet.forEachPageAscending`).
     /// KEYS[1] = the set. ARGV[1] = the highest score to visit, ARGV[2] = page size; for every page
     /// but the first, ARGV[3] = the score and ARGV[4] = the member of the previous page's last entry
