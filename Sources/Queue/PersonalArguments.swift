@@ -1,7 +1,7 @@
 import Foundation
 
 /// The worker's side of encrypted personal arguments (docs/jobs-privacy.md): turns the envelopes
-/// (`{"enc":"v1","kid":…,"ct":…}`) of a job's declared personal fields back into their values, right before the
+/// (`{"enc":"v2","kid":…,"ct":…}`) of a job's declared personal fields back into their values, right before the
 /// registry decodes the arguments. The original payload (envelopes) is what stays in Redis: a retry or a dead entry
 /// never holds the clear values.
 ///

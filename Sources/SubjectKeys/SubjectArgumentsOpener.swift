@@ -7,6 +7,11 @@ import Queue
 /// `cacheCapacity` keys, each for at most `cacheTTL`, dropped fleet-wide on erasure: `SubjectKeyInvalidation`, read at
 /// most once per `epochCheckInterval`).
 ///
+/// Binding (issue 50 point 2): every envelope of a job must carry the same key id, and when the subject field is in
+/// clear, the key id its subject has in the store; a v2 envelope opens only in its field of a job of its class
+/// (`PersonalEnvelope`); a v1 envelope (not bound to its class) is refused in strict mode and after
+/// `PersonalEnvelope.legacyAcceptedUntil`. Each broken rule → `UnreadableEnvelope`, naming fields and key ids only.
+///
 /// Outcomes per field: an envelope whose key exists opens (its value replaces it); whose key is gone →
 /// `SubjectErased` (dead, never retried); that does not open with its key or is of an unknown version →
 /// `UnreadableEnvelope`; a clear value → accepted, or `PersonalDataInClear` in strict mode; the key store
@@ -18,6 +23,7 @@ public final class SubjectArgumentsOpener: PersonalArgumentsOpener {
     let redis: RedisPool?
     let strict: Bool
     let cache: SubjectKeyCache
+    let now: @Sendable () -> Date
 
     /// The most unwrapped keys a worker keeps by default: about 2 MB (measured: bench/subject-keys-cache.sh).
     public static let defaultCacheCapacity = 10_000
@@ -30,6 +36,7 @@ public final class SubjectArgumentsOpener: PersonalArgumentsOpener {
         self.store = store
         self.redis = redis
         self.strict = strict
+        self.now = now
         cache = SubjectKeyCache(capacity: cacheCapacity, ttl: cacheTTL, redis: redis,
                                 epochCheckInterval: epochCheckInterval, now: now)
     }
@@ -43,18 +50,11 @@ public final class SubjectArgumentsOpener: PersonalArgumentsOpener {
 
     public func open(_ args: [JSONValue], className: String, fields: Set<String>, subjectField: String?) throws -> [JSONValue] {
         guard args.count == 1, var object = args[0].objectValue else { return args }  // decoding reports the shape
+        var envelopes: [(field: String, envelope: PersonalEnvelope)] = []
         for field in fields.sorted() {
             guard let value = object[field], value != .null else { continue }
             if let envelope = PersonalEnvelope(value) {
-                guard let key = try key(id: envelope.keyID) else {
-                    throw PersonalArgumentsRefusal(errorClass: "SubjectErased",
-                                                   reason: "the data key of \(field) (key id \(envelope.keyID)) is erased: the subject was deleted")
-                }
-                guard let clear = envelope.open(field: field, key: key) else {
-                    throw PersonalArgumentsRefusal(errorClass: "UnreadableEnvelope",
-                                                   reason: "\(field) does not open with its key (moved from another field or changed)")
-                }
-                object[field] = clear
+                envelopes.append((field, envelope))
             } else if PersonalEnvelope.isEnvelopeLike(value) {
                 throw PersonalArgumentsRefusal(errorClass: "UnreadableEnvelope", reason: "\(field) is an envelope this worker cannot read")
             } else if strict {
@@ -62,7 +62,51 @@ public final class SubjectArgumentsOpener: PersonalArgumentsOpener {
                                                reason: "\(field) is personal and arrived in clear (strict mode): the producer must encrypt it")
             }
         }
+        guard let first = envelopes.first else { return args }
+        // Bound to the person: a job's personal fields are all sealed under its subject's key (a sealer seals no
+        // other way), so a field taken from another person's job is refused whatever its bytes.
+        let keyID = first.envelope.keyID
+        if let other = envelopes.first(where: { $0.envelope.keyID != keyID }) {
+            throw PersonalArgumentsRefusal(errorClass: "UnreadableEnvelope",
+                                           reason: "\(other.field) is sealed under another key than \(first.field): a job's personal fields are all its subject's")
+        }
+        if let subjectField, let subject = object[subjectField]?.stringValue {  // a subject in clear names its key
+            guard try subjectKeyID(subject) == keyID else {
+                throw PersonalArgumentsRefusal(errorClass: "UnreadableEnvelope",
+                                               reason: "\(first.field) is not sealed under the key of \(subjectField) (key id \(keyID))")
+            }
+        }
+        if let legacy = envelopes.first(where: { $0.envelope.version == PersonalEnvelope.legacyVersion }) {
+            if strict {
+                throw PersonalArgumentsRefusal(errorClass: "UnreadableEnvelope",
+                                               reason: "\(legacy.field) is a v1 envelope, not bound to its class: refused in strict mode")
+            }
+            if now() >= PersonalEnvelope.legacyAcceptedUntil {
+                throw PersonalArgumentsRefusal(errorClass: "UnreadableEnvelope",
+                                               reason: "\(legacy.field) is a v1 envelope: no longer opened (docs/jobs-privacy.md)")
+            }
+        }
+        guard let key = try key(id: keyID) else {
+            throw PersonalArgumentsRefusal(errorClass: "SubjectErased",
+                                           reason: "the data key of \(first.field) (key id \(keyID)) is erased: the subject was deleted")
+        }
+        for (field, envelope) in envelopes {
+            guard let clear = envelope.open(field: field, className: className, key: key) else {
+                throw PersonalArgumentsRefusal(errorClass: "UnreadableEnvelope",
+                                               reason: "\(field) does not open with its key (moved from another field or class, or changed)")
+            }
+            object[field] = clear
+        }
         return [.object(object)]
+    }
+
+    /// The key id of a subject given in clear, cached like the keys (under its digest).
+    private func subjectKeyID(_ subject: String) throws -> String? {
+        let name = "subject:" + store.digest(ofSubject: subject).base64EncodedString()
+        if let cached = cache.entry(name) { return cached.keyID }
+        guard let keyID = try store.keyID(forSubject: subject) else { return nil }
+        if let key = try key(id: keyID) { cache.insert(name, keyID: keyID, key: key) }
+        return keyID
     }
 
     private func key(id: String) throws -> SymmetricKey? {

@@ -62,7 +62,8 @@ public final class SubjectArgumentsSealer: EnqueueMiddleware {
             throw EnqueueError.invalidArguments("\(job.className): the subject's person was erased; no key is made for an erased person, so the job is refused (docs/jobs-privacy.md)")
         }
         for field in pending {
-            object[field] = try PersonalEnvelope.seal(object[field]!, field: field, keyID: dataKey.keyID, key: dataKey.key).json
+            object[field] = try PersonalEnvelope.seal(object[field]!, field: field, className: job.className,
+                                                      keyID: dataKey.keyID, key: dataKey.key).json
         }
         job.args = [.object(object)]
     }

@@ -112,6 +112,14 @@ public final class SubjectKeyStore: Sendable {
         }
     }
 
+    /// The id of `subject`'s data key, or nil when it has none (never made, or erased). Makes nothing.
+    public func keyID(forSubject subject: String) throws -> String? {
+        try pool.withConnection { conn in
+            try conn.queryFirst("SELECT key_id FROM subject_keys WHERE subject_digest = $1", [digest(ofSubject: subject)])?
+                .string("key_id")
+        }
+    }
+
     /// The data key (its 32 bytes) with this id, or nil when there is none: erased (or never made).
     public func dataKey(id keyID: String) throws -> Data? {
         try pool.withConnection { conn in

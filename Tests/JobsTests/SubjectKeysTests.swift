@@ -44,6 +44,7 @@ final class SubjectKeysTests: ReceiptsTestCase {
             mailFrom: EmailAddress("privacy@example.test", name: "Privacy Team"))
         PrivacyJobs.register(into: &registry, configuration: privacy, redis: redis.pool, subjectKeys: subjectKeys)
         registry.register(MailOnlyProbeJob())
+        registry.register(EchoPersonalJob())
         registry.personalArgumentsOpener = opener
         return registry
     }
@@ -424,6 +425,84 @@ final class SubjectKeysTests: ReceiptsTestCase {
         XCTAssertEqual(try keys(other), 1)
     }
 
+    /// Envelopes are bound to their job's class and person (issue 50 point 2), through the real runner: a field
+    /// taken from another person's job, an envelope pasted into a job of another class (whose subject names the same
+    /// person in clear), and a field sealed for another person under a clear subject all end in dead as
+    /// `UnreadableEnvelope`, naming fields and key ids only; the jobs as sealed run.
+    func testAnEnvelopeTakenFromAnotherPersonOrPastedIntoAnotherClassDoesNotOpen() throws {
+        let store = try SubjectKeyStore(pool: pool, current: kek1)
+        let driver = try fixture.driver(try registry(opener: SubjectArgumentsOpener(store: store, redis: redis.pool)))
+        let userA = try db.newUser(), userB = try db.newUser()
+        try registerValid(receipt: "zqbindA", transaction: "7353001")
+        let jobA = try sealer(store).sealed(try validation(user: userA, receipt: "zqbindA", transaction: "7353001"))
+        let jobB = try sealer(store).sealed(try validation(user: userB, receipt: "zqbindB", transaction: "7353002"))
+        let argsA = try XCTUnwrap(jobA.args.first?.objectValue), argsB = try XCTUnwrap(jobB.args.first?.objectValue)
+        func refusal(_ className: String, _ object: JSONObject) throws -> JobPayload {
+            let delivery = try driver.deliver(className, [.object(object)])
+            guard case .dead(let payload) = delivery else { XCTFail("\(delivery)"); return try JobRunnerDriver.payload(className, []) }
+            XCTAssertEqual(payload.fields["error_class"]?.stringValue, "UnreadableEnvelope")
+            let message = payload.fields["error_message"]?.stringValue ?? ""
+            for secret in ["zqbind", "7353", userA.uuidString.lowercased(), userB.uuidString.lowercased()] {
+                XCTAssertFalse(message.contains(secret), message)
+            }
+            return payload
+        }
+        // 1. A's job with B's receipt: two keys in one job.
+        var mixed = argsA
+        mixed["receipt_data"] = argsB["receipt_data"]
+        XCTAssertTrue(try refusal(ValidateReceiptArguments.className, mixed).fields["error_message"]?.stringValue?
+            .contains("sealed under another key") == true)
+        // 2. A's transaction_id envelope in a job of another class whose clear subject is A: the key is A's, the class not.
+        let echoSealer = SubjectArgumentsSealer(store: store, classes: [EchoPersonalJob.Arguments.self])
+        let echo = try echoSealer.sealed(try NewJob(EchoPersonalJob.Arguments(user_id: userA.uuidString, transaction_id: "7353003")))
+        var pasted = try XCTUnwrap(echo.args.first?.objectValue)
+        pasted["transaction_id"] = argsA["transaction_id"]
+        XCTAssertTrue(try refusal(EchoPersonalJob.Arguments.className, pasted).fields["error_message"]?.stringValue?
+            .contains("moved from another field or class") == true)
+        // 3. A clear subject with a field sealed for someone else.
+        let forB = try echoSealer.sealed(try NewJob(EchoPersonalJob.Arguments(user_id: userB.uuidString, transaction_id: "7353004")))
+        var borrowed = try XCTUnwrap(forB.args.first?.objectValue)
+        borrowed["user_id"] = .string(userA.uuidString)
+        XCTAssertTrue(try refusal(EchoPersonalJob.Arguments.className, borrowed).fields["error_message"]?.stringValue?
+            .contains("not sealed under the key of user_id") == true)
+        // The jobs as sealed run.
+        XCTAssertNoThrow(try driver.run(EchoPersonalJob.Arguments.className, echo.args))
+        XCTAssertNoThrow(try driver.run(ValidateReceiptArguments.className, jobA.args))
+        XCTAssertEqual(try db.userStatus(userA), "premium")
+    }
+
+    /// v1 envelopes (sealed before the class binding) still open when all of a job's fields carry its subject's key,
+    /// through the real runner; strict mode refuses them, and so does every worker after
+    /// `PersonalEnvelope.legacyAcceptedUntil` (the opener's clock moved there).
+    func testLegacyEnvelopesOpenUntilTheirCutoffAndNeverInStrictMode() throws {
+        let store = try SubjectKeyStore(pool: pool, current: kek1)
+        let user = try db.newUser()
+        try registerValid(receipt: "zqlegacy", transaction: "7354001")
+        let clear = try validation(user: user, receipt: "zqlegacy", transaction: "7354001")
+        let dataKey = try store.dataKey(forSubject: user.uuidString.lowercased())
+        var object = try XCTUnwrap(clear.args.first?.objectValue)
+        for field in ValidateReceiptArguments.personalFields.sorted() {
+            guard let value = object[field], value != .null else { continue }
+            object[field] = try PersonalEnvelope.sealLegacy(value, field: field, keyID: dataKey.id, key: dataKey.key).json
+        }
+        XCTAssertEqual(PersonalEnvelope(try XCTUnwrap(object["user_id"]))?.version, "v1")
+        let fields = ValidateReceiptArguments.personalFields
+        let strict = SubjectArgumentsOpener(store: store, redis: nil, strict: true)
+        XCTAssertThrowsError(try strict.open([.object(object)], className: ValidateReceiptArguments.className, fields: fields,
+                                             subjectField: "user_id")) { error in
+            XCTAssertEqual((error as? PersonalArgumentsRefusal)?.errorClass, "UnreadableEnvelope")
+            XCTAssertTrue("\(error)".contains("refused in strict mode"), "\(error)")
+        }
+        let late = SubjectArgumentsOpener(store: store, redis: nil, now: { PersonalEnvelope.legacyAcceptedUntil.addingTimeInterval(1) })
+        XCTAssertThrowsError(try late.open([.object(object)], className: ValidateReceiptArguments.className, fields: fields,
+                                           subjectField: "user_id")) { error in
+            XCTAssertTrue("\(error)".contains("no longer opened"), "\(error)")
+        }
+        let driver = try fixture.driver(try registry(opener: SubjectArgumentsOpener(store: store, redis: redis.pool)))
+        XCTAssertNoThrow(try driver.run(ValidateReceiptArguments.className, [.object(object)]))
+        XCTAssertEqual(try db.userStatus(user), "premium")
+    }
+
     /// The one-off scrub (issue 50 point 1): error texts an older release wrote with opened values in them lose the
     /// values (`[field]`), in retry and dead, at the same score, the arguments still sealed; a job whose key is erased
     /// has both texts replaced by a fixed note; the opener's own refusals and classes without personal arguments are
@@ -677,6 +756,19 @@ struct MailOnlyProbeJob: Job {
         static let subjectField: String? = "email"
         let email: String
         let note: String
+    }
+    func perform(_ arguments: Arguments, context: JobContext) throws {}
+}
+
+/// A class whose subject travels in clear (`user_id`, not personal) beside one personal field: the envelopes of another
+/// class or person pasted into it must not open (issue 50 point 2).
+struct EchoPersonalJob: Job {
+    struct Arguments: JobArguments, Equatable {
+        static let className = "ZqEchoPersonal"
+        static let personalFields: Set<String> = ["transaction_id"]
+        static let subjectField: String? = "user_id"
+        let user_id: String
+        let transaction_id: String
     }
     func perform(_ arguments: Arguments, context: JobContext) throws {}
 }
