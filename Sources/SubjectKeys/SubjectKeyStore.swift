@@ -153,28 +153,60 @@ public final class SubjectKeyStore: Sendable {
         public let rewrapped: Int
         /// KEK ids no row needs any more (their lookup-key rows were deleted): the keys can be destroyed.
         public let retiredKEKs: [String]
+        /// Committed transactions it took (batches, and the final one that retires the KEKs).
+        public let transactions: Int
+        /// False when it stopped before the end (`stopAfterBatches`): run it again to go on.
+        public let complete: Bool
     }
 
-    /// Re-wraps every data key not under the current KEK (they must be under the previous one) in one transaction,
-    /// then deletes the other KEKs' lookup-key rows. Afterwards PostgreSQL holds nothing the previous KEK opens:
-    /// destroy it. Keys erased before the rotation are not re-wrapped (they are gone), so an older dump holds them
-    /// only under the previous KEK. Idempotent (a second run re-wraps nothing).
-    public func rotate() throws -> Rotation {
-        try pool.withConnection { conn in
-            try conn.transaction { conn in
-                var count = 0
-                for row in try conn.query("SELECT key_id, kek_id, wrapped_key FROM subject_keys WHERE kek_id <> $1 FOR UPDATE",
-                                          [current.id]) {
+    /// The keys one rotation transaction re-wraps by default.
+    public static let rotationBatchSize = 1000
+
+    /// Re-wraps every data key not under the current KEK (they must be under the previous one), `batchSize` keys per
+    /// committed transaction, then, in a last transaction that re-wraps any key left (one a concurrent erasure or
+    /// creation held), deletes the other KEKs' lookup-key rows. Afterwards PostgreSQL holds nothing the previous KEK
+    /// opens: destroy it.
+    ///
+    /// Memory is one batch, whatever the number of keys. A batch locks only its own rows (`FOR UPDATE SKIP LOCKED`),
+    /// so an erasure waits at most for one batch, and the rotation skips rows an erasure holds until the last
+    /// transaction. A rotation stopped part-way (killed, or `stopAfterBatches` in tests) leaves committed batches under
+    /// the current KEK and the rest under the previous one, both still opened (keep `WORKERS_KEK_PREVIOUS` until it
+    /// completes); running it again goes on. Keys erased before the rotation are not re-wrapped (they are gone), so an
+    /// older dump holds them only under the previous KEK. Idempotent (a second run re-wraps nothing).
+    public func rotate(batchSize: Int = rotationBatchSize, stopAfterBatches: Int? = nil) throws -> Rotation {
+        let size = max(1, batchSize)
+        return try pool.withConnection { conn in
+            var count = 0, transactions = 0
+            func rewrap(_ rows: PostgresRows, on conn: PostgresConnection) throws {
+                for row in rows {
                     let keyID = try row.string("key_id")
                     let key = try unwrap(keyID: keyID, kekID: try row.string("kek_id"), wrapped: try row.data("wrapped_key"))
                     try conn.write("UPDATE subject_keys SET wrapped_key = $2, kek_id = $3 WHERE key_id = $1",
-                                   [keyID, try current.wrap(key, context: Self.dataKeyContext(keyID)),
-                                    current.id])
-                    count += 1
+                                   [keyID, try current.wrap(key, context: Self.dataKeyContext(keyID)), current.id])
                 }
+                count += rows.count
+            }
+            while true {
+                if let stop = stopAfterBatches, transactions >= stop {
+                    return Rotation(rewrapped: count, retiredKEKs: [], transactions: transactions, complete: false)
+                }
+                let done = try conn.transaction { conn -> Int in
+                    let rows = try conn.query("""
+                        SELECT key_id, kek_id, wrapped_key FROM subject_keys WHERE kek_id <> $1
+                        ORDER BY key_id LIMIT \(size) FOR UPDATE SKIP LOCKED
+                        """, [current.id])
+                    try rewrap(rows, on: conn)
+                    return rows.count
+                }
+                transactions += 1
+                if done < size { break }
+            }
+            return try conn.transaction { conn in
+                try rewrap(try conn.query("SELECT key_id, kek_id, wrapped_key FROM subject_keys WHERE kek_id <> $1 FOR UPDATE",
+                                          [current.id]), on: conn)
                 let retired = try conn.query("DELETE FROM subject_key_encryption_keys WHERE kek_id <> $1 RETURNING kek_id",
                                              [current.id]).map { try $0.string("kek_id") }
-                return Rotation(rewrapped: count, retiredKEKs: retired.sorted())
+                return Rotation(rewrapped: count, retiredKEKs: retired.sorted(), transactions: transactions + 1, complete: true)
             }
         }
     }

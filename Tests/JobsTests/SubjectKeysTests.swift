@@ -207,6 +207,41 @@ final class SubjectKeysTests: ReceiptsTestCase {
         XCTAssertEqual(try aofHolds(needles), [], "an opened value in the AOF")
     }
 
+    /// Rotation in committed batches (issue 50 point 4): stopped after its first batch (as a `kill -9` between two
+    /// batches leaves it), part of the keys are under KEK 2 and the rest under KEK 1, every key still opens with both
+    /// configured and the old KEK is not retired; run again, it re-wraps only the rest and retires KEK 1; every data
+    /// key is the same bytes as before, opened with KEK 2 alone.
+    func testARotationStoppedBetweenBatchesResumesAndEveryKeyStaysTheSame() throws {
+        let old = try SubjectKeyStore(pool: pool, current: kek1)
+        let rows = try db.scalar("SELECT count(*)::int FROM subject_keys")
+        var keys: [String: Data] = [:]
+        for index in 0..<25 {
+            let made = try old.dataKey(forSubject: "zqrotation-\(index)@example.org")
+            keys[made.id] = made.key.withUnsafeBytes { Data($0) }
+        }
+        let total = rows + 25
+        let rotating = try SubjectKeyStore(pool: pool, current: kek2, previous: kek1)
+        let first = try rotating.rotate(batchSize: 10, stopAfterBatches: 1)
+        XCTAssertEqual(first.rewrapped, 10)
+        XCTAssertEqual(first.retiredKEKs, [])
+        XCTAssertEqual(first.transactions, 1)
+        XCTAssertFalse(first.complete)
+        XCTAssertEqual(try db.scalar("SELECT count(*)::int FROM subject_keys WHERE kek_id = 'kek-2'"), 10)
+        XCTAssertEqual(try db.scalar("SELECT count(*)::int FROM subject_key_encryption_keys WHERE kek_id = 'kek-1'"), 1,
+                       "the old KEK is not retired while keys remain under it")
+        for (id, bytes) in keys { XCTAssertEqual(try rotating.dataKey(id: id), bytes, "opens half-way") }
+
+        let rest = try rotating.rotate(batchSize: 10)
+        XCTAssertEqual(rest.rewrapped, total - 10)
+        XCTAssertEqual(rest.retiredKEKs, ["kek-1"])
+        XCTAssertTrue(rest.complete)
+        XCTAssertEqual(rest.transactions, (total - 10) / 10 + 2, "full batches, the short one, the last")
+        XCTAssertEqual(try db.scalar("SELECT count(*)::int FROM subject_keys WHERE kek_id <> 'kek-2'"), 0)
+        let current = try SubjectKeyStore(pool: pool, current: kek2)
+        for (id, bytes) in keys { XCTAssertEqual(try current.dataKey(id: id), bytes, "the same key, under KEK 2 alone") }
+        XCTAssertEqual(try current.rotate().rewrapped, 0, "idempotent")
+    }
+
     /// Rotation: jobs sealed before `keys rotate` (under KEK 1) and after (KEK 2) are opened by a worker that only has
     /// KEK 2 (KEK 1 destroyed); a wrong KEK fails when the store opens, at start, not per job.
     func testRotationKeepsJobsBeforeAndAfterReadableAndAWrongKEKFailsAtStart() throws {

@@ -20,17 +20,23 @@ struct KeysCommand: ParsableCommand {
             abstract: "Re-wrap every subject key under WORKERS_KEK (the old KEK in WORKERS_KEK_PREVIOUS); then destroy the old KEK.")
 
         @OptionGroup var database: DatabaseOptions
+        @Option(name: .long, help: "Keys re-wrapped per committed transaction (an erasure waits at most one).")
+        var batchSize = SubjectKeyStore.rotationBatchSize
 
         func run() throws {
             guard let configuration = try SubjectKeysSetup.configuration() else {
                 throw CLIError.usage("set WORKERS_KEK (the new KEK) and WORKERS_KEK_PREVIOUS (the one to retire)")
             }
+            guard (1...100_000).contains(batchSize) else { throw CLIError.usage("--batch-size must be 1...100000") }
             let pool = PostgresPool(url: database.resolvedURL(), maxConnections: 1)
             defer { pool.shutdown() }
             let store = try SubjectKeysSetup.store(pool: pool, configuration: configuration)
             let rotation: SubjectKeyStore.Rotation
-            do { rotation = try store.rotate() } catch { throw CLIError.runtime("rotation failed, nothing changed: \(error)") }
-            print("re-wrapped \(rotation.rewrapped) subject keys under KEK \(configuration.current.id)")
+            do { rotation = try store.rotate(batchSize: batchSize) } catch {
+                throw CLIError.runtime("rotation stopped: the batches committed so far are under \(configuration.current.id), "
+                                       + "the rest still under the previous KEK; run it again to go on: \(error)")
+            }
+            print("re-wrapped \(rotation.rewrapped) subject keys under KEK \(configuration.current.id) in \(rotation.transactions) transactions")
             if !rotation.retiredKEKs.isEmpty {
                 print("no longer used: KEK \(rotation.retiredKEKs.joined(separator: ", ")) — destroy it "
                       + "(and drop WORKERS_KEK_PREVIOUS) once every worker runs with \(configuration.current.id)")
