@@ -65,11 +65,14 @@ public enum SubjectKeysConfigurationError: Error, Sendable, CustomStringConverti
 /// | `WORKERS_KEK_PREVIOUS` / `WORKERS_KEK_PREVIOUS_FILE` | the KEK being rotated out (only while rotating) |
 /// | `WORKERS_PERSONAL_ARGS_STRICT` | `1`/`true`: a clear value in a personal field sends the job to dead |
 /// | `WORKERS_SUBJECT_KEY_CACHE_SECONDS` | how long an unwrapped data key stays cached (default 60, 0…3600) |
+/// | `WORKERS_ENVELOPE_VERSION` | what producers seal: `v2` (default: bound to the class) or `v1` (what workers of the previous release read, for the length of a rolling deploy) |
 public struct SubjectKeysConfiguration: Sendable {
     public var current: KeyEncryptionKey
     public var previous: KeyEncryptionKey?
     public var strict: Bool
     public var cacheTTL: Duration
+    /// The envelope version producers seal (`PersonalEnvelope.version`, or `legacyVersion` during a rolling deploy).
+    public var envelopeVersion = PersonalEnvelope.version
     /// What an operator should change, though it works (a KEK given inline in the environment): logged at start.
     public var warnings: [String] = []
 
@@ -130,6 +133,13 @@ public struct SubjectKeysConfiguration: Sendable {
             ttl = .seconds(seconds)
         }
         var configuration = SubjectKeysConfiguration(current: current, previous: previous, strict: strict, cacheTTL: ttl)
+        switch env["WORKERS_ENVELOPE_VERSION"] ?? "" {
+        case "", PersonalEnvelope.version: break
+        case PersonalEnvelope.legacyVersion:
+            configuration.envelopeVersion = PersonalEnvelope.legacyVersion
+            warnings.append("WORKERS_ENVELOPE_VERSION=v1: personal arguments are sealed without their class binding, for workers of the previous release during a rolling deploy; drop it once every worker runs this release (v1 envelopes are opened only until 2027-06-26)")
+        default: throw .invalid("WORKERS_ENVELOPE_VERSION must be v2 or v1")
+        }
         configuration.warnings = warnings
         return configuration
     }

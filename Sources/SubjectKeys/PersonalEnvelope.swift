@@ -60,18 +60,14 @@ public struct PersonalEnvelope: Sendable, Equatable {
         return data
     }
 
-    /// `value` sealed (v2) for `field` of a job of `className` under `key`.
-    static func seal(_ value: JSONValue, field: String, className: String, keyID: String, key: SymmetricKey) throws -> PersonalEnvelope {
+    /// `value` sealed for `field` of a job of `className` under `key`, as `version` (v2; v1 only while workers of
+    /// the previous release may fetch the job: `SubjectKeysConfiguration.envelopeVersion`).
+    static func seal(_ value: JSONValue, field: String, className: String, keyID: String, key: SymmetricKey,
+                     version: String = PersonalEnvelope.version) throws -> PersonalEnvelope {
+        let version = version == legacyVersion ? legacyVersion : Self.version
         let box = try AES.GCM.seal(Data(value.serialized().utf8), using: key,
                                    authenticating: associatedData(version: version, keyID: keyID, field: field, className: className))
         return PersonalEnvelope(version: version, keyID: keyID, ciphertext: box.combined!)
-    }
-
-    /// `value` sealed as a v1 envelope (no class in its associated data): only for tests of the opener's v1 rules.
-    package static func sealLegacy(_ value: JSONValue, field: String, keyID: String, key: SymmetricKey) throws -> PersonalEnvelope {
-        let box = try AES.GCM.seal(Data(value.serialized().utf8), using: key,
-                                   authenticating: associatedData(version: legacyVersion, keyID: keyID, field: field, className: ""))
-        return PersonalEnvelope(version: legacyVersion, keyID: keyID, ciphertext: box.combined!)
     }
 
     /// The value, or nil when `key`, `field` or `className` is not the one it was sealed with (or the bytes changed).

@@ -17,12 +17,15 @@ public final class SubjectArgumentsSealer: EnqueueMiddleware {
     let store: SubjectKeyStore
     let declarations: [String: (fields: Set<String>, subject: String)]
     let cache: SubjectKeyCache
+    /// The envelope version sealed (`PersonalEnvelope.version`; `legacyVersion` during a rolling deploy).
+    let envelopeVersion: String
 
     /// `classes`: the argument types whose personal fields this sealer encrypts (each must declare a
     /// `subjectField`, and use the `.singleHash` layout); `redis`: where the erasure epoch is read (the producer's
     /// Redis, default shard).
     public init(store: SubjectKeyStore, classes: [any JobArguments.Type], cacheTTL: Duration = .seconds(60),
-                cacheCapacity: Int = SubjectArgumentsOpener.defaultCacheCapacity, redis: RedisPool? = nil) {
+                cacheCapacity: Int = SubjectArgumentsOpener.defaultCacheCapacity, redis: RedisPool? = nil,
+                envelopeVersion: String = PersonalEnvelope.version) {
         self.store = store
         var declarations: [String: (Set<String>, String)] = [:]
         for type in classes where !type.personalFields.isEmpty {
@@ -32,6 +35,7 @@ public final class SubjectArgumentsSealer: EnqueueMiddleware {
         }
         self.declarations = declarations
         cache = SubjectKeyCache(capacity: cacheCapacity, ttl: cacheTTL, redis: redis)
+        self.envelopeVersion = envelopeVersion
     }
 
     /// The class names this sealer encrypts.
@@ -63,7 +67,7 @@ public final class SubjectArgumentsSealer: EnqueueMiddleware {
         }
         for field in pending {
             object[field] = try PersonalEnvelope.seal(object[field]!, field: field, className: job.className,
-                                                      keyID: dataKey.keyID, key: dataKey.key).json
+                                                      keyID: dataKey.keyID, key: dataKey.key, version: envelopeVersion).json
         }
         job.args = [.object(object)]
     }

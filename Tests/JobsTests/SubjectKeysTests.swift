@@ -559,13 +559,14 @@ final class SubjectKeysTests: ReceiptsTestCase {
         let store = try SubjectKeyStore(pool: pool, current: kek1)
         let user = try db.newUser()
         try registerValid(receipt: "zqlegacy", transaction: "7354001")
-        let clear = try validation(user: user, receipt: "zqlegacy", transaction: "7354001")
-        let dataKey = try store.dataKey(forSubject: user.uuidString.lowercased())
-        var object = try XCTUnwrap(clear.args.first?.objectValue)
-        for field in ValidateReceiptArguments.personalFields.sorted() {
-            guard let value = object[field], value != .null else { continue }
-            object[field] = try PersonalEnvelope.sealLegacy(value, field: field, keyID: dataKey.id, key: dataKey.key).json
-        }
+        // Sealed as a producer configured with WORKERS_ENVELOPE_VERSION=v1 (or one of the previous release) seals.
+        let configuration = try XCTUnwrap(try SubjectKeysConfiguration.fromEnvironment(["WORKERS_KEK": kek1.configurationText,
+                                                                                       "WORKERS_ENVELOPE_VERSION": "v1"]))
+        XCTAssertTrue(configuration.warnings.contains { $0.contains("WORKERS_ENVELOPE_VERSION=v1") }, "\(configuration.warnings)")
+        let legacySealer = SubjectArgumentsSealer(store: store, classes: DomainJobs.personalArgumentTypes,
+                                                  envelopeVersion: configuration.envelopeVersion)
+        var object = try XCTUnwrap(try legacySealer.sealed(try validation(user: user, receipt: "zqlegacy", transaction: "7354001"))
+            .args.first?.objectValue)
         XCTAssertEqual(PersonalEnvelope(try XCTUnwrap(object["user_id"]))?.version, "v1")
         let fields = ValidateReceiptArguments.personalFields
         let strict = SubjectArgumentsOpener(store: store, redis: nil, strict: true)

@@ -78,7 +78,8 @@ enum SubjectKeysSetup {
             return []
         }
         return [SubjectArgumentsSealer(store: store, classes: DomainJobs.personalArgumentTypes,
-                                       redis: try RedisPool(url: redisURL, maxConnections: 1))]
+                                       redis: try RedisPool(url: redisURL, maxConnections: 1),
+                                       envelopeVersion: try configuration()?.envelopeVersion ?? PersonalEnvelope.version)]
     }
 
     /// The sealer `workerctl enqueue` uses for `className`, or nil when the class declares no personal arguments.
@@ -90,6 +91,7 @@ enum SubjectKeysSetup {
                                  + "(docs/jobs-privacy.md)")
         }
         let pool = PostgresPool(url: databaseURL, maxConnections: 1)
-        return SubjectArgumentsSealer(store: try store(pool: pool, configuration: configuration), classes: [type])
+        return SubjectArgumentsSealer(store: try store(pool: pool, configuration: configuration), classes: [type],
+                                      envelopeVersion: configuration.envelopeVersion)
     }
 }
