@@ -460,52 +460,6 @@ final class SubjectKeysTests: ReceiptsTestCase {
         XCTAssertEqual(try keys(other), 1)
     }
 
-    /// A restore of PostgreSQL from before an erasure brings the person's key back; `workerctl keys recover --since`
-    /// (the backup's time) reads the erasure journal in Redis, erases the key again, records the person so no new
-    /// key is made, and enqueues the deletion again: the person's sealed job then dies `SubjectErased` through the
-    /// real runner (issue 50 point 4).
-    func testAfterARestoreFromBeforeAnErasureRecoverErasesTheKeysAgain() throws {
-        let store = try SubjectKeyStore(pool: pool, current: kek1)
-        let (user, request) = try userWithDueDeletion(email: "zqrestore@example.org")
-        let job = try sealer(store).sealed(try validation(user: user, receipt: "zqrestore-1", transaction: "7355001"))
-        // The "backup": the person's key row and account as they are before the erasure.
-        let row = try XCTUnwrap(try pool.withConnection {
-            try $0.queryFirst("SELECT key_id, subject_digest, person_id, kek_id, wrapped_key FROM subject_keys WHERE person_id = $1", [user])
-        })
-        let keyID = try row.string("key_id")
-        let saved: [(any PostgresBindable)?] = [keyID, try row.data("subject_digest"), user, try row.string("kek_id"), try row.data("wrapped_key")]
-        let backupTime = Date().addingTimeInterval(-1)
-        try erase(user, request: request)
-        XCTAssertNil(try store.dataKey(id: keyID))
-        XCTAssertEqual(try redis.command("ZRANGE", SubjectKeyErasureJournal.key, 0, -1).strings,
-                       ["person:\(user.uuidString.lowercased())|request:\(request.uuidString.lowercased())"])
-
-        // The "restore": PostgreSQL back as it was, the erasure undone there (Redis keeps its journal).
-        try pool.withConnection { c in
-            _ = try c.execute("INSERT INTO subject_keys (key_id, subject_digest, person_id, kek_id, wrapped_key) VALUES ($1, $2, $3, $4, $5)", saved)
-            _ = try c.execute("DELETE FROM subject_key_erasures WHERE person_id = $1", [user])
-        }
-        XCTAssertNotNil(try store.dataKey(id: keyID), "the restored key opens again: what recover must undo")
-
-        let recover = try ChildProcess.run(TestServices.workerctl, ["keys", "recover", "--since", "\(Int(backupTime.timeIntervalSince1970))"],
-                                           environment: ["REDIS_URL": redis.url, "DATABASE_URL": fixture.database.url], timeout: 30)
-        XCTAssertEqual(recover.status, 0, recover.stderr)
-        XCTAssertTrue(recover.stdout.contains("1 erasures since") && recover.stdout.contains("1 data keys erased again"), recover.stdout)
-        XCTAssertNil(try store.dataKey(id: keyID))
-        XCTAssertThrowsError(try store.dataKey(forSubject: user.uuidString)) { error in
-            XCTAssertEqual(error as? SubjectKeyStoreError, .personErased)
-        }
-        let queued = try redis.payloads(list: "queue:default").filter { $0.className == AccountDeletionJob.className }
-        XCTAssertEqual(queued.count, 1, "the deletion enqueued again")
-        let driver = try fixture.driver(try registry(opener: SubjectArgumentsOpener(store: store, redis: redis.pool)))
-        let delivery = try driver.deliver(ValidateReceiptArguments.className, job.args)
-        XCTAssertEqual(delivery.errorClass, "SubjectErased", "\(delivery)")
-        // A recover from after the erasure finds nothing to do.
-        let later = try ChildProcess.run(TestServices.workerctl, ["keys", "recover", "--since", "\(Int(Date().timeIntervalSince1970) + 5)"],
-                                         environment: ["REDIS_URL": redis.url, "DATABASE_URL": fixture.database.url], timeout: 30)
-        XCTAssertTrue(later.stdout.hasPrefix("0 erasures since"), later.stdout + later.stderr)
-    }
-
     /// Envelopes are bound to their job's class and person (issue 50 point 2), through the real runner: a field
     /// taken from another person's job, an envelope pasted into a job of another class (whose subject names the same
     /// person in clear), and a field sealed for another person under a clear subject all end in dead as

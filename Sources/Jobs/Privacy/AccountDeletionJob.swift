@@ -102,9 +102,6 @@ public struct AccountDeletionJob: Job {
         // The erasure deleted the user's data keys: every worker drops its cached copies now (again on a later run,
         // so a crash between the commit and this line is repaired by the redelivery).
         try SubjectKeyInvalidation.announce(on: purger.pools)
-        // Journaled outside PostgreSQL, so a restore of a backup from before today cannot bring the keys back for long
-        // (`workerctl keys recover`, docs/jobs-privacy.md "Restoring a backup").
-        try SubjectKeyErasureJournal(pools: purger.pools).record(personID: userID, requestID: requestID)
         let files = try removeExportFiles(userID: userID, context: context)
         var report = try purger.purge(userID: userID, email: emails.first)
         for email in emails.dropFirst() {

@@ -11,7 +11,7 @@ struct KeysCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "keys",
         abstract: "Key-encryption key (KEK) of encrypted personal job arguments.",
-        subcommands: [Rotate.self, NewKEK.self, ScrubErrors.self, Recover.self]
+        subcommands: [Rotate.self, NewKEK.self, ScrubErrors.self]
     )
 
     struct Rotate: ParsableCommand {
@@ -93,47 +93,6 @@ struct KeysCommand: ParsableCommand {
             }
             print("\(dryRun ? "would scrub" : "scrubbed") \(report.scrubbed), \(dryRun ? "would blank" : "blanked") \(report.blanked) "
                   + "of \(report.scanned) retry and dead entries\(report.moved > 0 ? "; \(report.moved) moved meanwhile: run again" : "")")
-        }
-    }
-
-    struct Recover: ParsableCommand {
-        static let configuration = CommandConfiguration(
-            commandName: "recover",
-            abstract: "After restoring PostgreSQL from a backup: erase again the keys of everyone erased since it, before workers serve.",
-            discussion: """
-                Reads the erasure journal every Redis shard keeps (subject-keys:erasures), deletes again the data keys                 the restore brought back for each person erased at or after --since (the backup's time), records them                 so no key is made for them again, tells every worker to drop cached keys, and enqueues each erasure's                 AccountDeletionJob again (the restore rolled its anonymisation back). Needs no KEK. Run it before                 starting the workers (docs/jobs-privacy.md, "Restoring a backup").
-                """)
-
-        @OptionGroup var connection: ConnectionOptions
-        @OptionGroup var database: DatabaseOptions
-        @Option(name: .long, help: "When the restored backup was taken: ISO 8601 (2026-12-01T03:00:00Z) or Unix seconds.")
-        var since: String
-
-        func run() throws {
-            let time: Date
-            if let seconds = Double(since), seconds.isFinite, (0...Bounded.maxEpochSeconds).contains(seconds) {
-                time = Date(timeIntervalSince1970: seconds)
-            } else if let parsed = ISO8601DateFormatter().date(from: since) {
-                time = parsed
-            } else {
-                throw CLIError.usage("--since: expected ISO 8601 (2026-12-01T03:00:00Z) or Unix seconds")
-            }
-            let map = try connection.shardMap()
-            let pools = map.shards.map { RedisPool(endpoint: $0.endpoint, maxConnections: 1) }
-            let postgres = PostgresPool(url: database.resolvedURL(), maxConnections: 1)
-            defer { postgres.shutdown() }
-            let recovery: SubjectKeyErasureJournal.Recovery
-            do { recovery = try SubjectKeyErasureJournal(pools: pools).recover(since: time, on: postgres) } catch {
-                throw CLIError.runtime("recover failed, run it again: \(error)")
-            }
-            let client = JobClient(shards: ShardPools(map: map, maxConnections: 1))
-            for entry in recovery.entries {
-                do { try client.enqueue(PrivacyJobs.deletionJob(userID: entry.personID, requestID: entry.requestID)) } catch {
-                    throw CLIError.runtime("keys erased again; enqueueing the deletions failed, run it again: \(error)")
-                }
-            }
-            print("\(recovery.entries.count) erasures since \(ISO8601DateFormatter().string(from: time)): "
-                  + "\(recovery.keysErased) data keys erased again, \(recovery.entries.count) deletion jobs enqueued")
         }
     }
 }
