@@ -54,7 +54,7 @@ public struct PersonalEnvelope: Sendable, Equatable {
         var data = Data()
         for part in [version, keyID, field, className] {
             let bytes = Array(part.utf8)
-            withUnsafeBytes(of: UInt32(bytes.count).bigEndian) { data.append(contentsOf: $0) }
+            withUnsafeBytes(of: UInt32(clamping: bytes.count).bigEndian) { data.append(contentsOf: $0) }
             data.append(contentsOf: bytes)
         }
         return data

@@ -20,7 +20,6 @@ import Queue
 /// Thread rules: any pool thread at once; the cache is behind one mutex, never held across a round trip.
 public final class SubjectArgumentsOpener: PersonalArgumentsOpener {
     let store: SubjectKeyStore
-    let redis: RedisPool?
     let strict: Bool
     let cache: SubjectKeyCache
     let now: @Sendable () -> Date
@@ -34,7 +33,6 @@ public final class SubjectArgumentsOpener: PersonalArgumentsOpener {
                 cacheCapacity: Int = defaultCacheCapacity, epochCheckInterval: Duration = .seconds(1),
                 now: @escaping @Sendable () -> Date = { Date() }) {
         self.store = store
-        self.redis = redis
         self.strict = strict
         self.now = now
         cache = SubjectKeyCache(capacity: cacheCapacity, ttl: cacheTTL, redis: redis,

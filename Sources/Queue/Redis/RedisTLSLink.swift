@@ -356,7 +356,8 @@ enum TCPDial {
 
     /// Waits until `fd` is ready for `events` (or has an error or hang-up to report), at most `limit`. False on timeout.
     static func wait(_ fd: Int32, for events: Int16, upTo limit: Duration) -> Bool {
-        let deadline = ContinuousClock.now + limit
+        // At most a day per wait (a larger limit would overflow the milliseconds below; no command waits that long).
+        let deadline = ContinuousClock.now + min(limit, .seconds(86_400))
         while true {
             let remaining = deadline - ContinuousClock.now
             let components = max(remaining, .zero).components

@@ -15,7 +15,6 @@ import Foundation
 /// link lost in a failover, or closed after a `READONLY` reply, finds the new master by itself.
 /// Immutable and `Sendable`; any thread may resolve.
 package struct SentinelTarget: Sendable, Equatable {
-    public static let scheme = "redis+sentinel://"
     public static let defaultSentinelPort = 26379
 
     /// One Sentinel's address.
