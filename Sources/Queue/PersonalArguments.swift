@@ -24,3 +24,9 @@ public struct PersonalArgumentsRefusal: Error, Sendable, CustomStringConvertible
     }
     public var description: String { reason }
 }
+
+/// An error a job throws when it cannot go on without the key store of personal arguments, which this worker lacks
+/// or cannot use now (e.g. an erasure that must find a person's data keys by their keyed digest). Not the job's
+/// fault: the runner gives it back to `schedule` without spending a retry, as it does a job whose personal arguments
+/// cannot be opened now (`KeyStoreWait`), until a worker with the key store runs it. `description` names no value.
+public protocol WaitsForKeyStore: Error, CustomStringConvertible {}

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Queue
 import Storage
 
 /// The per-subject data keys (docs/jobs-privacy.md, "Encrypted arguments"), in PostgreSQL
@@ -9,7 +10,12 @@ import Storage
 /// an e-mail address in clear, and a stolen dump cannot be matched against a list of addresses (a plain SHA-256
 /// could). The lookup key survives a KEK rotation (it is re-wrapped), so digests never change.
 ///
-/// Invariants: a data key is only ever written wrapped; a key id names no person; erasing a person deletes their
+/// A key's person (the `users.id` erased with it) is linked by a keyed digest too, `person_digest` =
+/// HMAC-SHA256(lookup key, "person|" + the lowercased id) (`0020_subject_key_person_digest.sql`): a PostgreSQL dump
+/// plus a copy of Redis (whose envelopes carry key ids) do not name the person of a sealed job without the KEK.
+///
+/// Invariants: a data key is only ever written wrapped; neither a key id nor a row names a person in clear (rows
+/// from before 0020 keep `person_id` until the first `init` with the KEK moves them); erasing a person deletes their
 /// rows (`erase(personID:on:)`), and nothing else holds their key (an unwrapped copy lives at most `cacheTTL` in a
 /// worker's cache, and is dropped fleet-wide at once by `SubjectKeyInvalidation`).
 ///
@@ -29,6 +35,31 @@ public final class SubjectKeyStore: Sendable {
         self.current = current
         self.previous = previous
         self.lookupKeyBytes = try pool.withConnection { conn in try Self.openLookupKey(conn, current: current, previous: previous) }
+        // Best effort: a store whose key table is unreadable now still opens (its calls fail, and wait, one by one),
+        // and rows not moved yet are still erased by `person_id`; the next start moves them.
+        try? linkLegacyPersons()
+    }
+
+    /// Moves the clear `person_id` of rows written before `0020_subject_key_person_digest.sql` to `person_digest`,
+    /// `batchSize` rows per committed transaction (rows another process is moving are skipped, it finishes them).
+    /// One query when there is none left, which is every start after the first.
+    func linkLegacyPersons(batchSize: Int = 1000) throws {
+        try pool.withConnection { conn in
+            while true {
+                let moved = try conn.transaction { conn -> Int in
+                    let rows = try conn.query("""
+                        SELECT key_id, person_id FROM subject_keys WHERE person_id IS NOT NULL
+                        LIMIT \(max(1, batchSize)) FOR UPDATE SKIP LOCKED
+                        """)
+                    for row in rows {
+                        try conn.write("UPDATE subject_keys SET person_digest = $2, person_id = NULL WHERE key_id = $1",
+                                       [try row.string("key_id"), personDigest(try row.uuid("person_id"))])
+                    }
+                    return rows.count
+                }
+                if moved == 0 { return }
+            }
+        }
     }
 
     public convenience init(pool: PostgresPool, configuration: SubjectKeysConfiguration) throws {
@@ -77,6 +108,13 @@ public final class SubjectKeyStore: Sendable {
         return Data(HMAC<SHA256>.authenticationCode(for: Data("subject|\(canonical)".utf8), using: SymmetricKey(data: lookupKeyBytes)))
     }
 
+    /// The digest a key's person is linked by: HMAC-SHA256(lookup key, "person|" + the lowercased `users.id`).
+    /// What the erasure journal records too (`SubjectKeyErasureJournal`).
+    public func personDigest(_ person: UUID) -> Data {
+        Data(HMAC<SHA256>.authenticationCode(for: Data("person|\(person.uuidString.lowercased())".utf8),
+                                             using: SymmetricKey(data: lookupKeyBytes)))
+    }
+
     /// The data key of `subject`, made on first use. `person`: the `users.id` the subject belongs to (erased with
     /// it); a subject that is itself a UUID is its own person. Two producers asking at once get the same key. No key
     /// is made for a person already erased (`SubjectKeyStoreError.personErased`): the check and the insert hold the
@@ -103,9 +141,9 @@ public final class SubjectKeyStore: Sendable {
                     }
                 }
                 _ = try c.execute("""
-                    INSERT INTO subject_keys (key_id, subject_digest, person_id, kek_id, wrapped_key)
+                    INSERT INTO subject_keys (key_id, subject_digest, person_digest, kek_id, wrapped_key)
                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (subject_digest) DO NOTHING
-                    """, [keyID, digest, person, current.id, wrapped])
+                    """, [keyID, digest, person.map(personDigest), current.id, wrapped])
             }
             guard let made = try existing() else { throw SubjectKeyStoreError.raceLost }
             return made
@@ -211,15 +249,64 @@ public final class SubjectKeyStore: Sendable {
         }
     }
 
-    /// Deletes the data keys of `personID` (every subject linked to that `users.id`), inside the caller's
-    /// transaction (the account deletion's). Needs no KEK. Returns how many keys went. Call
-    /// `SubjectKeyInvalidation.announce` after the commit so no worker keeps a cached copy.
+    /// Deletes the data keys of `personID` (every subject linked to that `users.id`, by its digest or, for rows from
+    /// before 0020, in clear), inside the caller's transaction (the account deletion's). Returns how many keys went.
+    /// Call `SubjectKeyInvalidation.announce` after the commit so no worker keeps a cached copy, and journal it
+    /// (`SubjectKeyErasureJournal.record`) so a restore cannot bring the keys back unnoticed.
     /// The person is recorded in `subject_key_erasures` (under the person's advisory lock, which key creation takes
     /// too), so no key is made for them afterwards.
-    public static func erase(personID: UUID, on conn: PostgresConnection) throws -> Int {
+    public func erase(personID: UUID, on conn: PostgresConnection) throws -> Int {
+        try Self.recordErasure(personID, on: conn)
+        return try conn.execute("DELETE FROM subject_keys WHERE person_digest = $1 OR person_id = $2",
+                                [personDigest(personID), personID])
+    }
+
+    /// Deletes the data keys linked to the person whose digest is `personDigest` (an erasure journal's entry,
+    /// `SubjectKeyErasureJournal`), in the caller's transaction. Returns how many went.
+    public func erase(personDigest: Data, on conn: PostgresConnection) throws -> Int {
+        try conn.execute("DELETE FROM subject_keys WHERE person_digest = $1", [personDigest])
+    }
+
+    /// Deletes every data key that no longer unwraps under the configured KEKs (wrapped under a KEK neither current
+    /// nor previous — one destroyed after a rotation, brought back by a restore — or a changed row), `batchSize`
+    /// rows read per query: such a key can never open its jobs again, and once its row is gone they die
+    /// `SubjectErased` at once instead of waiting on a key store that will never open them. The person is not recorded
+    /// as erased (a new key is made for their next job). Returns how many went.
+    public func eraseKeysThatDoNotUnwrap(batchSize: Int = 1000) throws -> Int {
+        try pool.withConnection { conn in
+            var after = "", erased = 0
+            while true {
+                let rows = try conn.query("""
+                    SELECT key_id, kek_id, wrapped_key FROM subject_keys WHERE key_id > $1 ORDER BY key_id LIMIT \(max(1, batchSize))
+                    """, [after])
+                for row in rows {
+                    let keyID = try row.string("key_id")
+                    after = keyID
+                    if (try? unwrap(keyID: keyID, kekID: try row.string("kek_id"), wrapped: try row.data("wrapped_key"))) == nil {
+                        erased += try conn.execute("DELETE FROM subject_keys WHERE key_id = $1", [keyID])
+                    }
+                }
+                if rows.count < max(1, batchSize) { return erased }
+            }
+        }
+    }
+
+    /// The erasure where no key store is configured (no KEK on this worker, or one unusable at start): the person is
+    /// recorded and their keys from before 0020 go; a key linked by digest cannot be found without the KEK, so when
+    /// any exists this throws `SubjectKeyErasureWait` (the job waits for a worker with the key store, spending no
+    /// retry) — never a success that leaves a key.
+    public static func eraseWithoutKeyStore(personID: UUID, on conn: PostgresConnection) throws -> Int {
+        if try conn.queryFirst("SELECT EXISTS (SELECT 1 FROM subject_keys WHERE person_digest IS NOT NULL) AS found")?
+            .bool("found") ?? false {
+            throw SubjectKeyErasureWait.noKeyStore
+        }
+        try recordErasure(personID, on: conn)
+        return try conn.execute("DELETE FROM subject_keys WHERE person_id = $1", [personID])
+    }
+
+    private static func recordErasure(_ personID: UUID, on conn: PostgresConnection) throws {
         _ = try conn.execute(personLock, [personID])
         _ = try conn.execute("INSERT INTO subject_key_erasures (person_id) VALUES ($1) ON CONFLICT DO NOTHING", [personID])
-        return try conn.execute("DELETE FROM subject_keys WHERE person_id = $1", [personID])
     }
 
     /// The transaction-scoped advisory lock that orders a person's key creation and erasure.
@@ -229,6 +316,18 @@ public final class SubjectKeyStore: Sendable {
     /// transaction. Returns 1 when there was one.
     public func erase(subject: String, on conn: PostgresConnection) throws -> Int {
         try conn.execute("DELETE FROM subject_keys WHERE subject_digest = $1", [digest(ofSubject: subject)])
+    }
+}
+
+/// An erasure that needs the key store and finds none on this worker (no KEK, or one unusable at start): keys linked
+/// to persons by digest exist and only the KEK finds them. Not the job's fault: the runner gives the job back to
+/// `schedule` without spending a retry (`WaitsForKeyStore`), until a worker with the key store runs it.
+public enum SubjectKeyErasureWait: Error, Sendable, CustomStringConvertible, WaitsForKeyStore {
+    case noKeyStore
+
+    public var description: String {
+        "subject keys linked to persons exist and this worker has no usable key store (WORKERS_KEK): they cannot be "
+            + "found without it; a worker with the KEK completes the erasure (docs/jobs-privacy.md)"
     }
 }
 

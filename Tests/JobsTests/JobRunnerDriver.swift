@@ -18,6 +18,9 @@ enum Delivery: Error, Sendable, CustomStringConvertible {
     case dead(payload: JobPayload)
     /// Dropped (retry disabled).
     case drop
+    /// Given back to `schedule` without spending a retry, to run at `at` (waiting for the key store: `next` carries
+    /// `key_store_waits`). Limits' reschedules stay an error of the driver.
+    case waited(next: JobPayload, at: Double)
 
     /// `error_class` of a failed delivery.
     var errorClass: String? { failedPayload?.fields["error_class"]?.stringValue }
@@ -28,7 +31,7 @@ enum Delivery: Error, Sendable, CustomStringConvertible {
         switch self {
         case .retry(let next, _): return next
         case .dead(let payload): return payload
-        case .ack, .drop: return nil
+        case .ack, .drop, .waited: return nil
         }
     }
 
@@ -38,6 +41,7 @@ enum Delivery: Error, Sendable, CustomStringConvertible {
         case .retry(_, let delay): return "retry in \(delay) s (\(errorClass ?? "?"): \(errorMessage ?? "?"))"
         case .dead: return "dead (\(errorClass ?? "?"): \(errorMessage ?? "?"))"
         case .drop: return "drop"
+        case .waited(let next, _): return "waited (key_store_waits \(next.fields["key_store_waits"]?.intValue ?? 0))"
         }
     }
 
@@ -87,7 +91,10 @@ struct JobRunnerDriver {
             return .retry(next: next, delay: at - (Delivery.failedAt(next) ?? started))
         case .dead(let text): return .dead(payload: try JobPayload(parsing: text))
         case .requeue(let text): throw DriverError("the runner requeued the job: \(text)")
-        case .schedule(let text, _): throw DriverError("the runner rescheduled the job (over a limit): \(text)")
+        case .schedule(let text, let at):
+            let next = try JobPayload(parsing: text)
+            guard next.fields["key_store_waits"] != nil else { throw DriverError("the runner rescheduled the job (over a limit): \(text)") }
+            return .waited(next: next, at: at)
         }
     }
 

@@ -105,6 +105,10 @@ enum DeletionDecision: Equatable {
 
 /// Runs the re-check and the anonymisation inside the caller's transaction.
 struct AccountAnonymizer {
+    /// Finds the person's data keys by their keyed digest; nil on a worker without a usable key store
+    /// (`SubjectKeyStore.eraseWithoutKeyStore`: the deletion waits when keys linked by digest exist).
+    var subjectKeys: SubjectKeyStore?
+
     /// Locks the request and the user (FOR UPDATE), re-checks, and anonymises when due.
     func run(requestID: UUID, userID: UUID, jid: String, conn: PostgresConnection) throws -> DeletionDecision {
         guard let row = try conn.queryFirst("""
@@ -137,7 +141,8 @@ struct AccountAnonymizer {
         for statement in DeletionPolicy.statements { try conn.execute(statement, [userID]) }
         // Crypto-shredding (docs/jobs-privacy.md): the user's data keys go, so every copy of their encrypted job
         // arguments (Redis, its AOF, backups, dead) becomes unreadable. The deletion job announces it after the commit.
-        counts["subject_keys"] = try SubjectKeyStore.erase(personID: userID, on: conn)
+        counts["subject_keys"] = try subjectKeys.map { try $0.erase(personID: userID, on: conn) }
+            ?? SubjectKeyStore.eraseWithoutKeyStore(personID: userID, on: conn)
         // The address the Redis purge must look for after the commit (jobs that carry only the address); the
         // deletion job sets it to NULL once the purge succeeded (0013_deletion_purge_email.sql).
         try conn.execute("UPDATE deletion_requests SET purge_email = $2 WHERE id = $1",

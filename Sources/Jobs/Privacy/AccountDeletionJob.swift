@@ -71,7 +71,7 @@ public struct AccountDeletionJob: Job {
 
         var decision = DeletionDecision.alreadyCompleted
         let outcome = try context.transaction { conn in
-            decision = try AccountAnonymizer().run(requestID: requestID, userID: userID, jid: context.jid, conn: conn)
+            decision = try AccountAnonymizer(subjectKeys: subjectKeys).run(requestID: requestID, userID: userID, jid: context.jid, conn: conn)
         }
         if outcome == .alreadyApplied {
             // This jid committed before (crash between commit and acknowledge): look at the request as it is now.
@@ -102,6 +102,11 @@ public struct AccountDeletionJob: Job {
         // The erasure deleted the user's data keys: every worker drops its cached copies now (again on a later run,
         // so a crash between the commit and this line is repaired by the redelivery).
         try SubjectKeyInvalidation.announce(on: purger.pools)
+        // Journaled where a PostgreSQL backup does not reach, as a digest only the KEK can match to the person, so a
+        // restore from before today cannot bring the keys back unnoticed (`ErasureRecovery`, `workerctl keys recover`).
+        if let subjectKeys {
+            try SubjectKeyErasureJournal(pools: purger.pools).record(personDigest: subjectKeys.personDigest(userID))
+        }
         let files = try removeExportFiles(userID: userID, context: context)
         var report = try purger.purge(userID: userID, email: emails.first)
         for email in emails.dropFirst() {
@@ -124,15 +129,16 @@ public struct AccountDeletionJob: Job {
     /// `SubjectKeyStore.erase(personID:)` in the transaction; one a producer made for the bare address is found only
     /// by its digest, which needs the key store. Runs before the invalidation is announced and before `purge_email`
     /// is cleared, so a failure is retried with the address still known. Without a key store on this worker:
-    /// nothing to do when no unlinked key exists at all, else `SubjectKeyErasureError` (retried; a worker with the
-    /// KEK completes it) — never a silent success that would leave an address's key.
+    /// nothing to do when no unlinked key exists at all, else `SubjectKeyErasureWait` (the job waits, spending no
+    /// retry, until a worker with the KEK completes it) — never a silent success that would leave an address's key.
     private func eraseEmailSubjectKeys(_ emails: [String], context: JobContext) throws -> Int {
         if emails.isEmpty { return 0 }
         return try context.withConnection { conn in
             guard let subjectKeys else {
-                let unlinked = try conn.queryFirst("SELECT EXISTS (SELECT 1 FROM subject_keys WHERE person_id IS NULL) AS found")?
-                    .bool("found") ?? false
-                if unlinked { throw SubjectKeyErasureError.noKeyStore }
+                let unlinked = try conn.queryFirst("""
+                    SELECT EXISTS (SELECT 1 FROM subject_keys WHERE person_id IS NULL AND person_digest IS NULL) AS found
+                    """)?.bool("found") ?? false
+                if unlinked { throw SubjectKeyErasureWait.noKeyStore }
                 return 0
             }
             var erased = 0
@@ -157,19 +163,5 @@ public struct AccountDeletionJob: Job {
             }
         }
         return removed
-    }
-}
-
-/// Why the deletion could not erase the keys of the person's e-mail subjects. Never holds the address.
-public enum SubjectKeyErasureError: Error, Sendable, CustomStringConvertible {
-    /// Keys of subjects not linked to a person exist, and this worker has no KEK to find the address's one by.
-    case noKeyStore
-
-    public var description: String {
-        switch self {
-        case .noKeyStore:
-            return "subject keys of e-mail subjects exist and this worker has no key store (WORKERS_KEK): the address's key "
-                + "cannot be found; a worker with the KEK completes the erasure (docs/jobs-privacy.md)"
-        }
     }
 }

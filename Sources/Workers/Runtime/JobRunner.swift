@@ -175,6 +175,9 @@ struct JobRunner: Sendable {
             jobLogger().debug("failed on group commit's fast path; its group runs again with savepoints",
                             metadata: ["error": "\(Self.message(error))"])
             return .redo
+        } catch let wait as any WaitsForKeyStore {
+            // The job needs the key store this worker lacks (an erasure finding keys by digest): it waits, no retry spent.
+            return KeyStoreWait.settlement(payload: payload, reason: wait.description, now: Clock.now(), logger: jobLogger())
         } catch {
             return opened.scrub(.failed(settlement(after: error, payload: payload, job: job, options: prepared.options,
                                                    logger: jobLogger())))

@@ -11,7 +11,7 @@ struct KeysCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "keys",
         abstract: "Key-encryption key (KEK) of encrypted personal job arguments.",
-        subcommands: [Rotate.self, NewKEK.self, ScrubErrors.self]
+        subcommands: [Rotate.self, NewKEK.self, ScrubErrors.self, Journal.self, Recover.self]
     )
 
     struct Rotate: ParsableCommand {
@@ -93,6 +93,99 @@ struct KeysCommand: ParsableCommand {
             }
             print("\(dryRun ? "would scrub" : "scrubbed") \(report.scrubbed), \(dryRun ? "would blank" : "blanked") \(report.blanked) "
                   + "of \(report.scanned) retry and dead entries\(report.moved > 0 ? "; \(report.moved) moved meanwhile: run again" : "")")
+        }
+    }
+
+    /// `--since` of `journal` and `recover`: ISO 8601 or Unix seconds.
+    static func time(_ text: String, option: String) throws -> Date {
+        if let seconds = Double(text), seconds.isFinite, (0...Bounded.maxEpochSeconds).contains(seconds) {
+            return Date(timeIntervalSince1970: seconds)
+        }
+        if let parsed = ISO8601DateFormatter().date(from: text) { return parsed }
+        throw CLIError.usage("\(option): expected ISO 8601 (2026-12-01T03:00:00Z) or Unix seconds")
+    }
+
+    struct Journal: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "journal",
+            abstract: "Print the erasure journal (person digests, no one named) to ship next to the PostgreSQL backups.",
+            discussion: """
+                Every erasure of a person's data keys is journaled in every Redis shard (subject-keys:erasures) as a \
+                digest only the KEK matches to a person. A Redis restored to the same old time as PostgreSQL loses \
+                it: ship this output elsewhere (daily) and give it to `keys recover --journal-file` \
+                (docs/jobs-privacy.md, "Restoring a backup").
+                """)
+
+        @OptionGroup var connection: ConnectionOptions
+        @Option(name: .long, help: "Only erasures at or after this time: ISO 8601 or Unix seconds (default: all).")
+        var since: String?
+
+        func run() throws {
+            let time = try since.map { try KeysCommand.time($0, option: "--since") } ?? Date(timeIntervalSince1970: 0)
+            let pools = try connection.shardMap().shards.map { RedisPool(endpoint: $0.endpoint, maxConnections: 1) }
+            print(try SubjectKeyErasureJournal(pools: pools).export(since: time), terminator: "")
+        }
+    }
+
+    struct Recover: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "recover",
+            abstract: "After restoring PostgreSQL from a backup: replay every erasure since it, before workers serve.",
+            discussion: """
+                Reads the erasure journal (every Redis shard, plus --journal-file lines from `keys journal`), deletes \
+                again the data keys the restore brought back for each person erased at or after --since (the \
+                backup's time), deletes every key that no longer unwraps under the configured KEKs, records the \
+                persons so no key is made for them again, marks their accounts for deletion with a request due now, \
+                tells every worker to drop cached keys, and enqueues each AccountDeletionJob again (the restore \
+                rolled the anonymisation back). Needs WORKERS_KEK (the journal holds digests only the KEK matches). \
+                Run it before starting the workers; safe to run again (docs/jobs-privacy.md, "Restoring a backup").
+                """)
+
+        @OptionGroup var connection: ConnectionOptions
+        @OptionGroup var database: DatabaseOptions
+        @Option(name: .long, help: "When the restored backup was taken: ISO 8601 (2026-12-01T03:00:00Z) or Unix seconds.")
+        var since: String
+        @Option(name: .long, help: "A file of `workerctl keys journal` lines shipped outside Redis, merged with Redis's journal.")
+        var journalFile: String?
+
+        func run() throws {
+            let time = try KeysCommand.time(since, option: "--since")
+            guard let configuration = try SubjectKeysSetup.configuration() else {
+                throw CLIError.usage("set WORKERS_KEK (or WORKERS_KEK_FILE): the journal's digests are matched to persons with it")
+            }
+            var lines: [SubjectKeyErasureJournal.Entry] = []
+            if let journalFile {
+                guard let text = try? String(contentsOfFile: journalFile, encoding: .utf8) else {
+                    throw CLIError.usage("--journal-file: cannot read \(journalFile) as UTF-8 text")
+                }
+                for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: true).enumerated() {
+                    guard let entry = SubjectKeyErasureJournal.Entry.parse(line: String(line)) else {
+                        throw CLIError.usage("--journal-file: line \(number + 1) is not `<unix seconds> <digest>`")
+                    }
+                    lines.append(entry)
+                }
+            }
+            let map = try connection.shardMap()
+            let pools = map.shards.map { RedisPool(endpoint: $0.endpoint, maxConnections: 1) }
+            let postgres = PostgresPool(url: database.resolvedURL(), maxConnections: 1)
+            defer { postgres.shutdown() }
+            let store = try SubjectKeysSetup.store(pool: postgres, configuration: configuration)
+            let report: ErasureRecovery.Report
+            do {
+                report = try ErasureRecovery(store: store, database: postgres, journal: SubjectKeyErasureJournal(pools: pools))
+                    .run(since: time, lines: lines)
+            } catch {
+                throw CLIError.runtime("recover stopped, run it again: \(error)")
+            }
+            let client = JobClient(shards: ShardPools(map: map, maxConnections: 1))
+            for deletion in report.deletions {
+                do { try client.enqueue(PrivacyJobs.deletionJob(userID: deletion.userID, requestID: deletion.requestID)) } catch {
+                    throw CLIError.runtime("keys erased again; enqueueing the deletions failed, run it again: \(error)")
+                }
+            }
+            print("\(report.journaled) erasures since \(ISO8601DateFormatter().string(from: time)): "
+                  + "\(report.keysErasedAgain) data keys erased again, \(report.unopenableKeysErased) keys that no longer unwrap erased, "
+                  + "\(report.deletions.count) deletion jobs enqueued, \(report.unmatched) digests matching no account")
         }
     }
 }

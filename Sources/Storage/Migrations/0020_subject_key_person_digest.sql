@@ -1,0 +1,9 @@
+-- The person link of a data key becomes a keyed digest (issue 50 point 3, docs/jobs-privacy.md "Threat model"):
+-- person_digest = HMAC-SHA256(lookup key, 'person|' || lower(users.id)), the lookup key being wrapped under the KEK
+-- (subject_key_encryption_keys). A PostgreSQL dump then no longer says whose key a key id is: with a copy of Redis
+-- (whose envelopes name key ids) it named the person of every sealed job without the KEK.
+-- SQL cannot compute the digest (it needs the KEK): rows written before this migration keep person_id until a
+-- process with the KEK opens the key store, which moves them to person_digest in batches (SubjectKeyStore.init);
+-- erasures meanwhile match either column. New rows never fill person_id.
+ALTER TABLE subject_keys ADD COLUMN person_digest bytea;
+CREATE INDEX subject_keys_person_digest ON subject_keys (person_digest) WHERE person_digest IS NOT NULL;
