@@ -33,13 +33,15 @@ enum PrometheusEndpoint {
     /// The endpoint of `--metrics-port` (port 0 picks a free port): a `WorkerProcess` given it starts it, logging
     /// the address; `listen` starts it for the scheduler. An invalid host or Redis URL is a usage error (exit 2).
     /// `databaseURL` nil: the process uses no PostgreSQL, so readiness does not check it.
+    /// `keyStoreProblem`: why the worker's key store did not open at start (`UnusableKeyStore`), reported as the
+    /// check `key_store`, degraded but ready (every class without personal arguments runs).
     static func endpoint(host: String = defaultHost, port: Int, redisURL: String,
-                         databaseURL: String? = nil) throws -> MetricsEndpoint {
+                         databaseURL: String? = nil, keyStoreProblem: String? = nil) throws -> MetricsEndpoint {
         guard isIPv4Address(host) else { throw CLIError.usage("--metrics-host must be an IPv4 address, got '\(host)'") }
         let redis: RedisEndpoint
         do { redis = try RedisEndpoint(url: redisURL) } catch { throw CLIError.usage(error.description) }
         guard let registry else { preconditionFailure("PrometheusEndpoint.bootstrap() must run first") }
-        let readiness = ReadinessProbe(redis: redis, databaseURL: databaseURL)
+        let readiness = ReadinessProbe(redis: redis, databaseURL: databaseURL, keyStoreProblem: keyStoreProblem)
         let gauges = QueueGauges(endpoint: redis)
         return MetricsEndpoint(host: host, port: port, metrics: {
             gauges.refresh()
@@ -83,13 +85,16 @@ final class ReadinessProbe: @unchecked Sendable {
     private let postgres: PostgresPool?
     private let migrator: Migrator?
     private var redisConnection: RedisConnection?
+    /// Set once at start when the key store did not open (`UnusableKeyStore`): the `key_store` check's detail.
+    private let keyStoreProblem: String?
 
     /// Seconds a probe waits per step (connect, command, checkout, statement). Kubernetes' default
     /// probe timeout is 1 s: set `timeoutSeconds` above the sum (docs/metrics-and-health.md).
     static let dependencyTimeout = 2
 
-    init(redis: RedisEndpoint, databaseURL: String?) {
+    init(redis: RedisEndpoint, databaseURL: String?, keyStoreProblem: String? = nil) {
         self.redis = redis
+        self.keyStoreProblem = keyStoreProblem
         self.databaseURL = databaseURL
         if let databaseURL {
             let options = PostgresConnectionOptions(connectTimeout: Self.dependencyTimeout, applicationName: "workerctl-readyz",
@@ -125,6 +130,11 @@ final class ReadinessProbe: @unchecked Sendable {
             record("postgresql", postgresProblem())
         } else {
             checks["postgresql"] = .object(["ok": .bool(true), "detail": .string("not used by this process")])
+        }
+        if let keyStoreProblem {
+            // Degraded, still ready: the other classes run; a restart with the fixed KEK configuration ends it.
+            checks["key_store"] = .object(["ok": .bool(true), "detail": .string(
+                "degraded: the key store did not open at start (\(keyStoreProblem)); jobs with personal arguments and erasures wait")])
         }
         var body: JSONObject = ["ready": .bool(failures.isEmpty)]
         if !failures.isEmpty { body["reason"] = .string(failures.joined(separator: "; ")) }

@@ -1,6 +1,8 @@
 import _CryptoExtras
 import Foundation
+import Jobs
 import Queue
+import SubjectKeys
 import TestSupport
 import Workers
 import XCTest
@@ -134,5 +136,50 @@ final class ReceiptsGoogleWorkerTests: ReceiptsTestCase {
         for text in [message, log] {
             XCTAssertFalse(text.contains("7f3a9c51e2"), "the purchase token leaked: \(text)")
         }
+    }
+
+    /// Issue 50 point 4: a worker whose key store does not open at start — PostgreSQL's subject keys under KEK test-1
+    /// (as after a restore from before a rotation), the worker configured with test-2 only — starts anyway and serves
+    /// every class without personal arguments, while a sealed receipt job waits in `schedule` without spending a
+    /// retry; the start logs `alert=key_store_unusable` and `/readyz` answers ready, `key_store` degraded. Restarted
+    /// with the right KEK, the waiting job is opened and validated.
+    func testAWorkerWhoseKeyStoreDoesNotOpenAtStartServesTheOtherClassesWhilePersonalJobsWait() throws {
+        let env = try environment()
+        let store = try SubjectKeyStore(pool: pool, current: try KeyEncryptionKey(parsing: try XCTUnwrap(env["WORKERS_KEK"])))
+        let user = try db.newUser()
+        try fakes.admin(.google, "POST", "google/subscriptions", json: [
+            "token": "tok-wait", "subscriptionState": "SUBSCRIPTION_STATE_ACTIVE", "productId": ReceiptsDatabase.googleProduct,
+            "expiryTime": ISO8601DateFormatter().string(from: Date().addingTimeInterval(30 * 86400))])
+        let sealed = try SubjectArgumentsSealer(store: store, classes: DomainJobs.personalArgumentTypes)
+            .sealed(try validation(user: user, token: "tok-wait"))
+        let jid = try redis.client.enqueue(sealed)
+        _ = try redis.client.enqueue(NewJob("Noop"))
+
+        var wrong = env
+        wrong["WORKERS_KEK"] = KeyEncryptionKey.random(id: "test-2").configurationText
+        let first = try ChildProcess(executable: TestServices.workerctl, arguments: [
+            "worker", "--concurrency", "2", "--poll-interval", "0.3", "--metrics-port", "0"], environment: wrong)
+        workers.append(first)
+        XCTAssertTrue(try eventually(timeout: 60) {
+            try redis.payloads(zset: Keys.schedule).contains { $0.jid == jid && ($0.fields["key_store_waits"]?.intValue ?? 0) >= 1 }
+        }, first.stderr)
+        XCTAssertTrue(try eventually(timeout: 30) { try redis.processed() >= 1 }, "the class without personal arguments ran: \(first.stderr)")
+        let waiting = try XCTUnwrap(try redis.payloads(zset: Keys.schedule).first { $0.jid == jid })
+        XCTAssertNil(waiting.retryCount, "no retry spent")
+        XCTAssertEqual(try redis.int("ZCARD", Keys.retry) + redis.int("ZCARD", Keys.dead), 0)
+        XCTAssertTrue(first.stderr.contains("key_store_unusable") && first.stderr.contains("test-2"), first.stderr)
+        let metrics = try XCTUnwrap(first.stderr.firstMatch(of: /"metrics_url":"([^"]+)"/).map { String($0.1) }, first.stderr)
+        let readyz = try ChildProcess.run(URL(fileURLWithPath: "/usr/bin/curl"),
+                                          ["-s", metrics.replacingOccurrences(of: "/metrics", with: "/readyz")])
+        let body = try XCTUnwrap(try JSONValue.parse(readyz.stdout).objectValue, readyz.stdout)
+        XCTAssertEqual(body["ready"]?.boolValue, true, readyz.stdout)
+        XCTAssertTrue(body["checks"]?.objectValue?["key_store"]?.objectValue?["detail"]?.stringValue?
+            .hasPrefix("degraded: the key store did not open at start") == true, readyz.stdout)
+        first.signal(SIGTERM)
+        first.wait()
+
+        let second = try startWorker(env)
+        XCTAssertTrue(try eventually(timeout: 60) { try db.userStatus(user) == "premium" }, second.stderr)
+        XCTAssertEqual(try redis.int("ZCARD", Keys.retry) + redis.int("ZCARD", Keys.dead), 0)
     }
 }

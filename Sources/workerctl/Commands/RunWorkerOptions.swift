@@ -143,17 +143,19 @@ struct WorkerOptions: ParsableArguments {
                                                                preparesStatements: !noPreparedStatements && file.pgPreparedStatements != false)
         // Encrypted personal arguments (docs/jobs-privacy.md): the key store (the deletion job erases e-mail subjects'
         // keys with it, the relay seals with it), or a refusal to start without one.
-        let subjectKeys = try SubjectKeysSetup.openStore(database: jobDatabase)
+        let keyStore = try SubjectKeysSetup.openWorkerStore(database: jobDatabase)
         registerDomainJobs(into: &registry, redisURL: configuration.redisURL, shardMap: configuration.shardMap,
-                           subjectKeys: subjectKeys)
-        try SubjectKeysSetup.install(into: &registry, store: subjectKeys, database: jobDatabase, redisURL: configuration.redisURL)
+                           subjectKeys: keyStore.store)
+        try SubjectKeysSetup.install(into: &registry, keyStore: keyStore, database: jobDatabase, redisURL: configuration.redisURL)
         let relay = try outbox.makeRelay(redisURL: configuration.redisURL, noDatabase: noDatabase,
                                          databaseURL: database.resolvedURL(configured: file.databaseURL), registry: registry,
                                          shardMap: configuration.shardMap,
-                                         middleware: outbox.enabled ? try SubjectKeysSetup.relayMiddleware(store: subjectKeys, redisURL: configuration.redisURL) : [])
+                                         middleware: !outbox.enabled ? [] : try keyStore.unusable.map { [$0] }
+                                             ?? SubjectKeysSetup.relayMiddleware(store: keyStore.store, redisURL: configuration.redisURL))
         let metricsEndpoint = try metricsAddress(file: file).map { address in
             try PrometheusEndpoint.endpoint(host: address.host, port: address.port, redisURL: configuration.redisURL,
-                                            databaseURL: noDatabase ? nil : database.resolvedURL(configured: file.databaseURL))
+                                            databaseURL: noDatabase ? nil : database.resolvedURL(configured: file.databaseURL),
+                                            keyStoreProblem: keyStore.unusable?.reason)
         }
         do {
             return (try WorkerProcess(configuration: configuration, registry: registry, database: jobDatabase,

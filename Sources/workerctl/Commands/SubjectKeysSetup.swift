@@ -36,17 +36,40 @@ enum SubjectKeysSetup {
         }
     }
 
-    /// A worker's key store: nil without PostgreSQL or without a KEK; a wrong KEK fails here, at start.
-    static func openStore(database: JobDatabase?) throws -> SubjectKeyStore? {
-        guard let database, let configuration = try configuration() else { return nil }
-        return try store(pool: database.pool, configuration: configuration)
+    /// A worker's key store as its start found it.
+    enum WorkerKeyStore {
+        /// No PostgreSQL, or no KEK configured.
+        case none
+        case open(SubjectKeyStore)
+        /// Configured, but it did not open (a wrong or unknown KEK, its tables unreadable): the worker serves the
+        /// other classes (`UnusableKeyStore`).
+        case unusable(UnusableKeyStore)
+
+        var store: SubjectKeyStore? { if case .open(let store) = self { return store } else { return nil } }
+        var unusable: UnusableKeyStore? { if case .unusable(let unusable) = self { return unusable } else { return nil } }
+    }
+
+    /// A worker's key store. A malformed KEK setting (or a KEK file others may read) refuses the start; a store that
+    /// does not open does not: the worker logs it (`alert=key_store_unusable`) and serves every class without
+    /// personal arguments, while those wait without spending retries (`UnusableKeyStore`, docs/metrics-and-health.md).
+    static func openWorkerStore(database: JobDatabase?) throws -> WorkerKeyStore {
+        guard let database, let configuration = try configuration() else { return .none }
+        do {
+            return .open(try store(pool: database.pool, configuration: configuration))
+        } catch let error as CLIError where error.exitCode == 1 {
+            let reason = error.message
+            Logger(label: "workerctl.worker").error(
+                "key store unusable: jobs with personal arguments (and erasures) wait without spending retries; every other class runs",
+                metadata: ["alert": "key_store_unusable", "reason": "\(reason)"])
+            return .unusable(UnusableKeyStore(reason: reason, classes: DomainJobs.personalArgumentTypes))
+        }
     }
 
     /// A worker's opener over `store`; then refuses to start when a registered class declares personal
     /// arguments and there is no key store. A worker without PostgreSQL (`--no-database`) has no key store and no
     /// ledger, so it cannot run those classes whatever the KEK: they are registered as an unconfigured area's stand-ins
     /// (their jobs retry until a worker with PostgreSQL and the key store takes them) and a warning says so.
-    static func install(into registry: inout JobRegistry, store: SubjectKeyStore?, database: JobDatabase?, redisURL: String) throws {
+    static func install(into registry: inout JobRegistry, keyStore: WorkerKeyStore, database: JobDatabase?, redisURL: String) throws {
         guard let database else {
             let classNames = registry.classNamesWithPersonalArguments
             guard !classNames.isEmpty else { return }
@@ -57,9 +80,11 @@ enum SubjectKeysSetup {
                 metadata: ["area": "personal arguments", "classes": "\(classNames.joined(separator: ","))", "problem": "\(problem)"])
             return
         }
-        if let store, let configuration = try configuration() {
+        if let store = keyStore.store, let configuration = try configuration() {
             registry.personalArgumentsOpener = SubjectArgumentsOpener(
                 store: store, redis: try RedisPool(url: redisURL, maxConnections: 2), configuration: configuration)
+        } else if let unusable = keyStore.unusable {
+            registry.personalArgumentsOpener = unusable
         }
         do { try registry.checkPersonalArguments() } catch { throw CLIError.runtime(error.description) }
     }
