@@ -938,11 +938,13 @@ final class RestoredRedis {
     let server: ChildProcess
     let connection: RedisConnection
 
-    init(directory: URL, port: Int, database: Int) throws {
+    /// A redis-server over `directory`: its `appendonlydir` (the AOF copy), or with `rdbFile` that RDB file there.
+    init(directory: URL, port: Int, database: Int, rdbFile: String? = nil) throws {
+        let persistence = rdbFile.map { ["--appendonly", "no", "--dbfilename", $0] }
+            ?? ["--appendonly", "yes", "--appenddirname", "appendonlydir"]
         server = try ChildProcess(executable: URL(fileURLWithPath: "/usr/bin/redis-server"),
-                                  arguments: ["--port", "\(port)", "--bind", "127.0.0.1", "--dir", directory.path,
-                                              "--appendonly", "yes", "--appenddirname", "appendonlydir", "--save", "",
-                                              "--databases", "128"])
+                                  arguments: ["--port", "\(port)", "--bind", "127.0.0.1", "--dir", directory.path, "--save", "",
+                                              "--databases", "128"] + persistence)
         var connected: RedisConnection?
         _ = eventually(timeout: 20) {
             connected = try? RedisConnection(url: "redis://127.0.0.1:\(port)/\(database)")

@@ -7,3 +7,8 @@
 -- erasures meanwhile match either column. New rows never fill person_id.
 ALTER TABLE subject_keys ADD COLUMN person_digest bytea;
 CREATE INDEX subject_keys_person_digest ON subject_keys (person_digest) WHERE person_digest IS NOT NULL;
+
+-- The time a data key was made is close to the time its person's first sealed job was enqueued, and so to the
+-- `created_at` of the rows that job wrote (a subscription naming the user): with a copy of Redis (key ids), a dump
+-- linked a key to its person by that time alone. Nothing reads it: gone (docs/jobs-privacy.md, "Threat model").
+ALTER TABLE subject_keys DROP COLUMN created_at;
