@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Queue
+import Storage
 
 /// The producer's side (docs/jobs-privacy.md): an `EnqueueMiddleware` that replaces the declared personal fields
 /// (`JobArguments.personalFields`) of the classes it was given by `PersonalEnvelope`s under the subject's data key
@@ -40,6 +41,24 @@ public final class SubjectArgumentsSealer: EnqueueMiddleware {
 
     /// The class names this sealer encrypts.
     public var classNames: [String] { declarations.keys.sorted() }
+
+    /// Writes the declared personal fields of this sealer's classes to `workers_personal_fields` (migration 0021), so
+    /// `workers_enqueue` checks an outbox row at the size it will have once this sealer sealed it: a row that would
+    /// grow past the payload limit is refused where it is accepted, not marked by the relay later. A relay calls it
+    /// when it starts. Field names only.
+    public func publishPersonalFields() throws {
+        try store.pool.withConnection { conn in
+            try conn.transaction { conn in
+                for (className, declaration) in declarations.sorted(by: { $0.key < $1.key }) {
+                    let fields = "{" + declaration.fields.sorted().map { "\"\($0)\"" }.joined(separator: ",") + "}"
+                    try conn.write("""
+                        INSERT INTO workers_personal_fields (class, fields) VALUES ($1, $2::text[])
+                        ON CONFLICT (class) DO UPDATE SET fields = EXCLUDED.fields, updated_at = now()
+                        """, [className, fields])
+                }
+            }
+        }
+    }
 
     public func prepare(_ job: inout NewJob) throws {
         guard let declaration = declarations[job.className] else { return }

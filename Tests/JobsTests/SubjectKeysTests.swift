@@ -4,6 +4,7 @@ import Foundation
 @testable import Jobs
 import Logging
 import Mail
+import Outbox
 import Queue
 import Storage
 import SubjectKeys
@@ -824,6 +825,43 @@ final class SubjectKeysTests: ReceiptsTestCase {
         XCTAssertTrue(try eventually(timeout: 60) { try db.userStatus(clearUser) == "premium" && db.userStatus(sealedUser) == "premium" })
         XCTAssertEqual(try redis.int("ZCARD", Keys.dead) + redis.int("ZCARD", Keys.retry), 0)
         XCTAssertEqual(try aofHolds(needles), [], "personal values in clear in the AOF")
+    }
+
+    /// A row whose personal fields the relay seals is checked at its sealed size where it is accepted (issue 50
+    /// point 6): once the real `workerctl relay` has published the declared fields, `workers_enqueue` refuses a receipt
+    /// job whose clear args fit the 1 MiB limit but whose sealed payload would not (SQLSTATE 54000, sizes only),
+    /// accepts one that fits sealed — which the relay then pushes, sealed, without marking it — and still accepts a
+    /// class without personal fields of the refused size.
+    func testAnOutboxRowIsCheckedAtItsSealedSizeWhereItIsAccepted() throws {
+        let relay = try ChildProcess(executable: TestServices.workerctl, arguments: ["relay", "--outbox-poll-interval", "0.2"],
+                                     environment: ["REDIS_URL": redis.url, "DATABASE_URL": fixture.database.url,
+                                                   "WORKERS_KEK": kek1.configurationText])
+        defer { relay.signal(SIGTERM); _ = relay.wait() }
+        XCTAssertTrue(eventually(timeout: 30) {
+            (try? self.db.scalar("SELECT count(*)::int FROM workers_personal_fields WHERE class = 'ValidateReceiptJob' AND 'receipt_data' = ANY (fields)")) == 1
+        }, relay.stderr)
+        let user = try db.newUser()
+        func args(_ receiptBytes: Int) throws -> String {
+            let receipt = "zqbig" + String(repeating: "Q", count: receiptBytes - 5)
+            return JSONValue.array(try validation(user: user, receipt: receipt, transaction: "7360001").args).serialized()
+        }
+        func enqueue(_ className: String, _ args: String) throws {
+            _ = try pool.withConnection { try $0.query("SELECT workers_enqueue($1, $2::jsonb) AS jid", [className, args]) }
+        }
+        let tooBig = try args(850_000)
+        XCTAssertLessThan(tooBig.utf8.count, OutboxRelaySettings.defaultMaxPayloadBytes, "fits in clear")
+        XCTAssertThrowsError(try enqueue("ValidateReceiptJob", tooBig)) { error in
+            let text = "\(error)"
+            XCTAssertTrue(text.contains("once its personal fields are sealed") && text.contains("54000"), text)
+            XCTAssertFalse(text.contains("zqbig") || text.contains(user.uuidString.lowercased()), text)
+        }
+        XCTAssertNoThrow(try enqueue("Noop", tooBig), "a class without personal fields is checked at its size")
+        try enqueue("ValidateReceiptJob", try args(700_000))
+        XCTAssertTrue(eventually(timeout: 30) { (try? self.redis.int("LLEN", "queue:default")) == 2 }, relay.stderr)
+        XCTAssertEqual(try db.scalar("SELECT count(*)::int FROM job_outbox WHERE error IS NOT NULL"), 0, "nothing refused by the relay later")
+        let sealed = try XCTUnwrap(try redis.payloads(list: "queue:default").first { $0.className == "ValidateReceiptJob" })
+        XCTAssertNotNil(PersonalEnvelope(try XCTUnwrap(sealed.args.first?.objectValue?["receipt_data"])))
+        XCTAssertGreaterThan(sealed.serialized().utf8.count, 900_000, "sealed, it grew by a third")
     }
 
     /// An address used as a subject by a job that knows only the address (a key not linked to the person): the

@@ -102,9 +102,16 @@ enum SubjectKeysSetup {
                 metadata: ["classes": "\(classes)"])
             return []
         }
-        return [SubjectArgumentsSealer(store: store, classes: DomainJobs.personalArgumentTypes,
-                                       redis: try RedisPool(url: redisURL, maxConnections: 1),
-                                       envelopeVersion: try configuration()?.envelopeVersion ?? PersonalEnvelope.version)]
+        let sealer = SubjectArgumentsSealer(store: store, classes: DomainJobs.personalArgumentTypes,
+                                            redis: try RedisPool(url: redisURL, maxConnections: 1),
+                                            envelopeVersion: try configuration()?.envelopeVersion ?? PersonalEnvelope.version)
+        // workers_enqueue checks rows at their sealed size from now on (migration 0021).
+        do { try sealer.publishPersonalFields() } catch {
+            Logger(label: "workerctl.outbox").warning(
+                "the declared personal fields could not be written to workers_personal_fields: rows are checked at their clear size",
+                metadata: ["error": "\(error)"])
+        }
+        return [sealer]
     }
 
     /// The sealer `workerctl enqueue` uses for `className`, or nil when the class declares no personal arguments.
