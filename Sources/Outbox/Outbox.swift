@@ -35,13 +35,13 @@ public enum Outbox {
         }
         var statements: [PostgresConnection.Statement] = []
         for (index, job) in jobs.enumerated() {
-            _ = try JobClient.payload(for: job, jid: "000000000000000000000000", createdAt: 0, enqueuedAt: nil)  // validates
+            _ = try JobClient.payload(for: job, jid: job.jid ?? "000000000000000000000000", createdAt: 0, enqueuedAt: nil)  // validates
             let at = times?[index].timeIntervalSince1970
             if let at, !at.isFinite || at < 0 { throw EnqueueError.invalidTime("\(at) is not an epoch time") }
             statements.append(.init("""
-                SELECT workers_enqueue($1, $2::jsonb, $3, to_timestamp($4::float8), $5::jsonb, $6::jsonb) AS jid
+                SELECT workers_enqueue($1, $2::jsonb, $3, to_timestamp($4::float8), $5::jsonb, $6::jsonb, $7) AS jid
                 """, [job.className, JSONValue.array(job.args).serialized(), job.queue, at,
-                      job.retry.serialized(), JSONValue.object(job.extra).serialized()]))
+                      job.retry.serialized(), JSONValue.object(job.extra).serialized(), job.jid]))
         }
         return try connection.pipeline(statements).map { rows in
             guard let row = rows.first else {
@@ -90,7 +90,9 @@ struct OutboxRow: Sendable {
         let argsValue = try JSONValue.parse(args)
         guard case .array(let argsArray) = argsValue else { throw OutboxRowError.notArray(jid) }
         let extraFields = try JSONValue.parse(extra).objectValue ?? [:]
-        return NewJob(className, args: argsArray, queue: queue, retry: try JSONValue.parse(retry), extra: extraFields)
+        var job = NewJob(className, args: argsArray, queue: queue, retry: try JSONValue.parse(retry), extra: extraFields)
+        job.jid = jid  // a middleware binding the job to its jid (the sealer) binds it to the row's
+        return job
     }
 
     /// This row with its job passed through `middleware` (in order), as `JobClient` passes a job before it builds

@@ -14,6 +14,9 @@ public struct NewJob: Sendable {
     /// fields (`NewJob.runtimeOwnedFields`) are refused (`EnqueueError.runtimeField`), and `unique_for` is
     /// clamped to `UniquePolicy.maxSeconds`.
     public var extra: JSONObject
+    /// The jid this job will have, when chosen before the enqueue (24 lowercase hex characters): by a middleware that
+    /// binds the job's content to it (the sealer of personal arguments), or by the producer. Nil: chosen at enqueue.
+    public var jid: String?
 
     /// Fields of `runtimeOwnedFields` the runtime itself sets on this job (a batch's `bid`, a unique job's
     /// `unique_key`; tests of this package simulate a history with them). Not visible outside the package.
@@ -146,9 +149,14 @@ public struct JobClient: Sendable {
 
     /// Builds the payload Ruby's client would build, in its key order. `job.runtimeFields` are written after
     /// `extra` (which may not hold them).
-    public static func payload(for job: NewJob, jid: String = Identifiers.jid(), createdAt: Double,
+    /// `jid`: the job's (`job.jid` when set, which `jid` must then equal: the job's sealed arguments are bound to it).
+    public static func payload(for job: NewJob, jid: String? = nil, createdAt: Double,
                                enqueuedAt: Double?) throws(EnqueueError) -> JobPayload {
         try validate(job)
+        let jid = jid ?? job.jid ?? Identifiers.jid()
+        if let bound = job.jid, bound != jid {
+            throw .invalidArguments("the job is bound to jid \(bound) (its sealed arguments), not \(jid)")
+        }
         var fields: JSONObject = ["retry": job.retry, "queue": .string(job.queue)]
         for (key, value) in job.extra where fields[key] == nil && !["class", "args", "jid", "at"].contains(key) {
             if key == "unique_for", let seconds = value.doubleValue, !(0...UniquePolicy.maxSeconds).contains(seconds) {
@@ -168,6 +176,9 @@ public struct JobClient: Sendable {
 
     static func validate(_ job: NewJob) throws(EnqueueError) {
         if job.className.isEmpty { throw .invalidClassName("empty") }
+        if let jid = job.jid, jid.utf8.count != 24 || !jid.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }) {
+            throw .invalidArguments("a jid is 24 lowercase hex characters")
+        }
         if job.className.contains(where: { $0.isWhitespace }) { throw .invalidClassName("'\(job.className)' contains whitespace") }
         try validateQueue(job.queue)
         switch job.retry {
@@ -214,7 +225,7 @@ public struct JobClient: Sendable {
         var spans: [any Span] = []  // one producer span per job, only while tracing is on (docs/tracing.md)
         for job in jobs {
             let job = try prepared(job)
-            let jid = Identifiers.jid()
+            let jid = job.jid ?? Identifiers.jid()
             var payload = try Self.payload(for: job, jid: jid, createdAt: now, enqueuedAt: now)
             if JobTracing.isEnabled {
                 let span = JobTraceContext.startEnqueueSpan(className: job.className, queue: job.queue, jid: jid)
@@ -307,7 +318,7 @@ public struct JobClient: Sendable {
                 continue
             }
             let job = try prepared(job)
-            let jid = Identifiers.jid()
+            let jid = job.jid ?? Identifiers.jid()
             var payload = try Self.payload(for: job, jid: jid, createdAt: now, enqueuedAt: nil)
             if JobTracing.isEnabled {
                 let span = JobTraceContext.startEnqueueSpan(className: job.className, queue: job.queue, jid: jid)

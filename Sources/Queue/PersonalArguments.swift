@@ -8,9 +8,10 @@ import Foundation
 /// Implemented by `SubjectKeys.SubjectArgumentsOpener`; declared here so the runtime (Workers) and the key store
 /// (SubjectKeys) need not know each other. Called from any pool thread at once: implementations are thread-safe.
 public protocol PersonalArgumentsOpener: Sendable {
-    /// `args` with every field of `fields` in `args[0]` opened. Throws `PersonalArgumentsRefusal` for a job that can
-    /// never run (dead at once with its `errorClass`); any other error is temporary (the job is retried).
-    func open(_ args: [JSONValue], className: String, fields: Set<String>, subjectField: String?) throws -> [JSONValue]
+    /// `args` of the job `jid` (the payload's; "" when it has none) with every field of `fields` in `args[0]` opened.
+    /// Throws `PersonalArgumentsRefusal` for a job that can never run (dead at once with its `errorClass`); any other
+    /// error is temporary (the job is retried).
+    func open(_ args: [JSONValue], className: String, jid: String, fields: Set<String>, subjectField: String?) throws -> [JSONValue]
 }
 
 /// A job whose personal arguments can never be opened: dead at once, `error_class` = `errorClass`

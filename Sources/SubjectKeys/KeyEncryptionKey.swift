@@ -135,10 +135,13 @@ public struct SubjectKeysConfiguration: Sendable {
         var configuration = SubjectKeysConfiguration(current: current, previous: previous, strict: strict, cacheTTL: ttl)
         switch env["WORKERS_ENVELOPE_VERSION"] ?? "" {
         case "", PersonalEnvelope.version: break
+        case PersonalEnvelope.classBoundVersion:
+            configuration.envelopeVersion = PersonalEnvelope.classBoundVersion
+            warnings.append("WORKERS_ENVELOPE_VERSION=v2: personal arguments are sealed without their jid binding, for workers of the previous release during a rolling deploy; drop it once every worker runs this release (v2 envelopes are opened only until 2027-06-26)")
         case PersonalEnvelope.legacyVersion:
             configuration.envelopeVersion = PersonalEnvelope.legacyVersion
-            warnings.append("WORKERS_ENVELOPE_VERSION=v1: personal arguments are sealed without their class binding, for workers of the previous release during a rolling deploy; drop it once every worker runs this release (v1 envelopes are opened only until 2027-06-26)")
-        default: throw .invalid("WORKERS_ENVELOPE_VERSION must be v2 or v1")
+            warnings.append("WORKERS_ENVELOPE_VERSION=v1: personal arguments are sealed without their class binding, for workers of a release before v2 during a rolling deploy; drop it once every worker runs this release (v1 envelopes are opened only until 2027-06-26)")
+        default: throw .invalid("WORKERS_ENVELOPE_VERSION must be v3, v2 or v1")
         }
         configuration.warnings = warnings
         return configuration

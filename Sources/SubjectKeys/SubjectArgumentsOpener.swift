@@ -8,9 +8,10 @@ import Queue
 /// most once per `epochCheckInterval`).
 ///
 /// Binding (issue 50 point 2): every envelope of a job must carry the same key id, and when the subject field is in
-/// clear, the key id its subject has in the store; a v2 envelope opens only in its field of a job of its class
-/// (`PersonalEnvelope`); a v1 envelope (not bound to its class) is refused in strict mode and after
-/// `PersonalEnvelope.legacyAcceptedUntil`. Each broken rule → `UnreadableEnvelope`, naming fields and key ids only.
+/// clear, the key id its subject has in the store; a v3 envelope opens only in its field of its job (class and jid,
+/// `PersonalEnvelope`); a v2 envelope (bound to its class, not its jid) and a v1 envelope (bound to neither) are
+/// refused after `PersonalEnvelope.legacyAcceptedUntil`, v1 also in strict mode. Each broken rule →
+/// `UnreadableEnvelope`, naming fields and key ids only.
 ///
 /// Outcomes per field: an envelope whose key exists opens (its value replaces it); whose key is gone →
 /// `SubjectErased` (dead, never retried); that does not open with its key or is of an unknown version →
@@ -46,7 +47,7 @@ public final class SubjectArgumentsOpener: PersonalArgumentsOpener {
     /// Cached keys right now (tests).
     public var cachedKeyCount: Int { cache.count }
 
-    public func open(_ args: [JSONValue], className: String, fields: Set<String>, subjectField: String?) throws -> [JSONValue] {
+    public func open(_ args: [JSONValue], className: String, jid: String, fields: Set<String>, subjectField: String?) throws -> [JSONValue] {
         guard args.count == 1, var object = args[0].objectValue else { return args }  // decoding reports the shape
         var envelopes: [(field: String, envelope: PersonalEnvelope)] = []
         for field in fields.sorted() {
@@ -74,14 +75,15 @@ public final class SubjectArgumentsOpener: PersonalArgumentsOpener {
                                                reason: "\(first.field) is not sealed under the key of \(subjectField) (key id \(keyID))")
             }
         }
-        if let legacy = envelopes.first(where: { $0.envelope.version == PersonalEnvelope.legacyVersion }) {
-            if strict {
+        if let legacy = envelopes.first(where: { $0.envelope.version != PersonalEnvelope.version }) {
+            let version = legacy.envelope.version
+            if strict, version == PersonalEnvelope.legacyVersion {
                 throw PersonalArgumentsRefusal(errorClass: "UnreadableEnvelope",
                                                reason: "\(legacy.field) is a v1 envelope, not bound to its class: refused in strict mode")
             }
             if now() >= PersonalEnvelope.legacyAcceptedUntil {
                 throw PersonalArgumentsRefusal(errorClass: "UnreadableEnvelope",
-                                               reason: "\(legacy.field) is a v1 envelope: no longer opened (docs/jobs-privacy.md)")
+                                               reason: "\(legacy.field) is a \(version) envelope: no longer opened (docs/jobs-privacy.md)")
             }
         }
         guard let key = try key(id: keyID) else {
@@ -89,9 +91,9 @@ public final class SubjectArgumentsOpener: PersonalArgumentsOpener {
                                            reason: "the data key of \(first.field) (key id \(keyID)) is erased: the subject was deleted")
         }
         for (field, envelope) in envelopes {
-            guard let clear = envelope.open(field: field, className: className, key: key) else {
+            guard let clear = envelope.open(field: field, className: className, jid: jid, key: key) else {
                 throw PersonalArgumentsRefusal(errorClass: "UnreadableEnvelope",
-                                               reason: "\(field) does not open with its key (moved from another field or class, or changed)")
+                                               reason: "\(field) does not open with its key (moved from another field, class or job, or changed)")
             }
             object[field] = clear
         }

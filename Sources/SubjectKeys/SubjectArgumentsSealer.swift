@@ -84,8 +84,11 @@ public final class SubjectArgumentsSealer: EnqueueMiddleware {
             // A job for a person erased before it was sealed: it would run as a no-op at best; refused here instead.
             throw EnqueueError.invalidArguments("\(job.className): the subject's person was erased; no key is made for an erased person, so the job is refused (docs/jobs-privacy.md)")
         }
+        // Bound to its job: the jid is chosen here when the producer did not choose it, and the enqueue uses it.
+        let jid = job.jid ?? Identifiers.jid()
+        job.jid = jid
         for field in pending {
-            object[field] = try PersonalEnvelope.seal(object[field]!, field: field, className: job.className,
+            object[field] = try PersonalEnvelope.seal(object[field]!, field: field, className: job.className, jid: jid,
                                                       keyID: dataKey.keyID, key: dataKey.key, version: envelopeVersion).json
         }
         job.args = [.object(object)]

@@ -27,7 +27,7 @@ public struct UnusableKeyStore: PersonalArgumentsOpener, EnqueueMiddleware, Send
         public var description: String { "the key store could not be opened at start: \(reason)" }
     }
 
-    public func open(_ args: [JSONValue], className: String, fields: Set<String>, subjectField: String?) throws -> [JSONValue] {
+    public func open(_ args: [JSONValue], className: String, jid: String, fields: Set<String>, subjectField: String?) throws -> [JSONValue] {
         throw Unusable(reason: reason)
     }
 

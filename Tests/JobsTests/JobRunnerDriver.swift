@@ -103,6 +103,20 @@ struct JobRunnerDriver {
         try deliver(try Self.payload(className, args))
     }
 
+    /// A first delivery of `job` as an enqueue would push it: under its own jid when it has one (a sealed job's
+    /// envelopes are bound to it).
+    func deliver(_ job: NewJob) throws -> Delivery {
+        try deliver(try JobClient.payload(for: job, createdAt: Clock.now(), enqueuedAt: Clock.now()))
+    }
+
+    /// `run` of a first delivery of `job` (under its own jid when it has one).
+    @discardableResult
+    func run(_ job: NewJob) throws -> JobPayload {
+        let payload = try JobClient.payload(for: job, createdAt: Clock.now(), enqueuedAt: Clock.now())
+        try run(payload)
+        return payload
+    }
+
     /// Delivers `payload` and requires it to succeed: returns on `.ack` (done, or already applied), throws the
     /// `Delivery` otherwise (assert on it with `Failure`).
     func run(_ payload: JobPayload) throws {

@@ -5,15 +5,17 @@ import XCTest
 /// The KEK opens every person's data key: a `WORKERS_KEK_FILE` that group or others may read or write is refused at
 /// start, and a KEK given inline in the environment works but is warned about (issue 50, point 6).
 final class KEKConfigurationTests: XCTestCase {
-    /// What producers seal: v2 by default, v1 on request (warned: for a rolling deploy only), nothing else.
-    func testTheEnvelopeVersionIsV2ByDefaultV1OnRequestAndNothingElse() throws {
+    /// What producers seal: v3 by default, v2 or v1 on request (warned: for a rolling deploy only), nothing else.
+    func testTheEnvelopeVersionIsV3ByDefaultV2OrV1OnRequestAndNothingElse() throws {
         let kek = "k-1:" + Data(repeating: 7, count: 32).base64EncodedString()
-        XCTAssertEqual(try SubjectKeysConfiguration.fromEnvironment(["WORKERS_KEK": kek])?.envelopeVersion, "v2")
-        let legacy = try XCTUnwrap(try SubjectKeysConfiguration.fromEnvironment(["WORKERS_KEK": kek, "WORKERS_ENVELOPE_VERSION": "v1"]))
-        XCTAssertEqual(legacy.envelopeVersion, "v1")
-        XCTAssertTrue(legacy.warnings.contains { $0.contains("rolling deploy") }, "\(legacy.warnings)")
-        XCTAssertThrowsError(try SubjectKeysConfiguration.fromEnvironment(["WORKERS_KEK": kek, "WORKERS_ENVELOPE_VERSION": "v3"])) { error in
-            XCTAssertTrue("\(error)".contains("WORKERS_ENVELOPE_VERSION must be v2 or v1"), "\(error)")
+        XCTAssertEqual(try SubjectKeysConfiguration.fromEnvironment(["WORKERS_KEK": kek])?.envelopeVersion, "v3")
+        for version in ["v2", "v1"] {
+            let legacy = try XCTUnwrap(try SubjectKeysConfiguration.fromEnvironment(["WORKERS_KEK": kek, "WORKERS_ENVELOPE_VERSION": version]))
+            XCTAssertEqual(legacy.envelopeVersion, version)
+            XCTAssertTrue(legacy.warnings.contains { $0.contains("rolling deploy") }, "\(legacy.warnings)")
+        }
+        XCTAssertThrowsError(try SubjectKeysConfiguration.fromEnvironment(["WORKERS_KEK": kek, "WORKERS_ENVELOPE_VERSION": "v4"])) { error in
+            XCTAssertTrue("\(error)".contains("WORKERS_ENVELOPE_VERSION must be v3, v2 or v1"), "\(error)")
         }
     }
 

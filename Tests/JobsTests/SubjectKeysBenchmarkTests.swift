@@ -25,14 +25,15 @@ final class SubjectKeysBenchmarkTests: ReceiptsTestCase {
         let store = try SubjectKeyStore(pool: pool, current: KeyEncryptionKey.random(id: "bench"))
         let sealer = SubjectArgumentsSealer(store: store, classes: DomainJobs.personalArgumentTypes, cacheTTL: .zero)
         let receipt = String(repeating: "MIIT", count: 1024)  // 4 KB
-        var clear: [[JSONValue]] = [], sealed: [[JSONValue]] = []
+        var clear: [[JSONValue]] = [], sealed: [(args: [JSONValue], jid: String)] = []
         let seeding = Date()
         for index in 0..<subjects {
             let job = try NewJob(ValidateReceiptArguments(userID: UUID(), appID: db.appID, planID: db.planID,
                                                           proof: .apple(receiptData: receipt, transactionID: "\(8_000_000 + index)",
                                                                         originalTransactionID: nil, signedTransaction: nil)))
             clear.append(job.args)
-            sealed.append(try sealer.sealed(job).args)
+            let sealedJob = try sealer.sealed(job)
+            sealed.append((sealedJob.args, sealedJob.jid ?? ""))
         }
         print("subject-keys-bench: \(subjects) subjects keyed and sealed in " + String(format: "%.1f", Date().timeIntervalSince(seeding)) + " s")
         func perJob(_ label: String, _ body: () throws -> Void) rethrows -> Double {
@@ -46,21 +47,21 @@ final class SubjectKeysBenchmarkTests: ReceiptsTestCase {
         let plain = try perJob("decode in clear") { for args in clear { _ = try ValidateReceiptArguments.decode(args: args) } }
         let opener = SubjectArgumentsOpener(store: store, redis: redis.pool, cacheTTL: .seconds(3600))
         let cold = try perJob("open (cold cache: one key fetch per subject) + decode") {
-            for args in sealed {
-                _ = try ValidateReceiptArguments.decode(args: opener.open(args, className: "ValidateReceiptJob", fields: fields, subjectField: "user_id"))
+            for (args, jid) in sealed {
+                _ = try ValidateReceiptArguments.decode(args: opener.open(args, className: "ValidateReceiptJob", jid: jid, fields: fields, subjectField: "user_id"))
             }
         }
         let warm = try perJob("open (warm cache) + decode") {
-            for args in sealed {
-                _ = try ValidateReceiptArguments.decode(args: opener.open(args, className: "ValidateReceiptJob", fields: fields, subjectField: "user_id"))
+            for (args, jid) in sealed {
+                _ = try ValidateReceiptArguments.decode(args: opener.open(args, className: "ValidateReceiptJob", jid: jid, fields: fields, subjectField: "user_id"))
             }
         }
         let bare = SubjectArgumentsOpener(store: store, redis: redis.pool, cacheTTL: .seconds(3600))
         _ = try perJob("open only (cold cache)") {
-            for args in sealed { _ = try bare.open(args, className: "ValidateReceiptJob", fields: fields, subjectField: "user_id") }
+            for (args, jid) in sealed { _ = try bare.open(args, className: "ValidateReceiptJob", jid: jid, fields: fields, subjectField: "user_id") }
         }
         _ = try perJob("open only (warm cache)") {
-            for args in sealed { _ = try bare.open(args, className: "ValidateReceiptJob", fields: fields, subjectField: "user_id") }
+            for (args, jid) in sealed { _ = try bare.open(args, className: "ValidateReceiptJob", jid: jid, fields: fields, subjectField: "user_id") }
         }
         print("subject-keys-bench: added per job: cold " + String(format: "%.1f", cold - plain) + " µs, warm "
               + String(format: "%.1f", warm - plain) + " µs")

@@ -247,7 +247,7 @@ final class SubjectKeysTests: ReceiptsTestCase {
 
     /// Rotation: jobs sealed before `keys rotate` (under KEK 1) and after (KEK 2) are opened by a worker that only has
     /// KEK 2 (KEK 1 destroyed); a wrong KEK fails when the store opens, at start, not per job.
-    func testRotationKeepsJobsBeforeAndAfterReadableAndAWrongKEKFailsAtStart() throws {
+    func testRotationKeepsJobsBeforeAndAfterReadableAndAWrongKEKIsNamedAtStart() throws {
         let before = try db.newUser(), after = try db.newUser()
         try registerValid(receipt: "zqrot-before", transaction: "7337101")
         try registerValid(receipt: "zqrot-after", transaction: "7337102")
@@ -273,13 +273,15 @@ final class SubjectKeysTests: ReceiptsTestCase {
         XCTAssertThrowsError(try SubjectKeyStore(pool: pool, current: kek1)) { error in
             XCTAssertEqual(error as? SubjectKeyStoreError, .unknownKEK(configured: "kek-1", stored: ["kek-2"]))
         }
-        // `workerctl worker` with the wrong KEK exits at start with the reason.
-        let worker = try ChildProcess.run(TestServices.workerctl, ["worker", "--concurrency", "1"],
-                                          environment: ["REDIS_URL": redis.url, "DATABASE_URL": fixture.database.url,
-                                                        "WORKERS_KEK": KeyEncryptionKey.random(id: "kek-2").configurationText],
-                                          timeout: 30)
-        XCTAssertEqual(worker.status, 1, worker.stderr)
-        XCTAssertTrue(worker.stderr.contains("wrong KEK"), worker.stderr)
+        // `workerctl worker` with the wrong KEK says so at start and runs degraded (the other classes; issue 50 point 4,
+        // ReceiptsGoogleWorkerTests.testAWorkerWhoseKeyStoreDoesNotOpenAtStartServesTheOtherClassesWhilePersonalJobsWait).
+        let worker = try ChildProcess(executable: TestServices.workerctl, arguments: ["worker", "--concurrency", "1"],
+                                      environment: ["REDIS_URL": redis.url, "DATABASE_URL": fixture.database.url,
+                                                    "WORKERS_KEK": KeyEncryptionKey.random(id: "kek-2").configurationText])
+        XCTAssertTrue(eventually(timeout: 30) { worker.stderr.contains("key_store_unusable") }, worker.stderr)
+        XCTAssertTrue(worker.stderr.contains("wrong KEK") && worker.isRunning, worker.stderr)
+        worker.signal(SIGTERM)
+        _ = worker.wait()
 
         // A worker with the receipts area configured (ValidateReceiptJob declares personal arguments) and no KEK
         // refuses to start.
@@ -341,7 +343,7 @@ final class SubjectKeysTests: ReceiptsTestCase {
         let opener = SubjectArgumentsOpener(store: current, redis: redis.pool)
 
         // dead: cannot be read.
-        XCTAssertThrowsError(try opener.open(dead.args, className: "ValidateReceiptJob",
+        XCTAssertThrowsError(try opener.open(dead.args, className: "ValidateReceiptJob", jid: dead.jid ?? "",
                                              fields: ValidateReceiptArguments.personalFields, subjectField: "user_id")) { error in
             XCTAssertEqual((error as? PersonalArgumentsRefusal)?.errorClass, "SubjectErased")
         }
@@ -560,7 +562,7 @@ final class SubjectKeysTests: ReceiptsTestCase {
         let driver = JobRunnerDriver(registry: try registry(opener: SubjectArgumentsOpener(store: restored, redis: redis.pool),
                                                             subjectKeys: restored),
                                      database: JobDatabase(pool: restoredPool))
-        let delivery = try driver.deliver(ValidateReceiptArguments.className, job.args)
+        let delivery = try driver.deliver(job)
         XCTAssertEqual(delivery.errorClass, "SubjectErased", "\(delivery)")
         let queued = try redis.payloads(list: "queue:default").filter { $0.className == AccountDeletionJob.className }
         XCTAssertEqual(queued.count, 1, "the deletion enqueued again")
@@ -587,8 +589,10 @@ final class SubjectKeysTests: ReceiptsTestCase {
         let jobA = try sealer(store).sealed(try validation(user: userA, receipt: "zqbindA", transaction: "7353001"))
         let jobB = try sealer(store).sealed(try validation(user: userB, receipt: "zqbindB", transaction: "7353002"))
         let argsA = try XCTUnwrap(jobA.args.first?.objectValue), argsB = try XCTUnwrap(jobB.args.first?.objectValue)
-        func refusal(_ className: String, _ object: JSONObject) throws -> JobPayload {
-            let delivery = try driver.deliver(className, [.object(object)])
+        func refusal(_ className: String, _ object: JSONObject, jid: String? = nil) throws -> JobPayload {
+            var job = NewJob(className, args: [.object(object)])
+            job.jid = jid
+            let delivery = try driver.deliver(job)
             guard case .dead(let payload) = delivery else { XCTFail("\(delivery)"); return try JobRunnerDriver.payload(className, []) }
             XCTAssertEqual(payload.fields["error_class"]?.stringValue, "UnreadableEnvelope")
             let message = payload.fields["error_message"]?.stringValue ?? ""
@@ -607,17 +611,24 @@ final class SubjectKeysTests: ReceiptsTestCase {
         let echo = try echoSealer.sealed(try NewJob(EchoPersonalJob.Arguments(user_id: userA.uuidString, transaction_id: "7353003")))
         var pasted = try XCTUnwrap(echo.args.first?.objectValue)
         pasted["transaction_id"] = argsA["transaction_id"]
-        XCTAssertTrue(try refusal(EchoPersonalJob.Arguments.className, pasted).fields["error_message"]?.stringValue?
-            .contains("moved from another field or class") == true)
+        // Under A's jid, so that only the class differs from where it was sealed.
+        XCTAssertTrue(try refusal(EchoPersonalJob.Arguments.className, pasted, jid: jobA.jid).fields["error_message"]?.stringValue?
+            .contains("moved from another field, class or job") == true)
         // 3. A clear subject with a field sealed for someone else.
         let forB = try echoSealer.sealed(try NewJob(EchoPersonalJob.Arguments(user_id: userB.uuidString, transaction_id: "7353004")))
         var borrowed = try XCTUnwrap(forB.args.first?.objectValue)
         borrowed["user_id"] = .string(userA.uuidString)
         XCTAssertTrue(try refusal(EchoPersonalJob.Arguments.className, borrowed).fields["error_message"]?.stringValue?
             .contains("not sealed under the key of user_id") == true)
+        // 4. A's whole job copied as a new job (another jid, which the ledger would run again): v3 envelopes are bound
+        //    to their jid.
+        XCTAssertEqual(try XCTUnwrap(PersonalEnvelope(try XCTUnwrap(argsA["receipt_data"])))?.version, "v3")
+        let copied = try driver.deliver(ValidateReceiptArguments.className, jobA.args)
+        XCTAssertEqual(copied.errorClass, "UnreadableEnvelope", "\(copied)")
+        XCTAssertTrue(copied.errorMessage?.contains("moved from another field, class or job") == true, "\(copied)")
         // The jobs as sealed run.
-        XCTAssertNoThrow(try driver.run(EchoPersonalJob.Arguments.className, echo.args))
-        XCTAssertNoThrow(try driver.run(ValidateReceiptArguments.className, jobA.args))
+        XCTAssertNoThrow(try driver.run(echo))
+        XCTAssertNoThrow(try driver.run(jobA))
         XCTAssertEqual(try db.userStatus(userA), "premium")
     }
 
@@ -639,19 +650,35 @@ final class SubjectKeysTests: ReceiptsTestCase {
         XCTAssertEqual(PersonalEnvelope(try XCTUnwrap(object["user_id"]))?.version, "v1")
         let fields = ValidateReceiptArguments.personalFields
         let strict = SubjectArgumentsOpener(store: store, redis: nil, strict: true)
-        XCTAssertThrowsError(try strict.open([.object(object)], className: ValidateReceiptArguments.className, fields: fields,
+        XCTAssertThrowsError(try strict.open([.object(object)], className: ValidateReceiptArguments.className, jid: "", fields: fields,
                                              subjectField: "user_id")) { error in
             XCTAssertEqual((error as? PersonalArgumentsRefusal)?.errorClass, "UnreadableEnvelope")
             XCTAssertTrue("\(error)".contains("refused in strict mode"), "\(error)")
         }
         let late = SubjectArgumentsOpener(store: store, redis: nil, now: { PersonalEnvelope.legacyAcceptedUntil.addingTimeInterval(1) })
-        XCTAssertThrowsError(try late.open([.object(object)], className: ValidateReceiptArguments.className, fields: fields,
+        XCTAssertThrowsError(try late.open([.object(object)], className: ValidateReceiptArguments.className, jid: "", fields: fields,
                                            subjectField: "user_id")) { error in
             XCTAssertTrue("\(error)".contains("no longer opened"), "\(error)")
         }
         let driver = try fixture.driver(try registry(opener: SubjectArgumentsOpener(store: store, redis: redis.pool)))
         XCTAssertNoThrow(try driver.run(ValidateReceiptArguments.className, [.object(object)]))
         XCTAssertEqual(try db.userStatus(user), "premium")
+
+        // v2 (the previous release: bound to its class, not its jid): opens under any jid, in strict mode too, until
+        // the cutoff.
+        let v2 = try XCTUnwrap(try SubjectKeysConfiguration.fromEnvironment(["WORKERS_KEK": kek1.configurationText,
+                                                                            "WORKERS_ENVELOPE_VERSION": "v2"]))
+        XCTAssertTrue(v2.warnings.contains { $0.contains("WORKERS_ENVELOPE_VERSION=v2") }, "\(v2.warnings)")
+        let v2Object = try XCTUnwrap(try SubjectArgumentsSealer(store: store, classes: DomainJobs.personalArgumentTypes,
+                                                                envelopeVersion: v2.envelopeVersion)
+            .sealed(try validation(user: user, receipt: "zqlegacy", transaction: "7354001")).args.first?.objectValue)
+        XCTAssertEqual(PersonalEnvelope(try XCTUnwrap(v2Object["user_id"]))?.version, "v2")
+        XCTAssertNoThrow(try strict.open([.object(v2Object)], className: ValidateReceiptArguments.className, jid: Identifiers.jid(),
+                                         fields: fields, subjectField: "user_id"))
+        XCTAssertThrowsError(try late.open([.object(v2Object)], className: ValidateReceiptArguments.className, jid: "", fields: fields,
+                                           subjectField: "user_id")) { error in
+            XCTAssertTrue("\(error)".contains("v2 envelope: no longer opened"), "\(error)")
+        }
     }
 
     /// The one-off scrub (issue 50 point 1): error texts an older release wrote with opened values in them lose the
@@ -786,7 +813,9 @@ final class SubjectKeysTests: ReceiptsTestCase {
         let sealed = try sealer(store).sealed(try validation(user: sealedUser, receipt: sealedReceipt, transaction: sealedTx))
         try pool.withConnection { c in
             _ = try c.query("SELECT workers_enqueue('ValidateReceiptJob', $1::jsonb) AS jid", [clearArgs])
-            _ = try c.query("SELECT workers_enqueue('ValidateReceiptJob', $1::jsonb) AS jid", [JSONValue.array(sealed.args).serialized()])
+            // Sealed by the caller: its envelopes are bound to the jid the sealer chose, which the row must carry.
+            _ = try c.query("SELECT workers_enqueue('ValidateReceiptJob', $1::jsonb, jid => $2) AS jid",
+                            [JSONValue.array(sealed.args).serialized(), sealed.jid])
             _ = try c.execute("ALTER TABLE subject_keys RENAME TO subject_keys_away")
         }
         var restored = false
@@ -877,7 +906,7 @@ final class SubjectKeysTests: ReceiptsTestCase {
         let mailJob = try probeSealer.sealed(try NewJob(MailOnlyProbeJob.Arguments(email: "ZqMailOnly@Example.org", note: "zqhello")))
         let otherJob = try probeSealer.sealed(try NewJob(MailOnlyProbeJob.Arguments(email: "zqsomeoneelse@example.org", note: "zqhi")))
         let opener = SubjectArgumentsOpener(store: store, redis: redis.pool, cacheTTL: .zero)
-        XCTAssertNoThrow(try fixture.driver(try registry(opener: opener)).run(MailOnlyProbeJob.Arguments.className, mailJob.args))
+        XCTAssertNoThrow(try fixture.driver(try registry(opener: opener)).run(mailJob))
 
         let keyless = fixture.driver(try registry(opener: nil))
         let waiting = try keyless.deliver(AccountDeletionJob.className, PrivacyJobs.deletionJob(userID: user, requestID: request).args)
@@ -893,9 +922,9 @@ final class SubjectKeysTests: ReceiptsTestCase {
         let keyed = fixture.driver(try registry(opener: opener, subjectKeys: store))
         try keyed.run(AccountDeletionJob.className, PrivacyJobs.deletionJob(userID: user, requestID: request).args)
         XCTAssertEqual(try purgeEmail(), 0)
-        let erased = try keyed.deliver(MailOnlyProbeJob.Arguments.className, mailJob.args)
+        let erased = try keyed.deliver(mailJob)
         XCTAssertEqual(erased.errorClass, "SubjectErased", "\(erased)")
-        XCTAssertNoThrow(try keyed.run(MailOnlyProbeJob.Arguments.className, otherJob.args), "another address's key went too")
+        XCTAssertNoThrow(try keyed.run(otherJob), "another address's key went too")
     }
 
     /// Strict mode: a clear personal value goes to dead as `PersonalDataInClear` (lenient mode runs it); an envelope
@@ -917,7 +946,7 @@ final class SubjectKeysTests: ReceiptsTestCase {
         var object = try XCTUnwrap(sealed.args.first?.objectValue)
         object["transaction_id"] = object["receipt_data"]
         sealed.args = [.object(object)]
-        XCTAssertEqual(try strict.deliver("ValidateReceiptJob", sealed.args).errorClass, "UnreadableEnvelope")
+        XCTAssertEqual(try strict.deliver(sealed).errorClass, "UnreadableEnvelope")
 
         let lenient = fixture.driver(try registry(opener: SubjectArgumentsOpener(store: store, redis: redis.pool)))
         XCTAssertNoThrow(try lenient.run("ValidateReceiptJob", clear.args))

@@ -39,7 +39,7 @@ extension SubjectKeysTests {
         }
         let (receiptC, transactionC) = try validPurchase("zqthief-c", transactionPrefix: "7358")
         try fixture.driver(try registry(opener: SubjectArgumentsOpener(store: store, redis: redis.pool)))
-            .run(ValidateReceiptArguments.className, try seal.sealed(try validation(user: c, receipt: receiptC, transaction: transactionC)).args)
+            .run(try seal.sealed(try validation(user: c, receipt: receiptC, transaction: transactionC)))
         let jobOfA = try job(a, "a"), jobOfB = try job(b, "b")
         for (index, sealed) in [jobOfA, try job(a, "a-retry"), try job(a, "a-dead"), jobOfB].enumerated() {
             var payload = try JobClient.payload(for: sealed, createdAt: Clock.now(), enqueuedAt: Clock.now())
@@ -179,10 +179,10 @@ extension SubjectKeysTests {
         let thief = try SubjectKeyStore(pool: restoredPool, current: kek1)
         let opener = SubjectArgumentsOpener(store: thief, redis: redis.pool)
         let fields = ValidateReceiptArguments.personalFields
-        let opened = try opener.open(scene.jobOfA.args, className: ValidateReceiptArguments.className, fields: fields, subjectField: "user_id")
+        let opened = try opener.open(scene.jobOfA.args, className: ValidateReceiptArguments.className, jid: scene.jobOfA.jid ?? "", fields: fields, subjectField: "user_id")
         XCTAssertEqual(opened.first?.objectValue?["user_id"]?.stringValue?.lowercased(), scene.a.uuidString.lowercased())
         XCTAssertEqual(try thief.keyID(forSubject: scene.a.uuidString), scene.keyOfA)
-        XCTAssertThrowsError(try opener.open(scene.jobOfB.args, className: ValidateReceiptArguments.className, fields: fields,
+        XCTAssertThrowsError(try opener.open(scene.jobOfB.args, className: ValidateReceiptArguments.className, jid: scene.jobOfB.jid ?? "", fields: fields,
                                              subjectField: "user_id")) { error in
             XCTAssertEqual((error as? PersonalArgumentsRefusal)?.errorClass, "SubjectErased")
         }

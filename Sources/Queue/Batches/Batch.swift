@@ -128,7 +128,7 @@ public enum Batches {
         for (index, job) in batch.jobs.enumerated() {
             var job = job
             job.runtimeFields["bid"] = .string(bid)
-            let jid = Identifiers.jid()
+            let jid = job.jid ?? Identifiers.jid()
             let payload: JobPayload
             do { payload = try JobClient.payload(for: job, jid: jid, createdAt: now, enqueuedAt: now) } catch {
                 throw BatchError.invalidJob(index: index, error)

@@ -134,7 +134,7 @@ public struct JobRegistry: Sendable {
         var opened = OpenedValues.none
         if let personal = personalByName[payload.className], let opener = personalArgumentsOpener {
             do {
-                let args = try opener.open(payload.args, className: payload.className, fields: personal.fields,
+                let args = try opener.open(payload.args, className: payload.className, jid: payload.jid ?? "", fields: personal.fields,
                                            subjectField: personal.subject)
                 payload.fields["args"] = .array(args)
                 opened = OpenedValues(args: args, fields: personal.fields)

@@ -51,7 +51,7 @@ package struct OpenedErrorScrub: Sendable {
             guard message != nil || backtrace != nil else { return nil }
             var changed = payload
             do {
-                let args = try opener.open(payload.args, className: payload.className, fields: declaration.fields,
+                let args = try opener.open(payload.args, className: payload.className, jid: payload.jid ?? "", fields: declaration.fields,
                                            subjectField: declaration.subject)
                 let opened = OpenedValues(args: args, fields: declaration.fields)
                 if let message { changed.fields["error_message"] = .string(opened.scrub(message)) }
