@@ -20,7 +20,7 @@ import XCTest
 /// The test prints the receipts code's throw sites and rejection codes no scenario reached (computed from the sources).
 final class PersonalMarkerTests: ReceiptsTestCase {
     override func makeFixture() throws -> JobsFixture {
-        try JobsFixture(prefix: "personal_marker_test", redis: 57, fakes: .own([.apple, .google]))
+        try JobsFixture(prefix: "personal_marker_test", redis: 82, fakes: .own([.apple, .google]))
     }
 
     let kek = KeyEncryptionKey.random(id: "kek-marker")
