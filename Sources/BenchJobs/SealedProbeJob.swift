@@ -16,7 +16,8 @@ public struct SealedProbeJob: Job {
         public static let personalFields: Set<String> = ["receipt"]
         public static let subjectField: String? = "user_id"
         public let userID: UUID
-        public let receipt: String
+        /// Personal (`Personal`: `[receipt]` in any text; `reveal()` gives the value).
+        public let receipt: Personal<String>
         public let n: Int
 
         enum CodingKeys: String, CodingKey {
@@ -25,7 +26,7 @@ public struct SealedProbeJob: Job {
 
         public init(userID: UUID, receipt: String, n: Int) {
             self.userID = userID
-            self.receipt = receipt
+            self.receipt = Personal(receipt, field: CodingKeys.receipt.rawValue)
             self.n = n
         }
     }

@@ -67,12 +67,14 @@ extension JobArguments {
 
     /// These arguments as the payload's `args`, exactly as `Job.Arguments` decodes them. Throws
     /// `EnqueueError.invalidArguments` when the encoder refuses a value (a NaN or infinite number) or the encoded
-    /// form does not fit `layout` (an object for `.singleHash`, an array for `.positional`).
+    /// form does not fit `layout` (an object for `.singleHash`, an array for `.positional`). The one encoding where a
+    /// `Personal` value writes itself (`CodingUserInfoKey.personalValues`), for the sealer to encrypt on its way.
     public func sidekiqArgs() throws(EnqueueError) -> [JSONValue] {
         let encoded: JSONValue
         do {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]  // the same arguments, the same bytes
+            encoder.userInfo[.personalValues] = true  // the one encoding where a `Personal` value is itself (then sealed)
             encoded = try JSONValue.parse(data: encoder.encode(self))
         } catch {
             throw .invalidArguments("\(Self.className): \(error)")

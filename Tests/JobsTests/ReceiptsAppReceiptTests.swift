@@ -202,7 +202,7 @@ final class ReceiptsAppReceiptTests: ReceiptsTestCase {
         // The thief's own genuine receipt, holding only the thief's purchase.
         let thiefs = try appReceipt(["76200002"])
         Failure.dead(try r.run("ValidateReceiptJob", args(user: thief, receipt: thiefs, transaction: "76200001")),
-                     errorClass: "PermanentFailure", messagePrefix: "RCV-TXN: transaction 76200001 is not in the app receipt")
+                     errorClass: "PermanentFailure", messagePrefix: "RCV-TXN: transaction [transaction_id] is not in the app receipt")
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM subscriptions"), 0)
         XCTAssertEqual(try db.userStatus(thief), "free")
         XCTAssertEqual(try invalidReceipts("76200001", code: "RCV-TXN"), 1)
@@ -214,7 +214,7 @@ final class ReceiptsAppReceiptTests: ReceiptsTestCase {
         Failure.dead(try r.run("ValidateReceiptJob", args(user: thief, receipt: try XCTUnwrap(mismatched["receipt_data"] as? String),
                                                           transaction: "76200003")),
                      errorClass: "PermanentFailure",
-                     messagePrefix: "RCV-TXN: the app receipt's transaction belongs to another subscription than 76200003")
+                     messagePrefix: "RCV-TXN: the app receipt's transaction belongs to another subscription than [transaction_id]")
         XCTAssertEqual(r.logs.securityAlerts, ["RCV-TXN", "RCV-TXN"])
     }
 

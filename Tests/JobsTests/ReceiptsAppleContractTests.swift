@@ -175,7 +175,7 @@ final class ReceiptsAppleContractTests: ReceiptsTestCase {
         let otherPurchase = try signedTransaction(signer, id: "71000002", original: "71000002")
         Failure.dead(try r.run("ValidateReceiptJob", validateArgs(user: buyer, transaction: "71000001", signedTransaction: otherPurchase)),
                      errorClass: "PermanentFailure",
-                     messagePrefix: "RCV-TXN: the device's signed transaction is transaction 71000002, not 71000001")
+                     messagePrefix: "RCV-TXN: the device's signed transaction is transaction 71000002, not [transaction_id]")
         let sandboxCopy = try signedTransaction(signer, id: "71000001", original: "71000001", environment: "Sandbox")
         Failure.dead(try r.run("ValidateReceiptJob", validateArgs(user: buyer, transaction: "71000001", signedTransaction: sandboxCopy)),
                      errorClass: "PermanentFailure",
@@ -299,7 +299,7 @@ final class ReceiptsAppleContractTests: ReceiptsTestCase {
             "latest_receipt_info": [latest.merging(["product_id": "com.example.other", "transaction_id": "81000001",
                                                     "original_transaction_id": "81000001"]) { $1 }]])
         Failure.dead(try r.run("ValidateReceiptJob", validateArgs(user: user, receipt: "other-product", transaction: "81000009")),
-                     errorClass: "PermanentFailure", messagePrefix: "RCV-TXN: transaction 81000009 is not in the receipt")
+                     errorClass: "PermanentFailure", messagePrefix: "RCV-TXN: transaction [transaction_id] is not in the receipt")
         XCTAssertEqual(r.logs.securityAlerts, ["RCV-TXN"])
     }
 

@@ -41,7 +41,7 @@ struct AppStoreServerAPIClient: Sendable {
 
     /// The signed transaction `transactionID`, from production or else sandbox.
     func transactionInfo(_ transactionID: String, cancellation: HTTPCancellation?) throws -> Lookup<String> {
-        switch try get("/inApps/v1/transactions/" + transactionID, environments: ["Production", "Sandbox"],
+        switch try get("/inApps/v1/transactions/", transactionID, environments: ["Production", "Sandbox"],
                        cancellation: cancellation) {
         case .found(let response, let environment):
             let body = try StoreHTTP.decode(SignedTransaction.self, response, service: "App Store Server API")
@@ -54,7 +54,7 @@ struct AppStoreServerAPIClient: Sendable {
     /// The statuses of every subscription of the customer owning `transactionID`, in `environment`.
     func subscriptionStatuses(_ transactionID: String, environment: String,
                               cancellation: HTTPCancellation?) throws -> Lookup<SubscriptionStatusesResponse> {
-        switch try get("/inApps/v1/subscriptions/" + transactionID, environments: [environment], cancellation: cancellation) {
+        switch try get("/inApps/v1/subscriptions/", transactionID, environments: [environment], cancellation: cancellation) {
         case .found(let response, let env):
             return .found(try StoreHTTP.decode(SubscriptionStatusesResponse.self, response, service: "App Store Server API"),
                           environment: env)
@@ -75,14 +75,17 @@ struct AppStoreServerAPIClient: Sendable {
         return (last, env)
     }
 
-    private func get(_ path: String, environments: [String], cancellation: HTTPCancellation?) throws -> Lookup<HTTPResponse> {
+    /// GET `path` + `transactionID`. The id is a secret segment of the URL (`HTTPRequest.secretPathSegments`): the
+    /// errors and logs of the request (a timeout, a dropped connection) show `…` in its place, not a personal value.
+    private func get(_ path: String, _ transactionID: String, environments: [String],
+                     cancellation: HTTPCancellation?) throws -> Lookup<HTTPResponse> {
         var lastNotFound = "not found"
         for environment in environments {
             let base = environment == "Production" ? productionURL : sandboxURL
             let service = "App Store Server API (\(environment))"
-            var response = try send(base + path, service: service, cancellation: cancellation)
+            var response = try send(base + path, transactionID, service: service, cancellation: cancellation)
             if response.status == 401 {
-                response = try send(base + path, service: service, cancellation: cancellation)
+                response = try send(base + path, transactionID, service: service, cancellation: cancellation)
                 if response.status == 401 {
                     throw StoreUnavailable(service, "HTTP 401: our JWT is refused; check issuer id, key id, key and bundle id")
                 }
@@ -105,12 +108,13 @@ struct AppStoreServerAPIClient: Sendable {
         return .notFound(lastNotFound)
     }
 
-    private func send(_ url: String, service: String, cancellation: HTTPCancellation?) throws -> HTTPResponse {
+    private func send(_ url: String, _ transactionID: String, service: String, cancellation: HTTPCancellation?) throws -> HTTPResponse {
         let jwt: String
         do { jwt = try AppStoreJWT.make(credentials: credentials, bundleID: bundleID) } catch {
             throw JobError.permanent("cannot sign the App Store Server API JWT: \(error)")
         }
-        let request = HTTPRequest.get(url, headers: ["Authorization": "Bearer " + jwt, "Accept": "application/json"])
+        var request = HTTPRequest.get(url + transactionID, headers: ["Authorization": "Bearer " + jwt, "Accept": "application/json"])
+        request.secretPathSegments = [transactionID]
         return try http.send(request, service: service, cancellation: cancellation)
     }
 }

@@ -11,6 +11,10 @@ import Workers
 /// "product_id", "purchase_token"}]`.
 /// A value is valid by construction: `init(userID:appID:planID:proof:)` (and so `init(from:)`) checks the proof's
 /// formats and throws `JobError.badInput` (dead at once as "invalid arguments for ValidateReceiptJob: …").
+///
+/// The personal fields are held as `Personal` values (issue 50 point 1): an error, a log line or a reason that quotes
+/// one shows `[field]`; the job takes a value with `reveal()` where it sends it to the store or writes it to
+/// PostgreSQL.
 public struct ValidateReceiptArguments: JobArguments, Equatable {
     public static let className = "ValidateReceiptJob"
     /// Encrypted under the user's data key by Swift producers and `workerctl enqueue` (docs/jobs-privacy.md,
@@ -24,10 +28,26 @@ public struct ValidateReceiptArguments: JobArguments, Equatable {
     public enum Proof: Sendable, Equatable {
         /// `signedTransaction`: the device's StoreKit 2 `jwsRepresentation` of the purchase (proof of possession);
         /// `originalTransactionID`: a StoreKit 1 restore's `original.transactionIdentifier`.
-        case apple(receiptData: String?, transactionID: String, originalTransactionID: String?, signedTransaction: String?)
-        case google(packageName: String, productID: String, purchaseToken: String)
+        case apple(receiptData: Personal<String>?, transactionID: Personal<String>, originalTransactionID: Personal<String>?,
+                   signedTransaction: Personal<String>?)
+        case google(packageName: String, productID: String, purchaseToken: Personal<String>)
+
+        /// An Apple proof from plain values, each held as the personal value of its field.
+        public static func apple(receiptData: String?, transactionID: String, originalTransactionID: String?,
+                                 signedTransaction: String?) -> Proof {
+            .apple(receiptData: receiptData.map { Personal($0, field: CodingKeys.receipt_data.rawValue) },
+                   transactionID: Personal(transactionID, field: CodingKeys.transaction_id.rawValue),
+                   originalTransactionID: originalTransactionID.map { Personal($0, field: CodingKeys.original_transaction_id.rawValue) },
+                   signedTransaction: signedTransaction.map { Personal($0, field: CodingKeys.signed_transaction.rawValue) })
+        }
+
+        /// A Google proof from plain values, the token held as the personal value of `purchase_token`.
+        public static func google(packageName: String, productID: String, purchaseToken: String) -> Proof {
+            .google(packageName: packageName, productID: productID,
+                    purchaseToken: Personal(purchaseToken, field: CodingKeys.purchase_token.rawValue))
+        }
     }
-    public let userID: UUID
+    public let userID: Personal<UUID>
     public let appID: UUID
     public let planID: UUID
     public let proof: Proof
@@ -43,6 +63,10 @@ public struct ValidateReceiptArguments: JobArguments, Equatable {
     }
 
     public init(userID: UUID, appID: UUID, planID: UUID, proof: Proof) throws(JobError) {
+        try self.init(userID: Personal(userID, field: CodingKeys.user_id.rawValue), appID: appID, planID: planID, proof: proof)
+    }
+
+    public init(userID: Personal<UUID>, appID: UUID, planID: UUID, proof: Proof) throws(JobError) {
         try Self.check(proof)
         self.userID = userID
         self.appID = appID
@@ -52,37 +76,38 @@ public struct ValidateReceiptArguments: JobArguments, Equatable {
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
-        let userID = try c.decode(String.self, forKey: .user_id)
+        let userID = try c.decode(Personal<String>.self, forKey: .user_id)
         let appID = try c.decode(String.self, forKey: .app_id)
         let planID = try c.decode(String.self, forKey: .plan_id)
         let store = try c.decode(String.self, forKey: .store)
         let proof: Proof
         switch store {
         case "apple":
-            let receipt = try c.decodeIfPresent(String.self, forKey: .receipt_data)
-            let signed = try c.decodeIfPresent(String.self, forKey: .signed_transaction)
+            let receipt = try c.decodeIfPresent(Personal<String>.self, forKey: .receipt_data)
+            let signed = try c.decodeIfPresent(Personal<String>.self, forKey: .signed_transaction)
             guard receipt != nil || signed != nil else {
                 throw DecodingError.keyNotFound(CodingKeys.receipt_data, .init(
                     codingPath: c.codingPath, debugDescription: "an Apple purchase needs receipt_data or signed_transaction"))
             }
-            proof = .apple(receiptData: receipt, transactionID: try c.decode(String.self, forKey: .transaction_id),
-                           originalTransactionID: try c.decodeIfPresent(String.self, forKey: .original_transaction_id),
+            proof = .apple(receiptData: receipt, transactionID: try c.decode(Personal<String>.self, forKey: .transaction_id),
+                           originalTransactionID: try c.decodeIfPresent(Personal<String>.self, forKey: .original_transaction_id),
                            signedTransaction: signed)
         case "google":
             proof = .google(packageName: try c.decode(String.self, forKey: .package_name),
                             productID: try c.decode(String.self, forKey: .product_id),
-                            purchaseToken: try c.decode(String.self, forKey: .purchase_token))
+                            purchaseToken: try c.decode(Personal<String>.self, forKey: .purchase_token))
         default:
             throw DecodingError.dataCorruptedError(forKey: .store, in: c,
                                                    debugDescription: "store must be \"apple\" or \"google\"")
         }
-        try self.init(userID: ArgumentUUID.parse(userID, field: "user_id"), appID: ArgumentUUID.parse(appID, field: "app_id"),
+        try self.init(userID: userID.map { try ArgumentUUID.parse($0, field: "user_id") },
+                      appID: ArgumentUUID.parse(appID, field: "app_id"),
                       planID: ArgumentUUID.parse(planID, field: "plan_id"), proof: proof)
     }
 
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encodeUUID(userID, forKey: .user_id)
+        try c.encode(userID.map { $0.uuidString.lowercased() }, forKey: .user_id)  // itself only for the typed enqueue
         try c.encodeUUID(appID, forKey: .app_id)
         try c.encodeUUID(planID, forKey: .plan_id)
         switch proof {
@@ -102,7 +127,9 @@ public struct ValidateReceiptArguments: JobArguments, Equatable {
 
     private static func check(_ proof: Proof) throws(JobError) {
         switch proof {
-        case .apple(let receipt, let transaction, let original, let signed):
+        case .apple(let receiptValue, let transactionValue, let originalValue, let signedValue):
+            let receipt = receiptValue?.reveal(), transaction = transactionValue.reveal()
+            let original = originalValue?.reveal(), signed = signedValue?.reveal()
             guard receipt != nil || signed != nil else { throw .badInput("an Apple purchase needs receipt_data or signed_transaction") }
             if let receipt {
                 // Sizes in bytes (`utf8`): what the messages say, and no walk over a megabyte's grapheme clusters.
@@ -123,7 +150,8 @@ public struct ValidateReceiptArguments: JobArguments, Equatable {
                     throw .badInput("signed_transaction is not a compact JWS")
                 }
             }
-        case .google(let package, let product, let token):
+        case .google(let package, let product, let tokenValue):
+            let token = tokenValue.reveal()
             guard !package.isEmpty, package.count <= 255, !package.contains("/") else { throw .badInput("package_name is invalid") }
             guard !product.isEmpty, product.count <= 255, !product.contains("/") else { throw .badInput("product_id is invalid") }
             guard !token.isEmpty, token.count <= 4096 else { throw .badInput("purchase_token is empty or too long") }
@@ -161,18 +189,19 @@ public struct ValidateReceiptJob: Job {
         let args = arguments
         let userID = args.userID, appID = args.appID, planID = args.planID
         let plan = try loadPlan(planID: planID, userID: userID, appID: appID, store: args.store, context: context)
-        let owner = SubscriptionOwner(userID: userID, appID: appID, planID: plan.id, planType: plan.planType)
+        let owner = SubscriptionOwner(userID: userID.reveal(), appID: appID, planID: plan.id, planType: plan.planType)
         let cancellation = HTTPCancellation(isCancelled: { [cancellation = context.cancellation] in cancellation.isCancelled })
         let expectedProduct = plan.productID(for: args.store)!
 
         var logger = context.logger
         logger[metadataKey: "store"] = "\(args.store.rawValue)"
-        logger[metadataKey: "user_id"] = "\(args.userID.uuidString.lowercased())"
+        logger[metadataKey: "user_id"] = "\(args.userID)"  // `[user_id]`: the id travels sealed, the line says whose field it is
 
         do {
             switch args.proof {
             case .apple(let receipt, let transactionID, let originalTransactionID, let signedTransaction):
-                logger[metadataKey: "receipt"] = "\(Redact.fingerprint(receipt ?? signedTransaction ?? ""))"
+                let fingerprint = Redact.fingerprint((receipt ?? signedTransaction)?.reveal() ?? "")  // a digest, not the value
+                logger[metadataKey: "receipt"] = "\(fingerprint)"
                 let state: StoreSubscriptionState
                 if services.configuration.usesAppStoreServerAPI {
                     state = try appleServerAPIState(transactionID: transactionID, receipt: receipt,
@@ -187,27 +216,28 @@ public struct ValidateReceiptJob: Job {
                                                         originalTransactionID: originalTransactionID, userID: userID,
                                                         product: expectedProduct, cancellation: cancellation)
                 }
-                try apply(state, owner: owner, receiptData: receipt ?? signedTransaction, context: context)
+                try apply(state, owner: owner, receiptData: (receipt ?? signedTransaction)?.reveal(), context: context)
                 logger.info("receipt validated", metadata: ["status": "\(state.status.rawValue)"])
             case .google(let package, let product, let token):
-                logger[metadataKey: "purchase_token"] = "\(Redact.token(token))"
+                let redactedToken = Redact.token(token.reveal())  // its first 4 characters and length
+                logger[metadataKey: "purchase_token"] = "\(redactedToken)"
                 try services.checkPackage(package)
                 guard product == expectedProduct else {
                     throw JobError.badInput("product_id \(product) is not the plan's Google product \(expectedProduct)")
                 }
                 let play = try services.requireGoogle()
                 let purchase: GoogleSubscriptionPurchase
-                switch try play.subscription(packageName: package, purchaseToken: token, cancellation: cancellation) {
+                switch try play.subscription(packageName: package, purchaseToken: token.reveal(), cancellation: cancellation) {
                 case .found(let p): purchase = p
                 case .notFound(let status, let reason):
                     throw Rejection(code: "RCV-GOOGLE-\(status)", status: status, reason: "purchase token refused by Google: \(reason)")
                 }
                 // The app names the buyer at purchase time (GoogleAccountHash); a purchase naming someone else is not
                 // this user's, whoever posts its token first.
-                if GoogleAccountHash.matches(purchase.obfuscatedAccountID, user: userID) == false {
+                if GoogleAccountHash.matches(purchase.obfuscatedAccountID, user: userID.reveal()) == false {
                     throw OwnershipConflict(reason: "the purchase's obfuscatedExternalAccountId names another user")
                 }
-                guard let state = GoogleStateDerivation.state(purchase, purchaseToken: token, productID: product, now: services.now()) else {
+                guard let state = GoogleStateDerivation.state(purchase, purchaseToken: token.reveal(), productID: product, now: services.now()) else {
                     if purchase.lineItems?.contains(where: { $0.productId == product }) != true {
                         throw Rejection(code: "RCV-PRODUCT", status: nil, reason: "the purchase is not for product \(product)")
                     }
@@ -216,21 +246,23 @@ public struct ValidateReceiptJob: Job {
                 // The debt to acknowledge commits with the grant (and the ledger row); it is paid after the commit,
                 // here or by GoogleAcknowledgementSweepJob (docs/jobs-receipts.md, "Google acknowledgement").
                 let owesAcknowledgement = purchase.needsAcknowledgement && state.status.isEntitled
-                try apply(state, owner: owner, receiptData: token, context: context) { c, subscriptionID in
-                    try GooglePurchaseEffects.endReplaced(by: purchase, token: token, at: services.now(), on: c)
+                try apply(state, owner: owner, receiptData: token.reveal(), context: context) { c, subscriptionID in
+                    try GooglePurchaseEffects.endReplaced(by: purchase, token: token.reveal(), at: services.now(), on: c)
                     if owesAcknowledgement {
-                        try GoogleAcknowledgementStore.owe(purchaseToken: token, packageName: package, productID: product,
+                        try GoogleAcknowledgementStore.owe(purchaseToken: token.reveal(), packageName: package, productID: product,
                                                            subscriptionID: subscriptionID, on: c)
                     }
                 }
                 logger.info("receipt validated", metadata: ["status": "\(state.status.rawValue)"])
                 if owesAcknowledgement, let database = context.database {
-                    _ = try services.acknowledger(pool: database.pool).pay(purchaseToken: token, cancellation: cancellation, logger: logger)
+                    let purchaseToken = token.reveal()
+                    _ = try services.acknowledger(pool: database.pool).pay(purchaseToken: purchaseToken, cancellation: cancellation,
+                                                                           logger: logger)
                 }
             }
         } catch let rejection as Rejection {
             try context.withConnection { c in
-                try SubscriptionStore.invalidReceipt(store: args.store, appID: appID, userID: userID, transactionID: receiptKeyFor(args),
+                try SubscriptionStore.invalidReceipt(store: args.store, appID: appID, userID: userID.reveal(), transactionID: receiptKeyFor(args),
                                                      productID: expectedProduct, receiptData: receiptDataFor(args),
                                                      status: rejection.status, error: "\(rejection.code): \(rejection.reason)", on: c)
             }
@@ -249,27 +281,30 @@ public struct ValidateReceiptJob: Job {
         }
     }
 
+    /// The invalid receipt row's key (`iap_receipts.transaction_id`, a SQL parameter).
     private func receiptKeyFor(_ a: ValidateReceiptArguments) -> String {
         switch a.proof {
-        case .apple(_, let t, _, _): return t
-        case .google(_, _, let token): return token
+        case .apple(_, let t, _, _): return t.reveal()
+        case .google(_, _, let token): return token.reveal()
         }
     }
 
+    /// The invalid receipt row's proof (`iap_receipts.receipt_data`, a SQL parameter).
     private func receiptDataFor(_ a: ValidateReceiptArguments) -> String? {
         switch a.proof {
-        case .apple(let r, _, _, let signed): return r ?? signed
-        case .google(_, _, let token): return token
+        case .apple(let r, _, _, let signed): return (r ?? signed)?.reveal()
+        case .google(_, _, let token): return token.reveal()
         }
     }
 
-    private func loadPlan(planID: UUID, userID: UUID, appID: UUID, store: Store, context: JobContext) throws -> PlanRecord {
+    private func loadPlan(planID: UUID, userID: Personal<UUID>, appID: UUID, store: Store, context: JobContext) throws -> PlanRecord {
+        let user = userID.reveal()
         let (plan, userApp) = try context.withConnection { c in
-            (try SubscriptionStore.plan(planID, on: c), try SubscriptionStore.userApp(userID, on: c))
+            (try SubscriptionStore.plan(planID, on: c), try SubscriptionStore.userApp(user, on: c))
         }
         guard let plan else { throw JobError.badInput("plan_id \(planID.uuidString.lowercased()) does not exist") }
         guard plan.appID == appID else { throw JobError.badInput("plan_id belongs to another app than app_id") }
-        guard let userApp else { throw JobError.badInput("user_id \(userID.uuidString.lowercased()) does not exist") }
+        guard let userApp else { throw JobError.badInput("user_id \(userID) does not exist") }
         guard userApp == appID else { throw JobError.badInput("user_id belongs to another app than app_id") }
         guard plan.productID(for: store) != nil else { throw JobError.badInput("the plan has no \(store.rawValue) product id") }
         return plan
@@ -277,9 +312,10 @@ public struct ValidateReceiptJob: Job {
 
     // MARK: Apple
 
-    private func appleVerifyReceiptState(receipt: String, transactionID: String, originalTransactionID: String?, userID: UUID,
+    private func appleVerifyReceiptState(receipt: Personal<String>, transactionID: Personal<String>,
+                                         originalTransactionID: Personal<String>?, userID: Personal<UUID>,
                                          product: String, cancellation: HTTPCancellation) throws -> StoreSubscriptionState {
-        switch try services.verifyReceipt.verify(receiptData: receipt, cancellation: cancellation) {
+        switch try services.verifyReceipt.verify(receiptData: receipt.reveal(), cancellation: cancellation) {
         case .invalid(let status, let reason):
             throw Rejection(code: "RCV-\(status)", status: status, reason: reason)
         case .valid(let response):
@@ -288,7 +324,8 @@ public struct ValidateReceiptJob: Job {
             }
             let derived: VerifyReceiptDerivation.Derived
             do {
-                derived = try VerifyReceiptDerivation.state(response, transactionID: transactionID, originalTransactionID: originalTransactionID,
+                derived = try VerifyReceiptDerivation.state(response, transactionID: transactionID.reveal(),
+                                                            originalTransactionID: originalTransactionID?.reveal(),
                                                             planProduct: product, now: Date())
             } catch {
                 switch error {
@@ -302,7 +339,7 @@ public struct ValidateReceiptJob: Job {
                 throw Rejection(code: "RCV-PRODUCT", status: response.status,
                                 reason: "the transaction is for product \(derived.purchasedProduct), the plan's is \(product)")
             }
-            if AppAccountToken.matches(derived.appAccountToken, userID: userID) == false {
+            if AppAccountToken.matches(derived.appAccountToken, userID: userID.reveal()) == false {
                 throw OwnershipConflict(reason: "the receipt's app_account_token names another user")
             }
             return derived.state
@@ -325,8 +362,9 @@ public struct ValidateReceiptJob: Job {
     /// timeout, connection failure, our JWT refused, unreadable answer) and a verified receipt holds the
     /// transaction, the purchase is validated with verifyReceipt in the same attempt. A 429 or a Retry-After is
     /// obeyed (retried later), not bypassed.
-    private func appleServerAPIState(transactionID: String, receipt: String?, originalTransactionID: String?,
-                                     deviceSignedTransaction: String?, userID: UUID, product: String,
+    private func appleServerAPIState(transactionID: Personal<String>, receipt: Personal<String>?,
+                                     originalTransactionID: Personal<String>?, deviceSignedTransaction: Personal<String>?,
+                                     userID: Personal<UUID>, product: String,
                                      cancellation: HTTPCancellation) throws -> StoreSubscriptionState {
         guard let api = services.appStoreAPI else {
             throw JobError.permanent("App Store Server API credentials are not configured")
@@ -336,14 +374,16 @@ public struct ValidateReceiptJob: Job {
         var device: AppleTransaction?
         if let deviceSignedTransaction {
             let t: AppleTransaction
-            do { t = try verifier.verifyTransaction(deviceSignedTransaction) } catch {
+            let jws = deviceSignedTransaction.reveal()
+            do { t = try verifier.verifyTransaction(jws) } catch {
                 throw Rejection(code: "RCV-JWS", status: nil, reason: "the device's signed transaction: \(error.description)")
             }
-            guard t.transactionId == transactionID || t.originalTransactionId == transactionID else {
+            let id = transactionID.reveal()
+            guard t.transactionId == id || t.originalTransactionId == id else {
                 throw Rejection(code: "RCV-TXN", status: nil,
                                 reason: "the device's signed transaction is transaction \(t.transactionId ?? "<none>"), not \(transactionID)")
             }
-            if AppAccountToken.matches(t.appAccountToken, userID: userID) == false {
+            if AppAccountToken.matches(t.appAccountToken, userID: userID.reveal()) == false {
                 throw OwnershipConflict(reason: "the transaction's appAccountToken names another user")
             }
             device = t
@@ -357,8 +397,8 @@ public struct ValidateReceiptJob: Job {
                                                     problem: "RECEIPTS_APPLE_BUNDLE_ID is not set: app receipts cannot be verified")
             }
             do {
-                let appReceipt = try receiptVerifier.verify(base64: receipt)
-                if let record = appReceipt.purchase(transactionID) {
+                let appReceipt = try receiptVerifier.verify(base64: receipt.reveal())
+                if let record = appReceipt.purchase(transactionID.reveal()) {
                     receiptProof = .holds(record)
                 } else {
                     receiptProof = .refused(Rejection(code: "RCV-TXN", status: nil,
@@ -390,11 +430,12 @@ public struct ValidateReceiptJob: Job {
     }
 
     /// The Server API part of `appleServerAPIState`, once the proofs sent with the job were checked.
-    private func appleServerAPILookup(api: AppStoreServerAPIClient, verifier: AppleSignedDataVerifier, transactionID: String,
-                                      device: AppleTransaction?, receiptProof: AppReceiptProof, userID: UUID,
+    private func appleServerAPILookup(api: AppStoreServerAPIClient, verifier: AppleSignedDataVerifier,
+                                      transactionID: Personal<String>,
+                                      device: AppleTransaction?, receiptProof: AppReceiptProof, userID: Personal<UUID>,
                                       product: String, cancellation: HTTPCancellation) throws -> StoreSubscriptionState {
         let signed: String, environment: String
-        switch try api.transactionInfo(transactionID, cancellation: cancellation) {
+        switch try api.transactionInfo(transactionID.reveal(), cancellation: cancellation) {
         case .found(let s, let env): (signed, environment) = (s, env)
         case .notFound(let why): throw Rejection(code: "RCV-NOT-FOUND", status: nil, reason: "unknown transaction: \(why)")
         }
@@ -416,7 +457,7 @@ public struct ValidateReceiptJob: Job {
                                 reason: "the device's signed transaction belongs to another subscription than \(transactionID)")
             }
         }
-        switch AppAccountToken.matches(transaction.appAccountToken, userID: userID) {
+        switch AppAccountToken.matches(transaction.appAccountToken, userID: userID.reveal()) {
         case false?: throw OwnershipConflict(reason: "the transaction's appAccountToken names another user")
         case true?: break
         case nil:
@@ -434,7 +475,7 @@ public struct ValidateReceiptJob: Job {
                                 + "no signed_transaction or receipt_data was sent: nothing binds it to this user")
             }
         }
-        let original = transaction.originalTransactionId ?? transactionID
+        let original = transaction.originalTransactionId ?? transactionID.reveal()
         var latest = transaction
         var renewal: AppleRenewalInfo?
         var statusCode: Int?
