@@ -510,8 +510,8 @@ final class PersonalMarkerTests: ReceiptsTestCase {
         }
 
         // PostgreSQL: every cell of every table. Where a marker is written on purpose:
-        // - always, the user id: `users.id` (the test's own user rows: each scenario's user_id marker is a users.id) and
-        //   `subject_keys.person_id` (the person the data key belongs to, which the erasure deletes by: issue 37);
+        // - always, the user id in `users.id` (the test's own user rows: each scenario's user_id marker is a users.id);
+        //   not in `subject_keys` (a key's person is a keyed digest, migration 0020);
         // - a rejected receipt (dead, `RCV-…` but `RCV-OWNER`, which records nothing) is recorded as invalid with the
         //   proof the user sent (`SubscriptionStore.invalidReceipt`, docs/jobs-receipts.md): `iap_receipts`' user,
         //   transaction and proof columns — domain data, detached and cleared by the erasure (docs/jobs-privacy.md,
@@ -521,7 +521,7 @@ final class PersonalMarkerTests: ReceiptsTestCase {
         //   404 is "no statuses", the purchase is granted without them) writes the subscription, its event and the
         //   receipt row, as every success does.
         // Nothing else: no ledger, outbox, audit or other row, and none of these tables for a job that failed otherwise.
-        let always: Set<String> = ["users.id", "subject_keys.person_id"]
+        let always: Set<String> = ["users.id"]
         let receiptRow: Set<String> = ["iap_receipts.user_id", "iap_receipts.transaction_id", "iap_receipts.original_transaction_id",
                                        "iap_receipts.receipt_data"]
         let success: Set<String> = receiptRow.union(["subscriptions.user_id", "subscriptions.store_transaction_id",
