@@ -216,6 +216,7 @@ if [ "$PART" != rss ]; then
   waits() { python3 -c 'import statistics, sys; v=sorted(float(x) for x in open(sys.argv[1]) if x.strip()); print("erasure wait over %d attempts (all runs): max %.1f ms, median %.1f ms" % (len(v), 1000*v[-1], 1000*statistics.median(v)) if v else "no erasure attempt")' "$FIGURES/waits.$1"; }
   echo "== rotation: median (min – max) of the runs"
   for batch in $BATCHES; do
+    [ -s "$FIGURES/big_${batch}_wall" ] || continue  # RUNS_BIG=0
     report "big_${batch}_wall" s "$KEYS keys, batch $batch: wall time"
     report "big_${batch}_rss" kB "$KEYS keys, batch $batch: max RSS"
     report "big_${batch}_batch_ms" ms "$KEYS keys, batch $batch: mean transaction"
