@@ -4,13 +4,14 @@ import Foundation
 /// (`WorkersClient.progress(jid:)`, `workerctl jobs show`).
 ///
 /// Redis layout (shared with the dashboard and `jobs show`): the string key `progress:<jid>` on the shard of the job's
-/// queue holds `{"fraction":0.0…1.0,"note":"≤200 characters","at":<epoch seconds, float>}` with a TTL of
+/// queue holds `{"fraction":0.0…1.0,"note":"≤200 bytes of UTF-8","at":<epoch seconds, float>}` with a TTL of
 /// `JobProgress.ttl` (24 h). Written only by the heartbeat of the process running the job, at most once per heartbeat
 /// interval and only when the value changed; deleted by that heartbeat at its first beat after the run ended (the TTL
 /// removes what a crashed process left). A job that never reports leaves no key.
 ///
 /// Invariant (of every value this type holds, however the key was written): `fraction` is finite, in `0...1`; `note`
-/// is nil or 1…`maxNoteCharacters` characters without control characters. Pure value; any thread.
+/// is nil or 1…`maxNoteBytes` bytes of UTF-8, whole characters, without control or format characters. Pure value;
+/// any thread.
 public struct JobProgress: Sendable, Equatable {
     /// Done so far, from 0 (nothing) to 1 (all).
     public let fraction: Double
@@ -19,13 +20,14 @@ public struct JobProgress: Sendable, Equatable {
     /// When the job reported it.
     public let at: Date
 
-    /// Most characters (grapheme clusters) of `note`; a longer note is cut there.
-    public static let maxNoteCharacters = 200
+    /// Most bytes (UTF-8) of `note`; a longer note is cut at the last whole character that fits. Bytes, not
+    /// characters: one character may be any number of scalars (a 1 MB "character" of combining marks).
+    public static let maxNoteBytes = 200
     /// How long a progress key lives without being rewritten.
     public static let ttl: Duration = .seconds(86_400)
 
-    /// A bounded value: `fraction` clamped to `0...1`, `note` stripped of control characters and cut to
-    /// `maxNoteCharacters` (an empty note is nil). Nil when `fraction` is NaN (refused: it says nothing).
+    /// A bounded value: `fraction` clamped to `0...1`, `note` stripped of control and format characters and cut to
+    /// `maxNoteBytes` (an empty note is nil). Nil when `fraction` is NaN (refused: it says nothing).
     public init?(fraction: Double, note: String?, at: Date) {
         guard !fraction.isNaN else { return nil }
         self.fraction = min(1, max(0, fraction))
@@ -36,26 +38,10 @@ public struct JobProgress: Sendable, Equatable {
     /// `progress:<jid>`.
     public static func key(jid: String) -> String { "progress:" + jid }
 
-    /// `note` without control characters (C0, DEL, C1, and the Unicode line and paragraph separators), cut to
-    /// `maxNoteCharacters` whole characters (never inside a UTF-8 sequence or a grapheme cluster); nil when empty.
-    static func boundedNote(_ note: String) -> String? {
-        var out = ""
-        var count = 0
-        for character in note {
-            if count == maxNoteCharacters { break }
-            if character.unicodeScalars.contains(where: { isControl($0) }) { continue }
-            out.append(character)
-            count += 1
-        }
-        return out.isEmpty ? nil : out
-    }
-
-    private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
-        switch scalar.value {
-        case 0x00...0x1F, 0x7F...0x9F, 0x2028, 0x2029: return true
-        default: return scalar.properties.generalCategory == .control
-        }
-    }
+    /// `note` without control and format characters (`DisplayText.isUnsafe`: C0, DEL, C1, bidi controls, zero-width
+    /// characters, the line and paragraph separators), cut to `maxNoteBytes` bytes of UTF-8 at a character boundary;
+    /// nil when empty.
+    static func boundedNote(_ note: String) -> String? { DisplayText.bounded(note, maxBytes: maxNoteBytes) }
 
     /// The JSON stored in the key.
     public var json: String {

@@ -5,8 +5,11 @@ import Queue
 /// (a job's args, an error message, a class or queue name, a jid, a hostname) goes through `escape` — the
 /// one escaping function of the dashboard — or through `attribute`, which uses it.
 enum HTML {
-    /// Escapes `&`, `<`, `>`, `"` and `'` so that text is inert both between tags and inside quoted attributes.
+    /// Escapes `&`, `<`, `>`, `"` and `'` so that text is inert both between tags and inside quoted attributes, and
+    /// shows control and format characters (bidi overrides, zero-width characters) as `\uXXXX`
+    /// (`DisplayText.neutralised`): a value cannot make the page show other text than it holds.
     static func escape(_ text: String) -> String {
+        let text = DisplayText.neutralised(text)
         var out = ""
         out.reserveCapacity(text.utf8.count)
         for character in text {

@@ -37,7 +37,7 @@ struct WorkerCtl: ParsableCommand {
             var command = try parseAsRoot()
             try command.run()
         } catch let error as CLIError {
-            FileHandle.standardError.write(Data("workerctl: \(error.message)\n".utf8))
+            printError("workerctl: \(error.message)")
             Foundation.exit(error.exitCode)
         } catch let error as CleanExit {
             _ = error
@@ -51,7 +51,7 @@ struct WorkerCtl: ParsableCommand {
                 print(message)
                 Foundation.exit(0)
             }
-            FileHandle.standardError.write(Data("\(message)\n".utf8))
+            printError(message)
             // ArgumentParser's usage errors (64) become 2, as operators' scripts expect.
             Foundation.exit(code == .validationFailure ? 2 : (code.rawValue == 0 ? 0 : 2))
         }
@@ -95,7 +95,7 @@ extension RedisEndpoint {
     /// This endpoint, after its warnings (`?insecure`) went to standard error, once per process and endpoint.
     func warned() -> RedisEndpoint {
         let fresh = WarnedEndpoints.shared.withLock { $0.insert(description).inserted }
-        if fresh { for warning in warnings { FileHandle.standardError.write(Data("workerctl: warning: \(warning)\n".utf8)) } }
+        if fresh { for warning in warnings { printError("workerctl: warning: \(warning)") } }
         return self
     }
 }

@@ -13,7 +13,7 @@ final class MetricsEndpointPartTests: XCTestCase {
     /// GET without `-f`: the status code (0: no HTTP answer) and body.
     func get(_ url: String) throws -> (code: Int, body: String) {
         let result = try ChildProcess.run(try XCTUnwrap(TestServices.which("curl")),
-                                          ["-s", "-o", "-", "-w", "\n%{http_code}", url])
+                                          ["-s", "-m", "20", "-o", "-", "-w", "\n%{http_code}", url])
         let lines = result.stdout.split(separator: "\n", omittingEmptySubsequences: false)
         return (Int(lines.last ?? "") ?? 0, lines.dropLast().joined(separator: "\n"))
     }
@@ -63,5 +63,27 @@ final class MetricsEndpointPartTests: XCTestCase {
         stopped = true
         XCTAssertNil(process.metricsPort)
         XCTAssertEqual(try get(base + "/healthz").code, 0, "the port is closed after shutdown")
+    }
+
+    /// `/readyz` is answered while a `/metrics` scrape is stuck (issue 51 point 5: it queued behind it): the metrics
+    /// closure blocks until the test releases it, and a readiness probe sent meanwhile gets its answer first. No
+    /// timing: with one serving thread the probe cannot be answered before the release.
+    func testAReadinessProbeIsAnsweredWhileAScrapeIsStuck() throws {
+        let release = DispatchSemaphore(value: 0)
+        let port = try TestServices.closedPort()
+        let endpoint = MetricsEndpoint(port: port, metrics: { release.wait(); return "stuck_total 1\n" },
+                                       readiness: { _ in (true, #"{"ready":true}"#) })
+        let server = try endpoint.start(health: { (true, "ok") }, logger: Logger(label: "test"))
+        defer { server.stop() }
+        let base = "http://127.0.0.1:\(port)"
+        let scrape = try ChildProcess(executable: try XCTUnwrap(TestServices.which("curl")), arguments: ["-s", "-m", "60", base + "/metrics"])
+        Thread.sleep(forTimeInterval: 0.3)  // the scrape reaches its serving thread (either order proves the point)
+        let ready = try get(base + "/readyz")
+        XCTAssertTrue(scrape.isRunning, "the scrape is still stuck")
+        release.signal()
+        _ = scrape.wait()
+        XCTAssertEqual(ready.code, 200, "the probe was answered while the scrape was stuck")
+        XCTAssertEqual(ready.body.trimmingCharacters(in: .whitespacesAndNewlines), #"{"ready":true}"#)
+        XCTAssertEqual(scrape.stdout, "stuck_total 1\n")
     }
 }

@@ -303,7 +303,7 @@ final class SteerTests: XCTestCase {
             let raw = try XCTUnwrap(try redis.command("GET", JobProgress.key(jid: jid)).string)
             XCTAssertLessThan(raw.utf8.count, 1000, raw)
             let note = try XCTUnwrap(values[jid]?.note)
-            XCTAssertEqual(note.count, JobProgress.maxNoteCharacters)
+            XCTAssertEqual(note.utf8.count, JobProgress.maxNoteBytes)
             XCTAssertFalse(note.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F }, note)
             XCTAssertTrue(note.hasPrefix("ab[31mab[31m"), note)
         }
@@ -316,16 +316,18 @@ final class SteerTests: XCTestCase {
         XCTAssertTrue(try eventually(timeout: 5) { try redis.command("KEYS", "progress:*").strings.isEmpty })
     }
 
-    /// `JobProgress`'s bounds on their own: NaN refused; a note cut at whole characters (never inside a UTF-8
-    /// sequence or a grapheme cluster); an empty or all-control note is nil; a stored value is bounded again on read.
+    /// `JobProgress`'s bounds on their own: NaN refused; a note cut at `maxNoteBytes` bytes, at whole characters
+    /// (never inside a UTF-8 sequence or a grapheme cluster); a character holding a control or format character (a
+    /// zero-width joiner too) dropped; an empty or all-control note is nil; a stored value is bounded again on read.
     func testJobProgressBounds() throws {
         let at = Date(timeIntervalSince1970: 1_800_000_000)
         XCTAssertNil(JobProgress(fraction: .nan, note: nil, at: at))
         XCTAssertEqual(JobProgress(fraction: -.infinity, note: nil, at: at)?.fraction, 0)
         XCTAssertEqual(JobProgress(fraction: .infinity, note: nil, at: at)?.fraction, 1)
-        let accented = String(repeating: "e\u{301}", count: 300)  // 300 characters of 2 scalars each
-        XCTAssertEqual(JobProgress(fraction: 0.5, note: accented, at: at)?.note, String(repeating: "e\u{301}", count: 200))
-        XCTAssertEqual(JobProgress(fraction: 0.5, note: String(repeating: "👩‍👩‍👧", count: 250), at: at)?.note?.count, 200)
+        let accented = String(repeating: "e\u{301}", count: 300)  // 300 characters of 3 bytes each
+        XCTAssertEqual(JobProgress(fraction: 0.5, note: accented, at: at)?.note, String(repeating: "e\u{301}", count: 66))
+        XCTAssertEqual(JobProgress(fraction: 0.5, note: String(repeating: "🙂", count: 250), at: at)?.note?.count, 50)
+        XCTAssertNil(JobProgress(fraction: 0.5, note: String(repeating: "👩‍👩‍👧", count: 250), at: at)?.note, "joined by U+200D")
         XCTAssertNil(JobProgress(fraction: 0.5, note: "\u{0}\n\u{1B}\u{85}\u{2028}", at: at)?.note)
         let stored = JobProgress(json: #"{"fraction":7,"note":"a\u0000b","at":1800000000.5}"#)
         XCTAssertEqual(stored?.fraction, 1)

@@ -18,7 +18,7 @@ public struct JobCancelled: Error, Sendable, Equatable, CustomStringConvertible 
 
 extension JobContext {
     /// Reports how far the run is: `fraction` from 0 to 1 (clamped; NaN is ignored) and an optional short `note`
-    /// (cut to `JobProgress.maxNoteCharacters` characters, control characters removed). Operators and services read
+    /// (cut to `JobProgress.maxNoteBytes` bytes, control and format characters removed). Operators and services read
     /// it by jid while the job runs (`WorkersClient.progress(jid:)`, `workerctl jobs show`).
     ///
     /// Cheap enough to call in a loop: it only stores the value in memory, under a lock no other pool thread takes.

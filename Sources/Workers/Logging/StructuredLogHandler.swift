@@ -51,6 +51,9 @@ public struct StructuredLogHandler: LogHandler {
             let fields = merged.keys.sorted().map { "\($0)=\(merged[$0]!)" }.joined(separator: " ")
             text = "\(Self.iso8601(now)) \(level.rawValue.uppercased()) \(message)\(fields.isEmpty ? "" : " " + fields)\n"
         }
+        // A value in a message or a field (a queue name, an error from Redis) cannot drive the reader's terminal or
+        // forge a second line: control and format characters, newlines included, are shown as `\uXXXX`.
+        text = DisplayText.neutralised(String(text.dropLast()), keeping: []) + "\n"
         text.withUTF8 { buffer in _ = Glibc.write(STDERR_FILENO, buffer.baseAddress, buffer.count) }
     }
 

@@ -13,14 +13,15 @@ import Synchronization
 ///   a slot for at most that long and never delays another request.
 /// - `/healthz` (and 404/405) is answered on the poll thread as soon as its head is read (a few hundred bytes:
 ///   the write fits the socket buffer).
-/// - `/metrics` and `/readyz`, which read Redis or PostgreSQL, go to one serving thread (`metrics-serve`) through
-///   a queue of at most `maxQueuedScrapes`; when it is full the answer is 503 at once.
+/// - `/metrics` and `/readyz`, which read Redis or PostgreSQL, each go to a serving thread of their own
+///   (`metrics-serve`, `readyz-serve`) through a queue of at most `maxQueuedScrapes`; when it is full the answer is
+///   503 at once. A slow scrape never delays a readiness probe (issue 51 point 5), nor the other way round.
 /// - every write has `SO_SNDTIMEO` (`sendTimeout`) and the whole answer a deadline (`responseDeadline`); writes use
 ///   `MSG_NOSIGNAL` (a reset never raises SIGPIPE).
 ///
-/// Threads: `health` is called on the poll thread only; `metrics` and `readiness` on the serving thread only (so
-/// each may keep one connection of its own without a lock). `pending` belongs to the poll thread; `scrapes` and
-/// `stopping` are guarded by `condition`. `stop` from any thread, any number of times.
+/// Threads: `health` is called on the poll thread only; `metrics` on `metrics-serve` only and `readiness` on
+/// `readyz-serve` only (so each may keep one connection of its own without a lock). `pending` belongs to the poll
+/// thread; `queued` and `stopping` are guarded by `condition`. `stop` from any thread, any number of times.
 package final class MetricsServer: @unchecked Sendable {
     public let port: Int
     private let listener: Int32
@@ -35,13 +36,14 @@ package final class MetricsServer: @unchecked Sendable {
     static let responseDeadline: Duration = .seconds(10)
     /// Connections being read at once; a new one past this drops the oldest.
     public static let maxConnections = 64
-    /// `/metrics` and `/readyz` requests waiting for the serving thread; past this: 503.
+    /// `/metrics` (or `/readyz`) requests waiting for their serving thread; past this: 503.
     public static let maxQueuedScrapes = 4
     /// The largest request head read (a scrape's is a few hundred bytes).
     static let maxRequestBytes = 16_384
 
     private let condition = NSCondition()
-    private var scrapes: [(fd: Int32, method: String, path: String)] = []
+    /// Per path (`/metrics`, `/readyz`), the connections waiting for that path's serving thread.
+    private var queued: [String: [Int32]] = [:]
     private var stopping = false
     /// A pipe the poll thread also polls: `stop` writes a byte to wake it (`wake[0]` read end, `wake[1]` write end).
     private let wake: [Int32]
@@ -102,9 +104,11 @@ package final class MetricsServer: @unchecked Sendable {
         let thread = Thread { [self] in pollLoop() }
         thread.name = "metrics"
         thread.start()
-        let serving = Thread { [self] in serveLoop() }
-        serving.name = "metrics-serve"
-        serving.start()
+        for (path, name) in [("/metrics", "metrics-serve"), ("/readyz", "readyz-serve")] where path == "/metrics" || readiness != nil {
+            let serving = Thread { [self] in serveLoop(path: path) }
+            serving.name = name
+            serving.start()
+        }
     }
 
     /// A connection whose request head is being read.
@@ -205,10 +209,10 @@ package final class MetricsServer: @unchecked Sendable {
         let path = parts.count > 1 ? String(parts[1].split(separator: "?").first ?? "") : ""
         if method == "GET", path == "/metrics" || (path == "/readyz" && readiness != nil) {
             condition.lock()
-            let accepted = scrapes.count < Self.maxQueuedScrapes
+            let accepted = queued[path, default: []].count < Self.maxQueuedScrapes
             if accepted {
-                scrapes.append((client, method, path))
-                condition.signal()
+                queued[path, default: []].append(client)
+                condition.broadcast()
             }
             condition.unlock()
             if !accepted {
@@ -229,27 +233,28 @@ package final class MetricsServer: @unchecked Sendable {
         close(client)
     }
 
-    private func serveLoop() {
+    /// The serving thread of `path`: answers its queued connections in order until `stop`.
+    private func serveLoop(path: String) {
         while true {
             condition.lock()
-            while scrapes.isEmpty && !stopping { condition.wait() }
+            while queued[path, default: []].isEmpty && !stopping { condition.wait() }
             if stopping {
-                let left = scrapes
-                scrapes = []
+                let left = queued[path] ?? []
+                queued[path] = []
                 condition.unlock()
-                for scrape in left { close(scrape.fd) }
+                for fd in left { close(fd) }
                 return
             }
-            let scrape = scrapes.removeFirst()
+            let fd = queued[path]!.removeFirst()
             condition.unlock()
-            if scrape.path == "/metrics" {
-                respond(scrape.fd, status: "200 OK", body: metrics(), contentType: "text/plain; version=0.0.4; charset=utf-8")
+            if path == "/metrics" {
+                respond(fd, status: "200 OK", body: metrics(), contentType: "text/plain; version=0.0.4; charset=utf-8")
             } else if let readiness {
                 let state = readiness()
-                respond(scrape.fd, status: state.ok ? "200 OK" : "503 Service Unavailable", body: state.json + "\n",
+                respond(fd, status: state.ok ? "200 OK" : "503 Service Unavailable", body: state.json + "\n",
                         contentType: "application/json")
             }
-            close(scrape.fd)
+            close(fd)
         }
     }
 

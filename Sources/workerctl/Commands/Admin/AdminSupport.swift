@@ -121,7 +121,7 @@ enum Confirmation {
         guard isatty(0) == 1 else {
             throw CLIError.usage("refusing to \(what) without confirmation: stdin is not a terminal; pass --yes")
         }
-        FileHandle.standardError.write(Data("About to \(what). Continue? [y/N] ".utf8))
+        printError("About to \(what). Continue? [y/N] ", terminator: "")
         let answer = readLine()?.trimmingCharacters(in: .whitespaces).lowercased()
         guard answer == "y" || answer == "yes" else { throw CLIError.runtime("aborted; nothing changed") }
     }
@@ -225,5 +225,5 @@ struct TextTable {
         return [line(headers)] + rows.map(line)
     }
 
-    func print() { for line in lines() { Swift.print(line) } }
+    func print() { for line in lines() { workerctl.print(line) } }
 }

@@ -314,12 +314,12 @@ struct BulkProgressLine {
 
     func show(_ sofar: BulkResult) {
         guard enabled else { return }
-        FileHandle.standardError.write(Data("\r\(verb) \(sofar.done) of ~\(expected) \(state.rawValue) jobs…\u{1B}[K".utf8))
+        TerminalControl.write("\r\(verb) \(sofar.done) of ~\(expected) \(state.rawValue) jobs…\u{1B}[K", to: 2)
     }
 
     /// Clears the line before the summary is printed.
     func finish() {
         guard enabled else { return }
-        FileHandle.standardError.write(Data("\r\u{1B}[K".utf8))
+        TerminalControl.write("\r\u{1B}[K", to: 2)
     }
 }

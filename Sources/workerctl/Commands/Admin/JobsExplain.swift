@@ -60,7 +60,7 @@ extension JobsCommand {
             }
         } catch {
             // The ledger is a hint for jids Redis no longer has: an unreadable one leaves the answer "unknown".
-            if warn { FileHandle.standardError.write(Data("warning: cannot read job_ledger: \(error)\n".utf8)) }
+            if warn { printError("warning: cannot read job_ledger: \(error)") }
         }
         return first
     }

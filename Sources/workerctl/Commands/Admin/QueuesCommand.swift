@@ -104,7 +104,7 @@ struct QueuesCommand: ParsableCommand {
                 let known = try QueueAdmin.exists(redis, name: name)
                 let changed = try QueueAdmin.pause(redis, name: name)
                 print(changed ? "paused \(name)" : "\(name) was already paused")
-                if !known { FileHandle.standardError.write(Data("note: no queue \(name) exists yet; the pause applies when it does\n".utf8)) }
+                if !known { printError("note: no queue \(name) exists yet; the pause applies when it does") }
             }
         }
     }

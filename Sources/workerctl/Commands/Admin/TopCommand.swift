@@ -187,20 +187,12 @@ final class TerminalMode {
     /// Redraws from the top-left, clearing each line's tail and everything below.
     func draw(_ lines: [String]) {
         var frame = "\u{1B}[H"
-        for line in lines { frame += line + "\u{1B}[K\r\n" }
+        for line in lines { frame += DisplayText.neutralised(line, keeping: []) + "\u{1B}[K\r\n" }
         frame += "\u{1B}[J"
         write(frame)
     }
 
-    private func write(_ text: String) {
-        var bytes = Array(text.utf8)
-        var offset = 0
-        while offset < bytes.count {
-            let written = bytes.withUnsafeMutableBytes { Glibc.write(1, $0.baseAddress! + offset, $0.count - offset) }
-            if written <= 0 { return }
-            offset += written
-        }
-    }
+    private func write(_ text: String) { TerminalControl.write(text, to: 1) }
 
     static func size() -> (rows: Int, columns: Int) {
         var size = winsize()
