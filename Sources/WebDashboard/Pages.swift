@@ -353,7 +353,7 @@ struct Pages: Sendable {
     func limits(_ connection: RedisConnection) throws -> Fragment {
         let rows = try LimitAdmin.list(connection).map { limit in
             [HTML.escape(limit.name), HTML.escape(limit.key), limit.kind.rawValue, "\(limit.max)",
-             HTML.duration(limit.periodSeconds), String(format: "%.2f", limit.used), HTML.duration(limit.resetsInSeconds)]
+             HTML.duration(limit.periodSeconds), limit.invalid.map { "invalid (\(HTML.escape($0)))" } ?? String(format: "%.2f", limit.used), HTML.duration(limit.resetsInSeconds)]
         }
         return Fragment(title: "Limits", body: rows.isEmpty ? "<p>No limits declared.</p>"
                          : HTML.table(["Limit", "Key", "Kind", "Max", "Period", "Used", "Resets in"], rows, id: "limits"))
