@@ -43,13 +43,9 @@ final class HostileLimiterStateTests: XCTestCase {
             try declare(.bucket, name)
             try redis.command("HSET", LimitKeys.instance(name: name, key: nil), "tokens", tokens, "at", at)
         }
-        // A concurrent limiter with an endless lease, and keys of the wrong type.
+        // A concurrent limiter with an endless lease.
         try declare(.concurrent, "leases")
         try redis.command("ZADD", LimitKeys.instance(name: "leases", key: nil), "+inf", "token-forever")
-        try declare(.window, "wrongtype")
-        try redis.command("RPUSH", LimitKeys.instance(name: "wrongtype", key: nil), "x")
-        try declare(.concurrent, "wrongzset")
-        try redis.command("SET", LimitKeys.instance(name: "wrongzset", key: nil), "1e300")
         // Declarations no worker would write.
         try redis.command("HSET", LimitKeys.declared, "zeroperiod", "bucket 10 0")
         try redis.command("HSET", LimitKeys.instance(name: "zeroperiod", key: nil), "tokens", "1", "at", "\(nowMs)")
@@ -60,11 +56,29 @@ final class HostileLimiterStateTests: XCTestCase {
         try redis.command("ZADD", Keys.schedule, nowMs / 1000 + 3600,
                           #"{"class":"Noop","args":[],"jid":"\#(jid)","queue":"default","overrated":1}"#)
 
+        var names = ["evilbig", "evilneg", "evilnan", "evilinf", "evilminus", "evilhuge", "eviltext", "evilwindow",
+                     "bucketneg", "bucketnan", "bucketat", "buckethuge", "leases", "zeroperiod", "hugemax"]
+        let web = try ChildProcess(executable: TestServices.workerctl, arguments: ["web", "--port", "0"],
+                                   environment: ["REDIS_URL": redis.url])
+        children.append(web)
+        try checkEverything(ctl, web: web, jid: jid, invalid: names)
+
+        // Then keys of the wrong type, too: each is one invalid row, not a failed listing.
+        try redis.command("HSET", LimitKeys.declared, "wrongtype", LimitSpec(kind: .window, name: "wrongtype", max: 10, milliseconds: 60_000).encoded)
+        try redis.command("RPUSH", LimitKeys.instance(name: "wrongtype", key: nil), "x")
+        try redis.command("HSET", LimitKeys.declared, "wrongzset", LimitSpec(kind: .concurrent, name: "wrongzset", max: 10, milliseconds: 60_000).encoded)
+        try redis.command("SET", LimitKeys.instance(name: "wrongzset", key: nil), "1e300")
+        names += ["wrongtype", "wrongzset"]
+        try checkEverything(ctl, web: web, jid: jid, invalid: names)
+    }
+
+    /// `limits ls` (table and JSON), `jobs explain` (text and JSON), `/limits` and the job page: exit 0 / 200, each
+    /// limiter of `invalid` shown "invalid", the dashboard still running.
+    private func checkEverything(_ ctl: WorkerctlRunner, web: ChildProcess, jid: String, invalid names: [String]) throws {
         // The CLI: exit 0, never a signal; the hostile rows say "invalid".
         let limits = try ctl.run("limits", "ls")
         XCTAssertEqual(limits.status, 0, "limits ls: \(limits.status) \(limits.stderr.suffix(1000))")
-        for name in ["evilbig", "evilneg", "evilnan", "evilinf", "evilminus", "evilhuge", "eviltext", "evilwindow",
-                     "bucketneg", "bucketnan", "bucketat", "buckethuge", "leases", "wrongtype", "wrongzset", "zeroperiod", "hugemax"] {
+        for name in names {
             let line = limits.stdout.split(separator: "\n").first { $0.hasPrefix(name + " ") } ?? ""
             XCTAssertTrue(line.contains("invalid"), "\(name) not shown invalid: '\(line)'\n\(limits.stdout.prefix(4000))")
         }
@@ -83,9 +97,6 @@ final class HostileLimiterStateTests: XCTestCase {
         XCTAssertNotNil(explainJSON.object, explainJSON.stdout)
 
         // The dashboard: `/limits` and the job page answer 200 and the server is still there.
-        let web = try ChildProcess(executable: TestServices.workerctl, arguments: ["web", "--port", "0"],
-                                   environment: ["REDIS_URL": redis.url])
-        children.append(web)
         var base = ""
         XCTAssertTrue(eventually {
             base = web.stderr.firstMatch(of: /"web_url":"([^"]+)"/).map { String($0.1) } ?? ""
