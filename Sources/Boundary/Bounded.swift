@@ -96,6 +96,16 @@ public enum Bounded {
         text.flatMap { int(parsing: $0, in: 0...maxCounter) } ?? 0
     }
 
+    /// A number Redis stores as text (a limiter's `count`, `tokens`, `at`, a score): nil when the text is not a number
+    /// (`Double(_:)` reads "nan", "inf" and "1e300" as numbers: those give nil too when outside `range`), so a reader
+    /// can say "invalid" instead of converting it. `range` must be finite.
+    package static func number(_ text: String?, in range: ClosedRange<Double>) -> Double? {
+        guard let text, text.utf8.count <= 64, let value = Double(text), value.isFinite, range.contains(value) else {
+            return nil
+        }
+        return value
+    }
+
     /// `a + b`, saturating at `Int.min` / `Int.max` instead of trapping: for totals of counters from outside.
     package static func sum(_ a: Int, _ b: Int) -> Int {
         let (total, overflow) = a.addingReportingOverflow(b)

@@ -353,7 +353,7 @@ struct Pages: Sendable {
     func limits(_ connection: RedisConnection) throws -> Fragment {
         let rows = try LimitAdmin.list(connection).map { limit in
             [HTML.escape(limit.name), HTML.escape(limit.key), limit.kind.rawValue, "\(limit.max)",
-             HTML.duration(limit.periodSeconds), String(format: "%.2f", limit.used), HTML.duration(limit.resetsInSeconds)]
+             HTML.duration(limit.periodSeconds), limit.invalid.map { "invalid (\(HTML.escape($0)))" } ?? String(format: "%.2f", limit.used), HTML.duration(limit.resetsInSeconds)]
         }
         return Fragment(title: "Limits", body: rows.isEmpty ? "<p>No limits declared.</p>"
                          : HTML.table(["Limit", "Key", "Kind", "Max", "Period", "Used", "Resets in"], rows, id: "limits"))
@@ -366,7 +366,7 @@ struct Pages: Sendable {
         func ms(_ value: Double?) -> String {
             guard let value else { return "–" }
             if value == .infinity { return "slow (> 335 s)" }
-            return value < 1_000 ? "\(Int(value.rounded())) ms" : HTML.duration(value / 1_000)
+            return value < 1_000 ? "\(Bounded.int(value.rounded(), in: 0...1_000)) ms" : HTML.duration(value / 1_000)
         }
         var body = "<p class=\"muted\">Written by each worker's heartbeat in Sidekiq 8's metrics layout; percentiles are "
             + "histogram bucket bounds (≤); failed runs' times are left out. Unregistered classes count under "
@@ -446,7 +446,7 @@ enum ThroughputChart {
     static func svg(id: String, _ buckets: [ThroughputBucket], barWidth: Int, labelEvery: Int) -> String {
         BarChart(id: id, barWidth: barWidth, labelEvery: labelEvery, bars: buckets.map { bucket in
             let label = HTML.time(bucket.start).dropFirst(11).prefix(5)
-            func rate(_ value: Double) -> String { value >= 10 ? String(Int(value.rounded())) : String(format: "%.2f", value) }
+            func rate(_ value: Double) -> String { value >= 10 ? String(Bounded.int(value.rounded(), in: 0...Bounded.maxCounter)) : String(format: "%.2f", value) }
             return BarChart.Bar(label: String(label), processed: bucket.processed, failed: bucket.failed,
                                 processedTitle: "\(label) UTC: \(bucket.processed) processed (\(rate(bucket.processedPerSecond))/s)",
                                 failedTitle: "\(label) UTC: \(bucket.failed) failed (\(rate(bucket.failedPerSecond))/s)")
@@ -484,7 +484,7 @@ struct BarChart {
 
     static func tickLabel(_ value: Double) -> String {
         if value >= 10_000 { return String(format: "%.0fk", value / 1000) }
-        return value == value.rounded() ? String(Int(value)) : String(format: "%.1f", value)
+        return value == value.rounded() ? String(Bounded.int(value, in: -Bounded.maxCounter...Bounded.maxCounter)) : String(format: "%.1f", value)
     }
 
     /// Counts as drawn: negative as 0, above 10^15 as 10^15 (a counter is any integer Redis holds; the arithmetic
@@ -509,7 +509,7 @@ struct BarChart {
         parts.append("<text x=\"4\" y=\"13\">runs</text>")
         for (index, bar) in bars.enumerated() {
             let x = left + 4 + index * slot
-            func scaled(_ value: Int) -> Int { Int(Double(Self.drawn(value)) / Double(top) * Double(height)) }
+            func scaled(_ value: Int) -> Int { Bounded.int(Double(Self.drawn(value)) / Double(top) * Double(height), in: 0...height) }
             let processed = scaled(bar.processed), failed = scaled(bar.failed)
             let both = "\(bar.label): \(bar.processed) processed, \(bar.failed) failed"
             parts.append("<rect class=\"hit\" x=\"\(x - 1)\" y=\"\(legend)\" width=\"\(slot - 1)\" height=\"\(height)\"><title>\(HTML.escape(both))</title></rect>")
@@ -539,7 +539,7 @@ enum JobPageHooks {
             <p id="explain" data-reason="\(HTML.escape(status.explanation.reason))">\(HTML.escape(status.explanation.description(now: now)))</p>
             """
         if let progress = status.progress {
-            let percent = Int((progress.fraction * 100).rounded())
+            let percent = Bounded.int((progress.fraction * 100).rounded(), in: 0...100)
             html += """
                 <h3>Progress</h3>
                 <p id="progress"><progress max="100" value="\(percent)">\(percent)%</progress> \(percent)%\(progress.note.map { " · " + HTML.escape($0) } ?? "")

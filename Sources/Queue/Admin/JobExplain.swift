@@ -84,7 +84,7 @@ public enum JobExplanation: Sendable, Equatable, CustomStringConvertible {
             var line = "over a limiter: rescheduled \(reschedules) time\(reschedules == 1 ? "" : "s"), next try at \(ExplainFormat.time(nextTry)) (\(ExplainFormat.relative(nextTry, now: now)))"
             if !full.isEmpty {
                 line += "; full now: " + full.map { limiter in
-                    "\(limiter.name)\(limiter.key.isEmpty ? "" : ":\(limiter.key)") (\(limiter.used)/\(limiter.max), next free in \(ExplainFormat.duration(limiter.nextFreeIn)))"
+                    "\(limiter.name)\(limiter.key.isEmpty ? "" : ":\(limiter.key)") (\(limiter.invalid.map { "invalid: \($0); max " } ?? "\(limiter.used)/")\(limiter.max), next free in \(ExplainFormat.duration(limiter.nextFreeIn)))"
                 }.joined(separator: ", ")
             }
             if !holders.isEmpty {
@@ -167,6 +167,8 @@ public struct LimiterState: Sendable, Equatable {
     public var used: Int
     public var max: Int
     public var nextFreeIn: Duration
+    /// What Redis holds that is not a number in range (`LimitSummary.invalid`); `used` is then clamped.
+    public var invalid: String? = nil
 }
 
 /// A job's status by jid: where it is, its attempts, its progress, and why it is not running.
@@ -390,8 +392,9 @@ public struct JobExplain: Sendable {
     }
 
     private func fullLimiters() throws -> [LimiterState] {
-        try LimitAdmin.list(connection).filter { $0.used >= Double($0.max) && $0.max > 0 }.map {
-            LimiterState(name: $0.name, key: $0.key, used: Int($0.used), max: $0.max, nextFreeIn: Bounded.duration(seconds: $0.resetsInSeconds))
+        try LimitAdmin.list(connection).filter { ($0.used >= Double($0.max) && $0.max > 0) || $0.invalid != nil }.map {
+            LimiterState(name: $0.name, key: $0.key, used: Bounded.int($0.used, in: 0...Bounded.maxCounter), max: $0.max,
+                         nextFreeIn: Bounded.duration(seconds: $0.resetsInSeconds), invalid: $0.invalid)
         }
     }
 

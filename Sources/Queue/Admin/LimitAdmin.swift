@@ -10,10 +10,14 @@ public struct LimitSummary: Sendable, Equatable {
     /// Lease (concurrent), window length (window) or refill period (bucket), in seconds.
     public var periodSeconds: Double
     /// concurrent: live leases; window: admissions in the current window; bucket: tokens taken (max - tokens left).
+    /// Always finite, in `0...Bounded.maxCounter`: a value in Redis outside it is clamped and named in `invalid`.
     public var used: Double
     /// concurrent: seconds until the earliest live lease expires (0 when none); window: seconds until the window ends;
     /// bucket: seconds until the bucket is full again.
     public var resetsInSeconds: Double
+    /// Set when the instance's hash (or the declaration) holds a value that is not a number in its range (anyone with
+    /// Redis access can write `count 1e300`, `tokens nan`): what it holds, for the operator; `used` is then clamped.
+    public var invalid: String? = nil
 }
 
 /// Reads the limiter keys (`LimitKeys`): the declarations in `limits` and each live instance key.
@@ -41,7 +45,14 @@ public enum LimitAdmin {
             for key in Set(keys).sorted() {
                 let suffix = key == LimitKeys.instance(name: name, key: nil)
                     ? "" : String(key.dropFirst(LimitKeys.instance(name: name, key: nil).count + 1))
-                if let row = try summary(connection, spec: spec, key: key, suffix: suffix, now: now) { rows.append(row) }
+                do {
+                    if let row = try summary(connection, spec: spec, key: key, suffix: suffix, now: now) { rows.append(row) }
+                } catch .server(let message) where message.hasPrefix("WRONGTYPE") {
+                    // Anyone may have written a list or a string at an instance key: that row is invalid, not the listing.
+                    rows.append(LimitSummary(name: name, kind: spec.kind, key: suffix, max: spec.max,
+                                             periodSeconds: Double(spec.milliseconds) / 1000, used: 0, resetsInSeconds: 0,
+                                             invalid: "the key is not of the type a \(spec.kind.rawValue) limiter writes"))
+                }
             }
             if rows.isEmpty {
                 rows.append(LimitSummary(name: name, kind: spec.kind, key: "", max: spec.max,
@@ -52,31 +63,74 @@ public enum LimitAdmin {
         return out
     }
 
+    /// The largest figure shown for `used`: a count above it (or not a number) is clamped and marked invalid.
+    static let maxUsed = Double(Bounded.maxCounter)
+    /// Milliseconds of Redis time (`TIME`): a limiter's `at` or expiry outside 0…year 9999 is not a time.
+    static let maxMilliseconds = Bounded.maxEpochSeconds * 1000
+
+    /// One instance's figures, every number from Redis read through `Bounded.number` (M2 of review 3: `count 1e300`
+    /// used to reach `Int(_:)` in `limits ls`, `jobs explain` and the job page): nothing here can be NaN or infinite.
     private static func summary(_ connection: RedisConnection, spec: LimitSpec, key: String, suffix: String,
                                 now: Double) throws(RedisError) -> LimitSummary? {
+        guard spec.milliseconds > 0, spec.max >= 0, spec.max <= Bounded.maxCounter else {
+            return LimitSummary(name: spec.name, kind: spec.kind, key: suffix, max: Bounded.int(spec.max, in: 0...Bounded.maxCounter),
+                                periodSeconds: 0, used: 0, resetsInSeconds: 0,
+                                invalid: "declared as max \(spec.max) per \(spec.milliseconds) ms")
+        }
         let period = Double(spec.milliseconds)
+        let max = Double(spec.max)
         var row = LimitSummary(name: spec.name, kind: spec.kind, key: suffix, max: spec.max, periodSeconds: period / 1000,
                                used: 0, resetsInSeconds: 0)
+        func shown(_ text: String?) -> String { text.map { String($0.prefix(32)) } ?? "nil" }
         switch spec.kind {
         case .concurrent:
             let scores = try connection.command("ZRANGEBYSCORE", key, now, "+inf", "WITHSCORES").strings
-            let expiries = stride(from: 1, to: scores.count, by: 2).compactMap { Double(scores[$0]) }
-            row.used = Double(expiries.count)
-            row.resetsInSeconds = expiries.min().map { max(0, $0 - now) / 1000 } ?? 0
+            let texts = stride(from: 1, to: scores.count, by: 2).map { scores[$0] }
+            let expiries = texts.map { Bounded.number($0, in: 0...maxMilliseconds) }
+            row.used = Swift.min(Double(expiries.count), maxUsed)
+            if let bad = zip(texts, expiries).first(where: { $0.1 == nil }) {
+                row.invalid = "a lease expiry is not a time: \(shown(bad.0))"
+            }
+            row.resetsInSeconds = expiries.compactMap { $0 }.min().map { Swift.max(0, $0 - now) / 1000 } ?? 0
         case .window:
             let fields = try connection.command("HMGET", key, "window", "count").array ?? []
-            guard fields.count == 2, let window = fields[0].string.flatMap(Double.init) else { return nil }
+            guard fields.count == 2, let windowText = fields[0].string else { return nil }
             let current = (now / period).rounded(.down)
-            row.used = window == current ? fields[1].string.flatMap(Double.init) ?? 0 : 0
+            guard let window = Bounded.number(windowText, in: 0...maxMilliseconds) else {
+                row.invalid = "window \(shown(windowText)) is not a window index"
+                return row
+            }
             row.resetsInSeconds = ((current + 1) * period - now) / 1000
+            guard window == current else { return row }
+            let countText = fields[1].string
+            if let count = Bounded.number(countText ?? "0", in: 0...maxUsed) {
+                row.used = count
+            } else {
+                row.invalid = "count \(shown(countText)) is not a count in 0...\(Bounded.maxCounter)"
+                row.used = clampedUsed(countText)
+            }
         case .bucket:
             let fields = try connection.command("HMGET", key, "tokens", "at").array ?? []
-            guard fields.count == 2, let tokens = fields[0].string.flatMap(Double.init),
-                  let at = fields[1].string.flatMap(Double.init) else { return nil }
-            let left = min(Double(spec.max), tokens + max(0, now - at) * Double(spec.max) / period)
-            row.used = Double(spec.max) - left
-            row.resetsInSeconds = (Double(spec.max) - left) * period / Double(spec.max) / 1000
+            guard fields.count == 2, let tokensText = fields[0].string, let atText = fields[1].string else { return nil }
+            guard let tokens = Bounded.number(tokensText, in: -maxUsed...maxUsed) else {
+                row.invalid = "tokens \(shown(tokensText)) is not a number of tokens"
+                row.used = Swift.min(Swift.max(0, max - clampedUsed(tokensText, lower: -maxUsed)), maxUsed)
+                return row
+            }
+            guard let at = Bounded.number(atText, in: 0...maxMilliseconds) else {
+                row.invalid = "at \(shown(atText)) is not a time"
+                return row
+            }
+            let left = Swift.min(max, tokens + Swift.max(0, now - at) * max / period)
+            row.used = Swift.min(Swift.max(max - left, 0), maxUsed)
+            row.resetsInSeconds = Bounded.seconds((max - left) * period / Swift.max(max, 1) / 1000, max: Bounded.maxIntervalSeconds)
         }
         return row
+    }
+
+    /// A figure Redis holds that is not in range, clamped into `lower...maxUsed` for display (NaN and text give `lower`).
+    private static func clampedUsed(_ text: String?, lower: Double = 0) -> Double {
+        guard let value = text.flatMap({ Double($0.prefix(64)) }), !value.isNaN else { return Swift.max(lower, 0) }
+        return Swift.min(Swift.max(value, lower), maxUsed)
     }
 }

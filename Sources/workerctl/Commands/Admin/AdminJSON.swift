@@ -86,7 +86,7 @@ enum AdminJSON {
     static func classMetrics(_ summary: ClassMetricsSummary) -> JSONValue {
         func bound(_ ms: Double?) -> JSONValue { ms.flatMap { $0.isFinite ? .int(Int64($0)) : nil } ?? .null }
         return .object(["class": .string(summary.className), "runs": .int(Int64(summary.runs)),
-                        "failed": .int(Int64(summary.failed)), "total_ms": .int(Int64(summary.totalMilliseconds)),
+                        "failed": .int(Int64(summary.failed)), "total_ms": int(summary.totalMilliseconds),
                         "p50_ms": bound(summary.p50Milliseconds), "p95_ms": bound(summary.p95Milliseconds),
                         "p50_slow": .bool(summary.p50Milliseconds == .infinity),
                         "p95_slow": .bool(summary.p95Milliseconds == .infinity)])
@@ -110,7 +110,7 @@ enum AdminJSON {
                 "used_memory": .int(Int64(stats.redis.usedMemory)),
                 "used_memory_human": .string(stats.redis.usedMemoryHuman),
                 "connected_clients": .int(Int64(stats.redis.connectedClients)),
-                "uptime_in_seconds": .int(Int64(stats.redis.uptimeSeconds)),
+                "uptime_in_seconds": int(stats.redis.uptimeSeconds),
             ]),
         ])
     }
@@ -129,7 +129,7 @@ enum AdminJSON {
             "queues": .array(entry.queues.map { .string($0) }),
             "labels": entry.info["labels"] ?? .array([]),
             "rss_kb": .int(Int64(entry.rssKilobytes)),
-            "rtt_us": .int(Int64(entry.rttMicroseconds)),
+            "rtt_us": int(entry.rttMicroseconds),
         ])
     }
 

@@ -172,7 +172,7 @@ enum Format {
     static func milliseconds(_ ms: Double) -> String {
         if ms.isNaN { return "-" }
         if ms == .infinity { return "Slow" }
-        if ms < 1_000 { return "\(Int(ms.rounded()))ms" }
+        if ms < 1_000 { return "\(Bounded.int(ms.rounded(), in: -Bounded.maxCounter...999))ms" }
         return duration(ms / 1_000)
     }
 

@@ -76,7 +76,7 @@ extension JobsCommand {
                        "error_class": AdminJSON.string(errorClass)]
         case .overLimit(let nextTry, let reschedules, let full, let holders):
             details = ["next_try": iso(nextTry), "reschedules": .int(Int64(reschedules)),
-                       "full_limiters": .array(full.map { .object(["name": .string($0.name), "key": .string($0.key), "used": .int(Int64($0.used)),
+                       "full_limiters": .array(full.map { .object(["name": .string($0.name), "key": .string($0.key), "used": AdminJSON.int($0.used), "invalid": AdminJSON.string($0.invalid),
                                                                   "max": .int(Int64($0.max)), "next_free_in_s": .double($0.nextFreeIn.inSeconds)]) }),
                        "holders": .array(holders.map(running))]
         case .queuePaused(let queue): details = ["queue": .string(queue)]

@@ -26,17 +26,29 @@ struct LimitsCommand: ParsableCommand {
                 var table = TextTable(["LIMIT", "KEY", "KIND", "MAX", "PERIOD", "USED", "RESETS IN"])
                 for limit in limits {
                     table.add([limit.name, limit.key, limit.kind.rawValue, "\(limit.max)", Format.duration(limit.periodSeconds),
-                               limit.kind == .bucket ? String(format: "%.2f", limit.used) : "\(Int(limit.used))",
+                               Self.used(limit),
                                Format.duration(limit.resetsInSeconds)])
                 }
                 table.print()
+                for limit in limits where limit.invalid != nil {
+                    FileHandle.standardError.write(Data(
+                        "warning: \(limit.name)\(limit.key.isEmpty ? "" : ":" + limit.key): \(limit.invalid ?? "") (shown as invalid)\n".utf8))
+                }
             }
+        }
+
+        /// `used` as the table shows it: a count, tokens with two decimals, `invalid` when Redis held no number in range.
+        static func used(_ limit: LimitSummary) -> String {
+            if limit.invalid != nil { return "invalid" }
+            return limit.kind == .bucket ? String(format: "%.2f", limit.used)
+                : "\(Bounded.int(limit.used, in: 0...Bounded.maxCounter))"
         }
 
         static func json(_ limit: LimitSummary) -> JSONValue {
             .object(["name": .string(limit.name), "key": .string(limit.key), "kind": .string(limit.kind.rawValue),
                      "max": .int(Int64(limit.max)), "period_s": .double(limit.periodSeconds), "used": .double(limit.used),
-                     "resets_in_s": .double(limit.resetsInSeconds)])
+                     "resets_in_s": .double(limit.resetsInSeconds),
+                     "invalid": AdminJSON.string(limit.invalid)])
         }
     }
 }
