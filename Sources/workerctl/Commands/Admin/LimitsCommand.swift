@@ -31,8 +31,7 @@ struct LimitsCommand: ParsableCommand {
                 }
                 table.print()
                 for limit in limits where limit.invalid != nil {
-                    FileHandle.standardError.write(Data(
-                        "warning: \(limit.name)\(limit.key.isEmpty ? "" : ":" + limit.key): \(limit.invalid ?? "") (shown as invalid)\n".utf8))
+                    printError("warning: \(limit.name)\(limit.key.isEmpty ? "" : ":" + limit.key): \(limit.invalid ?? "") (shown as invalid)")
                 }
             }
         }
