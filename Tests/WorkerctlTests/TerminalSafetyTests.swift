@@ -8,7 +8,7 @@ import XCTest
 /// screen or set the title, BEL, C1 CSI) and bidi and zero-width characters are read through the real `workerctl`
 /// (tables, `jobs show` as text and JSON, `jobs explain`), the real dashboard, and the log of a real worker whose job
 /// fails with such a message: none of those bytes reaches the output; the JSON still parses to the original text.
-/// Redis database 107.
+/// Redis database 89.
 final class TerminalSafetyTests: XCTestCase {
     var children: [ChildProcess] = []
 
@@ -31,7 +31,7 @@ final class TerminalSafetyTests: XCTestCase {
     }
 
     func testControlAndBidiCharactersFromRedisReachNoTerminalPageOrLogAsThemselves() throws {
-        let redis = try TestRedis(database: 107)
+        let redis = try TestRedis(database: 89)
         try redis.flush()
         let ctl = WorkerctlRunner(redisURL: redis.url)
         let jid = "0123456789abcdef01234567"
