@@ -300,12 +300,15 @@ public struct JobAdmin: Sendable {
     }
 
     /// The payload pushed when a job goes back to its queue, as Ruby's client push does it
-    /// (same fields as `JobClient.push(existing:)`): `retry_count − 1` when retrying (if present),
+    /// (same fields as `JobClient.push(existing:)`): `retry_count − 1` when retrying (if present; never below −1),
     /// `queue`/`retry`/`created_at` defaults filled in, `enqueued_at` = now.
     public static func requeued(_ payload: JobPayload, decrementRetryCount: Bool, now: Double) -> JobPayload {
         var payload = payload
         if decrementRetryCount, let count = payload.fields["retry_count"]?.intValue {
-            payload.fields["retry_count"] = .int(count - 1)
+            // Clamped first (a hostile count at Int64.min would overflow), and never below −1, the least a readable
+            // job carries: Ruby's `retry` of a job retried by hand at 0 used to make it −2, and unreadable (issue 51).
+            let bounded = Int64(Bounded.int(Double(min(max(count, -1), Int64(Bounded.maxCount))), in: -1...Bounded.maxCount))
+            payload.fields["retry_count"] = .int(max(-1, bounded - 1))
         }
         if payload.queue == nil { payload.queue = "default" }
         if payload.fields["retry"] == nil { payload.fields["retry"] = .bool(true) }
