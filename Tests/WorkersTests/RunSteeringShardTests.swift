@@ -106,6 +106,39 @@ final class RunSteeringShardTests: XCTestCase {
                                  "the same replies but the count's and the score's digits")
     }
 
+    /// A job settled for good while known marked has its mark removed by the second beat after (its settlement is
+    /// written by then), not the first; a failed beat keeps it for the next one. `cancelled-<jid>` is left alone.
+    func testASettledJobsMarkLeavesAtTheSecondBeat() throws {
+        let redis = try TestRedis(database: 127)
+        defer { try? redis.flush() }
+        let jid = "settledmark0000000000001"
+        try redis.command("ZADD", JobCancels.set, Clock.now() + 3600, jid)
+        try redis.command("SET", JobCancels.markKey(jid: jid), 1, "EX", 3600)
+        let steering = RunSteering()
+        let connection = try redis.connection()
+        try steering.beat(connection, shard: 0, executions: [], now: Clock.now())
+        steering.noteSettled(jid: jid, shard: 0)
+        try steering.beat(connection, shard: 0, executions: [], now: Clock.now())
+        XCTAssertFalse(try redis.command("ZSCORE", JobCancels.set, jid).isNull, "the first beat after keeps it")
+        XCTAssertTrue(steering.cancelsExist(shard: 0))
+        try steering.beat(connection, shard: 0, executions: [], now: Clock.now())
+        XCTAssertTrue(try redis.command("ZSCORE", JobCancels.set, jid).isNull, "the second beat removes it")
+        XCTAssertFalse(steering.cancelsExist(shard: 0))
+        XCTAssertEqual(try redis.int("EXISTS", JobCancels.markKey(jid: jid)), 1)
+
+        let other = "settledmark0000000000002"
+        try redis.command("ZADD", JobCancels.set, Clock.now() + 3600, other)
+        steering.noteSettled(jid: other, shard: 0)
+        try steering.beat(connection, shard: 0, executions: [], now: Clock.now())
+        let broken = try redis.connection()
+        let id = try XCTUnwrap(try broken.command("CLIENT", "ID").integer)
+        try redis.command("CLIENT", "KILL", "ID", id)  // the server closed it: the beat fails
+        XCTAssertThrowsError(try steering.beat(broken, shard: 0, executions: [], now: Clock.now()))
+        XCTAssertFalse(try redis.command("ZSCORE", JobCancels.set, other).isNull)
+        try steering.beat(connection, shard: 0, executions: [], now: Clock.now())
+        XCTAssertTrue(try redis.command("ZSCORE", JobCancels.set, other).isNull, "kept for the beat after the failed one")
+    }
+
     /// The fetch-time byte search for jids: every `"jid"` key's string value (spaces allowed), nested ones too (a
     /// superset: the payload is parsed to confirm a jid found marked); nil when unsure (none, or an escape).
     func testJidCandidates() {
