@@ -13,6 +13,10 @@ package struct FetchedJob: Sendable {
     /// Index in the worker's `ShardMap` of the Redis this job was fetched from (0 with one Redis):
     /// its settlement goes to that shard, whose in-flight list holds it.
     public var shard: Int
+    /// When this job's jid was found in its shard's `cancels` set at fetch (the worker's fetch-time check, while the
+    /// set is not empty): the epoch seconds of the cancel request. The runner's pre-run check settles such a job
+    /// without running it (unless it is a copy retried after that cancel). Nil for other jobs.
+    public var cancelRequestedAt: Double?
 
     public init(queue: String, raw: [UInt8], workingKey: String, uniqueJid: String? = nil, shard: Int = 0) {
         self.queue = queue

@@ -31,11 +31,17 @@ final class WorkersClientSteeringTests: XCTestCase {
         XCTAssertEqual(state.0, 0)
         let requested = try XCTUnwrap(state.1.flatMap(Double.init))
         XCTAssertEqual(requested, Date().timeIntervalSince1970, accuracy: 60)
-        XCTAssertEqual(try XCTUnwrap(state.2), requested + 7 * 86_400, accuracy: 1)
+        XCTAssertNil(state.2, "its job is dead: the mark left `cancels` with it (`cancelled-<jid>` stays)")
         XCTAssertEqual(state.3, "Cancelled")
 
         let again = try await client.cancel(jid: "bbbbbbbbbbbbbbbbbbbbbbbb")
         XCTAssertTrue(again.allSatisfy(\.value.foundNothing), "a jid found nowhere is still marked")
+        let marked = try await client.withConnection { connection in
+            (try connection.command("GET", JobCancels.markKey(jid: "bbbbbbbbbbbbbbbbbbbbbbbb")).string,
+             try connection.command("ZSCORE", JobCancels.set, "bbbbbbbbbbbbbbbbbbbbbbbb").double)
+        }
+        let markedAt = try XCTUnwrap(marked.0.flatMap(Double.init))
+        XCTAssertEqual(try XCTUnwrap(marked.1), markedAt + 7 * 86_400, accuracy: 1)
         do {
             _ = try await client.cancel(jid: "a*b")
             XCTFail("a glob is not a jid")

@@ -272,6 +272,69 @@ final class SteerTests: XCTestCase {
         XCTAssertTrue(try eventually(timeout: 10) { try runs(redis, jid) == 1 }, worker.stderr)
     }
 
+    // MARK: At scale (issue 51 point 4)
+
+    /// No cap decides whether a cancel works: with 100,000 live marks of other jids in `cancels` (one pipelined
+    /// `ZADD`; before, a beat read at most 10,000, the oldest-expiring first, so a new cancel was silently ignored), a
+    /// new cancel stops its running job, and a job pushed after its cancel never starts. Once each is dead its jid
+    /// leaves `cancels` (the other marks stay) and `cancelled-<jid>` remains (Sidekiq's `cancelled?` pattern).
+    func testCancelsWorkWithOneHundredThousandLiveMarks() throws {
+        let redis = try TestRedis(database: 124)
+        let database = try PostgresTestDatabase.create(prefix: "steer")
+        defer { database.drop() }
+        try migrated(database)
+        let expires = Clock.now() + 86_400  // each expires before a new cancel's mark (7 days)
+        var marks: [any RedisArgument] = ["ZADD", JobCancels.set]
+        marks.reserveCapacity(200_002)
+        for index in 0..<100_000 { marks += [expires, "othercancel\(100_000_000 + index)"] }
+        XCTAssertEqual(try redis.connection().send(marks).checked().integer, 100_000)
+        let worker = try startWorker(redis: redis, database: database)
+        defer { stop(worker) }
+        XCTAssertTrue(try eventually(timeout: 30) { try redis.int("SCARD", Keys.processes) == 1 }, worker.stderr)
+
+        // A running job.
+        let running = try probe(redis, ["steps": 1200, "step_ms": 50])
+        XCTAssertTrue(try eventually(timeout: 30) { try progress(redis, running) != nil }, worker.stderr)  // a beat saw it
+        let output = try cancel(redis, running)
+        XCTAssertTrue(output.contains("running on"), output)
+        XCTAssertTrue(try eventually(timeout: 10) { try dead(redis, running) != nil }, "the cancel stopped it: \(worker.stderr)")
+        XCTAssertEqual(try dead(redis, running)?.errorClass, JobCancels.errorClass)
+        XCTAssertEqual(try runs(redis, running), 1)
+        XCTAssertTrue(try eventually(timeout: 10) { try redis.command("ZSCORE", JobCancels.set, running).isNull },
+                      "its mark leaves cancels once it is settled (the second beat after)")
+        XCTAssertEqual(try redis.int("EXISTS", JobCancels.markKey(jid: running)), 1, "cancelled-<jid> stays")
+
+        // A job pushed after its cancel (found nowhere then: only marked).
+        let late = Identifiers.jid()
+        _ = try cancel(redis, late)
+        Thread.sleep(forTimeInterval: 3 * Self.heartbeat)  // the worker's beats count the marks
+        let payload = try JobPayload(parsing: JSONValue.object([
+            "class": "SteerProbe", "args": [.object(["steps": 1, "step_ms": 1])], "queue": "default", "jid": .string(late),
+            "retry": true, "created_at": .double(Clock.now()), "enqueued_at": .double(Clock.now()),
+        ]).serialized())
+        try redis.command("LPUSH", "queue:default", payload.serialized())
+        XCTAssertTrue(try eventually(timeout: 10) { try dead(redis, late) != nil }, worker.stderr)
+        XCTAssertEqual(try runs(redis, late), 0, "never started")
+        XCTAssertEqual(try dead(redis, late)?.errorClass, JobCancels.errorClass)
+        XCTAssertTrue(try eventually(timeout: 10) { try redis.command("ZSCORE", JobCancels.set, late).isNull })
+        XCTAssertEqual(try redis.int("EXISTS", JobCancels.markKey(jid: late)), 1)
+        XCTAssertEqual(try redis.int("ZCARD", JobCancels.set), 100_000, "the other marks stay")
+    }
+
+    /// A job waiting in its queue and cancelled there goes to dead at once, and its mark leaves `cancels` with it
+    /// (no process needs to look it up); `cancelled-<jid>` stays. A mark whose job was found nowhere stays.
+    func testCancelOfAWaitingJobRemovesItsMarkFoundNowhereKeepsIt() throws {
+        let redis = try TestRedis(database: 124)
+        let waiting = try probe(redis, ["steps": 1, "step_ms": 1])
+        let output = try cancel(redis, waiting)
+        XCTAssertEqual(try dead(redis, waiting)?.errorClass, JobCancels.errorClass, output)
+        XCTAssertTrue(try redis.command("ZSCORE", JobCancels.set, waiting).isNull)
+        XCTAssertEqual(try redis.int("EXISTS", JobCancels.markKey(jid: waiting)), 1)
+        let nowhere = Identifiers.jid()
+        _ = try cancel(redis, nowhere)
+        XCTAssertFalse(try redis.command("ZSCORE", JobCancels.set, nowhere).isNull)
+    }
+
     // MARK: Progress bounds
 
     /// NaN is ignored, -1 and 2 are clamped, a 10 kB note with control characters is cut to 200 clean characters;

@@ -5,15 +5,18 @@ import Foundation
 /// - `cancelled-<jid>`: a string key, value the epoch seconds of the request, TTL `JobCancels.ttl` (7 days). It is
 ///   the key of Sidekiq's documented `cancelled?` pattern (wiki "FAQ: How do I cancel a Sidekiq job?":
 ///   `Sidekiq.redis { |c| c.exists("cancelled-#{jid}") }`), so a Ruby job using that pattern sees our cancel;
-/// - `cancels`: a sorted set, member the jid, score the epoch seconds at which the mark expires. Worker processes read
-///   its live members once per heartbeat (pruning the expired ones) into a process-local set: a job in it never
-///   starts, and a running one is told through its context.
+/// - `cancels`: a sorted set, member the jid, score the epoch seconds at which the mark expires. Worker processes look
+///   up the jids they hold (Workers/Runtime/RunSteering.swift): each heartbeat those it runs (pruning the expired
+///   marks and counting the live ones), and, while the set is not empty, each fetched batch's: a job found marked
+///   never starts, and a running one is told through its context. A member leaves the set once its job is settled
+///   for good (dead, dropped or done): `JobAdmin.cancel` removes it when it moved the waiting job to dead itself, a
+///   worker when it settled a run it knew marked; marks of jids never seen expire.
 ///
 /// Both are written on every shard by a cancel (`JobAdmin.cancel(jid:)` on each), and removed again on the shard of a
 /// job an operator retries or runs out of the dead set (`JobAdmin.perform(.retry…)`: the retry withdraws the cancel).
 /// Stateless; any thread.
 public enum JobCancels {
-    /// The sorted set worker processes read each heartbeat.
+    /// The sorted set of live marks, which worker processes look their jids up in.
     public static let set = "cancels"
     /// How long a mark lasts: longer than any schedule or retry horizon a cancelled job is likely to wait for.
     public static let ttl: Duration = .seconds(7 * 86_400)
@@ -110,6 +113,12 @@ extension JobAdmin {
         // A cancelled job is over: it releases the unique lock it owns (docs/unique-jobs.md), as a kill does.
         if !released.isEmpty { try UniqueLocks.release(connection, jids: [jid]) }
         outcome.runningOn = try WorkSet.all(connection).filter { $0.jid == jid }.compactMap { $0.work?.identity }
+        // Its job is dead here and nothing else of it was seen: the mark leaves `cancels` (no process needs to look
+        // it up again); `cancelled-<jid>` stays for Sidekiq's pattern. Kept while a copy may still be waiting unread
+        // or is running (its process removes it once it settled that run).
+        if !outcome.movedToDead.isEmpty, outcome.runningOn.isEmpty, !outcome.searchIncomplete {
+            try connection.command("ZREM", JobCancels.set, jid)
+        }
         return outcome
     }
 }

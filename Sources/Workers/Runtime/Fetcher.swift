@@ -31,6 +31,8 @@ final class Fetcher: Sendable {
     private let outages: OutageLog
     /// Drops duplicates of live unique jobs before they reach the buffer (docs/unique-jobs.md).
     private let unique: UniqueGate
+    /// Cancel marks: the fetch-time check of each batch while the shard has one (RunSteering.swift).
+    private let steering: RunSteering
     private let logger: Logger
     /// The shard this fetcher reads (index in the process's `ShardMap`; 0 with one Redis) and the
     /// process's queues that live there, in configured order. Every job it fetches carries `shard`.
@@ -58,6 +60,7 @@ final class Fetcher: Sendable {
         runTime = parts.runTime
         outages = parts.outages
         self.unique = unique
+        steering = parts.steering
         logger = parts.logger
         self.shard = shard
         self.queues = queues ?? configuration.queues
@@ -340,6 +343,8 @@ final class Fetcher: Sendable {
             gate.release(slots)
             return
         }
+        // While the shard has a live cancel mark: one ZMSCORE of the batch's jids (`RunSteering.markFetched`).
+        try steering.markFetched(&jobs, shard: shard) { () throws(RedisError) in try connection() }
         let sorted = try unique.check(try connection(), jobs)
         for duplicate in sorted.duplicates {
             settlements.add(.init(job: duplicate.job, settlement: .drop, counts: []))

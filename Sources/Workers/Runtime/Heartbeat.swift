@@ -34,6 +34,8 @@ final class Heartbeat: @unchecked Sendable {
     private let logger: Logger
     /// Cancels read and progress written once per beat (RunSteering.swift).
     private let steering: RunSteering
+    /// The fetched jobs waiting for a pool thread: each beat looks their jids up in `cancels` too.
+    private let buffer: JobBuffer
     /// With several shards, the shard this heartbeat writes to: its workers hash and busy count show
     /// only the jobs fetched from that shard. Nil with one Redis (every running job).
     private let shard: Int?
@@ -64,6 +66,7 @@ final class Heartbeat: @unchecked Sendable {
         outages = parts.outages
         logger = parts.logger
         steering = parts.steering
+        buffer = parts.buffer
         room = parts.room
     }
 
@@ -142,7 +145,7 @@ final class Heartbeat: @unchecked Sendable {
         // Cancels are still read (progress `SET`s are refused by a full Redis, and lost: they are only progress).
         let all = running.all
         try steering.beat(connection, shard: shard ?? 0, executions: shard.map { shard in all.filter { $0.job.shard == shard } } ?? all,
-                          now: Clock.now())
+                          buffered: bufferedHere(), now: Clock.now())
         lastBeat.store(Clock.now(), ordering: .relaxed)
         if let signal { logger.notice("signal received through Redis", metadata: ["signal": "\(signal)"]) }
         return signal
@@ -182,12 +185,19 @@ final class Heartbeat: @unchecked Sendable {
             ["SET", Keys.fetcherHeartbeat(identity: identity), "1", "EX", Int(configuration.fetcherHeartbeatTTL.inSeconds.rounded(.up))],
             ["RPOP", Keys.signals(identity)],
         ])
-        try steering.beat(connection, shard: shard ?? 0, executions: executions, now: now)
+        try steering.beat(connection, shard: shard ?? 0, executions: executions, buffered: bufferedHere(), now: now)
         lastBeat.store(Clock.now(), ordering: .relaxed)
         flushClassMetrics(connection)
         guard let signal = results.last?.string else { return nil }
         logger.notice("signal received through Redis", metadata: ["signal": "\(signal)"])
         return signal
+    }
+
+    /// The buffered jobs fetched from this heartbeat's shard.
+    private func bufferedHere() -> [FetchedJob] {
+        let waiting = buffer.waiting()
+        guard let shard else { return waiting }
+        return waiting.filter { $0.shard == shard }
     }
 
     /// The process's per-class figures, flushed by one heartbeat per process (the one that records the gauge). A

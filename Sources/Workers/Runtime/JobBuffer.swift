@@ -101,6 +101,13 @@ final class JobBuffer: @unchecked Sendable {
         return jobs[head...].map(\.raw)
     }
 
+    /// The jobs waiting in the buffer (for the heartbeats' cancel lookups, RunSteering.swift).
+    func waiting() -> [FetchedJob] {
+        condition.lock()
+        defer { condition.unlock() }
+        return Array(jobs[head...])
+    }
+
     /// Stops handing out jobs and returns the ones nobody took.
     func close() -> [FetchedJob] {
         condition.lock()

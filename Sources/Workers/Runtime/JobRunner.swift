@@ -161,6 +161,10 @@ struct JobRunner: Sendable {
             if logger.logLevel <= .debug {
                 jobLogger().debug("done", metadata: ["ms": "\(Int((Clock.now() - started) * 1000))"])
             }
+            // Told of its cancel, it finished anyway: done, its mark moot (not on the fast path, whose COMMIT is to come).
+            if execution.cancellation.isCancelledByOperator, sharedTransaction?.claimedRow == nil {
+                noteSettledMarked(payload, job: job)
+            }
             return .acknowledged
         } catch where execution.cancellation.isCancelledByOperator {
             return cancelledRun(payload, job: job, options: prepared.options, sharedTransaction: sharedTransaction,

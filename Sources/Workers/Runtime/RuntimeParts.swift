@@ -43,6 +43,7 @@ struct RuntimeParts: Sendable {
     /// Whether each shard's Redis has room for writes that grow it: heartbeats and `-OOM` replies write it; the
     /// fetcher, settler and housekeeper read it (docs/redis-full.md).
     let room: RedisRoom
-    /// Heartbeats → pool: cancelled jids; the heartbeats write the runs' progress (RunSteering.swift).
+    /// Heartbeats and fetchers → pool: cancel marks found on held jids; the heartbeats write the runs' progress
+    /// (RunSteering.swift).
     let steering = RunSteering()
 }
