@@ -307,7 +307,7 @@ public struct JobAdmin: Sendable {
         if decrementRetryCount, let count = payload.fields["retry_count"]?.intValue {
             // Clamped first (a hostile count at Int64.min would overflow), and never below −1, the least a readable
             // job carries: Ruby's `retry` of a job retried by hand at 0 used to make it −2, and unreadable (issue 51).
-            let bounded = Int64(Bounded.int(Double(min(max(count, -1), Int64(Bounded.maxCount))), in: -1...Bounded.maxCount))
+            let bounded = min(max(count, -1), Int64(Bounded.maxCount))
             payload.fields["retry_count"] = .int(max(-1, bounded - 1))
         }
         if payload.queue == nil { payload.queue = "default" }
