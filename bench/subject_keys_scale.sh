@@ -220,7 +220,7 @@ rotate_once() {
   record "${label}_wall" "$wall"; record "${label}_rss" "$rss"
   record "${label}_batch_ms" "$(echo "$wall * 1000 / $transactions" | bc -l)"
   cat "$FIGURES/waits.$label.run" >>"$FIGURES/waits.$label"
-  local waits; waits=$(python3 -c 'import sys; v=sorted(float(x) for x in open(sys.argv[1]) if x.strip()); print("%d erasures, max %.1f ms, median %.1f ms" % (len(v), 1000*v[-1], 1000*v[len(v)//2]) if v else "no erasure")' "$FIGURES/waits.$label.run")
+  local waits; waits=$(python3 -c 'import sys; v=sorted(float(x) for x in open(sys.argv[1]) if x.strip()); t=float(sys.argv[2]); print("%d erasures, max %.1f ms, median %.1f ms, %d longer than the mean transaction, the 3 longest %s ms" % (len(v), 1000*v[-1], 1000*v[len(v)//2], sum(1 for x in v if 1000*x > t), "/".join("%.0f" % (1000*x) for x in v[-3:])) if v else "no erasure")' "$FIGURES/waits.$label.run" "$(echo "$wall * 1000 / $transactions" | bc -l)")
   printf '   %-12s %7d keys, batch %5d: %7.1f s, max RSS %6d kB, %d transactions (%.0f ms each); %s\n' \
     "$label" "$keys" "$batch" "$wall" "$rss" "$transactions" "$(echo "$wall * 1000 / $transactions" | bc -l)" "$waits"
   drop_db subject_keys_scale_run
