@@ -37,7 +37,9 @@ public struct SubjectKeyErasureJournal: Sendable {
         }
 
         /// `<unix seconds> <base64url digest>`: one line of `export`, read back by `parse(line:)`.
-        public var line: String { "\(Int64(erasedAt.timeIntervalSince1970.rounded(.down))) \(Self.member(personDigest))" }
+        public var line: String {
+            "\(Bounded.int(erasedAt.timeIntervalSince1970, in: 0...253_402_300_799)) \(Self.member(personDigest))"
+        }
 
         static func member(_ digest: Data) -> String {
             digest.base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
@@ -76,7 +78,7 @@ public struct SubjectKeyErasureJournal: Sendable {
     }
 
     /// Every erasure journaled at or after `since`, on any shard (each once, its earliest time), oldest first.
-    /// Members `record` did not write are skipped (hostile state: a stray member is not an erasure).
+    /// Members `record` did not write, and scores that are no epoch time (any Redis writer may set 1e300), are skipped.
     public func entries(since: Date) throws -> [Entry] {
         var found: [Data: Date] = [:]
         for pool in pools {
@@ -86,7 +88,7 @@ public struct SubjectKeyErasureJournal: Sendable {
             let parts = reply.array ?? []
             for index in stride(from: 0, to: parts.count - 1, by: 2) {
                 guard let member = parts[index].string, let digest = Entry.digest(member: member),
-                      let score = parts[index + 1].string.flatMap(Double.init), score.isFinite else { continue }
+                      let score = parts[index + 1].string.flatMap(Double.init).flatMap(Bounded.epochSeconds) else { continue }
                 let time = Date(timeIntervalSince1970: score)
                 if let known = found[digest], known <= time { continue }
                 found[digest] = time
