@@ -23,7 +23,9 @@ final class DeadSetBytesTests: XCTestCase {
         XCTAssertEqual(try ReliableQueue.trimDead(redis.connection(), maxBytes: before * 2), 0, "within the limit: untouched")
         let removed = try ReliableQueue.trimDead(redis.connection(), maxBytes: 1 << 20)
         let after = try redis.int("MEMORY", "USAGE", Keys.dead, "SAMPLES", 0)
-        XCTAssertLessThanOrEqual(after, 1 << 20, "within 1 MiB after the trim (exact count: SAMPLES 0)")
+        // The trim stops on Redis's sampled estimate (`MEMORY USAGE … SAMPLES 32`, O(32) per step), this reads the exact
+        // size (SAMPLES 0): the two may differ by a little; one CI run saw 1,049,928 against 1,048,576. Allowed: 1 %.
+        XCTAssertLessThanOrEqual(after, (1 << 20) + (1 << 20) / 100, "within 1 MiB (and the estimate's error) after the trim")
         XCTAssertGreaterThan(after, 1 << 19, "not emptied: about the share that was over went")
         XCTAssertEqual(try redis.int("ZCARD", Keys.dead), 2000 - removed)
         // The newest stay: the lowest score left is the removed count (scores 0…1999 in order).
