@@ -132,7 +132,7 @@ package enum ReliableQueue {
         var failure: RedisError?
         var paused = false
         var waited: FetchedJob?
-        try connection.pipeline([["EVAL", Scripts.fetch.source, 0, identity, limit, queue],
+        try connection.pipeline([(["EVAL", Scripts.fetch.source] as [any RedisArgument]) + Scripts.fetch.keyArguments([]) + [identity, limit, queue],
                                  ["SISMEMBER", Keys.paused, queue],
                                  waitCommand(queue: queue, working: working, timeout: timeout)]) { index, reply in
             do throws(RedisError) {

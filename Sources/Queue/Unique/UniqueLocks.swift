@@ -33,7 +33,7 @@ package enum UniqueLocks {
     /// the list is moved aside atomically first, then read page by page for jids, then unlinked.
     /// Returns the number of jobs deleted.
     public static func purgeQueue(_ connection: RedisConnection, name: String) throws(RedisError) -> Int {
-        let parked = "unique-purge:" + Identifiers.jid()
+        let parked = Keys.uniquePurge(Identifiers.jid())
         let count = Int(try connection.evaluate(UniqueScripts.parkQueue, arguments: [name, parked]).integer ?? 0)
         if count == 0 { return 0 }
         var start = 0
