@@ -132,7 +132,8 @@ package enum ReliableQueue {
         var failure: RedisError?
         var paused = false
         var waited: FetchedJob?
-        try connection.pipeline([(["EVAL", Scripts.fetch.source] as [any RedisArgument]) + Scripts.fetch.keyArguments([]) + [identity, limit, queue],
+        let fetch: [any RedisArgument] = ["EVAL", Scripts.fetch.source] + Scripts.fetch.keyArguments([]) + [identity, limit, queue]
+        try connection.pipeline([fetch,
                                  ["SISMEMBER", Keys.paused, queue],
                                  waitCommand(queue: queue, working: working, timeout: timeout)]) { index, reply in
             do throws(RedisError) {
