@@ -82,19 +82,60 @@ public struct DeadSetLimits: Sendable, Equatable {
     package var maxAgeSeconds: Double { maxAge.inSeconds }
 }
 
+/// What the fetch measures (issue 51, review L7): a payload over `maxPayloadBytes` goes to dead as a stub instead of
+/// to the worker (`OversizedScripts`), and the dead set is then trimmed to `dead`'s age and count.
+package struct FetchLimits: Sendable, Equatable {
+    public var maxPayloadBytes: Int
+    public var dead: DeadSetLimits
+
+    public init(maxPayloadBytes: Int = JobClient.maxPayloadBytes, dead: DeadSetLimits = DeadSetLimits()) {
+        self.maxPayloadBytes = maxPayloadBytes
+        self.dead = dead
+    }
+}
+
+/// A payload the fetch took off `queue` and buried in dead because it was over the size limit: its stub's jid (the
+/// producer's, or one made up when none could be read) and its size. Nothing of its content.
+package struct BuriedPayload: Sendable, Equatable {
+    public let queue: String
+    public let jid: String
+    public let bytes: Int64
+
+    public init(queue: String, jid: String, bytes: Int64) {
+        self.queue = queue
+        self.jid = jid
+        self.bytes = bytes
+    }
+}
+
+/// What one fetch call brought: the jobs now in this process's in-flight lists, and the payloads it buried instead.
+package struct FetchReply: Sendable {
+    public var jobs: [FetchedJob]
+    public var buried: [BuriedPayload]
+}
+
 /// The reliable-fetch protocol on one connection: fetch into an in-flight list, settle, move due
 /// scheduled/retry jobs, take back the jobs of dead processes. Compatible with
 /// gitlab-sidekiq-fetcher's keys, so Ruby cleaners and ours recover each other's orphans.
 package enum ReliableQueue {
     /// Moves up to `limit` jobs from `queues` (tried in the given order; paused queues skipped)
-    /// into this process's in-flight lists.
+    /// into this process's in-flight lists. A payload over `limits.maxPayloadBytes` is not among them: the script
+    /// buried it in `dead` as a stub (`FetchReply.buried`, `OversizedScripts`).
     public static func fetch(_ connection: RedisConnection, identity: String, queues: [String],
-                             limit: Int) throws(RedisError) -> [FetchedJob] {
-        try jobs(fetchedBy: connection.evaluate(Scripts.fetch, arguments: [identity, limit] + queues), identity: identity)
+                             limit: Int, limits: FetchLimits = FetchLimits(),
+                             now: Double = Clock.now()) throws(RedisError) -> FetchReply {
+        let arguments = fetchArguments(identity: identity, limit: limit, limits: limits, now: now) + queues
+        return try fetchReply(connection.evaluate(Scripts.fetch, arguments: arguments), identity: identity)
     }
 
-    /// The jobs in the fetch script's reply (`[queue, [jobs…]]` pairs).
-    static func jobs(fetchedBy reply: RedisReply, identity: String) throws(RedisError) -> [FetchedJob] {
+    /// The fetch script's arguments before its queue names.
+    static func fetchArguments(identity: String, limit: Int, limits: FetchLimits, now: Double) -> [any RedisArgument] {
+        [identity, limit, limits.maxPayloadBytes, now, Clock.utcDay(now), limits.dead.maxJobs, limits.dead.maxAgeSeconds]
+    }
+
+    /// The jobs and buried payloads in the fetch script's reply (`[queue, [jobs…]]` pairs, then, when it buried any,
+    /// one array of `queue, jid, bytes` triples).
+    static func fetchReply(_ reply: RedisReply, identity: String) throws(RedisError) -> FetchReply {
         guard case .array(let items) = reply else { throw .unexpectedReply("fetch returned \(reply)") }
         var jobs: [FetchedJob] = []
         var index = 0
@@ -111,7 +152,20 @@ package enum ReliableQueue {
             }
             index += 2
         }
-        return jobs
+        var buried: [BuriedPayload] = []
+        if index < items.count {
+            guard case .array(let triples) = items[index], triples.count % 3 == 0 else {
+                throw .unexpectedReply("fetch returned a malformed list of buried payloads")
+            }
+            for start in stride(from: 0, to: triples.count, by: 3) {
+                guard let queue = triples[start].bytes.flatMap(UTF8Text.validated), let jid = triples[start + 1].string,
+                      let bytes = triples[start + 2].integer else {
+                    throw .unexpectedReply("fetch returned a malformed buried payload")
+                }
+                buried.append(BuriedPayload(queue: queue, jid: jid, bytes: bytes))
+            }
+        }
+        return FetchReply(jobs: jobs, buried: buried)
     }
 
     /// A fetch of up to `limit` jobs from a single queue (`fetch`), then in the same round trip whether the queue is
@@ -126,20 +180,22 @@ package enum ReliableQueue {
     /// Redis caches it by its digest). A failure leaves what the fetch or the wait moved in the in-flight list: the
     /// caller reconciles, as after any lost fetch reply.
     public static func fetchThenWait(_ connection: RedisConnection, identity: String, queue: String, limit: Int,
-                                     timeout: Double, fetched: ([FetchedJob]) -> Void) throws(RedisError)
+                                     limits: FetchLimits = FetchLimits(), timeout: Double,
+                                     fetched: (FetchReply) -> Void) throws(RedisError)
         -> (waited: FetchedJob?, paused: Bool) {
         let working = Keys.working(queue: queue, identity: identity)
         var failure: RedisError?
         var paused = false
         var waited: FetchedJob?
-        let fetch: [any RedisArgument] = ["EVAL", Scripts.fetch.source] + Scripts.fetch.keyArguments([]) + [identity, limit, queue]
+        let fetch: [any RedisArgument] = ["EVAL", Scripts.fetch.source] + Scripts.fetch.keyArguments([])
+            + fetchArguments(identity: identity, limit: limit, limits: limits, now: Clock.now()) + [queue]
         try connection.pipeline([fetch,
                                  ["SISMEMBER", Keys.paused, queue],
                                  waitCommand(queue: queue, working: working, timeout: timeout)]) { index, reply in
             do throws(RedisError) {
                 let checked = try reply.checked()
                 switch index {
-                case 0: fetched(try jobs(fetchedBy: checked, identity: identity))
+                case 0: fetched(try fetchReply(checked, identity: identity))
                 case 1: paused = checked.integer != 0
                 default: waited = job(waitedFor: checked, queue: queue, working: working)
                 }

@@ -9,7 +9,7 @@ struct WorkerConfigFile {
     static let knownKeys: Set<String> = [
         "redis_url", "database_url", "concurrency", "queues", "prefetch", "shutdown_timeout", "heartbeat_interval",
         "fetcher_heartbeat_ttl", "orphan_sweep_interval", "interrupt_limit", "poll_interval", "unknown_class_grace", "job_timeout",
-        "dead_max_jobs", "dead_max_age_days", "dead_max_bytes", "tag", "labels", "pg_pool_size", "pg_prepared_statements", "commit_batch", "commit_window", "blocking_waiters",
+        "dead_max_jobs", "dead_max_age_days", "dead_max_bytes", "fetch_max_payload_bytes", "tag", "labels", "pg_pool_size", "pg_prepared_statements", "commit_batch", "commit_window", "blocking_waiters",
         "metrics_host", "metrics_port", "redis_wait_replicas", "redis_wait_timeout_ms",
         "redis_shards", "queue_shards",
     ]
@@ -89,6 +89,7 @@ struct WorkerConfigFile {
         if let value = try integer("dead_max_jobs") { file.configuration.deadLimits.maxJobs = value }
         if let value = try number("dead_max_age_days") { file.configuration.deadLimits.maxAge = .configured(seconds: value * 86_400) }
         if let value = try integer("dead_max_bytes") { file.configuration.deadLimits.maxBytes = value }
+        if let value = try integer("fetch_max_payload_bytes") { file.configuration.fetchMaxPayloadBytes = value }
         if let value = map["tag"] as? String { file.configuration.tag = value }
         if let value = map["labels"] as? [String] { file.configuration.labels = value }
         func stringMap(_ key: String) throws -> [(String, String)] {

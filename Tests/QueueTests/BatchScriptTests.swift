@@ -9,7 +9,7 @@ final class BatchScriptTests: XCTestCase {
     let identity = "batch-host:1:abcdef"
 
     func fetchAll(_ connection: RedisConnection) throws -> [FetchedJob] {
-        try ReliableQueue.fetch(connection, identity: identity, queues: ["default"], limit: 100)
+        try ReliableQueue.fetch(connection, identity: identity, queues: ["default"], limit: 100).jobs
     }
 
     /// A settle batch sent again after its reply was lost counts nothing twice, and the callbacks are

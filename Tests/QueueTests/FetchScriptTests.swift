@@ -50,7 +50,7 @@ final class FetchScriptTests: XCTestCase {
         var taken: [String] = []
         var expectedTaken: [String] = []
         for limit in [3, 2_500, 250, 250] {  // first inside one queue, then across chunks and queues, then dry
-            let fetched = try ReliableQueue.fetch(connection, identity: identity, queues: queues.map(\.0), limit: limit)
+            let fetched = try ReliableQueue.fetch(connection, identity: identity, queues: queues.map(\.0), limit: limit).jobs
             XCTAssertLessThanOrEqual(fetched.count, limit)
             taken += fetched.map { String(decoding: $0.raw, as: UTF8.self) }
             for job in fetched { XCTAssertEqual(job.workingKey, Keys.working(queue: job.queue, identity: identity)) }

@@ -12,7 +12,7 @@ final class ThroughputTests: XCTestCase {
 
     private func settleOne(_ redis: TestRedis, _ connection: RedisConnection, at now: Double, counts: RunCounts, times: Int = 1) throws {
         _ = try redis.client.enqueue(NewJob("Noop"))
-        let job = try XCTUnwrap(try ReliableQueue.fetch(connection, identity: identity, queues: ["default"], limit: 1).first)
+        let job = try XCTUnwrap(try ReliableQueue.fetch(connection, identity: identity, queues: ["default"], limit: 1).jobs.first)
         for _ in 0..<times { try ReliableQueue.settle(connection, [(job, .ack, counts)], now: now) }
     }
 

@@ -17,7 +17,7 @@ final class UniqueSettleTests: XCTestCase {
         XCTAssertEqual(try redis.command("GET", lock).string, jid, "the push took the lock")
         let connection = try redis.connection()
         var fetched = try XCTUnwrap(try ReliableQueue.fetch(connection, identity: "host:1:test", queues: ["default"],
-                                                            limit: 1).first)
+                                                            limit: 1).jobs.first)
         fetched.uniqueJid = jid
         return (fetched, jid, lock)
     }
@@ -39,7 +39,7 @@ final class UniqueSettleTests: XCTestCase {
         try redis.command("DEL", "schedule")
         try redis.command("LPUSH", "queue:default", job.raw)
         var again = try XCTUnwrap(try ReliableQueue.fetch(connection, identity: "host:1:test", queues: ["default"],
-                                                          limit: 1).first)
+                                                          limit: 1).jobs.first)
         again.uniqueJid = jid
         XCTAssertEqual(try ReliableQueue.settle(connection, [(again, .ack, .processed)]), 1)
         XCTAssertTrue(try redis.command("GET", lock).isNull, "success releases the lock")

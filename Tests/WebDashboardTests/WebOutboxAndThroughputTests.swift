@@ -13,7 +13,7 @@ extension WebDashboardTests {
         let redis = try TestRedis(database: 91)
         let connection = try redis.connection()
         for index in 0..<5 { try redis.client.enqueue(NewJob("Noop", args: [.int(Int64(index))])) }
-        let jobs = try ReliableQueue.fetch(connection, identity: "web-graph:1:abc", queues: ["default"], limit: 5)
+        let jobs = try ReliableQueue.fetch(connection, identity: "web-graph:1:abc", queues: ["default"], limit: 5).jobs
         XCTAssertEqual(jobs.count, 5)
         let now = Clock.now()
         let settled = jobs.enumerated().map { index, job in

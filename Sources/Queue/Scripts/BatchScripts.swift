@@ -19,7 +19,9 @@ enum BatchScripts {
 
     /// `batch_outcome(raw, outcome, now)`: `outcome` is `success`, `retry` (failed, will run again)
     /// or `dead` (failed for good: dead set, or dropped because `retry` is false). Does nothing for a
-    /// job without a top-level string `bid` or whose jid is not in `b-BID-jids`.
+    /// job without a top-level string `bid` or whose jid is not in `b-BID-jids`. `batch_count(bid, jid, outcome,
+    /// now)` is the same once bid and jid are known (the fetch's payloads over the size limit, which are not decoded:
+    /// `OversizedScripts`).
     ///
     /// Invariants: `pending` drops once per jid (the first success: `SADD b-BID-done` returned 1, or a
     /// counted death revived by a later success: `SREM b-BID-died` returned 1); `dead` rises once per
@@ -43,12 +45,7 @@ enum BatchScripts {
           if redis.call('SCARD', batch_done_key(bid)) >= total then batch_push(key, bid, 'complete', now) end
           if pending <= 0 then batch_push(key, bid, 'success', now) end
         end
-        local function batch_outcome(raw, outcome, now)
-          if not string.find(raw, '"bid"', 1, true) then return end
-          local ok, job = pcall(cjson.decode, raw)
-          if not ok or type(job) ~= 'table' then return end
-          local bid, jid = job['bid'], job['jid']
-          if type(bid) ~= 'string' or type(jid) ~= 'string' then return end
+        local function batch_count(bid, jid, outcome, now)
           local key = batch_key(bid)
           if redis.call('SISMEMBER', batch_jids_key(bid), jid) == 0 then return end
           local expires = redis.call('HGET', key, 'expires_at')
@@ -76,6 +73,14 @@ enum BatchScripts {
           end
           if expires then redis.call('EXPIREAT', batch_done_key(bid), expires) end
           batch_fire(key, bid, now)
+        end
+        local function batch_outcome(raw, outcome, now)
+          if not string.find(raw, '"bid"', 1, true) then return end
+          local ok, job = pcall(cjson.decode, raw)
+          if not ok or type(job) ~= 'table' then return end
+          local bid, jid = job['bid'], job['jid']
+          if type(bid) ~= 'string' or type(jid) ~= 'string' then return end
+          batch_count(bid, jid, outcome, now)
         end
         """
 

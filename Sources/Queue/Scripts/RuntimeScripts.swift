@@ -4,7 +4,7 @@
 /// `KEYS[]`, and keys derived from queue names, jids and days by Lua functions generated from `Keys`' builders
 /// (Sidekiq's layout has no hash tags), so these scripts assume a single Redis server, as Sidekiq itself does.
 enum Scripts {
-    /// Moves up to ARGV[2] jobs from the queues ARGV[3…] (in that order, paused ones skipped) into
+    /// Moves up to ARGV[2] jobs from the queues ARGV[8…] (in that order, paused ones skipped) into
     /// this process's in-flight lists `working:queue:Q:ARGV[1]`. Returns `[queue1, [jobs…], queue2, [jobs…], …]`,
     /// one pair per chunk moved, oldest job first (the queue named once a chunk, not once a job as before: 1.20 / 1.09 →
     /// 0.80 / 0.87 µs of Redis time a job in two A/B rounds of bench/script_cost.py, batch 250, no AOF). The in-flight entry is byte-identical to the queued one.
@@ -14,12 +14,24 @@ enum Scripts {
     /// the tail, `LTRIM` it off, one `LPUSH` of the chunk oldest first): 0.85 µs of Redis time per job instead of
     /// 2.4 µs for a batch of 250 (measured on this machine with redis-server 7.0, AOF on; docs/cost-at-scale.md).
     /// Atomic like any script, so no job can be seen in both lists or in neither.
-    static let fetch = RedisScript(keys: ScriptKeys().paused.queueKey.workingKey, """
+    ///
+    /// Except a payload over ARGV[3] bytes (the fetch size limit, `WorkerConfiguration.fetchMaxPayloadBytes`): it
+    /// is taken off its queue like the others but never pushed to the in-flight list nor returned; its stub goes to
+    /// `dead` (`OversizedScripts`), counted processed and failed (ARGV[4] now, ARGV[5] UTC day) as the settle script
+    /// counts a death, and the dead set is trimmed as there (ARGV[6] max jobs, ARGV[7] timeout seconds). It counts
+    /// against ARGV[2] (a queue of large payloads costs one call a bounded amount). Then the reply ends with one more
+    /// element: `[queue, stub jid, bytes, …]`, a triple per payload buried, for the worker's log line.
+    static let fetch = RedisScript(keys: OversizedScripts.keys.paused.workingKey.statProcessed.statFailed.statDayKeys,
+                                   [BatchScripts.functions, UniqueScripts.releaseFunction, OversizedScripts.functions, """
         local identity = ARGV[1]
         local limit = tonumber(ARGV[2])
+        local maxBytes = tonumber(ARGV[3])
+        local now = ARGV[4]
         local out = {}
+        local buried = {}
+        local seq = 0
         local n = 0
-        for i = 3, #ARGV do
+        for i = 8, #ARGV do
           if n >= limit then break end
           local q = ARGV[i]
           if redis.call('SISMEMBER', PAUSED, q) == 0 then
@@ -32,19 +44,49 @@ enum Scripts {
               if k == 0 then break end
               redis.call('LTRIM', src, 0, -(k + 1))
               local moved = {}
+              local m = 0
               for j = k, 1, -1 do
-                moved[k - j + 1] = jobs[j]
+                local job = jobs[j]
+                if #job > maxBytes then
+                  seq = seq + 1
+                  buried[#buried + 1] = q
+                  buried[#buried + 1] = oversized_bury(job, q, maxBytes, now, seq)
+                  buried[#buried + 1] = #job
+                else
+                  m = m + 1
+                  moved[m] = job
+                end
               end
-              redis.call('LPUSH', dst, unpack(moved))
-              out[#out + 1] = q
-              out[#out + 1] = moved
+              if m > 0 then
+                redis.call('LPUSH', dst, unpack(moved))
+                out[#out + 1] = q
+                out[#out + 1] = moved
+              end
               n = n + k
               if k < want then break end
             end
           end
         end
+        if seq > 0 then
+          -- Counted and trimmed as the settle script (`complete`) does for a death.
+          local day = ARGV[5]
+          local minute = math.floor(tonumber(now) / 60) % 1440
+          redis.call('ZREMRANGEBYSCORE', DEAD, '-inf', tonumber(now) - tonumber(ARGV[7]))
+          redis.call('ZREMRANGEBYRANK', DEAD, 0, -(tonumber(ARGV[6]) + 1))
+          redis.call('INCRBY', STAT_PROCESSED, seq)
+          redis.call('INCRBY', stat_processed_day_key(day), seq)
+          redis.call('EXPIRE', stat_processed_day_key(day), \(Keys.dailyStatRetention))
+          redis.call('HINCRBY', stat_minutely_processed_key(day), minute, seq)
+          redis.call('EXPIRE', stat_minutely_processed_key(day), \(Keys.minutelyRetention))
+          redis.call('INCRBY', STAT_FAILED, seq)
+          redis.call('INCRBY', stat_failed_day_key(day), seq)
+          redis.call('EXPIRE', stat_failed_day_key(day), \(Keys.dailyStatRetention))
+          redis.call('HINCRBY', stat_minutely_failed_key(day), minute, seq)
+          redis.call('EXPIRE', stat_minutely_failed_key(day), \(Keys.minutelyRetention))
+          out[#out + 1] = buried
+        end
         return out
-        """)
+        """].joined(separator: "\n"))
 
     /// Settles in-flight jobs and moves the counters, atomically. ARGV: now, utc day, dead max jobs, dead timeout
     /// seconds, then groups of seven: op, working key, raw job, new payload, target, counts, unique jid. (The plain

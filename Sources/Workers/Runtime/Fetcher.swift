@@ -185,11 +185,12 @@ final class Fetcher: Sendable {
         let asked = held - 1
         var brought = 0
         let (waited, paused) = try ReliableQueue.fetchThenWait(
-            conn, identity: identity, queue: single, limit: asked,
-            timeout: configuration.blockingFetchTimeout.inSeconds) { jobs in
-            brought = jobs.count
+            conn, identity: identity, queue: single, limit: asked, limits: configuration.fetchLimits,
+            timeout: configuration.blockingFetchTimeout.inSeconds) { reply in
+            brought = reply.jobs.count + reply.buried.count
+            logBuried(reply.buried)
             do throws(RedisError) {
-                try deliver(jobs, checkingOn: state.checkLink.connected(), releasing: asked)
+                try deliver(reply.jobs, checkingOn: state.checkLink.connected(), releasing: asked)
                 held -= asked
             } catch {
                 checkFailure = error
@@ -217,8 +218,16 @@ final class Fetcher: Sendable {
     /// an empty fetch backs off (`idleWait`). `held` drops to 0 once the jobs are handed over.
     private func fetch(_ conn: RedisConnection, single: String?, held: inout Int,
                        state: inout LoopState) throws(RedisError) {
-        var jobs = try ReliableQueue.fetch(conn, identity: identity, queues: queueOrder(), limit: held)
+        let reply = try ReliableQueue.fetch(conn, identity: identity, queues: queueOrder(), limit: held,
+                                            limits: configuration.fetchLimits)
+        logBuried(reply.buried)
+        var jobs = reply.jobs
         let full = room.isFull(shard: shard)
+        // A fetch that only buried oversized payloads found the queue not empty: fetch again at once.
+        if jobs.isEmpty, !reply.buried.isEmpty {
+            redisAnswered(&state.backoff)
+            return
+        }
         if jobs.isEmpty, !full, let single, try !probePaused(conn, queue: single, state: &state) {
             if let job = try fetchBlocking(conn, queue: single) { jobs = [job] }
         }
@@ -338,6 +347,16 @@ final class Fetcher: Sendable {
                          releasing slots: Int) throws(RedisError) {
         var jobs = fetched
         if shard != 0 { for index in jobs.indices { jobs[index].shard = shard } }
+        // A payload over the size limit that a blocking wait brought (the fetch script buries its own; this check
+        // stands behind it too): dead as a stub through the settler, never to the pool.
+        let measured = OversizedWaits.split(jobs, limit: configuration.fetchMaxPayloadBytes)
+        if !measured.buried.isEmpty {
+            for (item, jid) in measured.buried {
+                settlements.add(item)
+                logBuried([BuriedPayload(queue: item.job.queue, jid: jid, bytes: Int64(item.job.raw.count))])
+            }
+            jobs = measured.run
+        }
         if thread.shouldStop {
             settlements.giveBack(jobs, logger: logger)
             gate.release(slots)
@@ -352,6 +371,16 @@ final class Fetcher: Sendable {
                                  holder: duplicate.holder, logger: logger)
         }
         gate.handOver(sorted.run, releasing: slots)
+    }
+
+    /// One line per payload buried for its size (the fetch script's, or `deliver`'s): queue, jid and size, never
+    /// content.
+    private func logBuried(_ buried: [BuriedPayload]) {
+        for payload in buried {
+            logger.warning("a payload over the fetch size limit went to dead without running", metadata: [
+                "queue": "\(payload.queue)", "jid": "\(payload.jid)", "bytes": "\(payload.bytes)",
+                "limit": "\(configuration.fetchMaxPayloadBytes)"])
+        }
     }
 
     /// How many jobs may wait for a thread now: enough to cover the fetch round trip for fast jobs,

@@ -106,6 +106,12 @@ public struct WorkerConfiguration: Sendable {
     /// Default job timeout for classes that do not set one.
     public var defaultTimeout: Duration? = nil
     public var deadLimits = DeadSetLimits()
+    /// The largest payload a fetch hands to the pool (bytes; 1 MiB, the producer-side `JobClient.maxPayloadBytes`): a
+    /// larger one, which only another client (raw `LPUSH`, Ruby) can have pushed, goes to dead as a stub with its size
+    /// and first 1 KB, never run (`OversizedScripts`, docs/hostile-input.md). Within `fetchMaxPayloadRange`.
+    public var fetchMaxPayloadBytes: Int = JobClient.maxPayloadBytes
+    /// From 1 KiB (the stub keeps the first 1 KiB) to 512 MiB (Redis's largest string: no limit).
+    public static let fetchMaxPayloadRange = 1024...(512 << 20)
     /// When set, each settlement batch is followed by `WAIT` for that many replicas (docs/redis-ha.md).
     package var replicaWait: ReplicaWait? = nil
     /// Label shown by Sidekiq's UI (`tag`).
@@ -113,6 +119,9 @@ public struct WorkerConfiguration: Sendable {
     public var labels: [String] = []
 
     public static let maxCommitBatch = 64
+
+    /// What the fetch measures: `fetchMaxPayloadBytes`, and the dead set's limits for the stubs it writes.
+    package var fetchLimits: FetchLimits { FetchLimits(maxPayloadBytes: fetchMaxPayloadBytes, dead: deadLimits) }
 
     public init() {}
 
@@ -141,6 +150,9 @@ public struct WorkerConfiguration: Sendable {
             throw .invalid("commit window must be within 0...60 s, got \(commitWindow.inSeconds)")
         }
         guard shutdownTimeout >= .zero, pollInterval > .zero, orphanSweepInterval > .zero else { throw .invalid("intervals must be positive") }
+        guard Self.fetchMaxPayloadRange.contains(fetchMaxPayloadBytes) else {
+            throw .invalid("fetch max payload bytes must be within \(Self.fetchMaxPayloadRange.lowerBound)...\(Self.fetchMaxPayloadRange.upperBound), got \(fetchMaxPayloadBytes)")
+        }
         guard deadLimits.maxBytes >= 0 else { throw .invalid("dead_max_bytes must not be negative, got \(deadLimits.maxBytes)") }
         // Every duration is converted to milliseconds or a deadline somewhere; a duration of 1e15 s (a `Duration`
         // holds up to ~9.2e18 s) would overflow there (docs/hostile-input.md). Each gets an upper bound here.

@@ -62,6 +62,9 @@ struct WorkerOptions: ParsableArguments {
     @Option(name: .customLong("blocking-waiters"), help: "Extra Redis connections waiting for the next job when one queue is served and drained: lower pickup latency for more CPU per job (default 0, 0...16); or blocking_waiters in the config file.")
     var blockingWaiters: Int?
 
+    @Option(name: .customLong("fetch-max-payload"), help: "Largest job payload, in bytes, a fetch hands to the pool (default 1048576, 1024...536870912); a larger one goes to dead as a stub with its size and first 1 KB, never run; or fetch_max_payload_bytes in the config file.")
+    var fetchMaxPayload: Int?
+
     @Flag(name: .customLong("bench-jobs"), help: ArgumentHelp(
         "Also run the bench/test job ProbeInsert (needs `workerctl migrate --bench-tables`). For the benchmarks, the chaos run and the demo; never in production.",
         visibility: .hidden))
@@ -88,6 +91,10 @@ struct WorkerOptions: ParsableArguments {
             throw ValidationError("--commit-batch must be within 1...\(WorkerConfiguration.maxCommitBatch)")
         }
         if let blockingWaiters, !(0...16).contains(blockingWaiters) { throw ValidationError("--blocking-waiters must be within 0...16") }
+        if let fetchMaxPayload, !WorkerConfiguration.fetchMaxPayloadRange.contains(fetchMaxPayload) {
+            let range = WorkerConfiguration.fetchMaxPayloadRange
+            throw ValidationError("--fetch-max-payload must be within \(range.lowerBound)...\(range.upperBound)")
+        }
         if let commitWindow, !(commitWindow.isFinite && (0...60).contains(commitWindow)) {
             throw ValidationError("--commit-window must be within 0...60 seconds")
         }
@@ -125,6 +132,7 @@ struct WorkerOptions: ParsableArguments {
         if let commitBatch { configuration.commitBatch = commitBatch }
         if let commitWindow { configuration.commitWindow = .configured(seconds: commitWindow) }
         if let blockingWaiters { configuration.blockingWaiters = blockingWaiters }
+        if let fetchMaxPayload { configuration.fetchMaxPayloadBytes = fetchMaxPayload }
         do { try configuration.validate() } catch { throw CLIError.usage("\(error)") }
 
         // Metric handles bind to the factory when created: bootstrap before the process exists.
