@@ -81,10 +81,101 @@ def lua(paths, pattern):
 
 
 RUNTIME = ["Sources/Queue/Scripts/RuntimeScripts.swift", "Sources/Queue/Scripts.swift"]
-functions = lua(["Sources/Queue/Scripts/BatchScripts.swift", "Sources/Queue/Batches/BatchScripts.swift"], r'static let functions = """\n(.*?)\n\s*"""')
-fetch = lua(RUNTIME, r'static let fetch = RedisScript\("""\n(.*?)\n\s*"""\)')
-settle = functions + "\n" + lua(RUNTIME,
-                                r'static let complete = RedisScript\(BatchScripts.functions \+ """\n(.*?)\n\s*"""\)')
+BATCH_SOURCES = ["Sources/Queue/Scripts/BatchScripts.swift", "Sources/Queue/Batches/BatchScripts.swift"]
+functions = lua(BATCH_SOURCES, r'static let functions = """\n(.*?)\n\s*"""')
+runtime_text = open(os.path.join(ROOT, next((p for p in RUNTIME if os.path.exists(os.path.join(ROOT, p))), RUNTIME[0]))).read()
+# Trees with the key types (`RedisScript(keys: ScriptKeys…, …)`): a script names its fixed keys through locals bound to
+# KEYS[] and derives the others with generated functions (Sources/Queue/Redis/RedisScript.swift). This rebuilds that
+# preamble for the key names Queue's scripts use (Sources/Queue/Scripts/ScriptKeys+Queue.swift, Keys.swift).
+KEY_TYPES = "RedisScript(keys:" in runtime_text
+FIXED = {"queues": ("QUEUES", "queues"), "paused": ("PAUSED", "paused"), "schedule": ("SCHEDULE", "schedule"),
+         "retry": ("RETRY", "retry"), "dead": ("DEAD", "dead"), "batches": ("BATCHES", "batches"),
+         "statProcessed": ("STAT_PROCESSED", "stat:processed"), "statFailed": ("STAT_FAILED", "stat:failed")}
+DERIVED = {"queueKey": [("queue_key(p1)", "'queue:' .. p1")],
+           "workingKey": [("working_key(p1, p2)", "'working:queue:' .. p1 .. ':' .. p2")],
+           "uniqueOwnerKey": [("unique_owner_key(p1)", "'unique-jid:' .. p1")],
+           "statDayKeys": [("stat_processed_day_key(p1)", "'stat:processed:' .. p1"),
+                           ("stat_failed_day_key(p1)", "'stat:failed:' .. p1"),
+                           ("stat_minutely_processed_key(p1)", "'stat:minutely:processed:' .. p1"),
+                           ("stat_minutely_failed_key(p1)", "'stat:minutely:failed:' .. p1")],
+           "batchKeys": [("batch_key(p1)", "'b-' .. p1"), ("batch_jids_key(p1)", "'b-' .. p1 .. '-jids'"),
+                         ("batch_done_key(p1)", "'b-' .. p1 .. '-done'"), ("batch_failed_key(p1)", "'b-' .. p1 .. '-failed'"),
+                         ("batch_died_key(p1)", "'b-' .. p1 .. '-died'")]}
+SWIFT_FILES = {"BatchScripts": BATCH_SOURCES[0], "UniqueScripts": "Sources/Queue/Scripts/UniqueScripts.swift",
+               "OversizedScripts": "Sources/Queue/Scripts/OversizedScripts.swift", "Scripts": RUNTIME[0]}
+
+
+def swift_static(owner, name):
+    """The text of `static let name = …` in `owner`'s file, up to the end of its line or string."""
+    text = open(os.path.join(ROOT, SWIFT_FILES[owner])).read()
+    match = re.search(r'static let %s = (#?)"""\n(.*?)\n\s*"""#?' % name, text, re.S)
+    if match:
+        body = match.group(2)
+        return body if match.group(1) else body.replace("\\\\", "\\")
+    match = re.search(r"static let %s = ([^\n]+)" % name, text)
+    return match.group(1).strip()
+
+
+def key_chain(chain):
+    """(fixed keys in order, derivation lines) of a ScriptKeys chain such as `BatchScripts.keys.dead.workingKey`."""
+    names = chain.split(".")
+    fixed, derived = [], []
+    if names[0] != "ScriptKeys()":
+        fixed, derived = key_chain(swift_static(names[0], names[1]))
+        names = names[2:]
+    else:
+        names = names[1:]
+    for name in names:
+        if name in FIXED and FIXED[name] not in fixed:
+            fixed.append(FIXED[name])
+        for signature, body in DERIVED.get(name, []):
+            line = "local function %s return %s end" % (signature, body)
+            if line not in derived:
+                derived.append(line)
+    return fixed, derived
+
+
+def keyed_script(name):
+    """A key-types tree's script `Scripts.name` as Redis gets it, and its fixed keys (sent in KEYS[])."""
+    match = re.search(r'static let %s = RedisScript\(keys: ([\w.()]+)\s*(?:\n\s*([\w.]+))?,\s*(.*?)\n\s*"""(?:\]\.joined\(separator: "\\n"\))?\)\n' % name,
+                      runtime_text, re.S)
+    if not match:
+        sys.exit("script_cost: cannot find Scripts.%s (has it moved?)" % name)
+    chain = match.group(1) + (match.group(2) or "")
+    fixed, derived = key_chain(chain)
+    rest = match.group(3)
+    parts = []
+    if rest.startswith("["):  # [A.b, C.d, \"\"\"…
+        heads, body = rest[1:].split('"""\n', 1)
+        parts = [swift_static(*h.strip().split(".")) for h in heads.split(",") if h.strip()]
+    else:  # A.b + \"\"\"…  or  \"\"\"…
+        heads, body = rest.split('"""\n', 1)
+        parts = [swift_static(*h.strip().split(".")) for h in heads.split("+") if h.strip() and h.strip() != '"\\n"']
+    body = body.replace("\\(Keys.dailyStatRetention)", "157680000").replace("\\(Keys.minutelyRetention)", "259200")
+    preamble = ["local %s = KEYS[#KEYS%s]" % (local, "" if i == len(fixed) - 1 else " - %d" % (len(fixed) - 1 - i))
+                for i, (local, _) in enumerate(fixed)] + derived
+    return "\n".join(preamble) + "\n" + "\n".join(parts + [body]), [key for _, key in fixed]
+
+
+if KEY_TYPES:
+    fetch, FETCH_KEYS = keyed_script("fetch")
+    settle, _ = keyed_script("complete")
+else:
+    FETCH_KEYS = []
+    fetch = lua(RUNTIME, r'static let fetch = RedisScript\("""\n(.*?)\n\s*"""\)')
+    settle = functions + "\n" + lua(RUNTIME,
+                                    r'static let complete = RedisScript\(BatchScripts.functions \+ """\n(.*?)\n\s*"""\)')
+# The fetch that measures each payload (issue 51) takes the size limit, now, the day and the dead limits first.
+SIZED_FETCH = "local maxBytes = tonumber(ARGV[3])" in fetch
+
+
+def fetch_args():
+    """numkeys, keys and arguments of one fetch of BATCH jobs of `default` (the worker's: 1 MiB, Sidekiq's dead limits)."""
+    head = [len(FETCH_KEYS)] + FETCH_KEYS + [identity, BATCH]
+    if not SIZED_FETCH:
+        return head + ["default"]
+    now = time.time()
+    return head + [1048576, now, time.strftime("%Y-%m-%d", time.gmtime(now)), 10000, 15552000, "default"]
 
 r = Redis(int(os.environ.get("REDIS_PORT", "6390")), 59)
 fetch_sha = r.call("SCRIPT", "LOAD", fetch).decode()
@@ -193,7 +284,7 @@ for run in range(RUNS):
     fetched = []
     began = time.perf_counter()
     while True:
-        reply = r.call("EVALSHA", fetch_sha, 0, identity, BATCH, "default")
+        reply = r.call("EVALSHA", fetch_sha, *fetch_args())
         if not reply:
             break
         for chunk in reply[1::2]:  # [queue, [jobs…], …]
@@ -223,7 +314,7 @@ for run in range(RUNS):
     cpu_before = cpu_seconds()
     previous, settled = [], 0
     while True:
-        reply = r.call("EVALSHA", fetch_sha, 0, identity, BATCH, "default")
+        reply = r.call("EVALSHA", fetch_sha, *fetch_args())
         current = [job for chunk in (reply or [])[1::2] for job in chunk]
         if previous:
             shuffle.shuffle(previous)
