@@ -81,8 +81,8 @@ public struct JobAdmin: Sendable {
             case .enqueued:
                 for name in try QueueAdmin.searchNames(connection, budget: budget) {
                     if budget.remaining <= 0 { budget?.stop(); break }
-                    budget?.consume(1)
-                    found += try JobQueue(name).find(connection, jid: jid, budget: budget)
+                    guard let budget else { found += try JobQueue(name).find(connection, jid: jid); continue }
+                    try budget.chargeVisit { () throws(RedisError) in found += try JobQueue(name).find(connection, jid: jid, budget: budget) }
                 }
             case .busy:
                 let processes = budget.map(Self.processBudget)
@@ -123,8 +123,8 @@ public struct JobAdmin: Sendable {
             return try Page.filtered(page, filter: filter, available: sizes.reduce(0) { Bounded.sum($0, $1) }) { (body) throws(RedisError) in
                 for name in names {
                     if budget.remaining <= 0 { budget?.stop(); return }
-                    budget?.consume(1)
-                    try JobQueue(name).forEach(connection, budget: budget, body)
+                    guard let budget else { try JobQueue(name).forEach(connection, body); continue }
+                    try budget.chargeVisit { () throws(RedisError) in try JobQueue(name).forEach(connection, budget: budget, body) }
                 }
             }
         case .busy:

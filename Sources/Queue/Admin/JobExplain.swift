@@ -320,8 +320,9 @@ public struct JobExplain: Sendable {
         let needle = Array(jid.utf8)
         for name in try QueueAdmin.searchNames(connection, budget: budget) {
             if budget.remaining <= 0 { budget.stop(); return nil }
-            budget.consume(1)
             let queue = JobQueue(name)
+            let before = budget.scanned
+            defer { if budget.scanned == before { budget.consume(1) } }  // an empty queue still costs an entry
             var start = 0
             while true {
                 let allowed = min(JobQueue.chunk, budget.remaining)

@@ -33,15 +33,14 @@ public enum QueueAdmin {
     }
 
     /// The queues a search with `budget` looks through (a jid, a filter over every queue): every name without a
-    /// budget; with one, the first `sampleNames` read by `SSCAN`, each name read one entry of `budget` (a name left
-    /// unread marks `budget` exhausted, so the answer says it may be incomplete). Each queue the search then visits
-    /// costs at least one more entry, empty or not, so a search's round trips are bounded whatever `queues` holds,
-    /// and several searches sharing one budget (the bulk route's jids) together too.
+    /// budget; with one, the first `sampleNames` read by `SSCAN` (a name left unread marks `budget` exhausted, so
+    /// the answer says it may be incomplete). Each queue the search then visits costs at least one entry of
+    /// `budget`, empty or not (`chargeVisit`), so a search's round trips are bounded whatever `queues` holds, and
+    /// several searches sharing one budget (the bulk route's jids) together too.
     public static func searchNames(_ connection: RedisConnection, budget: ScanBudget?) throws(RedisError) -> [String] {
         guard let budget else { return try names(connection) }
-        let names = ScanBudget(maxEntries: Swift.min(sampleNames, budget.remaining), deadline: budget.deadline)
+        let names = ScanBudget(maxEntries: sampleNames, deadline: budget.deadline)
         let read = try self.names(connection, budget: names)
-        budget.consume(names.scanned)
         if names.exhausted { budget.stop() }
         return read
     }

@@ -34,6 +34,14 @@ public final class ScanBudget: @unchecked Sendable {
 
     /// Records that a scan stopped early.
     public func stop() { exhausted = true }
+
+    /// Runs `visit` (one queue of a search) and charges one entry if it read none (an empty queue still costs a
+    /// round trip): a search over many empty queues stops at the budget like one over long queues.
+    public func chargeVisit<E: Error>(_ visit: () throws(E) -> Void) throws(E) {
+        let before = scanned
+        try visit()
+        if scanned == before { consume(1) }
+    }
 }
 
 extension Optional where Wrapped == ScanBudget {
