@@ -93,8 +93,8 @@ public enum BatchAdmin {
 
     /// `detail`, throwing `AdminError.batchNotFound` when this Redis has no such batch (with several
     /// shards: look on the next one, `AdminError.isNotFound`).
-    public static func existing(_ connection: RedisConnection, bid: String) throws -> BatchDetail {
-        guard let detail = try detail(connection, bid: bid) else { throw AdminError.batchNotFound(bid: bid) }
+    public static func existing(_ connection: RedisConnection, bid: String, limit: Int? = nil) throws -> BatchDetail {
+        guard let detail = try detail(connection, bid: bid, limit: limit) else { throw AdminError.batchNotFound(bid: bid) }
         return detail
     }
 

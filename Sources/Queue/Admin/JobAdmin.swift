@@ -100,8 +100,8 @@ public struct JobAdmin: Sendable {
     }
 
     /// The single entry with this jid; throws `jobNotFound` or `ambiguousJob`.
-    public func findOne(jid: String, in states: [JobState] = JobAdmin.searchOrder) throws -> JobRecord {
-        let found = try find(jid: jid, in: states)
+    public func findOne(jid: String, in states: [JobState] = JobAdmin.searchOrder, budget: ScanBudget? = nil) throws -> JobRecord {
+        let found = try find(jid: jid, in: states, budget: budget)
         guard let first = found.first else { throw AdminError.jobNotFound(jid: jid, searched: states) }
         if found.count > 1 { throw AdminError.ambiguousJob(jid: jid, locations: found.map(\.location)) }
         return first

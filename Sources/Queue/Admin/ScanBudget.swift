@@ -10,6 +10,8 @@
 public final class ScanBudget: @unchecked Sendable {
     /// The dashboard's budget per shard and request: 10,000 entries.
     public static let webEntries = 10_000
+    /// A `workerctl` read's budget per shard (`jobs ls`, `jobs show`; `jobs explain`'s default): 100,000 entries.
+    public static let cliEntries = 100_000
 
     public let maxEntries: Int
     /// No scan reads past this instant (nil: no deadline).
