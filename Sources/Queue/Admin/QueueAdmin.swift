@@ -49,7 +49,7 @@ public enum QueueAdmin {
     /// (`sample`): the rest are counted (`SCARD`), not read.
     public static let sampleNames = 1_000
     /// How many queue names `largest` compares per call (`/queues`, a worker's `/metrics`, `queues ls`).
-    public static let largestNames = 5_000
+    public static let largestNames = 4_000
 
     /// Queues read within a budget: the rows, how many names `queues` holds in all, and whether some were left
     /// unread (`partial`: the page says "showing N of M queues — partial").
@@ -70,24 +70,31 @@ public enum QueueAdmin {
         return Sample(queues: try summaries(connection, names: names, now: now), total: total, partial: budget.exhausted)
     }
 
-    /// Size, latency and paused flag of each of `names` (one pipeline).
-    static func summaries(_ connection: RedisConnection, names: [String], now: Double) throws(RedisError) -> [QueueSummary] {
+    /// Size, latency and paused flag of each of `names` (one pipeline); `sizes`, when the caller read them already,
+    /// are not read again.
+    static func summaries(_ connection: RedisConnection, names: [String], sizes known: [Int]? = nil,
+                          now: Double) throws(RedisError) -> [QueueSummary] {
         if names.isEmpty { return [] }
+        let perName = known == nil ? 2 : 1
         var commands: [[any RedisArgument]] = [["SMISMEMBER", Keys.paused] + names.map { $0 as any RedisArgument }]
         for name in names {
-            commands.append(["LLEN", Keys.queue(name)])
+            if known == nil { commands.append(["LLEN", Keys.queue(name)]) }
             commands.append(["LRANGE", Keys.queue(name), -1, -1])
         }
         let replies = try connection.pipeline(commands)
         let paused = try replies[0].checked().array ?? []
         return names.enumerated().map { index, name in
-            QueueSummary(name: name, size: Bounded.int(replies[1 + 2 * index].integer ?? 0, in: 0...Bounded.maxCounter),
-                         latency: JobQueue.knownLatency(tail: replies[2 + 2 * index].array?.first?.bytes, now: now),
-                         paused: index < paused.count && paused[index].integer == 1)
+            let base = 1 + perName * index
+            let size = known.map { index < $0.count ? $0[index] : 0 }
+                ?? Bounded.int(replies[base].integer ?? 0, in: 0...Bounded.maxCounter)
+            return QueueSummary(name: name, size: size,
+                                latency: JobQueue.knownLatency(tail: replies[base + perName - 1].array?.first?.bytes, now: now),
+                                paused: index < paused.count && paused[index].integer == 1)
         }
     }
 
-    /// Every queue with size, latency and paused flag, sorted by name (two round trips).
+    /// Every queue with size, latency and paused flag, sorted by name (two round trips). Reads every name: for a
+    /// caller that wants them all on purpose (`WorkersClient.queues`); pages and commands read `sample`/`largest`.
     public static func list(_ connection: RedisConnection, now: Double = Clock.now()) throws(RedisError) -> [QueueSummary] {
         let names = try names(connection)
         if names.isEmpty { return [] }
@@ -162,14 +169,20 @@ public enum QueueAdmin {
 /// metrics server's serving thread); not locked.
 public final class LargestQueues: @unchecked Sendable {
     public let limit: Int
+    /// How many names of `queues` each call reads when not given a budget.
+    public let namesPerCall: Int
     private var cursor = "0"
     private var candidates: [String] = []
     private var passed = false
 
-    public init(limit: Int) { self.limit = max(0, limit) }
+    public init(limit: Int, namesPerCall: Int = QueueAdmin.largestNames) {
+        self.limit = max(0, limit)
+        self.namesPerCall = max(1, namesPerCall)
+    }
 
-    public func next(_ connection: RedisConnection, budget: ScanBudget = ScanBudget(maxEntries: QueueAdmin.largestNames),
+    public func next(_ connection: RedisConnection, budget: ScanBudget? = nil,
                      now: Double = Clock.now()) throws(RedisError) -> QueueAdmin.Sample {
+        let budget = budget ?? ScanBudget(maxEntries: namesPerCall)
         let read = try budget.members(of: Keys.queues, connection, from: &cursor)
         if cursor == "0" { passed = true }
         let total = Int(try connection.command("SCARD", Keys.queues).integer ?? 0)
@@ -190,10 +203,10 @@ public final class LargestQueues: @unchecked Sendable {
             }
             start += 1000
         }
-        let chosen = zip(all, sizes).sorted { $0.1 != $1.1 ? $0.1 > $1.1 : $0.0 < $1.0 }.prefix(limit).map(\.0).sorted()
-        candidates = chosen
-        return QueueAdmin.Sample(queues: try QueueAdmin.summaries(connection, names: chosen, now: now), total: total,
-                                 partial: !passed)
+        let chosen = zip(all, sizes).sorted { $0.1 != $1.1 ? $0.1 > $1.1 : $0.0 < $1.0 }.prefix(limit).sorted { $0.0 < $1.0 }
+        candidates = chosen.map(\.0)
+        return QueueAdmin.Sample(queues: try QueueAdmin.summaries(connection, names: candidates, sizes: chosen.map(\.1), now: now),
+                                 total: total, partial: !passed)
     }
 }
 
