@@ -218,6 +218,10 @@ final class RequestBudgetTests: XCTestCase {
         return leaves
     }
 
+    /// Routes whose page at 100× is past its budget (names, processes, keys, instances, jids) and must say "partial"
+    /// (the live JSON: `"partial":true`), and at 1× must not.
+    static let partialAtScale: Set<String> = ["/", "/api/stats.json", "/queues", "/processes", "/limits", "/unique", "/batch/:bid"]
+
     /// The dashboard's GET routes as its route table declares them.
     func routeTable() throws -> Set<String> {
         let source = try String(contentsOf: TestServices.repositoryRoot.appendingPathComponent("Sources/WebDashboard/WebServer.swift"),
@@ -266,6 +270,11 @@ final class RequestBudgetTests: XCTestCase {
                 XCTAssertLessThanOrEqual(cost.commands, probe.maxCommands, "\(path) at \(scale)×: \(cost)")
                 XCTAssertLessThanOrEqual(cost.replyBytes, probe.maxReplyBytes, "\(path) at \(scale)×: \(cost)")
                 report.append("\(scale)× \(path): \(cost); \(body.utf8.count) bytes of body")
+                // Past its budget a page says so; within it, it does not.
+                if Self.partialAtScale.contains(probe.route) {
+                    let says = probe.route == "/api/stats.json" ? body.contains("\"partial\":true") : body.contains("partial")
+                    XCTAssertEqual(says, scale == 100, "\(path) at \(scale)× and the word partial")
+                }
             }
             // The bulk route (a POST, but one any page of the dashboard may send): 200 ticked jids looked for in
             // every queue, one budget for all of them.
