@@ -33,8 +33,8 @@ public enum LimitAdmin {
     ///
     /// Bounded whatever the keyspace holds (review M5: one whole-keyspace `SCAN` per limit held Redis for seconds
     /// with 1,000,000 keys): one `SCAN limit:* COUNT …` walk within `budget` (each step costs its `COUNT`), at most
-    /// `maxInstances` instances read. When either stops it, `budget.exhausted` is set: instances may be missing
-    /// and the reader says "partial".
+    /// `maxInstances` instances read (a global limiter's instance is always read, by name). When either stops it,
+    /// `budget.exhausted` is set: per-key instances may be missing and the reader says "partial".
     public static func list(_ connection: RedisConnection,
                             budget: ScanBudget = ScanBudget(maxEntries: scannedKeys)) throws(RedisError) -> [LimitSummary] {
         let declared = try connection.command("HGETALL", LimitKeys.declared).strings
@@ -48,13 +48,19 @@ public enum LimitAdmin {
             throw .unexpectedReply("TIME returned \(time)")
         }
         let now = seconds * 1000 + (micros / 1000).rounded(.down)
-        // Each key found goes to the longest declared name it is an instance of (`limit:NAME` or `limit:NAME:KEY`).
+        // A global limiter's one instance (`limit:NAME`) is read by name, whatever the scan finds; each key the scan
+        // finds goes to the longest declared name it is an instance of (`limit:NAME:KEY`).
         let prefix = LimitKeys.instance(name: "", key: nil)
         var instances: [String: [String]] = [:]
+        let names = specs.keys.sorted()
+        let globals = try connection.pipeline(names.map { ["EXISTS", LimitKeys.instance(name: $0, key: nil)] })
+        for (name, exists) in zip(names, globals) where exists.integer == 1 {
+            instances[name] = [LimitKeys.instance(name: name, key: nil)]
+        }
         for key in try budget.keys(matching: prefix + "*", connection).sorted() {
             let rest = key.dropFirst(prefix.count)
             let owner = specs.keys.filter { rest == $0 || rest.hasPrefix($0 + ":") }.max { $0.count < $1.count }
-            if let owner { instances[owner, default: []].append(key) }
+            if let owner, key != LimitKeys.instance(name: owner, key: nil) { instances[owner, default: []].append(key) }
         }
         var read = 0
         var out: [LimitSummary] = []
