@@ -21,16 +21,16 @@ public enum LimitProbes {
     }
 
     static func measured(_ name: String, redis: RedisPool, milliseconds: Int, context: JobContext) throws {
-        let running = "probe:limits:running:\(name)"
+        let running = BenchKeys.limitRunning(name)
         _ = try redis.withConnection {
-            try $0.evaluate(enter, keys: [running, "probe:limits:max:\(name)"])
+            try $0.evaluate(enter, keys: [running, BenchKeys.limitMax(name)])
         }
         let end = Date().addingTimeInterval(Double(milliseconds) / 1000)
         while end.timeIntervalSinceNow > 0, !context.isCancelled {
             Thread.sleep(forTimeInterval: min(0.05, max(0, end.timeIntervalSinceNow)))
         }
         _ = try redis.withConnection {
-            try $0.pipeline([["DECR", running], ["INCR", "probe:limits:done:\(name)"]])
+            try $0.pipeline([["DECR", running], ["INCR", BenchKeys.limitDone(name)]])
         }
     }
 
@@ -106,7 +106,7 @@ public struct LimitProbeWindowJob: Job {
     public func perform(_ arguments: Arguments, context: JobContext) throws {
         guard let admitted = context.limitsAdmittedAt else { throw JobError.permanent("run without a limiter admission") }
         let window = Int((admitted.timeIntervalSince1970 * 1000).rounded()) / 1000
-        _ = try redis.withConnection { try $0.command("HINCRBY", "probe:limits:windows", window, 1) }
+        _ = try redis.withConnection { try $0.command("HINCRBY", BenchKeys.limitWindows, window, 1) }
     }
 }
 
@@ -125,6 +125,6 @@ public struct LimitProbeBucketJob: Job {
     let redis: RedisPool
     public func perform(_ arguments: Arguments, context: JobContext) throws {
         guard let admitted = context.limitsAdmittedAt else { throw JobError.permanent("run without a limiter admission") }
-        _ = try redis.withConnection { try $0.command("RPUSH", "probe:limits:bucket", Int((admitted.timeIntervalSince1970 * 1000).rounded())) }
+        _ = try redis.withConnection { try $0.command("RPUSH", BenchKeys.limitBucket, Int((admitted.timeIntervalSince1970 * 1000).rounded())) }
     }
 }

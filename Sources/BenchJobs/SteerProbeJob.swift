@@ -44,7 +44,7 @@ public struct SteerProbeJob: Job {
     let http: HTTPClient
 
     public func perform(_ arguments: Arguments, context: JobContext) throws {
-        _ = try redis.withConnection { try $0.command("INCR", "probe:steer:runs:\(context.jid)") }
+        _ = try redis.withConnection { try $0.command("INCR", BenchKeys.steerRuns(context.jid)) }
         if let url = arguments.url {
             context.progress(0, note: "calling")
             let cancellation = HTTPCancellation(isCancelled: { [cancellation = context.cancellation] in cancellation.isCancelled })
@@ -76,7 +76,7 @@ public struct SteerProbeJob: Job {
             try steps()
         default: try steps()
         }
-        _ = try redis.withConnection { try $0.command("INCR", "probe:steer:done:\(context.jid)") }
+        _ = try redis.withConnection { try $0.command("INCR", BenchKeys.steerDone(context.jid)) }
     }
 }
 

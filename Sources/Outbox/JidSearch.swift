@@ -27,9 +27,9 @@ public enum JidSearch {
     /// One pass over every container: the jids of `wanted` it did not find.
     static func pass(_ wanted: Set<String>, in redis: RedisConnection) throws(RedisError) -> Set<String> {
         var missing = wanted
-        var containers = try redis.scanKeys(matching: "queue:*").map { ($0, "list") }
+        var containers = try redis.scanKeys(matching: Keys.queuePattern).map { ($0, "list") }
         containers += try redis.scanKeys(matching: Keys.workingPattern).map { ($0, "list") }
-        containers += ["schedule", "retry", "dead"].map { ($0, "zset") }
+        containers += [Keys.schedule, Keys.retry, Keys.dead].map { ($0, "zset") }
         for (key, kind) in containers {
             var first = 0
             while !missing.isEmpty {

@@ -36,7 +36,7 @@ public struct JobProgress: Sendable, Equatable {
     }
 
     /// `progress:<jid>`.
-    public static func key(jid: String) -> String { "progress:" + jid }
+    public static func key(jid: String) -> String { ProgressKeys.progress(jid: jid) }
 
     /// `note` without control and format characters (`DisplayText.isUnsafe`: C0, DEL, C1, bidi controls, zero-width
     /// characters, the line and paragraph separators), cut to `maxNoteBytes` bytes of UTF-8 at a character boundary;

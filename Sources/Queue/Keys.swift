@@ -16,17 +16,29 @@ package enum Keys {
     public static let paused = "paused"
 
     public static let orphanSweepLock = "orphan-sweep-lock"
+    /// HASH `shard-maps`: shard-map digest → epoch seconds it was last written (`ShardMapCheck`).
+    public static let shardMaps = "shard-maps"
 
     /// ZSET of batch ids by creation time; `b-BID` HASH (+ `-jids`, `-done`, `-failed`, `-died` SETs)
     /// per batch. Written by `BatchScripts` only (docs/batches.md).
     public static let batches = "batches"
     public static func batch(_ bid: String) -> String { "b-" + bid }
+    /// SET `b-BID-jids`: every jid of the batch.
+    public static func batchJids(_ bid: String) -> String { batch(bid) + "-jids" }
+    /// SET `b-BID-done`: jids whose end is counted (the exactly-once guard).
+    public static func batchDone(_ bid: String) -> String { batch(bid) + "-done" }
+    /// SET `b-BID-failed`: jids that failed at least once and have not succeeded.
+    public static func batchFailed(_ bid: String) -> String { batch(bid) + "-failed" }
+    /// SET `b-BID-died`: jids counted as dead.
+    public static func batchDied(_ bid: String) -> String { batch(bid) + "-died" }
 
     public static let statProcessed = "stat:processed"
     public static let statFailed = "stat:failed"
 
     /// LIST of one queue's jobs (LPUSH at the head, fetched from the tail).
     public static func queue(_ name: String) -> String { "queue:" + name }
+    /// `SCAN` pattern of every queue list.
+    public static let queuePattern = queue("*")
 
     /// `stat:processed:YYYY-MM-DD` (UTC day).
     public static func statProcessed(day: String) -> String { "stat:processed:" + day }
@@ -41,8 +53,8 @@ package enum Keys {
     /// Three days, so that "the last 24 hours" is always whole.
     public static let minutelyRetention = 259_200
     /// How long a UTC day's `stat:processed:…` / `stat:failed:…` counter is kept: five years, Sidekiq's own
-    /// (sidekiq 6.4.1 lib/sidekiq/launcher.rb, `STATS_TTL = 5 * 365 * 24 * 60 * 60`). `Scripts.complete` spells the
-    /// same number in its Lua.
+    /// (sidekiq 6.4.1 lib/sidekiq/launcher.rb, `STATS_TTL = 5 * 365 * 24 * 60 * 60`). `Scripts.complete`'s Lua is
+    /// built with it.
     public static let dailyStatRetention = 157_680_000
 
     /// LIST of jobs a process has fetched from `queue` and not yet acknowledged.

@@ -1,4 +1,5 @@
 import Foundation
+import Queue
 
 /// sidekiq-cron 1.8.0's key layout (`shared/docs/sidekiq-wire-format.md` §12.1), which this
 /// scheduler writes so that sidekiq-cron's tools (web UI, `Sidekiq::Cron::Job.all`) see the entries.
@@ -21,6 +22,17 @@ public enum CronKeys {
 
     /// LIST of recent fires, newest first: JSON `{"jid","enqueued",…}`.
     public static func jidHistory(_ name: String) -> String { "cron_job:\(name):jid_history" }
+
+    /// Every key pattern of the scheduler (`QueueKeyCatalogue` is Queue's; the union: Tests/JobsTests/KeyCatalogue+All).
+    package static let catalogue: [KeyPattern] = {
+        let name = [KeyPattern.Part("name", sample: "nightly-report")]
+        return [
+            KeyPattern("cron-jobs", .set, owner: "cron", key: jobs),
+            KeyPattern("cron-job", [.hash], owner: "cron", parts: name) { job($0[0]) },
+            KeyPattern("cron-job-enqueued", [.zset], owner: "cron", parts: name) { enqueued($0[0]) },
+            KeyPattern("cron-job-jid-history", [.list], owner: "cron", parts: name) { jidHistory($0[0]) },
+        ]
+    }()
 
     /// The entry name of a `cron_jobs` member (`cron_job:NAME` ⇒ `NAME`), nil for anything else.
     public static func name(fromJobKey key: String) -> String? {

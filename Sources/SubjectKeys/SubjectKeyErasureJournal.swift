@@ -15,7 +15,7 @@ import Queue
 /// loses it too). Thread rules: a value; any thread.
 public struct SubjectKeyErasureJournal: Sendable {
     /// The sorted set on every shard.
-    public static let key = "subject-keys:erasures"
+    public static let key = ErasureKeys.erasures
     /// How long entries are kept by default: 400 days (backups kept a year, and a margin).
     public static let defaultRetention: Duration = .seconds(400 * 86_400)
 

@@ -7,7 +7,7 @@ import Queue
 /// opens an erased person's job with a cached key for longer than that interval (a process that cannot read it
 /// drops its cache too).
 public enum SubjectKeyInvalidation {
-    public static let key = "subject-keys:erased"
+    public static let key = ErasureKeys.erased
 
     /// Increments the epoch on every pool (every shard: a worker reads its default shard). Call after the commit
     /// that deleted keys.

@@ -23,7 +23,7 @@ public struct GeocodeCache: Sendable {
 
     /// `geocode:<provider>:<language>:z<zoom>:<decimals>:<lat>,<lon>`.
     public func key(for cell: GeocodeCell) -> String {
-        "geocode:\(provider):\(language):z\(zoom):\(cell.decimals):\(cell)"
+        GeoKeys.answer(provider: provider, language: language, zoom: "\(zoom)", decimals: "\(cell.decimals)", cell: "\(cell)")
     }
 
     /// The cached answer, or nil when there is none (or it cannot be read: then it is refetched).

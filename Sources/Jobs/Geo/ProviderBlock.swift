@@ -29,8 +29,8 @@ public struct ProviderBlock: Sendable {
 
     public init(redis: RedisPool, provider: String, patience: Double, probeLease: Double? = nil) {
         self.redis = redis
-        self.blockKey = "ratelimit:\(provider):blocked"
-        self.probeKey = "ratelimit:\(provider):probe"
+        self.blockKey = GeoKeys.blocked(provider: provider)
+        self.probeKey = GeoKeys.probe(provider: provider)
         self.patience = patience
         self.probeLease = probeLease ?? (patience + 60)
     }

@@ -17,14 +17,14 @@ import Foundation
 /// Stateless; any thread.
 public enum JobCancels {
     /// The sorted set of live marks, which worker processes look their jids up in.
-    public static let set = "cancels"
+    public static let set = CancelKeys.set
     /// How long a mark lasts: longer than any schedule or retry horizon a cancelled job is likely to wait for.
     public static let ttl: Duration = .seconds(7 * 86_400)
     /// The `error_class` of a cancelled job in the dead set.
     public static let errorClass = "Cancelled"
 
     /// `cancelled-<jid>` (Sidekiq's `cancelled?` pattern).
-    public static func markKey(jid: String) -> String { "cancelled-" + jid }
+    public static func markKey(jid: String) -> String { CancelKeys.mark(jid: jid) }
 
     static var ttlSeconds: Int { Int(ttl.components.seconds) }
 
@@ -128,17 +128,17 @@ enum CancelScripts {
     /// KEYS[1] the set or list the job waits in; ARGV: `list`|`zset`, now, the dead set's most jobs and most age
     /// (seconds), the job's exact bytes, the payload it goes to `dead` with. Returns 1 when it moved the job, 0 when
     /// the entry was gone. Trims the dead set as a kill does; records the death in the job's batch.
-    static let toDead = RedisScript(BatchScripts.functions + """
+    static let toDead = RedisScript(keys: BatchScripts.keys.dead, BatchScripts.functions + """
 
         local removed
         if ARGV[1] == 'list' then removed = redis.call('LREM', KEYS[1], 1, ARGV[5])
         else removed = redis.call('ZREM', KEYS[1], ARGV[5]) end
         if removed ~= 1 then return 0 end
         local now = ARGV[2]
-        redis.call('ZADD', 'dead', now, ARGV[6])
+        redis.call('ZADD', DEAD, now, ARGV[6])
         batch_outcome(ARGV[6], 'dead', now)
-        redis.call('ZREMRANGEBYSCORE', 'dead', '-inf', tonumber(now) - tonumber(ARGV[4]))
-        redis.call('ZREMRANGEBYRANK', 'dead', 0, -(tonumber(ARGV[3]) + 1))
+        redis.call('ZREMRANGEBYSCORE', DEAD, '-inf', tonumber(now) - tonumber(ARGV[4]))
+        redis.call('ZREMRANGEBYRANK', DEAD, 0, -(tonumber(ARGV[3]) + 1))
         return 1
         """)
 }

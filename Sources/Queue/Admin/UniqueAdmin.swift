@@ -40,8 +40,7 @@ public struct UniqueAdmin {
     public func list(budget: ScanBudget = ScanBudget(maxEntries: scannedKeys)) throws(RedisError) -> [UniqueLockInfo] {
         var digests: Set<String> = []
         for key in try budget.keys(matching: Keys.uniqueLockPattern, connection) {
-            let digest = String(key.dropFirst("unique:".count))
-            if Self.isDigest(digest) { digests.insert(digest) }
+            if let digest = Keys.uniqueDigest(fromLock: key), Self.isDigest(digest) { digests.insert(digest) }
         }
         var locks: [UniqueLockInfo] = []
         if digests.count > Self.maxLocks { budget.stop() }
@@ -68,8 +67,8 @@ public struct UniqueAdmin {
     /// The lock a jid owns, if any.
     public func lock(ownedBy jid: String) throws(RedisError) -> UniqueLockInfo? {
         guard let key = try connection.command("HGET", Keys.uniqueOwner(jid), "lock").string,
-              key.hasPrefix("unique:"), Self.isDigest(String(key.dropFirst("unique:".count))) else { return nil }
-        let info = try show(UniqueLockKey(digest: String(key.dropFirst("unique:".count))))
+              let digest = Keys.uniqueDigest(fromLock: key), Self.isDigest(digest) else { return nil }
+        let info = try show(UniqueLockKey(digest: digest))
         return info?.jid == jid ? info : nil
     }
 
@@ -97,7 +96,7 @@ public struct UniqueAdmin {
 
     /// `unique:<64 hex>` or the bare digest → the lock; else nil.
     package static func parseLock(_ text: String) -> UniqueLockKey? {
-        let digest = text.hasPrefix("unique:") ? String(text.dropFirst("unique:".count)) : text
+        let digest = Keys.uniqueDigest(fromLock: text) ?? text
         return isDigest(digest) ? UniqueLockKey(digest: digest) : nil
     }
 

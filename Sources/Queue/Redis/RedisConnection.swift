@@ -309,7 +309,7 @@ public final class RedisConnection: @unchecked Sendable {
     package func evaluate(_ script: RedisScript,
                          calls: [(keys: [any RedisArgument], arguments: [any RedisArgument])]) throws(RedisError) -> [RedisReply] {
         if calls.isEmpty { return [] }
-        let commands = calls.map { call -> [any RedisArgument] in ["EVALSHA", script.sha1, call.keys.count] + call.keys + call.arguments }
+        let commands = calls.map { call -> [any RedisArgument] in (["EVALSHA", script.sha1] as [any RedisArgument]) + script.keyArguments(call.keys) + call.arguments }
         var replies: [RedisReply]
         var resend = Array(commands.indices)
         if loadedScripts.contains(script.sha1) {

@@ -17,7 +17,7 @@ import Foundation
 /// while a finding lasts. Pure apart from its Redis calls; any thread, one connection.
 package enum ShardMapCheck {
     /// HASH `shard-maps`: map digest → epoch seconds it was last written.
-    public static let key = "shard-maps"
+    public static let key = Keys.shardMaps
     /// Entries older than this are deleted by the next check (processes gone or maps retired).
     public static let retention: Double = 3_600
 

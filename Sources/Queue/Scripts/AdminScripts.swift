@@ -2,8 +2,8 @@
 /// to its destination only if this call removed it, so two operators (or an operator and a
 /// poller) acting on the same job never duplicate or lose it.
 ///
-/// Like `Scripts`, the destination keys are built inside the scripts from queue names (Sidekiq's
-/// layout has no hash tags), so they assume a single Redis server, as Sidekiq does.
+/// Like `Scripts`, the destination keys are built inside the scripts from queue names by functions generated from
+/// `Keys` (`ScriptKeys`; Sidekiq's layout has no hash tags), so they assume a single Redis server, as Sidekiq does.
 enum AdminScripts {
     /// KEYS[1] working list, KEYS[2] its process's fetcher heartbeat; ARGV[1] member. Removes the member
     /// only while the process is still dead (-1 when its heartbeat came back). Used by `JobPurge`.
@@ -15,12 +15,12 @@ enum AdminScripts {
     /// KEYS[1] = source ZSET. ARGV in triples: raw member, queue, payload to push.
     /// For each member that `ZREM` removed: `SADD queues Q`, `LPUSH queue:Q payload`.
     /// Returns an array of 0/1, one per triple.
-    static let setToQueue = RedisScript("""
+    static let setToQueue = RedisScript(keys: ScriptKeys().queues.queueKey, """
         local out = {}
         for i = 1, #ARGV, 3 do
           if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then
-            redis.call('SADD', 'queues', ARGV[i + 1])
-            redis.call('LPUSH', 'queue:' .. ARGV[i + 1], ARGV[i + 2])
+            redis.call('SADD', QUEUES, ARGV[i + 1])
+            redis.call('LPUSH', queue_key(ARGV[i + 1]), ARGV[i + 2])
             out[#out + 1] = 1
           else
             out[#out + 1] = 0
@@ -93,7 +93,7 @@ enum AdminScripts {
     /// `ZREMRANGEBYSCORE dead -inf now-timeout`, `ZREMRANGEBYRANK dead 0 -(max+1)`: the set keeps exactly `max` jobs (Sidekiq keeps max-1).
     /// A batch job killed here counts as dead for its batch (`BatchScripts`), as Sidekiq's
     /// `DeadSet#kill` runs the death handlers. Returns an array of 0/1, one per member.
-    static let toDead = RedisScript(BatchScripts.functions + """
+    static let toDead = RedisScript(keys: BatchScripts.keys.dead, BatchScripts.functions + """
 
         local isList = ARGV[1] == 'list'
         local now = ARGV[2]
@@ -104,7 +104,7 @@ enum AdminScripts {
           if isList then removed = redis.call('LREM', KEYS[1], 1, ARGV[i])
           else removed = redis.call('ZREM', KEYS[1], ARGV[i]) end
           if removed == 1 then
-            redis.call('ZADD', 'dead', now, ARGV[i])
+            redis.call('ZADD', DEAD, now, ARGV[i])
             killed = true
             batch_outcome(ARGV[i], 'dead', now)
             out[#out + 1] = 1
@@ -113,8 +113,8 @@ enum AdminScripts {
           end
         end
         if killed then
-          redis.call('ZREMRANGEBYSCORE', 'dead', '-inf', tonumber(now) - tonumber(ARGV[4]))
-          redis.call('ZREMRANGEBYRANK', 'dead', 0, -(tonumber(ARGV[3]) + 1))
+          redis.call('ZREMRANGEBYSCORE', DEAD, '-inf', tonumber(now) - tonumber(ARGV[4]))
+          redis.call('ZREMRANGEBYRANK', DEAD, 0, -(tonumber(ARGV[3]) + 1))
         end
         return out
         """)

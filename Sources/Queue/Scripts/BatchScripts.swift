@@ -14,6 +14,9 @@
 /// - `b-BID-died` SET: jids counted as dead.
 /// - `batches` ZSET: bid → created_at (for `workerctl batches ls`).
 enum BatchScripts {
+    /// The keys `functions` names: a script that includes them starts its own from these (`BatchScripts.keys.dead`).
+    static let keys = ScriptKeys().queues.queueKey.batchKeys
+
     /// `batch_outcome(raw, outcome, now)`: `outcome` is `success`, `retry` (failed, will run again)
     /// or `dead` (failed for good: dead set, or dropped because `retry` is false). Does nothing for a
     /// job without a top-level string `bid` or whose jid is not in `b-BID-jids`.
@@ -28,16 +31,16 @@ enum BatchScripts {
           local b = redis.call('HMGET', key, 'total', 'pending', 'dead', 'cb_' .. event .. '_queue',
                                'cb_' .. event .. '_head', 'cb_' .. event .. '_tail')
           if not b[4] then return end
-          local failures = redis.call('SCARD', key .. '-failed')
+          local failures = redis.call('SCARD', batch_failed_key(bid))
           local status = '{"bid":"' .. bid .. '","event":"' .. event .. '","total":' .. (tonumber(b[1]) or 0) ..
             ',"pending":' .. (tonumber(b[2]) or 0) .. ',"failures":' .. failures .. ',"dead":' .. (tonumber(b[3]) or 0) .. '}'
-          redis.call('SADD', 'queues', b[4])
-          redis.call('LPUSH', 'queue:' .. b[4], b[5] .. status .. b[6] .. ',"enqueued_at":' .. now .. '}')
+          redis.call('SADD', QUEUES, b[4])
+          redis.call('LPUSH', queue_key(b[4]), b[5] .. status .. b[6] .. ',"enqueued_at":' .. now .. '}')
         end
         local function batch_fire(key, bid, now)
           local b = redis.call('HMGET', key, 'total', 'pending')
           local total, pending = tonumber(b[1]) or 0, tonumber(b[2]) or 0
-          if redis.call('SCARD', key .. '-done') >= total then batch_push(key, bid, 'complete', now) end
+          if redis.call('SCARD', batch_done_key(bid)) >= total then batch_push(key, bid, 'complete', now) end
           if pending <= 0 then batch_push(key, bid, 'success', now) end
         end
         local function batch_outcome(raw, outcome, now)
@@ -46,32 +49,32 @@ enum BatchScripts {
           if not ok or type(job) ~= 'table' then return end
           local bid, jid = job['bid'], job['jid']
           if type(bid) ~= 'string' or type(jid) ~= 'string' then return end
-          local key = 'b-' .. bid
-          if redis.call('SISMEMBER', key .. '-jids', jid) == 0 then return end
+          local key = batch_key(bid)
+          if redis.call('SISMEMBER', batch_jids_key(bid), jid) == 0 then return end
           local expires = redis.call('HGET', key, 'expires_at')
           if outcome == 'retry' then
             -- A late copy failing after the job's end was counted changes nothing.
-            if redis.call('SISMEMBER', key .. '-done', jid) == 1 then return end
-            redis.call('SADD', key .. '-failed', jid)
-            if expires then redis.call('EXPIREAT', key .. '-failed', expires) end
+            if redis.call('SISMEMBER', batch_done_key(bid), jid) == 1 then return end
+            redis.call('SADD', batch_failed_key(bid), jid)
+            if expires then redis.call('EXPIREAT', batch_failed_key(bid), expires) end
             return
           elseif outcome == 'success' then
-            if redis.call('SADD', key .. '-done', jid) == 1 then
+            if redis.call('SADD', batch_done_key(bid), jid) == 1 then
               redis.call('HINCRBY', key, 'pending', -1)
-            elseif redis.call('SREM', key .. '-died', jid) == 1 then
+            elseif redis.call('SREM', batch_died_key(bid), jid) == 1 then
               redis.call('HINCRBY', key, 'pending', -1)
               redis.call('HINCRBY', key, 'dead', -1)
             else
               return
             end
-            redis.call('SREM', key .. '-failed', jid)
+            redis.call('SREM', batch_failed_key(bid), jid)
           else
-            if redis.call('SADD', key .. '-done', jid) == 0 then return end
-            redis.call('SADD', key .. '-died', jid)
+            if redis.call('SADD', batch_done_key(bid), jid) == 0 then return end
+            redis.call('SADD', batch_died_key(bid), jid)
             redis.call('HINCRBY', key, 'dead', 1)
-            if expires then redis.call('EXPIREAT', key .. '-died', expires) end
+            if expires then redis.call('EXPIREAT', batch_died_key(bid), expires) end
           end
-          if expires then redis.call('EXPIREAT', key .. '-done', expires) end
+          if expires then redis.call('EXPIREAT', batch_done_key(bid), expires) end
           batch_fire(key, bid, now)
         end
         """
@@ -82,26 +85,26 @@ enum BatchScripts {
     /// queue, jid, payload. Returns 0 if the batch already exists (nothing written), else 1. A batch
     /// of no jobs fires its callbacks at once. Also drops from `batches` the entries older than this
     /// batch's lifetime, so the ZSET does not grow without bound.
-    static let create = RedisScript(functions + """
+    static let create = RedisScript(keys: keys.batches, functions + """
 
         local bid, now, expires, description = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-        local key = 'b-' .. bid
-        if redis.call('EXISTS', key) == 1 or redis.call('EXISTS', key .. '-jids') == 1 then return 0 end
+        local key = batch_key(bid)
+        if redis.call('EXISTS', key) == 1 or redis.call('EXISTS', batch_jids_key(bid)) == 1 then return 0 end
         local total = (#ARGV - 10) / 3
         redis.call('HSET', key, 'total', total, 'pending', total, 'dead', 0, 'created_at', now,
                    'description', description, 'expires_at', expires)
         if ARGV[5] ~= '' then redis.call('HSET', key, 'cb_complete_queue', ARGV[5], 'cb_complete_head', ARGV[6], 'cb_complete_tail', ARGV[7]) end
         if ARGV[8] ~= '' then redis.call('HSET', key, 'cb_success_queue', ARGV[8], 'cb_success_head', ARGV[9], 'cb_success_tail', ARGV[10]) end
         redis.call('EXPIREAT', key, expires)
-        redis.call('ZADD', 'batches', now, bid)
+        redis.call('ZADD', BATCHES, now, bid)
         -- The listing forgets batches older than this one's lifetime (their keys have expired by then).
-        redis.call('ZREMRANGEBYSCORE', 'batches', '-inf', '(' .. (2 * tonumber(now) - tonumber(expires)))
+        redis.call('ZREMRANGEBYSCORE', BATCHES, '-inf', '(' .. (2 * tonumber(now) - tonumber(expires)))
         for i = 11, #ARGV, 3 do
-          redis.call('SADD', key .. '-jids', ARGV[i + 1])
-          redis.call('SADD', 'queues', ARGV[i])
-          redis.call('LPUSH', 'queue:' .. ARGV[i], ARGV[i + 2])
+          redis.call('SADD', batch_jids_key(bid), ARGV[i + 1])
+          redis.call('SADD', QUEUES, ARGV[i])
+          redis.call('LPUSH', queue_key(ARGV[i]), ARGV[i + 2])
         end
-        if total > 0 then redis.call('EXPIREAT', key .. '-jids', expires) end
+        if total > 0 then redis.call('EXPIREAT', batch_jids_key(bid), expires) end
         batch_fire(key, bid, now)
         return 1
         """)

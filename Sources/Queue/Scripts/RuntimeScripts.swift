@@ -1,7 +1,8 @@
 /// The Lua scripts that make fetch, acknowledge, scheduling and recovery atomic.
 ///
-/// Keys are built inside the scripts from queue names (Sidekiq's layout has no hash tags), so
-/// these scripts assume a single Redis server, as Sidekiq itself does.
+/// The keys a script names itself come from `Keys` (`ScriptKeys`, Scripts/ScriptKeys+Queue.swift): fixed ones in
+/// `KEYS[]`, and keys derived from queue names, jids and days by Lua functions generated from `Keys`' builders
+/// (Sidekiq's layout has no hash tags), so these scripts assume a single Redis server, as Sidekiq itself does.
 enum Scripts {
     /// Moves up to ARGV[2] jobs from the queues ARGV[3…] (in that order, paused ones skipped) into
     /// this process's in-flight lists `working:queue:Q:ARGV[1]`. Returns `[queue1, [jobs…], queue2, [jobs…], …]`,
@@ -13,7 +14,7 @@ enum Scripts {
     /// the tail, `LTRIM` it off, one `LPUSH` of the chunk oldest first): 0.85 µs of Redis time per job instead of
     /// 2.4 µs for a batch of 250 (measured on this machine with redis-server 7.0, AOF on; docs/cost-at-scale.md).
     /// Atomic like any script, so no job can be seen in both lists or in neither.
-    static let fetch = RedisScript("""
+    static let fetch = RedisScript(keys: ScriptKeys().paused.queueKey.workingKey, """
         local identity = ARGV[1]
         local limit = tonumber(ARGV[2])
         local out = {}
@@ -21,9 +22,9 @@ enum Scripts {
         for i = 3, #ARGV do
           if n >= limit then break end
           local q = ARGV[i]
-          if redis.call('SISMEMBER', 'paused', q) == 0 then
-            local src = 'queue:' .. q
-            local dst = 'working:queue:' .. q .. ':' .. identity
+          if redis.call('SISMEMBER', PAUSED, q) == 0 then
+            local src = queue_key(q)
+            local dst = working_key(q, identity)
             while n < limit do
               local want = math.min(limit - n, 1000)
               local jobs = redis.call('LRANGE', src, -want, -1)
@@ -65,7 +66,8 @@ enum Scripts {
     /// lock still names that jid), `retry` and `schedule` (over a limit) extend it to the job's next time +
     /// its `for`, `requeue` keeps it.
     /// Returns the number of jobs settled.
-    static let complete = RedisScript(BatchScripts.functions + """
+    static let complete = RedisScript(keys: BatchScripts.keys.retry.dead.schedule.statProcessed.statFailed.uniqueOwnerKey
+                                        .queueKey.statDayKeys, BatchScripts.functions + """
 
         local now = ARGV[1]
         local day = ARGV[2]
@@ -89,7 +91,7 @@ enum Scripts {
           if redis.call('LREM', working, -1, raw) == 1 then
             settled = settled + 1
             if unique ~= '' and op ~= 'requeue' then
-              local owner = 'unique-jid:' .. unique
+              local owner = unique_owner_key(unique)
               local lock = redis.call('HGET', owner, 'lock')
               if op == 'retry' or op == 'schedule' then
                 if lock and redis.call('GET', lock) == unique then
@@ -105,14 +107,14 @@ enum Scripts {
             if counts == 1 or counts == 3 then processed = processed + 1 end
             if counts >= 2 then failed = failed + 1 end
             if op == 'retry' then
-              redis.call('ZADD', 'retry', target, payload)
+              redis.call('ZADD', RETRY, target, payload)
             elseif op == 'dead' then
-              redis.call('ZADD', 'dead', now, payload)
+              redis.call('ZADD', DEAD, now, payload)
               killed = true
             elseif op == 'requeue' then
-              redis.call('RPUSH', 'queue:' .. target, payload)
+              redis.call('RPUSH', queue_key(target), payload)
             elseif op == 'schedule' then
-              redis.call('ZADD', 'schedule', target, payload)
+              redis.call('ZADD', SCHEDULE, target, payload)
             end
             if op == 'ack' then batch_outcome(raw, 'success', now)
             elseif op == 'retry' then batch_outcome(raw, 'retry', now)
@@ -120,58 +122,58 @@ enum Scripts {
           end
         end
         if killed then
-          redis.call('ZREMRANGEBYSCORE', 'dead', '-inf', tonumber(now) - deadTimeout)
-          redis.call('ZREMRANGEBYRANK', 'dead', 0, -(deadMax + 1))
+          redis.call('ZREMRANGEBYSCORE', DEAD, '-inf', tonumber(now) - deadTimeout)
+          redis.call('ZREMRANGEBYRANK', DEAD, 0, -(deadMax + 1))
         end
         local minute = math.floor(tonumber(now) / 60) % 1440
         if processed > 0 then
-          redis.call('INCRBY', 'stat:processed', processed)
-          redis.call('INCRBY', 'stat:processed:' .. day, processed)
-          redis.call('EXPIRE', 'stat:processed:' .. day, 157680000)
-          redis.call('HINCRBY', 'stat:minutely:processed:' .. day, minute, processed)
-          redis.call('EXPIRE', 'stat:minutely:processed:' .. day, 259200)
+          redis.call('INCRBY', STAT_PROCESSED, processed)
+          redis.call('INCRBY', stat_processed_day_key(day), processed)
+          redis.call('EXPIRE', stat_processed_day_key(day), \(Keys.dailyStatRetention))
+          redis.call('HINCRBY', stat_minutely_processed_key(day), minute, processed)
+          redis.call('EXPIRE', stat_minutely_processed_key(day), \(Keys.minutelyRetention))
         end
         if failed > 0 then
-          redis.call('INCRBY', 'stat:failed', failed)
-          redis.call('INCRBY', 'stat:failed:' .. day, failed)
-          redis.call('EXPIRE', 'stat:failed:' .. day, 157680000)
-          redis.call('HINCRBY', 'stat:minutely:failed:' .. day, minute, failed)
-          redis.call('EXPIRE', 'stat:minutely:failed:' .. day, 259200)
+          redis.call('INCRBY', STAT_FAILED, failed)
+          redis.call('INCRBY', stat_failed_day_key(day), failed)
+          redis.call('EXPIRE', stat_failed_day_key(day), \(Keys.dailyStatRetention))
+          redis.call('HINCRBY', stat_minutely_failed_key(day), minute, failed)
+          redis.call('EXPIRE', stat_minutely_failed_key(day), \(Keys.minutelyRetention))
         end
         return settled
         """)
 
-    /// Moves due members of the ZSET ARGV[1] to their queues. ARGV[2…] in triples: raw member,
+    /// Moves due members of the ZSET KEYS[1] to their queues. ARGV in triples: raw member,
     /// queue, payload to push. A member is pushed only if this call removed it (ZREM == 1), so
     /// however many pollers race, each job is pushed once. Returns the number moved.
-    static let moveDue = RedisScript("""
-        local set = ARGV[1]
+    static let moveDue = RedisScript(keys: ScriptKeys().queues.queueKey, """
+        local set = KEYS[1]
         local moved = 0
-        for i = 2, #ARGV, 3 do
+        for i = 1, #ARGV, 3 do
           if redis.call('ZREM', set, ARGV[i]) == 1 then
-            redis.call('SADD', 'queues', ARGV[i + 1])
-            redis.call('LPUSH', 'queue:' .. ARGV[i + 1], ARGV[i + 2])
+            redis.call('SADD', QUEUES, ARGV[i + 1])
+            redis.call('LPUSH', queue_key(ARGV[i + 1]), ARGV[i + 2])
             moved = moved + 1
           end
         end
         return moved
         """)
 
-    /// Moves an unreadable member of the ZSET ARGV[1] (ARGV[2]) to `dead` as ARGV[4] (score ARGV[3]), if this call
+    /// Moves an unreadable member of the ZSET KEYS[1] (ARGV[1]) to `dead` as ARGV[3] (score ARGV[2]), if this call
     /// removed it. Returns 1 if it did.
-    static let buryUnreadable = RedisScript("""
-        if redis.call('ZREM', ARGV[1], ARGV[2]) == 1 then
-          redis.call('ZADD', 'dead', ARGV[3], ARGV[4])
+    static let buryUnreadable = RedisScript(keys: ScriptKeys().dead, """
+        if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+          redis.call('ZADD', DEAD, ARGV[2], ARGV[3])
           return 1
         end
         return 0
         """)
 
-    /// Trims the sorted set ARGV[1] to ARGV[2] bytes of Redis memory, lowest scores (oldest) first: while its sampled
+    /// Trims the sorted set KEYS[1] to ARGV[1] bytes of Redis memory, lowest scores (oldest) first: while its sampled
     /// `MEMORY USAGE` is over, removes the share of entries that is over (at least one). At most 64 rounds. Returns
     /// the number removed.
     static let trimByBytes = RedisScript("""
-        local key, limit = ARGV[1], tonumber(ARGV[2])
+        local key, limit = KEYS[1], tonumber(ARGV[1])
         local removed = 0
         for _ = 1, 64 do
           local n = redis.call('ZCARD', key)
@@ -185,41 +187,41 @@ enum Scripts {
         return removed
         """)
 
-    /// Takes back the in-flight jobs of a dead process. ARGV: working key, that process's
-    /// fetcher-heartbeat key, now, dead max, dead timeout, then triples: raw job, op (`requeue` or
-    /// `dead`), payload; the queue is ARGV[6]. Does nothing if the heartbeat came back. Returns the
+    /// Takes back the in-flight jobs of a dead process. KEYS: working key, that process's
+    /// fetcher-heartbeat key; ARGV: now, dead max, dead timeout, the queue, then triples: raw job, op (`requeue` or
+    /// `dead`), payload. Does nothing if the heartbeat came back. Returns the
     /// number of jobs moved. A requeued job keeps its unique lock (it is still live); a job sent to
     /// `dead` releases the lock its jid owns, if any (docs/unique-jobs.md), and is counted for its
     /// batch (`BatchScripts`).
-    static let recover = RedisScript(BatchScripts.functions + """
+    static let recover = RedisScript(keys: BatchScripts.keys.dead.uniqueOwnerKey.queueKey, BatchScripts.functions + """
 
-        local working, heartbeat, now = ARGV[1], ARGV[2], ARGV[3]
-        local deadMax, deadTimeout, queue = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+        local working, heartbeat, now = KEYS[1], KEYS[2], ARGV[1]
+        local deadMax, deadTimeout, queue = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
         if redis.call('EXISTS', heartbeat) == 1 then return -1 end
         local moved = 0
         local killed = false
-        for i = 7, #ARGV, 3 do
+        for i = 5, #ARGV, 3 do
           if redis.call('LREM', working, -1, ARGV[i]) == 1 then
             moved = moved + 1
             if ARGV[i + 1] == 'dead' then
-              redis.call('ZADD', 'dead', now, ARGV[i + 2])
+              redis.call('ZADD', DEAD, now, ARGV[i + 2])
               killed = true
               local ok, job = pcall(cjson.decode, ARGV[i + 2])
               if ok and type(job) == 'table' and type(job.jid) == 'string' then
-                local owner = 'unique-jid:' .. job.jid
+                local owner = unique_owner_key(job.jid)
                 local lock = redis.call('HGET', owner, 'lock')
                 if lock and redis.call('GET', lock) == job.jid then redis.call('DEL', lock) end
                 redis.call('DEL', owner)
               end
               batch_outcome(ARGV[i], 'dead', now)
             else
-              redis.call('RPUSH', 'queue:' .. queue, ARGV[i + 2])
+              redis.call('RPUSH', queue_key(queue), ARGV[i + 2])
             end
           end
         end
         if killed then
-          redis.call('ZREMRANGEBYSCORE', 'dead', '-inf', tonumber(now) - deadTimeout)
-          redis.call('ZREMRANGEBYRANK', 'dead', 0, -(deadMax + 1))
+          redis.call('ZREMRANGEBYSCORE', DEAD, '-inf', tonumber(now) - deadTimeout)
+          redis.call('ZREMRANGEBYRANK', DEAD, 0, -(deadMax + 1))
         end
         return moved
         """)

@@ -84,15 +84,3 @@ package struct UniqueLockKey: Sendable, Equatable, CustomStringConvertible {
     public var redisKey: String { Keys.uniqueLock(digest) }
     public var description: String { redisKey }
 }
-
-extension Keys {
-    /// STRING `unique:<digest>` = owning jid, `PX` TTL (safety net only).
-    public static func uniqueLock(_ digest: String) -> String { "unique:" + digest }
-    /// HASH `unique-jid:<jid>` = {lock, for, until, class, queue}: which lock a jid owns, with the
-    /// same TTL as the lock. Lets every exit path release by jid alone (admin, recovery).
-    public static func uniqueOwner(_ jid: String) -> String { "unique-jid:" + jid }
-    /// Pattern matching every lock (`unique:` + 64 hex digits).
-    public static let uniqueLockPattern = "unique:*"
-    /// STRING counter: duplicates dropped at fetch (pushed by clients that do not check).
-    public static let uniqueDropped = "stat:unique_dropped"
-}

@@ -69,7 +69,7 @@ struct UniqueCommand: ParsableCommand {
             commandName: "show", abstract: "Show one lock (by unique:<digest>, digest, or owning jid) and where its job is.")
         @OptionGroup var connection: ConnectionOptions
         @OptionGroup var output: OutputOptions
-        @Argument(help: "unique:<digest>, the digest, or a jid.") var lock: String
+        @Argument(help: "\(Keys.uniqueLock("<digest>")), the digest, or a jid.") var lock: String
 
         func run() throws {
             try adminCall {
@@ -102,7 +102,7 @@ struct UniqueCommand: ParsableCommand {
             discussion: "A live job whose lock is released keeps running; a duplicate may then be pushed and run too.")
         @OptionGroup var connection: ConnectionOptions
         @OptionGroup var output: OutputOptions
-        @Argument(help: "unique:<digest>, the digest, or a jid.") var lock: String
+        @Argument(help: "\(Keys.uniqueLock("<digest>")), the digest, or a jid.") var lock: String
 
         func run() throws {
             try adminCall {
