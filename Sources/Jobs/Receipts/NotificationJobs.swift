@@ -379,6 +379,14 @@ public struct PlayNotificationJob: Job {
         // Owed with the commit, paid after it (here or by GoogleAcknowledgementSweepJob): see ValidateReceiptJob.
         let owesAcknowledgement = purchase.needsAcknowledgement && finalState.status.isEntitled
         try record(id: id, type: "subscription_\(sub.notificationType)", context: context) { c in
+            if try GooglePurchaseEffects.wasReplaced(existing.id, on: c) {
+                // An older token of a linkedPurchaseToken chain: its event, and the row and the user as they are.
+                try SubscriptionStore.event(existing.id, type: Self.eventType(sub.notificationType),
+                                            data: ["source": "play_notification", "notification_type": "\(sub.notificationType)",
+                                                   "status": finalState.status.rawValue, "scope": "replaced_token"],
+                                            idempotencyKey: "google:notification:\(id)", on: c)
+                return ("stale", existing.id)
+            }
             try GooglePurchaseEffects.endReplaced(by: purchase, token: sub.purchaseToken, at: eventTime, on: c)
             if owesAcknowledgement {
                 try GoogleAcknowledgementStore.owe(purchaseToken: sub.purchaseToken, packageName: notification.packageName,
