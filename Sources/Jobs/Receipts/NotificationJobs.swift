@@ -119,8 +119,12 @@ public struct AppStoreNotificationJob: Job {
                                        stateAt: l.transaction.signedDate?.millisecondsDate ?? signedAt, now: now)
         }
         var outcomeText = "ignored"
+        var unknownKindCount: Int64?
         try context.transaction { c in
             guard try SubscriptionStore.claimNotification(store: .apple, id: id, type: type, subtype: subtype, on: c) else { return }
+            if !UnknownNotificationKind.appleTypes.contains(type) {
+                unknownKindCount = try UnknownNotificationKind.count(store: .apple, kind: type, on: c)
+            }
             guard let state, let t = transaction else { outcomeText = "ignored"; return }
             guard let existing = try SubscriptionStore.subscription(store: .apple, key: state.key, on: c) else {
                 guard Self.changesState(type) else { outcomeText = "ignored"; return }
@@ -182,6 +186,7 @@ public struct AppStoreNotificationJob: Job {
             try SubscriptionStore.finishNotification(store: .apple, id: id, outcome: outcomeText,
                                                      subscriptionID: outcome.subscriptionID, on: c)
         }
+        if let unknownKindCount { UnknownNotificationKind.raise(store: .apple, kind: type, count: unknownKindCount, logger: logger) }
         logger.info("App Store notification handled", metadata: ["outcome": "\(outcomeText)"])
     }
 
@@ -280,9 +285,19 @@ public struct DeveloperNotification: Decodable, Sendable {
     public let subscriptionNotification: SubscriptionNotification?
     public let voidedPurchaseNotification: VoidedPurchaseNotification?
     public let testNotification: TestNotification?
+    /// The notification kinds the message carries (its keys other than `version`, `packageName`, `eventTimeMillis`),
+    /// sorted: known ones and any Google adds later (`UnknownNotificationKind`).
+    public let kinds: [String]
 
     enum CodingKeys: String, CodingKey {
         case version, packageName, eventTimeMillis, subscriptionNotification, voidedPurchaseNotification, testNotification
+    }
+
+    private struct AnyKey: CodingKey {
+        let stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
     }
 
     public init(from decoder: any Decoder) throws {
@@ -297,6 +312,8 @@ public struct DeveloperNotification: Decodable, Sendable {
         subscriptionNotification = try c.decodeIfPresent(SubscriptionNotification.self, forKey: .subscriptionNotification)
         voidedPurchaseNotification = try c.decodeIfPresent(VoidedPurchaseNotification.self, forKey: .voidedPurchaseNotification)
         testNotification = try c.decodeIfPresent(TestNotification.self, forKey: .testNotification)
+        kinds = try decoder.container(keyedBy: AnyKey.self).allKeys.map(\.stringValue)
+            .filter { !["version", "packageName", "eventTimeMillis"].contains($0) }.sorted()
     }
 }
 
@@ -337,8 +354,18 @@ public struct PlayNotificationJob: Job {
             return
         }
         guard let sub = notification.subscriptionNotification else {
-            try record(id: id, type: notification.testNotification != nil ? "test" : "other", context: context) { _ in ("ignored", nil) }
+            let kind = notification.testNotification != nil ? "test"
+                : notification.kinds.first.map(UnknownNotificationKind.shown) ?? "other"
+            try record(id: id, type: kind, context: context) { _ in ("ignored", nil) }
+            if let unknown = notification.kinds.first(where: { !UnknownNotificationKind.googleKinds.contains($0) }) {
+                try alertUnknown(UnknownNotificationKind.shown(unknown), context: context, logger: logger)
+            }
             return
+        }
+        defer {
+            if !UnknownNotificationKind.googleSubscriptionTypes.contains(sub.notificationType) {
+                try? alertUnknown("subscription_\(sub.notificationType)", context: context, logger: logger)
+            }
         }
         logger[metadataKey: "purchase_token"] = "\(Redact.token(sub.purchaseToken))"
         let known = try context.withConnection({
@@ -537,6 +564,12 @@ public struct PlayNotificationJob: Job {
             return ("applied", existing.id)
         }
         logger.info("Play voided purchase handled", metadata: ["revoked": "\(revokes)"])
+    }
+
+    /// The alert of a kind this release does not know, with how many of it are recorded (`UnknownNotificationKind`).
+    private func alertUnknown(_ kind: String, context: JobContext, logger: Logger) throws {
+        let count = try context.withConnection { try UnknownNotificationKind.count(store: .google, kind: kind, on: $0) }
+        UnknownNotificationKind.raise(store: .google, kind: kind, count: count, logger: logger)
     }
 
     /// Claims the message id and runs `body` in the ledger transaction; a duplicate claim skips `body`.
