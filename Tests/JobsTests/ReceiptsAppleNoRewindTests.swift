@@ -151,14 +151,18 @@ extension ReceiptsAppleTests {
                                                                            status: row.status))
             XCTAssertEqual(try heldRow(), held, name)
             XCTAssertEqual(try db.userStatus(s.user), "premium", name)
+            // An immediate upgrade may start a shorter period: Apple's statuses decide (they name the annual one).
+            let expected = row.subtype == "UPGRADE" ? "applied_from' = 'get_all_subscription_statuses" : "scope' = 'past_transaction"
             XCTAssertEqual(try db.scalar("""
                 SELECT count(*) FROM subscription_events WHERE idempotency_key = $1
-                   AND event_data->>'transaction_id' = $2 AND event_data->>'scope' = 'past_transaction'
-                   AND event_data->>'notification_type' = $3
+                   AND event_data->>'transaction_id' = $2 AND event_data->>'notification_type' = $3
+                   AND event_data->>'\(expected)'
                 """, ["apple:notification:\(uuid)", HeldAnnualSubscription.past, row.type]), 1, name)
         }
-        XCTAssertEqual(try db.scalar("SELECT count(*) FROM store_notifications WHERE outcome NOT IN ('stale', 'ignored')"), 0)
-        XCTAssertEqual(try statusesReads(), readsAfterValidation, "an older transaction never needs Apple's statuses")
+        XCTAssertEqual(try db.scalar("""
+            SELECT count(*) FROM store_notifications WHERE outcome NOT IN ('stale', 'ignored') AND subtype IS DISTINCT FROM 'UPGRADE'
+            """), 0)
+        XCTAssertEqual(try statusesReads(), readsAfterValidation + 2, "only the two UPGRADE rows read Apple's statuses")
     }
 
     /// The current annual period refunded on day 40 (revoked: user free), the refund reversed on day 50: the reversal's
@@ -193,10 +197,31 @@ extension ReceiptsAppleTests {
         // No data.status: Apple's statuses say auto-renew is off.
         s.clock.advance(86400)
         try s.serveStatuses(latest: reinstated, status: 1, autoRenew: 0, with: fakes)
+        let noStatus = UUID().uuidString
         try s.driver.run("AppStoreNotificationJob", try s.notification("DID_CHANGE_RENEWAL_STATUS", subtype: "AUTO_RENEW_DISABLED",
-                                                                       transaction: reinstated, status: nil))
+                                                                       uuid: noStatus, transaction: reinstated, status: nil))
         XCTAssertEqual(try heldRow(), held)
+        XCTAssertEqual(try db.string("""
+            SELECT event_type || '|' || (event_data->>'applied_from') AS v FROM subscription_events WHERE idempotency_key = $1
+            """, ["apple:notification:\(noStatus)"]), "auto_renew_disabled|get_all_subscription_statuses")
+        XCTAssertEqual(try statusesReads(), 3)
         XCTAssertEqual(try db.string("SELECT auto_renew::text AS v FROM subscriptions WHERE store_transaction_id = $1",
                                      [HeldAnnualSubscription.original]), "false")
+    }
+
+    /// An immediate upgrade to a product with a shorter period (annual → monthly, "effect immediately, starting a new
+    /// billing period"): its transaction ends before the row's end date, yet Apple's statuses name it as the latest,
+    /// so it is applied (monthly product and plan, its own end date) rather than taken for a past transaction.
+    func testAnUpgradeToAShorterPeriodIsAppliedFromTheStatuses() throws {
+        let s = try heldAnnualSubscription()
+        s.clock.advance(40 * 86400)
+        let upgradeEnd = s.clock.now.addingTimeInterval(30 * 86400)
+        let upgrade = try s.transaction("1000000040", product: ReceiptsDatabase.appleProduct, purchased: s.clock.now,
+                                        expires: upgradeEnd)
+        try s.serveStatuses(latest: upgrade, status: 1, with: fakes)
+        try s.driver.run("AppStoreNotificationJob", try s.notification("DID_CHANGE_RENEWAL_PREF", subtype: "UPGRADE",
+                                                                       transaction: upgrade, status: 1))
+        XCTAssertEqual(try heldRow(), "active|\(ReceiptsDatabase.appleProduct)|monthly|monthly|\(TestAppleSigner.ms(upgradeEnd))")
+        XCTAssertEqual(try db.userStatus(s.user), "premium")
     }
 }

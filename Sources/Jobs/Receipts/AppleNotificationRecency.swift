@@ -15,7 +15,9 @@ import Foundation
 /// Decision, in order (`heldPeriodEnd` is the row's `end_date`; the row is keyed by `originalTransactionId`, so the
 /// transaction is one of the row's):
 /// 1. `older`: the transaction's `expiresDate` (JWSTransactionDecodedPayload,
-///    developer.apple.com/documentation/appstoreserverapi/jwstransactiondecodedpayload) is before `heldPeriodEnd`.
+///    developer.apple.com/documentation/appstoreserverapi/jwstransactiondecodedpayload) is before `heldPeriodEnd` —
+///    except an `UPGRADE` subtype (DID_CHANGE_RENEWAL_PREF, OFFER_REDEEMED: "The upgrade goes into effect immediately,
+///    starting a new billing period", notificationType), whose new period may end sooner: `fromStatuses` when available.
 /// 2. `fromStatuses`: the notification has no `data.status` ("the status of an auto-renewable subscription as of the
 ///    signedDate", developer.apple.com/documentation/appstoreservernotifications/data), or its transaction is not the
 ///    period the row holds — `isUpgraded`, or expiring after `heldPeriodEnd` while the type does not start a period
@@ -47,7 +49,11 @@ enum AppleNotificationRecency: String, Equatable, Sendable {
     static func decide(type: String, subtype: String?, transaction t: AppleTransaction, statusCode: Int?,
                        heldPeriodEnd: Date?, statusesAvailable: Bool) -> AppleNotificationRecency {
         let expires = t.expiresDate?.millisecondsDate
-        if let expires, let heldPeriodEnd, expires < heldPeriodEnd.addingTimeInterval(-sameInstant) { return .older }
+        if let expires, let heldPeriodEnd, expires < heldPeriodEnd.addingTimeInterval(-sameInstant) {
+            // An immediate upgrade starts a new period that may end sooner (annual basic → monthly premium): Apple's
+            // statuses say whether it is the current one; without them it is only recorded.
+            return statusesAvailable && subtype == "UPGRADE" ? .fromStatuses : .older
+        }
         var later = false
         if let expires, let heldPeriodEnd { later = expires > heldPeriodEnd.addingTimeInterval(sameInstant) }
         let notHeld = t.isUpgraded == true || (later && !startsPeriod(type, subtype: subtype))
