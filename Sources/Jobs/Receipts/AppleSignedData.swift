@@ -281,6 +281,8 @@ public struct AppleTransaction: Decodable, Sendable, Equatable {
     /// never the subscription's current period (JWSTransactionDecodedPayload `isUpgraded`,
     /// developer.apple.com/documentation/appstoreserverapi/jwstransactiondecodedpayload).
     public var isUpgraded: Bool?
+    /// PURCHASED or FAMILY_SHARED (developer.apple.com/documentation/appstoreserverapi/inappownershiptype).
+    public var inAppOwnershipType: String?
 
     /// A free trial: an introductory offer that is free (or, for older payloads without `offerDiscountType`,
     /// any introductory offer).
