@@ -417,8 +417,10 @@ final class ReceiptsAppleTests: ReceiptsTestCase {
         try register(receipt: "receipt-n", transaction: "1000000001")
         try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "receipt-n", transaction: "1000000001"))
 
+        // The renewed period ends in 60 days; the notifications after it are about that period (its transaction).
+        let renewedEnd = Date().addingTimeInterval(60 * 86400)
         let renewal = try notificationArgs(signer, type: "DID_RENEW", uuid: "11111111-1111-1111-1111-111111111111",
-                                           expires: Date().addingTimeInterval(60 * 86400), status: 1)
+                                           expires: renewedEnd, status: 1)
         try d.run("AppStoreNotificationJob", renewal)
         try d.run("AppStoreNotificationJob", renewal)  // Apple resends: deduplicated by notificationUUID
         XCTAssertEqual(try db.events(key: "1000000001"), ["subscription_started", "renewed"])
@@ -427,17 +429,16 @@ final class ReceiptsAppleTests: ReceiptsTestCase {
             """), 1)
 
         try d.run("AppStoreNotificationJob", try notificationArgs(signer, type: "DID_FAIL_TO_RENEW", subtype: "GRACE_PERIOD",
-                                                                  expires: Date().addingTimeInterval(-3600), status: 4))
+                                                                  expires: renewedEnd, status: 4))
         XCTAssertEqual(try db.subscriptionStatus(key: "1000000001"), "grace_period")
         XCTAssertEqual(try db.userStatus(user), "premium")
 
         try d.run("AppStoreNotificationJob", try notificationArgs(signer, type: "EXPIRED", subtype: "VOLUNTARY",
-                                                                  expires: Date().addingTimeInterval(-3600), status: 2))
+                                                                  expires: renewedEnd, status: 2))
         XCTAssertEqual(try db.subscriptionStatus(key: "1000000001"), "expired")
         XCTAssertEqual(try db.userStatus(user), "free")
 
-        try d.run("AppStoreNotificationJob", try notificationArgs(signer, type: "REFUND", expires: Date().addingTimeInterval(-3600),
-                                                                  revoked: true))
+        try d.run("AppStoreNotificationJob", try notificationArgs(signer, type: "REFUND", expires: renewedEnd, revoked: true))
         XCTAssertEqual(try db.subscriptionStatus(key: "1000000001"), "refunded")
 
         // A late, older notification (signed before the refund) does not bring the subscription back.

@@ -16,12 +16,14 @@ extension ReceiptsAppleTests {
         try fakes.configure(.apple, ["shared_secret": "shh"])
         let d = try driver(c)
         let user = try db.newUser()
-        // Apple signs the expiry after the validation read the receipt, and it arrives before the validation commits.
-        let expired = try notificationArgs(signer, type: "EXPIRED", subtype: "VOLUNTARY", expires: Date().addingTimeInterval(-3600),
+        // Apple signs the expiry (of the period the receipt holds) after the validation read the receipt, and it
+        // arrives before the validation commits.
+        let periodEnd = Date().addingTimeInterval(20 * 86400)
+        let expired = try notificationArgs(signer, type: "EXPIRED", subtype: "VOLUNTARY", expires: periodEnd,
                                            status: 2, signedAt: Date().addingTimeInterval(120))
         try d.run("AppStoreNotificationJob", expired)
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM store_notifications WHERE outcome = 'unmatched' AND store_key = '1000000001'"), 1)
-        try register(receipt: "receipt-race", transaction: "1000000001")
+        try register(receipt: "receipt-race", transaction: "1000000001", expires: periodEnd)
         try d.run("ValidateReceiptJob", appleArgs(user: user, receipt: "receipt-race", transaction: "1000000001"))
         XCTAssertEqual(try db.subscriptionStatus(key: "1000000001"), "active", "the validation's older view")
         XCTAssertEqual(try relayCommittedOutbox(d, db), ["AppStoreNotificationJob"])

@@ -118,3 +118,28 @@ struct AppStoreServerAPIClient: Sendable {
         return try http.send(request, service: service, cancellation: cancellation)
     }
 }
+
+/// The subscription's latest transaction, renewal info and status as Get All Subscription Statuses gives them
+/// (`data[].lastTransactions` entry of its `originalTransactionId`), the signed parts verified.
+struct AppleLatestStatus: Sendable {
+    let transaction: AppleTransaction
+    let renewal: AppleRenewalInfo?
+    /// 1 active, 2 expired, 3 billing retry, 4 grace period, 5 revoked (developer.apple.com/documentation/appstoreserverapi/status).
+    let status: Int?
+
+    /// Nil when Apple does not know the subscription in `environment` or names no transaction for it. Signed data that
+    /// does not verify is `JobError.permanent` (dead with the reason), as a notification's own is.
+    static func read(_ api: AppStoreServerAPIClient, verifier: AppleSignedDataVerifier, originalTransactionID: String,
+                     environment: String, cancellation: CancellationFlag) throws -> AppleLatestStatus? {
+        guard let (last, env) = try api.lastTransaction(of: originalTransactionID, environment: environment,
+                                                        cancellation: HTTPCancellation(isCancelled: { cancellation.isCancelled })),
+              let signed = last.signedTransactionInfo else { return nil }
+        do {
+            return AppleLatestStatus(transaction: try verifier.verifyTransaction(signed, expectedEnvironment: env),
+                                     renewal: try last.signedRenewalInfo.map { try verifier.verifyRenewalInfo($0, expectedEnvironment: env) },
+                                     status: last.status)
+        } catch {
+            throw JobError.permanent("Get All Subscription Statuses: signed data rejected: \(error)")
+        }
+    }
+}

@@ -10,7 +10,8 @@ import Foundation
 /// (apple.github.io/app-store-server-library-node/interfaces/Data.html; 1 active, 2 expired, 3 billing retry,
 /// 4 grace period, 5 revoked — developer.apple.com/documentation/appstoreserverapi/status).
 ///
-/// Decision, in order of authority:
+/// Decision, in order of authority (after `AppleNotificationRecency`: a refunded transaction that expires before the
+/// period the row holds is a past one whatever the status says):
 /// 1. a status code (the notification's `data.status`, else one re-read with Get All Subscription Statuses):
 ///    1, 3 or 4 → the current period stands (`pastTransaction`); 2 or 5 → `currentPeriod`;
 /// 2. without one (no status, no Server API credentials): the refunded transaction's `expiresDate` before the end of

@@ -277,6 +277,12 @@ public struct AppleTransaction: Decodable, Sendable, Equatable {
     public var environment: String?
     public var signedDate: Int64?
     public var appAccountToken: String?
+    /// True on a transaction the customer upgraded away from (its period was replaced by the upgrade's transaction):
+    /// never the subscription's current period (JWSTransactionDecodedPayload `isUpgraded`,
+    /// developer.apple.com/documentation/appstoreserverapi/jwstransactiondecodedpayload).
+    public var isUpgraded: Bool?
+    /// PURCHASED or FAMILY_SHARED (developer.apple.com/documentation/appstoreserverapi/inappownershiptype).
+    public var inAppOwnershipType: String?
 
     /// A free trial: an introductory offer that is free (or, for older payloads without `offerDiscountType`,
     /// any introductory offer).

@@ -14,6 +14,8 @@ struct ReceiptTransaction: Decodable, Sendable {
     let is_trial_period: String?
     /// The `appAccountToken` the app set at purchase (a UUID; ours is the user's id), when it set one.
     let app_account_token: String?
+    /// PURCHASED or FAMILY_SHARED (developer.apple.com/documentation/appstorereceipts/in_app_ownership_type).
+    let in_app_ownership_type: String?
 
     var expires: Date? { expires_date_ms.flatMap(Int64.init)?.millisecondsDate }
     var purchased: Date? { purchase_date_ms.flatMap(Int64.init)?.millisecondsDate }
@@ -217,7 +219,8 @@ enum VerifyReceiptDerivation {
             trialEndDate: isTrial ? latest.expires : nil, gracePeriodEnd: status == .gracePeriod ? grace : nil,
             autoRenew: pending.map { $0.auto_renew_status != "0" } ?? true, cancelledAt: cancelled,
             stateAt: r.receipt?.request_date_ms.flatMap(Int64.init)?.millisecondsDate ?? now,
-            latestAppAccountToken: latest.app_account_token)
+            latestAppAccountToken: latest.app_account_token, environment: r.environment,
+            ownershipType: latest.in_app_ownership_type)
         return Derived(state: state, purchasedProduct: targetProduct,
                        appAccountToken: latest.app_account_token ?? renewals.lazy.compactMap(\.app_account_token).first)
     }

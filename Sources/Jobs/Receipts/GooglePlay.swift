@@ -47,6 +47,9 @@ public struct GoogleSubscriptionPurchase: Decodable, Sendable {
     public let canceledStateContext: CanceledStateContext?
     public let outOfAppPurchaseContext: OutOfAppPurchaseContext?
     public let externalAccountIdentifiers: ExternalAccountIdentifiers?
+    /// "Only present if this subscription purchase is a test purchase" (SubscriptionPurchaseV2 `testPurchase`,
+    /// developers.google.com/android-publisher/api-ref/rest/v3/purchases.subscriptionsv2): license testers pay nothing.
+    public let testPurchase: CanceledStateContext.Empty?
 
     /// `externalAccountIdentifiers.obfuscatedExternalAccountId`, nil when absent or empty.
     public var obfuscatedAccountID: String? {
@@ -172,7 +175,8 @@ enum GoogleStateDerivation {
             trialEndDate: isTrial ? expiry : nil,
             gracePeriodEnd: status == .gracePeriod ? max(expiry ?? now, now.addingTimeInterval(graceBridge)) : nil,
             autoRenew: cancelledAt == nil && (line.autoRenewingPlan?.autoRenewEnabled ?? true) && status.isEntitled,
-            cancelledAt: cancelledAt, stateAt: now)
+            cancelledAt: cancelledAt, stateAt: now, environment: p.testPurchase == nil ? "Production" : "Test",
+            ownershipType: "PURCHASED")
     }
 }
 

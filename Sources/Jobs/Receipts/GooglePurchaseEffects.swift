@@ -22,8 +22,20 @@ enum GooglePurchaseEffects {
         try SubscriptionStore.applyEntitlement(subscriptionID: old.id, userID: old.userID, entitled: false, on: c)
         try SubscriptionStore.event(old.id, type: "replaced",
                                     data: ["source": "google_linked_purchase", "replaced_by": Redact.fingerprint(token)],
-                                    idempotencyKey: "google:replaced:\(old.id.uuidString.lowercased())", on: c)
+                                    idempotencyKey: replacedKey(old.id), on: c)
     }
+
+    /// Whether a later purchase of our table replaced subscription `id` (`endReplaced` recorded its `replaced` event,
+    /// in the transaction that ended it). Such a token's notifications never apply Google's state of it again: with a
+    /// deferred replacement Google may still call the old token ACTIVE or CANCELED-before-expiry until its period ends
+    /// (developers.google.com/android-publisher/api-ref/rest/v3/purchases.subscriptionsv2: `linkedPurchaseToken`), and
+    /// applying it would take the user's current subscription back from the new token to the old product.
+    static func wasReplaced(_ id: UUID, on c: PostgresConnection) throws -> Bool {
+        try c.queryFirst("SELECT 1 AS one FROM subscription_events WHERE idempotency_key = $1",
+                         [replacedKey(id)]) != nil
+    }
+
+    private static func replacedKey(_ id: UUID) -> String { "google:replaced:\(id.uuidString.lowercased())" }
 
     /// Whether a voided order (`voidedPurchaseNotification.orderId`) revokes the current period: the voided order
     /// is the one that paid it (`latestSuccessfulOrderId`), or the notification names no order, or Google's state

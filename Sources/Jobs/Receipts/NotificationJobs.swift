@@ -51,7 +51,9 @@ public struct AppStoreNotificationArguments: JobArguments, Equatable {
 
 /// Applies an App Store Server Notification V2: verified (chain, signature, bundle id, environment), de-duplicated
 /// by `notificationUUID`, then the subscription it names is upserted like a validation (renewal, expiry, grace
-/// period, billing retry, refund, revocation).
+/// period, billing retry, refund, revocation) from the notification's transaction or from Get All Subscription
+/// Statuses; a notification about a transaction older than the period the row holds only records its event
+/// (`AppleNotificationRecency`).
 ///
 /// A notification whose subscription we do not know yet (`original_transaction_id` never validated) is recorded as
 /// `unmatched` and changes nothing: without a validated receipt we do not know the user. Signed data that does not
@@ -92,75 +94,104 @@ public struct AppStoreNotificationJob: Job {
         } catch {
             throw JobError.permanent("App Store notification \(id): embedded signed data rejected: \(error.description)")
         }
-        // A REFUND names one transaction; the subscription's status as of signedDate decides whether the period the
-        // user holds ends (AppleRefund.swift). Without `data.status`, Get All Subscription Statuses is asked once.
-        var statusCode = notification.data?.status
-        if notification.notificationType == "REFUND", statusCode == nil, let api = services.appStoreAPI,
-           let original = transaction?.originalTransactionId {
-            statusCode = try Self.currentStatusCode(api, originalTransactionID: original, environment: environment ?? "Production",
-                                                    cancellation: context.cancellation)
-        }
-        let signedAt = notification.signedDate?.millisecondsDate ?? Date()
+        let now = services.now()
+        let signedAt = notification.signedDate?.millisecondsDate ?? now
+        let type = notification.notificationType, subtype = notification.subtype
         let state = transaction.flatMap {
-            AppleStateDerivation.state(transaction: $0, renewal: renewal, statusCode: statusCode,
-                                       notificationType: notification.notificationType, subtype: notification.subtype,
-                                       stateAt: signedAt, now: Date())
+            AppleStateDerivation.state(transaction: $0, renewal: renewal, statusCode: notification.data?.status,
+                                       notificationType: type, subtype: subtype, stateAt: signedAt, now: now)
+        }
+        // Which transaction the row follows (AppleNotificationRecency): decided on the row as read here, and again on
+        // the row locked in the transaction below; Apple is asked (outside the transaction) only when it decides so.
+        var latest: AppleLatestStatus?
+        if let state, let t = transaction, Self.changesState(type), let api = services.appStoreAPI,
+           let held = try context.withConnection({ c in
+               try SubscriptionStore.subscription(store: .apple, key: state.key, on: c).map { try SubscriptionStore.periodEnd($0.id, on: c) }
+           }),
+           AppleNotificationRecency.decide(type: type, subtype: subtype, transaction: t, statusCode: notification.data?.status,
+                                           heldPeriodEnd: held, statusesAvailable: true) == .fromStatuses {
+            latest = try AppleLatestStatus.read(api, verifier: verifier, originalTransactionID: state.key,
+                                                environment: environment ?? "Production", cancellation: context.cancellation)
+        }
+        let fromStatuses = latest.flatMap { l in
+            AppleStateDerivation.state(transaction: l.transaction, renewal: l.renewal, statusCode: l.status,
+                                       notificationType: type == "REVOKE" ? type : nil,
+                                       stateAt: l.transaction.signedDate?.millisecondsDate ?? signedAt, now: now)
         }
         var outcomeText = "ignored"
+        var unknownKindCount: Int64?
         try context.transaction { c in
-            guard try SubscriptionStore.claimNotification(store: .apple, id: id, type: notification.notificationType,
-                                                          subtype: notification.subtype, on: c) else { return }
-            guard let state, Self.changesState(notification.notificationType) else { outcomeText = "ignored"; return }
+            guard try SubscriptionStore.claimNotification(store: .apple, id: id, type: type, subtype: subtype, on: c) else { return }
+            if !UnknownNotificationKind.appleTypes.contains(type) {
+                unknownKindCount = try UnknownNotificationKind.count(store: .apple, kind: type, on: c)
+            }
+            guard let state, let t = transaction else { outcomeText = "ignored"; return }
             guard let existing = try SubscriptionStore.subscription(store: .apple, key: state.key, on: c) else {
+                guard Self.changesState(type) else { outcomeText = "ignored"; return }
                 try NotificationReplay.keep(store: .apple, id: id, key: state.key,
                                             arguments: [["signedPayload": arguments.signedPayload]], on: c)
                 try SubscriptionStore.finishNotification(store: .apple, id: id, outcome: "unmatched", subscriptionID: nil, on: c)
                 outcomeText = "unmatched"
                 return
             }
-            var eventData = ["source": "app_store_notification", "notification_type": notification.notificationType,
-                             "subtype": notification.subtype ?? "", "transaction_id": state.transactionID,
-                             "status": state.status.rawValue]
-            if notification.notificationType == "REFUND", let refunded = transaction {
-                let scope = AppleRefundScope.decide(statusCode: statusCode, refunded: refunded,
-                                                    heldPeriodEnd: try SubscriptionStore.periodEnd(existing.id, on: c))
-                eventData.merge(AppleRefundScope.eventData(refunded, scope: scope, statusCode: statusCode)) { _, new in new }
+            let heldEnd = try SubscriptionStore.periodEnd(existing.id, on: c)
+            let recency = AppleNotificationRecency.decide(type: type, subtype: subtype, transaction: t,
+                                                          statusCode: notification.data?.status, heldPeriodEnd: heldEnd,
+                                                          statusesAvailable: services.appStoreAPI != nil)
+            var eventData = ["source": "app_store_notification", "notification_type": type, "subtype": subtype ?? "",
+                             "transaction_id": state.transactionID, "status": state.status.rawValue,
+                             "applied_from": recency == .older ? "none" : (fromStatuses == nil ? "notification" : recency.rawValue)]
+            if recency == .older { eventData["scope"] = AppleRefundScope.pastTransaction.rawValue }
+            let recordOnly = { (eventType: String, outcome: String) in
+                try SubscriptionStore.event(existing.id, type: eventType, data: eventData, idempotencyKey: "apple:notification:\(id)", on: c)
+                outcomeText = outcome
+                try SubscriptionStore.finishNotification(store: .apple, id: id, outcome: outcome, subscriptionID: existing.id, on: c)
+            }
+            // Types that say nothing about the subscription's state (CONSUMPTION_REQUEST, PRICE_INCREASE,
+            // REFUND_DECLINED…): their event is recorded, nothing else.
+            guard Self.changesState(type) else {
+                try recordOnly(Self.eventType(type, subtype: subtype, status: state.status), "ignored")
+                return
+            }
+            // A refund names one transaction; Apple's status (the notification's, else Get All Subscription
+            // Statuses') decides whether it is the period the user holds (AppleRefund.swift).
+            let statusCode = notification.data?.status ?? latest?.status
+            if type == "REFUND" {
+                let scope = recency == .older || (latest.map { $0.transaction.transactionId != t.transactionId } ?? false)
+                    ? AppleRefundScope.pastTransaction
+                    : AppleRefundScope.decide(statusCode: statusCode, refunded: t, heldPeriodEnd: heldEnd)
+                eventData.merge(AppleRefundScope.eventData(t, scope: scope, statusCode: statusCode)) { _, new in new }
                 if scope == .pastTransaction {
                     // An earlier transaction refunded: the event records it; the period the user holds stands.
-                    try SubscriptionStore.event(existing.id, type: "transaction_refunded", data: eventData,
-                                                idempotencyKey: "apple:notification:\(id)", on: c)
-                    outcomeText = "applied"
-                    try SubscriptionStore.finishNotification(store: .apple, id: id, outcome: outcomeText,
-                                                             subscriptionID: existing.id, on: c)
+                    try recordOnly("transaction_refunded", recency == .older ? "stale" : "applied")
                     return
                 }
             }
-            let outcome = try SubscriptionStore.upsert(state, owner: existing.owner, on: c)
+            // An older transaction (a past renewal, a late delivery): its event, and the row as it is.
+            if recency == .older {
+                try recordOnly(Self.eventType(type, subtype: subtype, status: state.status), "stale")
+                return
+            }
+            let applied = recency == .fromStatuses ? fromStatuses ?? state : state
+            let outcome = try SubscriptionStore.upsert(applied, owner: existing.owner, on: c)
             if outcome.applied {
                 try SubscriptionStore.applyEntitlement(subscriptionID: outcome.subscriptionID, userID: existing.userID,
-                                                       entitled: state.status.isEntitled, on: c)
+                                                       entitled: applied.status.isEntitled, on: c)
             }
-            try SubscriptionStore.event(outcome.subscriptionID,
-                                        type: Self.eventType(notification.notificationType, subtype: notification.subtype, status: state.status),
-                                        data: eventData,
-                                        idempotencyKey: "apple:notification:\(id)", on: c)
+            eventData["status"] = applied.status.rawValue
+            if applied.transactionID != state.transactionID { eventData["latest_transaction_id"] = applied.transactionID }
+            try SubscriptionStore.event(outcome.subscriptionID, type: Self.eventType(type, subtype: subtype, status: applied.status),
+                                        data: eventData, idempotencyKey: "apple:notification:\(id)", on: c)
             outcomeText = outcome.applied ? "applied" : "stale"
             try SubscriptionStore.finishNotification(store: .apple, id: id, outcome: outcomeText,
                                                      subscriptionID: outcome.subscriptionID, on: c)
         }
+        if let unknownKindCount { UnknownNotificationKind.raise(store: .apple, kind: type, count: unknownKindCount, logger: logger) }
         logger.info("App Store notification handled", metadata: ["outcome": "\(outcomeText)"])
     }
 
-    /// The App Store's status code of the subscription `originalTransactionID` now (Get All Subscription Statuses),
-    /// or nil when Apple does not know it.
-    static func currentStatusCode(_ api: AppStoreServerAPIClient, originalTransactionID: String, environment: String,
-                                  cancellation: CancellationFlag) throws -> Int? {
-        try api.lastTransaction(of: originalTransactionID, environment: environment,
-                                cancellation: HTTPCancellation(isCancelled: { cancellation.isCancelled }))?.0.status
-    }
-
-    /// Types that say something about the subscription's state; others (TEST, CONSUMPTION_REQUEST, PRICE_INCREASE,
-    /// REFUND_DECLINED, …) are recorded and ignored.
+    /// Types that say something about the subscription's state; others (CONSUMPTION_REQUEST, PRICE_INCREASE,
+    /// REFUND_DECLINED, …) record their event on a known subscription and change nothing (TEST: nothing at all).
     static func changesState(_ type: String) -> Bool {
         ["SUBSCRIBED", "DID_RENEW", "DID_CHANGE_RENEWAL_STATUS", "DID_CHANGE_RENEWAL_PREF", "OFFER_REDEEMED", "EXPIRED",
          "DID_FAIL_TO_RENEW", "GRACE_PERIOD_EXPIRED", "REFUND", "REVOKE", "REFUND_REVERSED", "RENEWAL_EXTENDED"].contains(type)
@@ -254,9 +285,19 @@ public struct DeveloperNotification: Decodable, Sendable {
     public let subscriptionNotification: SubscriptionNotification?
     public let voidedPurchaseNotification: VoidedPurchaseNotification?
     public let testNotification: TestNotification?
+    /// The notification kinds the message carries (its keys other than `version`, `packageName`, `eventTimeMillis`),
+    /// sorted: known ones and any Google adds later (`UnknownNotificationKind`).
+    public let kinds: [String]
 
     enum CodingKeys: String, CodingKey {
         case version, packageName, eventTimeMillis, subscriptionNotification, voidedPurchaseNotification, testNotification
+    }
+
+    private struct AnyKey: CodingKey {
+        let stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
     }
 
     public init(from decoder: any Decoder) throws {
@@ -271,6 +312,8 @@ public struct DeveloperNotification: Decodable, Sendable {
         subscriptionNotification = try c.decodeIfPresent(SubscriptionNotification.self, forKey: .subscriptionNotification)
         voidedPurchaseNotification = try c.decodeIfPresent(VoidedPurchaseNotification.self, forKey: .voidedPurchaseNotification)
         testNotification = try c.decodeIfPresent(TestNotification.self, forKey: .testNotification)
+        kinds = try decoder.container(keyedBy: AnyKey.self).allKeys.map(\.stringValue)
+            .filter { !["version", "packageName", "eventTimeMillis"].contains($0) }.sorted()
     }
 }
 
@@ -311,8 +354,18 @@ public struct PlayNotificationJob: Job {
             return
         }
         guard let sub = notification.subscriptionNotification else {
-            try record(id: id, type: notification.testNotification != nil ? "test" : "other", context: context) { _ in ("ignored", nil) }
+            let kind = notification.testNotification != nil ? "test"
+                : notification.kinds.first.map(UnknownNotificationKind.shown) ?? "other"
+            try record(id: id, type: kind, context: context) { _ in ("ignored", nil) }
+            if let unknown = notification.kinds.first(where: { !UnknownNotificationKind.googleKinds.contains($0) }) {
+                try alertUnknown(UnknownNotificationKind.shown(unknown), context: context, logger: logger)
+            }
             return
+        }
+        defer {
+            if !UnknownNotificationKind.googleSubscriptionTypes.contains(sub.notificationType) {
+                try? alertUnknown("subscription_\(sub.notificationType)", context: context, logger: logger)
+            }
         }
         logger[metadataKey: "purchase_token"] = "\(Redact.token(sub.purchaseToken))"
         let known = try context.withConnection({
@@ -353,6 +406,14 @@ public struct PlayNotificationJob: Job {
         // Owed with the commit, paid after it (here or by GoogleAcknowledgementSweepJob): see ValidateReceiptJob.
         let owesAcknowledgement = purchase.needsAcknowledgement && finalState.status.isEntitled
         try record(id: id, type: "subscription_\(sub.notificationType)", context: context) { c in
+            if try GooglePurchaseEffects.wasReplaced(existing.id, on: c) {
+                // An older token of a linkedPurchaseToken chain: its event, and the row and the user as they are.
+                try SubscriptionStore.event(existing.id, type: Self.eventType(sub.notificationType),
+                                            data: ["source": "play_notification", "notification_type": "\(sub.notificationType)",
+                                                   "status": finalState.status.rawValue, "scope": "replaced_token"],
+                                            idempotencyKey: "google:notification:\(id)", on: c)
+                return ("stale", existing.id)
+            }
             try GooglePurchaseEffects.endReplaced(by: purchase, token: sub.purchaseToken, at: eventTime, on: c)
             if owesAcknowledgement {
                 try GoogleAcknowledgementStore.owe(purchaseToken: sub.purchaseToken, packageName: notification.packageName,
@@ -503,6 +564,12 @@ public struct PlayNotificationJob: Job {
             return ("applied", existing.id)
         }
         logger.info("Play voided purchase handled", metadata: ["revoked": "\(revokes)"])
+    }
+
+    /// The alert of a kind this release does not know, with how many of it are recorded (`UnknownNotificationKind`).
+    private func alertUnknown(_ kind: String, context: JobContext, logger: Logger) throws {
+        let count = try context.withConnection { try UnknownNotificationKind.count(store: .google, kind: kind, on: $0) }
+        UnknownNotificationKind.raise(store: .google, kind: kind, count: count, logger: logger)
     }
 
     /// Claims the message id and runs `body` in the ledger transaction; a duplicate claim skips `body`.

@@ -55,6 +55,11 @@ public struct StoreSubscriptionState: Sendable, Equatable {
     /// verifyReceipt answer), which says whose app account made the current period. Decides a change of owner
     /// (`SubscriptionOwnership`). Nil for Google and when the app set none.
     public var latestAppAccountToken: String? = nil
+    /// Where it was bought: Apple's `environment` (Production, Sandbox, Xcode, LocalTesting), Google's Production or
+    /// Test (`testPurchase`). Nil when the store did not say (the row keeps what it has).
+    public var environment: String? = nil
+    /// PURCHASED, or Apple's FAMILY_SHARED (`inAppOwnershipType`): a family member's entitlement paid by the organiser.
+    public var ownershipType: String? = nil
 }
 
 extension StoreSubscriptionState {
@@ -122,6 +127,7 @@ enum AppleStateDerivation {
             gracePeriodEnd: status == .gracePeriod ? renewal?.gracePeriodExpiresDate?.millisecondsDate : nil,
             autoRenew: autoRenew && status.isEntitled,
             cancelledAt: t.revocationDate?.millisecondsDate,
-            stateAt: stateAt, latestAppAccountToken: t.appAccountToken)
+            stateAt: stateAt, latestAppAccountToken: t.appAccountToken, environment: t.environment,
+            ownershipType: t.inAppOwnershipType)
     }
 }

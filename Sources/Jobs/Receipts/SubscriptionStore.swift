@@ -106,8 +106,9 @@ enum SubscriptionStore {
         let rows = try c.query("""
             INSERT INTO subscriptions (app_id, user_id, plan_id, plan_type, status, start_date, end_date, trial_end_date,
                                        grace_period_end, auto_renew, store, store_product_id, store_transaction_id,
-                                       store_original_transaction_id, cancelled_at, store_state_at)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+                                       store_original_transaction_id, cancelled_at, store_state_at, store_environment,
+                                       ownership_type)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
             ON CONFLICT (store_transaction_id) DO UPDATE SET
                 status = EXCLUDED.status,
                 end_date = EXCLUDED.end_date,
@@ -128,13 +129,17 @@ enum SubscriptionStore {
                 -- The store's value: a refund reversed or a subscription restarted clears it.
                 cancelled_at = EXCLUDED.cancelled_at,
                 store_state_at = EXCLUDED.store_state_at,
+                -- Environment and ownership (migration 0023): the store's word when it gives one.
+                store_environment = COALESCE(EXCLUDED.store_environment, subscriptions.store_environment),
+                ownership_type = COALESCE(EXCLUDED.ownership_type, subscriptions.ownership_type),
                 updated_at = now()
             WHERE subscriptions.store = EXCLUDED.store
               AND (subscriptions.store_state_at IS NULL OR subscriptions.store_state_at <= EXCLUDED.store_state_at)
             RETURNING id, user_id
             """, [owner.appID, owner.userID, owner.planID, owner.planType, state.status.rawValue, state.startDate,
                   state.endDate, state.trialEndDate, state.gracePeriodEnd, state.autoRenew, state.store.rawValue,
-                  state.productID, state.key, state.originalTransactionID, state.cancelledAt, state.stateAt])
+                  state.productID, state.key, state.originalTransactionID, state.cancelledAt, state.stateAt,
+                  state.environment, state.ownershipType])
         if let row = rows.first {
             return UpsertOutcome(subscriptionID: try row.uuid("id"), userID: try row.optionalUUID("user_id"), applied: true,
                                  previousStatus: previous)
