@@ -107,6 +107,7 @@ public struct AppStoreNotificationJob: Job {
                                        stateAt: signedAt, now: Date())
         }
         var outcomeText = "ignored"
+        var detachedRenewal: UUID?  // a renewal on a row an erasure detached, alerted after the commit (once per row)
         try context.transaction { c in
             guard try SubscriptionStore.claimNotification(store: .apple, id: id, type: notification.notificationType,
                                                           subtype: notification.subtype, on: c) else { return }
@@ -144,11 +145,14 @@ public struct AppStoreNotificationJob: Job {
                                         type: Self.eventType(notification.notificationType, subtype: notification.subtype, status: state.status),
                                         data: eventData,
                                         idempotencyKey: "apple:notification:\(id)", on: c)
+            if try DetachedRenewal.markFirst(subscriptionID: outcome.subscriptionID, eventType: Self.eventType(
+                notification.notificationType, subtype: notification.subtype, status: state.status), on: c) { detachedRenewal = outcome.subscriptionID }
             outcomeText = outcome.applied ? "applied" : "stale"
             try SubscriptionStore.finishNotification(store: .apple, id: id, outcome: outcomeText,
                                                      subscriptionID: outcome.subscriptionID, on: c)
         }
         logger.info("App Store notification handled", metadata: ["outcome": "\(outcomeText)"])
+        if let detachedRenewal { DetachedRenewal.raise(store: "apple", subscriptionID: detachedRenewal, logger: logger) }
     }
 
     /// The App Store's status code of the subscription `originalTransactionID` now (Get All Subscription Statuses),
@@ -352,6 +356,7 @@ public struct PlayNotificationJob: Job {
         let finalState = state
         // Owed with the commit, paid after it (here or by GoogleAcknowledgementSweepJob): see ValidateReceiptJob.
         let owesAcknowledgement = purchase.needsAcknowledgement && finalState.status.isEntitled
+        var detachedRenewal = false  // a renewal on a row an erasure detached, alerted after the commit (once per row)
         try record(id: id, type: "subscription_\(sub.notificationType)", context: context) { c in
             try GooglePurchaseEffects.endReplaced(by: purchase, token: sub.purchaseToken, at: eventTime, on: c)
             if owesAcknowledgement {
@@ -367,9 +372,11 @@ public struct PlayNotificationJob: Job {
                                         data: ["source": "play_notification", "notification_type": "\(sub.notificationType)",
                                                "status": finalState.status.rawValue],
                                         idempotencyKey: "google:notification:\(id)", on: c)
+            detachedRenewal = try DetachedRenewal.markFirst(subscriptionID: outcome.subscriptionID, eventType: Self.eventType(sub.notificationType), on: c)
             return (outcome.applied ? "applied" : "stale", outcome.subscriptionID)
         }
         logger.info("Play notification handled", metadata: ["status": "\(finalState.status.rawValue)"])
+        if detachedRenewal { DetachedRenewal.raise(store: "google", subscriptionID: existing.id, logger: logger) }
         if owesAcknowledgement, let database = context.database {
             _ = try services.acknowledger(pool: database.pool).pay(purchaseToken: sub.purchaseToken, cancellation: cancellation,
                                                                    logger: logger)
