@@ -185,6 +185,23 @@ final class ErasureStoreCancelTests: ReceiptsTestCase {
         XCTAssertEqual(try cancels(), ["gc-503-1": [Self.stopPayments]])
     }
 
+    /// Google's 200 alone settles nothing: a cancel answered 200 while `subscriptionsv2.get` still shows ACTIVE (an
+    /// answer that did not take effect) keeps the row owed with its token, and the next attempt settles it.
+    func testAnAcceptedCancelSettlesOnlyWhenGoogleShowsNoFurtherRenewal() throws {
+        let d = try driver()
+        let user = try googleSubscriber("gc-reread-1", driver: d)
+        let request = try deletionRequest(user)
+        try erase(user, request, d)
+        try fakes.script(.google, ["match": ["path": cancelPath("gc-reread-1")], "status": 200, "body": "{}"])
+        try sweep(d)
+        XCTAssertEqual(try cancelRequests("gc-reread-1"), 1)
+        XCTAssertEqual(try rows(request), ["stop_payments:owed:token"], "Google still shows ACTIVE")
+        clock.advance(61)
+        try sweep(d)
+        XCTAssertEqual(try rows(request), ["stop_payments:cancelled:no-token"])
+        XCTAssertEqual(try cancels(), ["gc-reread-1": [Self.stopPayments]])
+    }
+
     /// A `linkedPurchaseToken` chain (A replaced by B, B by C) whose older rows our table still shows active: only the
     /// latest token is cancelled; Google's state settles the older ones without a call.
     func testOnlyTheLatestTokenOfALinkedChainIsCancelled() throws {
