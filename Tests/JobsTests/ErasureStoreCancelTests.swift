@@ -264,6 +264,25 @@ final class ErasureStoreCancelTests: ReceiptsTestCase {
         XCTAssertEqual(try rows(stayingRequest), ["stop_payments:cancelled:no-token", "stop_renewals:cancelled:no-token"])
     }
 
+    /// The daily DueDeletionSweepJob owes the stop_renewals of an open request whose DeletionRequestedJob never ran,
+    /// once per subscription and request: a user who restores the subscription in the Play Store afterwards is not
+    /// cancelled again by the next day's sweep.
+    func testTheDailySweepStopsRenewalsOfARequestOnceAndNotAgainAfterTheUserRestores() throws {
+        let d = try driver()
+        let user = try googleSubscriber("gc-sweep-1", driver: d)
+        let request = try deletionRequest(user, due: false)
+        try d.run(DueDeletionSweepJob.className, "[]")
+        XCTAssertEqual(try rows(request), ["stop_renewals:owed:token"])
+        try sweep(d)
+        XCTAssertEqual(try cancels(), ["gc-sweep-1": [Self.stopRenewals]])
+        try setPurchase("gc-sweep-1")  // the user restored it in the Play Store: ACTIVE and renewing again
+        try d.run(DueDeletionSweepJob.className, "[]")
+        clock.advance(3600)
+        try sweep(d)
+        XCTAssertEqual(try rows(request), ["stop_renewals:cancelled:no-token"], "owed once per request")
+        XCTAssertEqual(try cancelRequests("gc-sweep-1"), 1)
+    }
+
     // MARK: - Apple
 
     /// Apple has no server-side cancel: a DID_RENEW landing on a row an erasure detached raises

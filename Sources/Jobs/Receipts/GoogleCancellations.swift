@@ -42,7 +42,8 @@ enum GoogleCancellationStore {
     static let chargeableStatuses = "('pending', 'trial', 'active', 'grace_period', 'on_hold', 'paused')"
 
     /// Owes `kind` for each chargeable Google subscription `userID` holds now (before the erasure detaches them).
-    /// A purchase already owed for that kind is not owed twice. For `stopPayments`, a `stopRenewals` still owed for the
+    /// A purchase already owed for that kind is not owed twice, and a subscription owes each kind once per request
+    /// (a user who restores it in the Play Store after our stop_renewals is not cancelled again by the daily sweep). For `stopPayments`, a `stopRenewals` still owed for the
     /// same purchase is settled `superseded` (the stronger cancel replaces it). Returns the rows owed now.
     @discardableResult
     static func owe(_ kind: GoogleCancellationKind, userID: UUID, requestID: UUID, on c: PostgresConnection) throws -> Int {
@@ -61,6 +62,8 @@ enum GoogleCancellationStore {
             FROM subscriptions s
             WHERE s.user_id = $1 AND s.store = 'google' AND s.status IN \(chargeableStatuses)
               AND NOT EXISTS (SELECT 1 FROM subscription_events e WHERE e.subscription_id = s.id AND e.event_type = 'replaced')
+              AND NOT EXISTS (SELECT 1 FROM google_cancellations g
+                              WHERE g.subscription_id = s.id AND g.kind = $3 AND g.request_id = $2)
             ON CONFLICT (purchase_token, kind) WHERE settled_at IS NULL DO NOTHING
             """, [userID, requestID, kind.rawValue])
     }
