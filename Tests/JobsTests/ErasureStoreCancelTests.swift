@@ -17,15 +17,23 @@ final class ErasureStoreCancelTests: ReceiptsTestCase {
         try JobsFixture(prefix: "erasure_cancel_test", redis: 87, fakes: .own([.apple, .google]))
     }
 
-    /// Real time plus what the test added: never behind PostgreSQL's `now()` (the owed rows' `next_attempt_at`).
-    final class OffsetClock: @unchecked Sendable {
+    /// The receipt jobs' clock: stands still until the test moves it (`advance`, or `syncClock` after rows were owed
+    /// at PostgreSQL's `now()`), so whether a row is due never depends on how long the test took.
+    final class TestClock: @unchecked Sendable {
         private let lock = NSLock()
-        private var offset: TimeInterval = 0
-        var now: Date { lock.withLock { Date().addingTimeInterval(offset) } }
-        func advance(_ seconds: TimeInterval) { lock.withLock { offset += seconds } }
+        private var current = Date()
+        var now: Date { lock.withLock { current } }
+        func advance(_ seconds: TimeInterval) { lock.withLock { current = current.addingTimeInterval(seconds) } }
+        func catchUp(to date: Date) { lock.withLock { current = max(current, date) } }
     }
 
-    let clock = OffsetClock()
+    let clock = TestClock()
+
+    /// Moves the clock up to PostgreSQL's `now()` (a transaction after the one that owed the rows), so what was
+    /// just owed is due; never backwards.
+    func syncClock() throws {
+        clock.catchUp(to: try pool.withConnection { try $0.queryFirst("SELECT now() AS t")!.date("t") })
+    }
     let logs = CapturedLogs()
     static let stopPayments = "DEVELOPER_REQUESTED_STOP_PAYMENTS"
     static let stopRenewals = "USER_REQUESTED_STOP_RENEWALS"
@@ -79,6 +87,7 @@ final class ErasureStoreCancelTests: ReceiptsTestCase {
 
     func erase(_ user: UUID, _ request: UUID, _ d: JobRunnerDriver) throws {
         try d.run(AccountDeletionJob.className, PrivacyJobs.deletionJob(userID: user, requestID: request).args)
+        try syncClock()
     }
 
     func sweep(_ d: JobRunnerDriver) throws { try d.run("GoogleAcknowledgementSweepJob", "[]") }
@@ -245,6 +254,7 @@ final class ErasureStoreCancelTests: ReceiptsTestCase {
         for (user, request) in [(withdrawing, withdrawnRequest), (staying, stayingRequest)] {
             try d.run(DeletionRequestedJob.Arguments.className, PrivacyJobs.deletionRequestedJob(userID: user, requestID: request).args)
         }
+        try syncClock()
         XCTAssertEqual(try rows(withdrawnRequest), ["stop_renewals:owed:token"])
         try pool.withConnection { c in
             try c.execute("UPDATE deletion_requests SET cancelled_at = now() WHERE id = $1", [withdrawnRequest])
@@ -272,11 +282,13 @@ final class ErasureStoreCancelTests: ReceiptsTestCase {
         let user = try googleSubscriber("gc-sweep-1", driver: d)
         let request = try deletionRequest(user, due: false)
         try d.run(DueDeletionSweepJob.className, "[]")
+        try syncClock()
         XCTAssertEqual(try rows(request), ["stop_renewals:owed:token"])
         try sweep(d)
         XCTAssertEqual(try cancels(), ["gc-sweep-1": [Self.stopRenewals]])
         try setPurchase("gc-sweep-1")  // the user restored it in the Play Store: ACTIVE and renewing again
         try d.run(DueDeletionSweepJob.className, "[]")
+        try syncClock()
         clock.advance(3600)
         try sweep(d)
         XCTAssertEqual(try rows(request), ["stop_renewals:cancelled:no-token"], "owed once per request")
