@@ -48,6 +48,8 @@ Admin API (HTTP, JSON), on each HTTP fake's own port and on `smtp_admin` for SMT
                                                     "expiryTime": RFC3339, "acknowledgementState": ..., ...}
                 GET  /__admin/google/acknowledgements  {"acknowledgements": {token: accepted count},
                                                         "attempts": {token: requests the handler answered}}
+                GET  /__admin/google/cancellations     {"cancellations": {token: [cancellationType accepted, ...]},
+                                                        "attempts": {token: cancel requests the handler answered}}
                 GET  /__admin/google/tokens            {"issued": [access tokens], "rejected": [reasons]}
                 POST /__admin/google/expire_tokens     every access token issued so far is now expired (401)
                 config {"service_account": {"client_email": E, "public_key_pem": PEM}}: the token endpoint
@@ -87,7 +89,8 @@ Service behaviours (defaults; see the handlers below):
                   Unregistered receipt-data: "sandbox..." => 21007 in production, 0 in sandbox; "status:NNNNN" =>
                   that status; anything else => 0 in production, 21008 in sandbox. config: {"shared_secret": S}
     google:       POST /token, GET /androidpublisher/v3/applications/{pkg}/purchases/subscriptionsv2/tokens/{t},
-                  POST /androidpublisher/v3/applications/{pkg}/purchases/subscriptions/{sub}/tokens/{t}:acknowledge
+                  POST /androidpublisher/v3/applications/{pkg}/purchases/subscriptions/{sub}/tokens/{t}:acknowledge,
+                  POST /androidpublisher/v3/applications/{pkg}/purchases/subscriptionsv2/tokens/{t}:cancel
                   Only registered tokens exist: unknown ones answer 404 notFound ("invalid..." => 400 invalidValue,
                   "gone..." => 410); acknowledging an acknowledged or ended purchase => 400 invalidPurchaseState.
                   config: {"require_issued_token": true}
@@ -879,6 +882,15 @@ class AppleService(Service):
 #   [HOLD]   developer.android.com/google/play/billing/lifecycle/subscriptions ("Account hold": the subscription is
 #            still renewing; the RTDN SUBSCRIPTION_ON_HOLD, then RECOVERED when the payment succeeds), so
 #            lineItems[].autoRenewingPlan.autoRenewEnabled stays true in SUBSCRIPTION_STATE_ON_HOLD
+#   [CANCEL] developers.google.com/android-publisher/api-ref/rest/v3/purchases.subscriptionsv2/cancel (POST
+#            .../subscriptionsv2/tokens/{token}:cancel, body {"cancellationContext": {"cancellationType"}} required,
+#            "If successful, the response body is empty"; CancellationType USER_REQUESTED_STOP_RENEWALS "the
+#            subscription can be restored. It only stops the subscription's next renewal", DEVELOPER_REQUESTED_STOP_
+#            PAYMENTS "the subscription cannot be restored. It stops the subscription's next payment"); the v1 page
+#            (api-ref/purchases/subscriptions/cancel): "The subscription remains valid until its expiration time";
+#            CanceledStateContext (purchases.subscriptionsv2): "Information specific to a subscription in the
+#            SUBSCRIPTION_STATE_CANCELED or SUBSCRIPTION_STATE_EXPIRED state", developerInitiatedCancellation
+#            "Subscription was canceled by the developer"
 #   [RTDN]   developer.android.com/google/play/billing/rtdn-reference (DeveloperNotification: version, packageName,
 #            eventTimeMillis, subscriptionNotification {version, notificationType, purchaseToken}); the Pub/Sub push
 #            body {"message": {"data": base64, "messageId", "publishTime"}, "subscription"}
@@ -899,6 +911,10 @@ GOOGLE_ERRORS = {
                                               "The subscription purchase is no longer available for query because it "
                                               "has been expired for too long."),
     "backendError": (500, "INTERNAL", "backendError", "Backend Error"),
+    # assumed: the reference documents no 403 body for purchases.subscriptionsv2.cancel; this is the envelope
+    # [ENVELOPE] with the PERMISSION_DENIED status Google APIs use for a caller without the permission.
+    "permissionDenied": (403, "PERMISSION_DENIED", "permissionDenied",
+                         "The current user has insufficient permissions to perform the requested operation."),
     "unavailable": (503, "UNAVAILABLE", "backendError", "The service is currently unavailable."),
 }
 
@@ -928,6 +944,8 @@ class GoogleService(Service):
         self.subscriptions = {}
         self.acks = {}          # token -> acknowledgements Google accepted (200)
         self.ack_attempts = {}  # token -> acknowledge requests answered by the handler (any status)
+        self.cancels = {}       # token -> [cancellationType] Google accepted (200)
+        self.cancel_attempts = {}  # token -> cancel requests answered by the handler (any status)
 
     def scripted_response(self, spec):
         if "google_error" in spec:
@@ -947,6 +965,10 @@ class GoogleService(Service):
         if path == "/__admin/google/acknowledgements":
             with self.lock:
                 return jresp({"acknowledgements": dict(self.acks), "attempts": dict(self.ack_attempts)})
+        if path == "/__admin/google/cancellations":
+            with self.lock:
+                return jresp({"cancellations": {t: list(v) for t, v in self.cancels.items()},
+                              "attempts": dict(self.cancel_attempts)})
         if path == "/__admin/google/tokens":
             with self.lock:
                 return jresp({"issued": list(self.issued), "rejected": list(self.rejected)})
@@ -973,6 +995,10 @@ class GoogleService(Service):
             if len(rest) == 5 and rest[1] == "purchases" and rest[2] == "subscriptionsv2" and rest[3] == "tokens" \
                     and req["method"] == "GET":
                 return self.subscription_v2(rest[0], urllib.parse.unquote(rest[4]))
+            # pkg/purchases/subscriptionsv2/tokens/TOKEN:cancel  [CANCEL]
+            if len(rest) == 5 and rest[1] == "purchases" and rest[2] == "subscriptionsv2" and rest[3] == "tokens" \
+                    and rest[4].endswith(":cancel") and req["method"] == "POST":
+                return self.cancel(rest[0], urllib.parse.unquote(rest[4][:-len(":cancel")]), req["body"])
             # pkg/purchases/subscriptions/SUB/tokens/TOKEN:acknowledge  [ACK]
             if len(rest) == 6 and rest[1] == "purchases" and rest[2] == "subscriptions" and rest[4] == "tokens" \
                     and rest[5].endswith(":acknowledge") and req["method"] == "POST":
@@ -1114,6 +1140,47 @@ class GoogleService(Service):
         return jresp({"message": {"data": data, "messageId": message_id,
                                   "publishTime": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())},
                       "subscription": "projects/demo/subscriptions/rtdn"})
+
+    def cancel(self, pkg, token, body):
+        """purchases.subscriptionsv2.cancel [CANCEL]: a registered purchase Google may still charge for (ACTIVE,
+        IN_GRACE_PERIOD, ON_HOLD, PAUSED, PENDING), or a CANCELED one not replaced, answers 200 with an empty body and
+        is then SUBSCRIPTION_STATE_CANCELED with canceledStateContext.developerInitiatedCancellation and
+        autoRenewEnabled false, its expiryTime unchanged ("remains valid until its expiration time").
+        # assumed: the reference does not say which CanceledStateContext a USER_REQUESTED_STOP_RENEWALS sent by the
+        # developer produces; both types record developerInitiatedCancellation here (the API call is the developer's).
+        # assumed: the reference documents no error for cancelling a purchase that has ended (EXPIRED,
+        # PENDING_PURCHASE_CANCELED, replaced); it answers 400 invalidPurchaseState, as acknowledge does [INVALID_STATE].
+        A missing or unknown cancellationType is 400 invalidValue (the field is Required); an unknown token as in
+        subscriptionsv2.get [ERRORS]. 403, 5xx and timeouts come from scripts ({"google_error": "permissionDenied"},
+        {"status": 503}, {"hang": true})."""
+        with self.lock:
+            self.cancel_attempts[token] = self.cancel_attempts.get(token, 0) + 1
+            known = token in self.subscriptions
+            reg = dict(self.subscriptions.get(token, {}))
+        try:
+            kind = json.loads(body or "{}").get("cancellationContext", {}).get("cancellationType")
+        except (ValueError, AttributeError):
+            kind = None
+        if kind not in ("USER_REQUESTED_STOP_RENEWALS", "DEVELOPER_REQUESTED_STOP_PAYMENTS"):
+            return google_named_error("invalidValue")
+        if not known:
+            return self.unknown_token(token)
+        state = reg.get("subscriptionState", "SUBSCRIPTION_STATE_ACTIVE")
+        replaced = "replacementCancellation" in (reg.get("canceledStateContext") or {})
+        cancellable = state in ("SUBSCRIPTION_STATE_ACTIVE", "SUBSCRIPTION_STATE_IN_GRACE_PERIOD",
+                                "SUBSCRIPTION_STATE_ON_HOLD", "SUBSCRIPTION_STATE_PAUSED", "SUBSCRIPTION_STATE_PENDING") \
+            or (state == "SUBSCRIPTION_STATE_CANCELED" and not replaced)
+        if not cancellable:
+            return google_named_error("invalidPurchaseState")
+        with self.lock:
+            current = self.subscriptions[token]
+            current["subscriptionState"] = "SUBSCRIPTION_STATE_CANCELED"
+            current["canceledStateContext"] = {"developerInitiatedCancellation": {}}
+            line = dict(current.get("lineItem", {}))
+            line["autoRenewingPlan"] = {"autoRenewEnabled": False}
+            current["lineItem"] = line
+            self.cancels.setdefault(token, []).append(kind)
+        return Response(200, b"{}")
 
     def acknowledge(self, pkg, sub, token):
         """purchases.subscriptions.acknowledge [ACK]: 200 with an empty body for a registered purchase whose

@@ -97,6 +97,7 @@ enum DomainTypedCases {
             "privacy-export": .of(PrivacyExportJob.self, .init(userID: user, exportID: other)),
             "account-deletion": .of(AccountDeletionJob.self, .init(userID: user, requestID: other)),
             "account-deletion-uppercase-ids": .of(AccountDeletionJob.self, .init(userID: user, requestID: other)),
+            "deletion-requested": .of(DeletionRequestedJob.self, .init(userID: user, requestID: other)),
             "due-deletion-sweep": .of(DueDeletionSweepJob.self, .init()),
             "export-cleanup": .of(ExportCleanupJob.self, .init()),
             "reverse-geocode": .of(ReverseGeocodeJob.self, .init(locationID: other)),

@@ -33,7 +33,8 @@ public enum DeletionPolicy {
     static let statements: [String] = [
         // Accounting records are kept, detached from the person; the raw store receipts go (data
         // minimisation: transaction ids, product, price and dates are what accounting needs).
-        "UPDATE subscriptions SET user_id = NULL, store_receipt = NULL, updated_at = now() WHERE user_id = $1",
+        // `detached_at` marks the erasure (a renewal landing on the row later is alerted once: `DetachedRenewal`).
+        "UPDATE subscriptions SET user_id = NULL, store_receipt = NULL, detached_at = now(), updated_at = now() WHERE user_id = $1",
         "UPDATE iap_receipts SET user_id = NULL, receipt_data = NULL WHERE user_id = $1",
         "UPDATE credit_transactions SET user_id = NULL WHERE user_id = $1",
         // Ad statistics are kept for revenue aggregation, detached.
@@ -138,6 +139,10 @@ struct AccountAnonymizer {
         // Jobs enqueued through PostgreSQL keep a copy of their args in job_outbox (no FK to users): removed now,
         // in this transaction, so the Redis purge after the commit is the last word (OutboxJobPurger).
         counts["job_outbox"] = try OutboxJobPurger.purge(userID: userID, email: try row.optionalString("email"), on: conn)
+        // The store subscriptions, before the rows are detached: every chargeable Google one owes a cancel that stops
+        // its payments (paid after the commit by GoogleAcknowledgementSweepJob); Apple ones only the user can stop.
+        let googleOwed = try GoogleCancellationStore.owe(.stopPayments, userID: userID, requestID: requestID, on: conn)
+        let appleLive = try GoogleCancellationStore.liveAppleSubscriptions(userID: userID, on: conn)
         for statement in DeletionPolicy.statements { try conn.execute(statement, [userID]) }
         // Crypto-shredding (docs/jobs-privacy.md): the user's data keys go, so every copy of their encrypted job
         // arguments (Redis, its AOF, backups, dead) becomes unreadable. The deletion job announces it after the commit.
@@ -151,8 +156,11 @@ struct AccountAnonymizer {
         try conn.execute("""
             INSERT INTO audit_logs (user_id, app_id, action, result, details)
             VALUES ($1, $2, 'account_deleted', 'success',
-                    jsonb_build_object('request_id', $3::text, 'jid', $4::text, 'deleted_rows', $5::jsonb))
-            """, [userID, try row.uuid("app_id"), requestID, jid, "{\(countsJSON)}"])
+                    jsonb_build_object('request_id', $3::text, 'jid', $4::text, 'deleted_rows', $5::jsonb,
+                                       'apple_subscriptions_live', $6::int, 'google_cancellations', '{}'::jsonb))
+            """, [userID, try row.uuid("app_id"), requestID, jid, "{\(countsJSON)}", appleLive])
+        // `google_cancellations`: {"owed": n} now, then counts by outcome as the cancels settle.
+        if googleOwed > 0 { try GoogleCancellationStore.recordOutcome(requestID: requestID, on: conn) }
         return .anonymised
     }
 }

@@ -10,10 +10,11 @@ import Workers
 /// |-----------------------|---------------------------------------------|--------------------------------------|
 /// | `PrivacyExportJob`    | `[{"user_id": UUID, "export_id": UUID}]`    | Auth Service, now                    |
 /// | `AccountDeletionJob`  | `[{"user_id": UUID, "request_id": UUID}]`   | Auth Service, `at` = `deletionDate`  |
+/// | `DeletionRequestedJob`| `[{"user_id": UUID, "request_id": UUID}]`   | Auth Service, now (with the above)   |
 /// | `DueDeletionSweepJob` | `[]`                                        | schedule, daily                      |
 /// | `ExportCleanupJob`    | `[]`                                        | schedule, daily                      |
 public enum PrivacyJobs {
-    public static let classNames = [PrivacyExportJob.className, AccountDeletionJob.className,
+    public static let classNames = [PrivacyExportJob.className, AccountDeletionJob.className, DeletionRequestedJob.className,
                                     DueDeletionSweepJob.className, ExportCleanupJob.className]
 
     /// How long before the one-month deadline the erasure is scheduled: 2 days. The daily `DueDeletionSweepJob`
@@ -33,7 +34,7 @@ public enum PrivacyJobs {
         return deadline.addingTimeInterval(-deletionMargin)
     }
 
-    /// Registers the four privacy jobs. `redis` is the job system's own Redis (purging and enqueueing);
+    /// Registers the five privacy jobs. `redis` is the job system's own Redis (purging and enqueueing);
     /// `smtp` defaults to a sender built from `configuration.smtp`; `subjectKeys`: the key store of encrypted
     /// arguments, with which the deletion erases the keys of the person's e-mail subjects (nil: no KEK here).
     package static func register(into registry: inout JobRegistry, configuration: PrivacyConfiguration,
@@ -42,6 +43,7 @@ public enum PrivacyJobs {
         let sender = smtp ?? SMTPSender(configuration: configuration.smtp)
         registry.register(PrivacyExportJob(configuration: configuration, smtp: sender))
         registry.register(AccountDeletionJob(configuration: configuration, redis: redis, shards: shards, subjectKeys: subjectKeys))
+        registry.register(DeletionRequestedJob())
         registry.register(DueDeletionSweepJob(configuration: configuration, redis: redis, shards: shards))
         registry.register(ExportCleanupJob(configuration: configuration))
     }
@@ -51,17 +53,24 @@ public enum PrivacyJobs {
         try NewJob(AccountDeletionJob.Arguments(userID: userID, requestID: requestID), queue: queue)
     }
 
+    /// The `DeletionRequestedJob` for a request (what the Auth Service enqueues at once, beside the erasure).
+    public static func deletionRequestedJob(userID: UUID, requestID: UUID, queue: String = "default") throws(EnqueueError) -> NewJob {
+        try NewJob(DeletionRequestedJob.Arguments(userID: userID, requestID: requestID), queue: queue)
+    }
+
     /// The `PrivacyExportJob` for an export (what the Auth Service enqueues).
     public static func exportJob(userID: UUID, exportID: UUID, queue: String = "default") throws(EnqueueError) -> NewJob {
         try NewJob(PrivacyExportJob.Arguments(userID: userID, exportID: exportID), queue: queue)
     }
 
     /// Schedules the deletion at `deletionDate(requestedAt:)`, as the Auth Service must (it records the same time
-    /// in `deletion_requests.scheduled_at`, which the sweep and the job's re-check read). Returns the jid.
+    /// in `deletion_requests.scheduled_at`, which the sweep and the job's re-check read), and enqueues
+    /// `DeletionRequestedJob` now (store renewals stop at the request). Returns the erasure's jid.
     @discardableResult
     public static func scheduleDeletion(client: JobClient, userID: UUID, requestID: UUID, requestedAt: Date,
                                         queue: String = "default") throws -> String {
-        try client.enqueue(deletionJob(userID: userID, requestID: requestID, queue: queue),
-                           at: deletionDate(requestedAt: requestedAt).timeIntervalSince1970)
+        _ = try client.enqueue(deletionRequestedJob(userID: userID, requestID: requestID, queue: queue))
+        return try client.enqueue(deletionJob(userID: userID, requestID: requestID, queue: queue),
+                                  at: deletionDate(requestedAt: requestedAt).timeIntervalSince1970)
     }
 }

@@ -6,6 +6,10 @@ import Workers
 
 /// Daily safety net: enqueues `AccountDeletionJob` for every due, uncancelled, uncompleted request whose user
 /// still asks for deletion and that has no pending job (scheduled, retry, enqueued or running). `args: []`.
+/// It also owes the `stop_renewals` Google cancel (`DeletionRequestedJob`'s work) for every open request not due yet
+/// whose user has a chargeable Google subscription not yet owed for that request: a request whose
+/// `DeletionRequestedJob` was never enqueued, or a subscription bought after it. A request withdrawn meanwhile is
+/// settled `withdrawn` by the payer, with no call.
 ///
 /// A job moving between Redis structures during the scan can be missed by the pending check and enqueued a
 /// second time: harmless, the deletion is idempotent. A request whose job died is enqueued again (daily).
@@ -32,6 +36,19 @@ public struct DueDeletionSweepJob: Job {
     }
 
     public func perform(_ arguments: Arguments, context: JobContext) throws {
+        let renewalsOwed = try context.withConnection { conn in
+            try conn.query("""
+                SELECT r.id, r.user_id FROM deletion_requests r JOIN users u ON u.id = r.user_id
+                WHERE r.cancelled_at IS NULL AND r.completed_at IS NULL AND r.scheduled_at > now()
+                  AND u.delete_requested AND u.anonymized_at IS NULL
+                  AND EXISTS (SELECT 1 FROM subscriptions s WHERE s.user_id = r.user_id AND s.store = 'google')
+                ORDER BY r.scheduled_at LIMIT $1
+                """, [batchLimit]).map { (try $0.uuid("id"), try $0.uuid("user_id")) }
+                .reduce(0) { owed, request in
+                    owed + (try GoogleCancellationStore.owe(.stopRenewals, userID: request.1, requestID: request.0, on: conn))
+                }
+        }
+        if renewalsOwed > 0 { context.logger.info("deletion sweep: Google renewals to stop recorded", metadata: ["owed": "\(renewalsOwed)"]) }
         let due = try context.withConnection { conn in
             try conn.query("""
                 SELECT r.id, r.user_id FROM deletion_requests r JOIN users u ON u.id = r.user_id

@@ -145,7 +145,8 @@ struct GoogleAcknowledger: Sendable {
 }
 
 /// Pays every owed Google acknowledgement that is due (`google_acknowledgements`), `sweepBatchSize` per batch
-/// until none is due. Scheduled every minute (`config/schedule.yaml`); safe to run twice or concurrently (each row
+/// until none is due, then every owed cancellation of a deleted or deleting account (`google_cancellations`,
+/// `GoogleCanceller`, due by `ReceiptServices.now`). Scheduled every minute (`config/schedule.yaml`); safe to run twice or concurrently (each row
 /// is claimed before its call). Runs without the ledger: its effects are the rows' own settlement. Then raises the
 /// late `RCV-GOOGLE-UNATTRIBUTED` alert, once per purchase, for out-of-app purchases still unattributed 24 h after
 /// their RTDN (`alertLateUnattributed`, by `ReceiptServices.now`).
@@ -186,6 +187,10 @@ public struct GoogleAcknowledgementSweepJob: Job {
             }
         }
         context.logger.info("Google acknowledgement sweep done", metadata: ["settled": "\(settled)", "still_owed": "\(owed)"])
+        let (cancelled, cancelOwed) = try payCancellations(pool: database.pool, context: context, cancellation: cancellation)
+        if cancelled + cancelOwed > 0 {
+            context.logger.info("Google cancellations paid", metadata: ["settled": "\(cancelled)", "still_owed": "\(cancelOwed)"])
+        }
         try alertLateUnattributed(pool: database.pool, logger: context.logger)
     }
 

@@ -180,7 +180,7 @@ enum GoogleStateDerivation {
     }
 }
 
-/// Play Developer API: `purchases.subscriptionsv2.get` and `purchases.subscriptions.acknowledge`.
+/// Play Developer API: `purchases.subscriptionsv2.get`, `purchases.subscriptions.acknowledge` and `purchases.subscriptionsv2.cancel`.
 ///
 /// Authorised with the shared `GoogleAccessTokenProvider`; a 401 drops the cached token and retries once with a
 /// new one (an expired or revoked access token). Thread rules: a value; safe from any thread.
@@ -238,6 +238,42 @@ struct GooglePlayClient: Sendable {
         switch response.status {
         case 409: throw StoreUnavailable("Google Play acknowledge", "HTTP 409 \(reason)")
         case 401, 403: throw StoreUnavailable("Google Play acknowledge", "HTTP \(response.status) \(reason); check the service account's Play Console access")
+        default: return .refused(status: response.status, reason: reason)
+        }
+    }
+
+    /// What Google answered to a cancel that reached it.
+    enum CancelAnswer: Sendable, Equatable {
+        /// 2xx ("If successful, the response body is empty").
+        case accepted
+        /// Another 4xx (e.g. 400 for a purchase that cannot be cancelled any more, 404/410): its state says why.
+        case refused(status: Int, reason: String)
+    }
+
+    /// 401/403 on an order-management call (after a fresh access token): the service account lacks the permission.
+    struct Forbidden: Error, Sendable, CustomStringConvertible {
+        let status: Int
+        let reason: String
+        var description: String { "Google Play cancel answered HTTP \(status): \(reason)" }
+    }
+
+    /// `purchases.subscriptionsv2.cancel` with `cancellationContext.cancellationType` (why v2: `GoogleCancellationKind`).
+    /// Throws `Forbidden` for 401/403, `StoreUnavailable` / `JobError.retryAfter` for 429, 5xx, 408, 409 and
+    /// transport failures. Never puts the token in an error: it is a secret path segment of the request.
+    func cancel(packageName: String, purchaseToken: String, cancellationType: String,
+                cancellation: HTTPCancellation?) throws -> CancelAnswer {
+        let url = baseURL + "/androidpublisher/v3/applications/\(Self.segment(packageName))/purchases/subscriptionsv2/tokens/"
+            + "\(Self.segment(purchaseToken)):cancel"
+        let body = try JSONSerialization.data(withJSONObject: ["cancellationContext": ["cancellationType": cancellationType]])
+        let request = HTTPRequest(method: .post, url: url, headers: ["Content-Type": "application/json"], body: body)
+            .withSecretPathSegment(purchaseToken)
+        let response = try authorized(request, service: "Google Play cancel", cancellation: cancellation)
+        try StoreHTTP.throwIfRetryable(response, service: "Google Play cancel")
+        if response.isSuccess { return .accepted }
+        let reason = Self.errorReason(response)
+        switch response.status {
+        case 401, 403: throw Forbidden(status: response.status, reason: reason)
+        case 409: throw StoreUnavailable("Google Play cancel", "HTTP 409 \(reason)")
         default: return .refused(status: response.status, reason: reason)
         }
     }

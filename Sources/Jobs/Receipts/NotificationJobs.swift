@@ -120,6 +120,7 @@ public struct AppStoreNotificationJob: Job {
         }
         var outcomeText = "ignored"
         var unknownKindCount: Int64?
+        var detachedRenewal: UUID?  // a renewal on a row an erasure detached, alerted after the commit (once per row)
         try context.transaction { c in
             guard try SubscriptionStore.claimNotification(store: .apple, id: id, type: type, subtype: subtype, on: c) else { return }
             if !UnknownNotificationKind.appleTypes.contains(type) {
@@ -180,14 +181,19 @@ public struct AppStoreNotificationJob: Job {
             }
             eventData["status"] = applied.status.rawValue
             if applied.transactionID != state.transactionID { eventData["latest_transaction_id"] = applied.transactionID }
-            try SubscriptionStore.event(outcome.subscriptionID, type: Self.eventType(type, subtype: subtype, status: applied.status),
+            let appliedEvent = Self.eventType(type, subtype: subtype, status: applied.status)
+            try SubscriptionStore.event(outcome.subscriptionID, type: appliedEvent,
                                         data: eventData, idempotencyKey: "apple:notification:\(id)", on: c)
+            if try DetachedRenewal.markFirst(subscriptionID: outcome.subscriptionID, eventType: appliedEvent, on: c) {
+                detachedRenewal = outcome.subscriptionID
+            }
             outcomeText = outcome.applied ? "applied" : "stale"
             try SubscriptionStore.finishNotification(store: .apple, id: id, outcome: outcomeText,
                                                      subscriptionID: outcome.subscriptionID, on: c)
         }
         if let unknownKindCount { UnknownNotificationKind.raise(store: .apple, kind: type, count: unknownKindCount, logger: logger) }
         logger.info("App Store notification handled", metadata: ["outcome": "\(outcomeText)"])
+        if let detachedRenewal { DetachedRenewal.raise(store: "apple", subscriptionID: detachedRenewal, logger: logger) }
     }
 
     /// Types that say something about the subscription's state; others (CONSUMPTION_REQUEST, PRICE_INCREASE,
@@ -405,6 +411,7 @@ public struct PlayNotificationJob: Job {
         let finalState = state
         // Owed with the commit, paid after it (here or by GoogleAcknowledgementSweepJob): see ValidateReceiptJob.
         let owesAcknowledgement = purchase.needsAcknowledgement && finalState.status.isEntitled
+        var detachedRenewal = false  // a renewal on a row an erasure detached, alerted after the commit (once per row)
         try record(id: id, type: "subscription_\(sub.notificationType)", context: context) { c in
             if try GooglePurchaseEffects.wasReplaced(existing.id, on: c) {
                 // An older token of a linkedPurchaseToken chain: its event, and the row and the user as they are.
@@ -428,9 +435,11 @@ public struct PlayNotificationJob: Job {
                                         data: ["source": "play_notification", "notification_type": "\(sub.notificationType)",
                                                "status": finalState.status.rawValue],
                                         idempotencyKey: "google:notification:\(id)", on: c)
+            detachedRenewal = try DetachedRenewal.markFirst(subscriptionID: outcome.subscriptionID, eventType: Self.eventType(sub.notificationType), on: c)
             return (outcome.applied ? "applied" : "stale", outcome.subscriptionID)
         }
         logger.info("Play notification handled", metadata: ["status": "\(finalState.status.rawValue)"])
+        if detachedRenewal { DetachedRenewal.raise(store: "google", subscriptionID: existing.id, logger: logger) }
         if owesAcknowledgement, let database = context.database {
             _ = try services.acknowledger(pool: database.pool).pay(purchaseToken: sub.purchaseToken, cancellation: cancellation,
                                                                    logger: logger)
