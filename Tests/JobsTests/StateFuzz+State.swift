@@ -197,7 +197,9 @@ enum StateGenerators {
         "limits": { r, s, type in
             guard type == .hash else { return generic(&r, s, type) }
             return .hash(s.limiters.map { name in
-                let spec = r.chance(0.6) ? "\(r.pick(["window", "bucket", "concurrent"])) \(r.pick(["10", "0", "-1", "9223372036854775807", "1e300"])) \(r.pick(["60000", "0", "-5", "1e300"]))"
+                // Mostly a declaration a worker writes (so that the instance's hostile figures are read), else hostile.
+                let spec = r.chance(0.7) ? "\(r.pick(["window", "bucket", "concurrent"])) 10 60000"
+                    : r.chance(0.6) ? "\(r.pick(["window", "bucket", "concurrent"])) \(r.pick(["10", "0", "-1", "9223372036854775807", "1e300"])) \(r.pick(["60000", "0", "-5", "1e300"]))"
                     : String(decoding: HostileValues.scalar(&r), as: UTF8.self)
                 return (Array(name.utf8), Array(spec.utf8))
             })
@@ -264,8 +266,14 @@ enum StateGenerators {
         switch type {
         case .zset: return .zset((0..<(1 + r.below(3))).map { _ in (HostileValues.score(&r, now: s.now), Array(r.hex(24).utf8)) })
         case .hash:
-            return fields({ _ in ["window", "count", "tokens", "at"] },
-                          values: ["\(Int(s.now * 1000) / 60_000)", "\(Int(s.now * 1000))", "3"])(&r, s, type)
+            // A valid-looking record (the current window of a 60 s limiter, a refill time of now) with hostile
+            // figures, or hostile fields throughout.
+            guard r.chance(0.7) else { return fields({ _ in ["window", "count", "tokens", "at"] })(&r, s, type) }
+            let nowMs = Int(s.now * 1000)
+            let figure = { (r: inout SplitMix64, valid: String) in r.chance(0.7) ? HostileValues.scalar(&r) : Array(valid.utf8) }
+            return .hash([(Array("window".utf8), r.chance(0.8) ? Array("\(nowMs / 60_000)".utf8) : HostileValues.scalar(&r)),
+                          (Array("count".utf8), figure(&r, "3")), (Array("tokens".utf8), figure(&r, "3")),
+                          (Array("at".utf8), r.chance(0.8) ? Array("\(nowMs)".utf8) : HostileValues.scalar(&r))])
         default: return generic(&r, s, type)
         }
     }
