@@ -43,23 +43,24 @@ package enum ProcessRegistry {
     /// fleet running this process's jobs twice. Returns the signal popped, if any, and whether the heartbeat was made.
     package static func fullBeat(_ connection: RedisConnection, identity: String,
                                  fetcherHeartbeatTTL: Int) throws(RedisError) -> (signal: String?, created: Bool) {
-        let reply = try connection.evaluate(fullBeatScript, arguments: [
+        let reply = try connection.evaluate(fullBeatScript, keys: [
             Keys.process(identity), Keys.workers(identity), Keys.work(identity),
-            Keys.fetcherHeartbeat(identity: identity), max(1, fetcherHeartbeatTTL), Keys.signals(identity)])
+            Keys.fetcherHeartbeat(identity: identity), Keys.signals(identity)], arguments: [max(1, fetcherHeartbeatTTL)])
         let parts = reply.array ?? []
         return (parts.count > 1 ? parts[1].string : nil, parts.first?.integer == 1)
     }
 
-    /// ARGV: process hash, workers hash (Sidekiq 6), work hash (7/8), fetcher heartbeat, its TTL, signal list.
+    /// KEYS: process hash, workers hash (Sidekiq 6), work hash (7/8), fetcher heartbeat, signal list; ARGV[1]: the
+    /// heartbeat's TTL.
     private static let fullBeatScript = RedisScript("""
-        redis.call('EXPIRE', ARGV[1], 60)
-        redis.call('UNLINK', ARGV[2], ARGV[3])
+        redis.call('EXPIRE', KEYS[1], 60)
+        redis.call('UNLINK', KEYS[2], KEYS[3])
         local created = 0
-        if redis.call('EXPIRE', ARGV[4], ARGV[5]) == 0 then
-          redis.call('SET', ARGV[4], '1', 'EX', ARGV[5])
+        if redis.call('EXPIRE', KEYS[4], ARGV[1]) == 0 then
+          redis.call('SET', KEYS[4], '1', 'EX', ARGV[1])
           created = 1
         end
-        return {created, redis.call('RPOP', ARGV[6])}
+        return {created, redis.call('RPOP', KEYS[5])}
         """)
 
     /// Removes members of `processes` whose hash has no `info` (expired: the process is gone),

@@ -132,7 +132,8 @@ package enum ReliableQueue {
         var failure: RedisError?
         var paused = false
         var waited: FetchedJob?
-        try connection.pipeline([(["EVAL", Scripts.fetch.source] as [any RedisArgument]) + Scripts.fetch.keyArguments([]) + [identity, limit, queue],
+        let fetch: [any RedisArgument] = ["EVAL", Scripts.fetch.source] + Scripts.fetch.keyArguments([]) + [identity, limit, queue]
+        try connection.pipeline([fetch,
                                  ["SISMEMBER", Keys.paused, queue],
                                  waitCommand(queue: queue, working: working, timeout: timeout)]) { index, reply in
             do throws(RedisError) {
@@ -349,7 +350,7 @@ package enum ReliableQueue {
     @discardableResult
     public static func trimDead(_ connection: RedisConnection, maxBytes: Int) throws(RedisError) -> Int {
         guard maxBytes > 0 else { return 0 }
-        return Int(try connection.evaluate(Scripts.trimByBytes, arguments: [Keys.dead, maxBytes]).integer ?? 0)
+        return Int(try connection.evaluate(Scripts.trimByBytes, keys: [Keys.dead], arguments: [maxBytes]).integer ?? 0)
     }
 
     /// Whether settling `job` so takes memory off Redis, or leaves it as it was, without counting: what may be written
@@ -407,7 +408,7 @@ package enum ReliableQueue {
             let reply = try connection.command("ZRANGEBYSCORE", set, "-inf", now, "LIMIT", 0, batchSize)
             let members = reply.array ?? []
             if members.isEmpty { return total }
-            var arguments: [any RedisArgument] = [set]
+            var arguments: [any RedisArgument] = []
             var invalid: [(raw: [UInt8], reason: String)] = []
             for member in members {
                 guard let raw = member.bytes else { continue }
@@ -424,16 +425,16 @@ package enum ReliableQueue {
                 payload.setTimestamp("enqueued_at", Clock.now())
                 arguments += [raw, queue, payload.serialized()]
             }
-            if arguments.count > 1 {
-                let moved = try connection.evaluate(Scripts.moveDue, arguments: arguments)
+            if !arguments.isEmpty {
+                let moved = try connection.evaluate(Scripts.moveDue, keys: [set], arguments: arguments)
                 total += Int(moved.integer ?? 0)
             }
             for (raw, reason) in invalid {
                 // One script: only the poller whose ZREM removed it writes the dead entry, and a full Redis, which
                 // would refuse a ZADD sent alone after the ZREM, lets it through after the script's first write
                 // (docs/redis-full.md): the member is never lost between the two.
-                _ = try connection.evaluate(Scripts.buryUnreadable, arguments: [
-                    set, raw, now, UnreadableJob.deadEntry(raw: raw, queue: "default", reason: reason, now: now)])
+                _ = try connection.evaluate(Scripts.buryUnreadable, keys: [set], arguments: [
+                    raw, now, UnreadableJob.deadEntry(raw: raw, queue: "default", reason: reason, now: now)])
             }
             if members.count < batchSize { return total }
         }
@@ -517,7 +518,7 @@ package enum ReliableQueue {
             if alive { continue }
             let jobs = try connection.command("LRANGE", key, 0, -1).array ?? []
             if jobs.isEmpty { continue }
-            var arguments: [any RedisArgument] = [key, heartbeat, now, deadLimits.maxJobs, deadLimits.maxAgeSeconds, queue]
+            var arguments: [any RedisArgument] = [now, deadLimits.maxJobs, deadLimits.maxAgeSeconds, queue]
             var killed = 0
             for job in jobs {
                 guard let raw = job.bytes else { continue }
@@ -525,7 +526,7 @@ package enum ReliableQueue {
                 arguments += [raw, decision.toDead ? "dead" : "requeue", decision.payload]
                 if decision.toDead { killed += 1 }
             }
-            let moved = try connection.evaluate(Scripts.recover, arguments: arguments)
+            let moved = try connection.evaluate(Scripts.recover, keys: [key, heartbeat], arguments: arguments)
             if let count = moved.integer, count >= 0 {
                 if !report.deadProcesses.contains(identity) { report.deadProcesses.append(identity) }
                 report.requeued += Int(count) - min(killed, Int(count))

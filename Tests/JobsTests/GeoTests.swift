@@ -475,36 +475,53 @@ final class GeoTests: JobsTestCase {
 
     // MARK: - Configuration
 
-    /// N7: a production start (`WORKERS_ENV=production`) with the public OSMF server logs one warning naming the
-    /// usage policy; development, an unset environment, or an own instance in production log none.
-    func testProductionStartWithThePublicServerWarnsOfTheUsagePolicy() throws {
-        func warnings(_ environment: [String: String]) throws -> [CapturedLogs.Entry] {
-            let logs = CapturedLogs()
-            var registry = JobRegistry()
-            try GeoJobs.register(into: &registry, configuration: try GeoConfiguration.fromEnvironment(
-                                    environment.merging(["GEO_CONTACT_EMAIL": "geo@example.org"]) { $1 }),
-                                 http: http, redis: redis.pool, logger: logs.logger(label: "geo-start"))
-            XCTAssertEqual(Set(registry.classNames), Set(GeoJobs.classNames), "the geo jobs still run")
-            return logs.all.filter { $0.level == .warning }
+    /// N7/L-l (domain review 3): the public OSMF server is refused unless `WORKERS_ENV` names a non-production
+    /// environment — an unset `WORKERS_ENV` is refused too (a production fleet that forgot to say so); an own instance
+    /// starts in any environment. Refused, the geo area registers stand-ins (`DomainJobs`): its jobs never call the
+    /// public server. Guarded line: the `throw` of `usagePolicyRefusal` in `GeoConfiguration.validate()`.
+    func testThePublicServerIsRefusedOutsideANonProductionEnvironment() throws {
+        func refusal(_ environment: [String: String]) -> GeoAdsConfigurationError? {
+            do {
+                _ = try GeoConfiguration.fromEnvironment(environment.merging(["GEO_CONTACT_EMAIL": "geo@example.org"]) { $1 })
+                return nil
+            } catch let error as GeoAdsConfigurationError {
+                return error
+            } catch {
+                XCTFail("expected GeoAdsConfigurationError, got \(error)")
+                return nil
+            }
         }
-        let production = try warnings(["WORKERS_ENV": "production"])
-        XCTAssertEqual(production.count, 1)
-        let warning = try XCTUnwrap(production.first)
-        XCTAssertTrue(warning.message.contains("https://operations.osmfoundation.org/policies/nominatim/"), warning.message)
-        XCTAssertTrue(warning.message.contains("GEO_NOMINATIM_URL is the public OSMF Nominatim server"), warning.message)
-        XCTAssertEqual(warning.metadata["variable"], "GEO_NOMINATIM_URL")
-        XCTAssertEqual(try warnings(["WORKERS_ENV": "Production", "GEO_NOMINATIM_URL": "https://nominatim.openstreetmap.org/"]).count, 1)
-        XCTAssertEqual(try warnings(["WORKERS_ENV": "development"]).count, 0)
-        XCTAssertEqual(try warnings([:]).count, 0)
-        XCTAssertEqual(try warnings(["WORKERS_ENV": "production", "GEO_NOMINATIM_URL": "https://geo.internal.example.com"]).count, 0)
+        for environment in [[:], ["WORKERS_ENV": "production"], ["WORKERS_ENV": "Production"], ["WORKERS_ENV": "prod"],
+                            ["WORKERS_ENV": "production", "GEO_NOMINATIM_URL": "https://NOMINATIM.openstreetmap.org/"]] {
+            let refused = try XCTUnwrap(refusal(environment), "\(environment)")
+            XCTAssertEqual(refused.variable, "GEO_NOMINATIM_URL")
+            XCTAssertTrue(refused.reason.contains("https://operations.osmfoundation.org/policies/nominatim/"), refused.reason)
+        }
+        for environment in [["WORKERS_ENV": "development"], ["WORKERS_ENV": "Staging"], ["WORKERS_ENV": "test"],
+                            ["WORKERS_ENV": "production", "GEO_NOMINATIM_URL": "https://geo.internal.example.com"],
+                            ["GEO_NOMINATIM_URL": "https://geo.internal.example.com"]] {
+            XCTAssertNil(refusal(environment), "\(environment)")
+        }
+        // Through the registration a worker runs: the geo area is refused and its jobs are stand-ins.
+        var registry = JobRegistry()
+        let statuses = DomainJobs.register(into: &registry, environment: ["GEO_CONTACT_EMAIL": "geo@example.org",
+                                                                          "WORKERS_ENV": "production"],
+                                           redis: redis.pool, http: http)
+        let geo = try XCTUnwrap(statuses.first { $0.area == "geo" })
+        XCTAssertNotNil(geo.problem, "refused in production with the public server")
+        XCTAssertFalse(try XCTUnwrap(geo.problem).contains("geo@example.org"), "no contact address in the problem text")
+        // L-l: the export tells the person where the place names come from, under which licence.
+        let locations = try XCTUnwrap(ProcessingInformation.categories["locations"])
+        XCTAssertTrue(locations.source.contains("© OpenStreetMap contributors"), locations.source)
+        XCTAssertTrue(locations.source.contains("Open Database License"), locations.source)
     }
 
     func testConfigurationFromEnvironment() throws {
-        let defaults = try GeoConfiguration.fromEnvironment(["GEO_CONTACT_EMAIL": "geo@example.org"])
+        let defaults = try GeoConfiguration.fromEnvironment(["GEO_CONTACT_EMAIL": "geo@example.org", "WORKERS_ENV": "development"])
         XCTAssertEqual(defaults.nominatimBaseURL, "https://nominatim.openstreetmap.org")
         XCTAssertEqual(defaults.requestsPerSecond, 1)
         XCTAssertEqual(defaults.cacheTTL, 4 * 7 * 86_400, "weeks: a ~1.1 km cell's town does not move")
-        XCTAssertNil(defaults.deploymentEnvironment)
+        XCTAssertEqual(defaults.deploymentEnvironment, "development")
         XCTAssertEqual(defaults.acceptLanguage, "en")
         XCTAssertEqual(defaults.zoom, 13)
         XCTAssertEqual(defaults.blockPause, 3600)
@@ -550,9 +567,11 @@ final class GeoTests: JobsTestCase {
         assertNoContact(["GEO_CONTACT_EMAIL": "nobody"])                 // not an address
         assertNoContact(["GEO_USER_AGENT": "python-requests/2.31"])
         // A URL or an address in the User-Agent itself is a contact.
-        XCTAssertEqual(try GeoConfiguration.fromEnvironment(["GEO_USER_AGENT": "Quiz/2 (+https://quiz.example/contact)"])
+        XCTAssertEqual(try GeoConfiguration.fromEnvironment(["GEO_USER_AGENT": "Quiz/2 (+https://quiz.example/contact)",
+                                                             "WORKERS_ENV": "development"])
             .effectiveUserAgent, "Quiz/2 (+https://quiz.example/contact)")
-        XCTAssertNoThrow(try GeoConfiguration.fromEnvironment(["GEO_USER_AGENT": "Quiz/2 (ops@quiz.example)"]))
+        XCTAssertNoThrow(try GeoConfiguration.fromEnvironment(["GEO_USER_AGENT": "Quiz/2 (ops@quiz.example)",
+                                                                "WORKERS_ENV": "development"]))
 
         let noContact = GeoConfiguration(nominatimBaseURL: fakes.nominatimBaseURL)
         XCTAssertThrowsError(try {

@@ -64,9 +64,12 @@ final class KeyCatalogueTests: XCTestCase {
         try redis.pool.withConnection { _ = try QueueAdmin.pause($0, name: "held") }
         _ = try client.enqueueUnique(NewJob("Noop", args: ["unique"], queue: "held"), policy: UniquePolicy(for: .seconds(600)))
         // Limiters, a batch with a callback, a job reporting progress.
-        _ = try client.enqueue(NewJob("LimitProbeConcurrent", args: [50]))
+        // (The concurrent and keyed probes run for seconds: their leases are held when the keys are read mid-run.)
+        _ = try client.enqueue(NewJob("LimitProbeConcurrent", args: [20000]))
+        _ = try client.enqueue(NewJob("LimitProbeMutex", args: [20000, "user-1"]))
         _ = try client.enqueue(NewJob("LimitProbeWindow"))
-        _ = try client.createBatch(NewBatch(description: "keys", jobs: [NewJob("BatchProbe", args: ["ok", 0])],
+        _ = try client.createBatch(NewBatch(description: "keys", jobs: [NewJob("BatchProbe", args: ["ok", 0]),
+                                                                         NewJob("BatchProbe", args: ["doomed", 0], retry: .int(1))],
                                             onComplete: BatchCallback("Noop")))
         let steer = try client.enqueue(NewJob("SteerProbe", args: [.object(["steps": 100, "step_ms": 50, "ledger": "none"])]))
         // A cron tick, the subject-key erasure signal, a provider block.
@@ -78,15 +81,22 @@ final class KeyCatalogueTests: XCTestCase {
             _ = try store.fire(entry, tick: Date(timeIntervalSince1970: 1_796_000_400), now: Date())
         }
         try SubjectKeyInvalidation.announce(on: [redis.pool])
+        try SubjectKeyErasureJournal(pools: [redis.pool]).record(personDigest: Data(repeating: 7, count: 32))
         _ = try ProviderBlock(redis: redis.pool, provider: "nominatim", patience: 1).block(seconds: 60, probeToken: nil)
+        try GeocodeCache(redis: redis.pool, provider: "nominatim", language: "en", zoom: 14, ttl: 60)
+            .store(.empty, for: GeocodeCell(latitude: 48.857, longitude: 2.352, decimals: 3))
 
         // Mid-run: the steering job is running (its progress key written by the heartbeat), the others settled.
         XCTAssertTrue(try eventually(timeout: 60) { try redis.command("EXISTS", JobProgress.key(jid: steer)).integer == 1 },
                       "the running job's progress never reached Redis")
-        XCTAssertTrue(eventually(timeout: 60) { process.processedCount >= 9 }, "the workload did not settle")
+        let mutex = LimitKeys.instance(name: "probe-mutex", key: "user-1")
+        XCTAssertTrue(try eventually(timeout: 60) {
+            let leased = try redis.command("EXISTS", mutex).integer == 1
+            return leased && process.processedCount >= 10
+        }, "the workload did not settle")
         var seen = try Self.keys(redis)
         try redis.pool.withConnection { _ = try JobAdmin(connection: $0).cancel(jid: steer) }
-        XCTAssertTrue(try eventually(timeout: 60) { try redis.command("ZCARD", Keys.dead).integer ?? 0 >= 3 })
+        XCTAssertTrue(try eventually(timeout: 60) { try redis.command("ZCARD", Keys.dead).integer ?? 0 >= 4 })
         seen.merge(try Self.keys(redis)) { first, _ in first }
 
         var unmatched: [String] = []
@@ -102,6 +112,11 @@ final class KeyCatalogueTests: XCTestCase {
         for owner in ["queues", "runtime: reliable fetch", "runtime: heartbeat", "sets", "stats", "batches", "unique jobs",
                       "limiters", "progress", "cancel", "class metrics", "cron", "subject keys", "geo jobs", "bench jobs"] {
             XCTAssertTrue(owners.contains(owner), "no key of \(owner) was seen: \(seen.keys.sorted())")
+        }
+        let names = Set(seen.keys.flatMap { key in KeyCatalogue.all.filter { $0.matches(key) }.map(\.name) })
+        for name in ["working", "process-work", "limit", "limit-keyed", "batch-died", "batch-failed", "cancel-mark",
+                     "subject-keys-erasures", "geocode-answer", "class-metrics-sidekiq-histogram", "stat-minutely-failed"] {
+            XCTAssertTrue(names.contains(name), "no \(name) key was seen: \(seen.keys.sorted())")
         }
     }
 

@@ -48,7 +48,8 @@ public struct GeoConfiguration: Sendable {
     public var anonymizedDecimals: Int
 
     /// The deployment environment, `WORKERS_ENV` (`production`, `staging`, `development`, …; nil = not said).
-    /// Only `production` changes anything: the start-up warning of `usagePolicyWarning`.
+    /// Decides whether the public OSMF server may be the provider (`usagePolicyRefusal`): only in one of
+    /// `nonProductionEnvironments`; unset counts as production.
     public var deploymentEnvironment: String?
 
     /// The public OSMF server: the default, for development. Its usage policy
@@ -87,16 +88,26 @@ public struct GeoConfiguration: Sendable {
         self.deploymentEnvironment = deploymentEnvironment
     }
 
-    /// The warning a production start logs (`GeoJobs.register`) when the provider is the public OSMF server; nil
-    /// otherwise (development, staging, an unset `WORKERS_ENV`, or another server). Not an error: the geo jobs still
-    /// run, and the fleet-wide 1 request/s limit and the 403 block switch still hold.
-    public var usagePolicyWarning: String? {
-        guard deploymentEnvironment?.lowercased() == "production",
-              URL(string: nominatimBaseURL)?.host?.lowercased() == Self.publicNominatimHost else { return nil }
-        return "GEO_NOMINATIM_URL is the public OSMF Nominatim server in production (WORKERS_ENV=production): its usage "
-            + "policy (\(Self.nominatimUsagePolicyURL)) calls periodic requests from apps bulk geocoding and counts the "
-            + "traffic of all users together; it is for development. Point GEO_NOMINATIM_URL at an own instance or a "
-            + "commercial provider"
+    /// `WORKERS_ENV` values that name a non-production deployment (compared case-insensitively): the only ones in
+    /// which the public OSMF server may be the provider.
+    public static let nonProductionEnvironments: Set<String> = ["development", "dev", "local", "test", "testing", "ci",
+                                                                "staging", "demo"]
+
+    /// Why this configuration may not start (review 3 N7/L-l): the provider is the public OSMF server and
+    /// `WORKERS_ENV` does not name a non-production environment (`production`, another name, or unset — an unset
+    /// environment is how a production fleet forgets to say it). nil for an own instance or a commercial provider,
+    /// and for the public server in development, test or staging. `validate()` throws it, so the geo area does not
+    /// start (its jobs stay `UnconfiguredJob`: retried and visible, never calling the public server).
+    public var usagePolicyRefusal: String? {
+        guard URL(string: nominatimBaseURL)?.host?.lowercased() == Self.publicNominatimHost else { return nil }
+        if let environment = deploymentEnvironment?.lowercased(), Self.nonProductionEnvironments.contains(environment) {
+            return nil
+        }
+        return "GEO_NOMINATIM_URL is the public OSMF Nominatim server and WORKERS_ENV does not name a non-production "
+            + "environment (\(Self.nonProductionEnvironments.sorted().joined(separator: ", "))): its usage policy "
+            + "(\(Self.nominatimUsagePolicyURL)) calls periodic requests from apps bulk geocoding and counts the traffic "
+            + "of all users together; it is for development. Point GEO_NOMINATIM_URL at an own instance or a commercial "
+            + "provider, or set WORKERS_ENV=development"
     }
 
     /// The User-Agent actually sent: the configured one plus the contact, when given.
@@ -105,15 +116,19 @@ public struct GeoConfiguration: Sendable {
         return "\(userAgent) (contact: \(contactEmail))"
     }
 
-    /// Nominatim's usage policy asks for a User-Agent that identifies the application *with contact details*:
-    /// throws unless `effectiveUserAgent` holds an e-mail address or an http(s) URL. The geo area refuses to
-    /// start without one (`fromEnvironment`, `GeoJobs.register`).
+    /// Nominatim's usage policy asks for a User-Agent that identifies the application *with contact details*, and
+    /// keeps its public server for development: throws unless `effectiveUserAgent` holds an e-mail address or an
+    /// http(s) URL, and on `usagePolicyRefusal`. The geo area refuses to start on either (`fromEnvironment`,
+    /// `GeoJobs.register`).
     public func validate() throws(GeoAdsConfigurationError) {
         guard Self.containsContact(effectiveUserAgent) else {
             throw GeoAdsConfigurationError(
                 variable: "GEO_CONTACT_EMAIL",
                 reason: "Nominatim's usage policy requires a contact (e-mail or URL) in the User-Agent: set "
                     + "GEO_CONTACT_EMAIL, or put a URL or address in GEO_USER_AGENT")
+        }
+        if let refusal = usagePolicyRefusal {
+            throw GeoAdsConfigurationError(variable: "GEO_NOMINATIM_URL", reason: refusal)
         }
         guard (3...18).contains(zoom) else {
             throw GeoAdsConfigurationError(variable: "GEO_ZOOM", reason: "expected 3...18")

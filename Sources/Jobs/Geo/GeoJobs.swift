@@ -9,16 +9,12 @@ import Workers
 /// connection from the runtime). Give it at least as many connections as you expect concurrent
 /// geocoding jobs to touch it at once; connections are held for one command, never while waiting.
 public enum GeoJobs {
-    /// Refuses (throws, registering nothing) a configuration without a contact in the User-Agent, as
-    /// Nominatim's usage policy asks (`GeoConfiguration.validate()`). Logs `usagePolicyWarning` (a production
-    /// start with the public OSMF server) on `logger`, once per registration.
+    /// Refuses (throws, registering nothing) a configuration without a contact in the User-Agent, or with the public
+    /// OSMF server outside a non-production `WORKERS_ENV`, as Nominatim's usage policy asks
+    /// (`GeoConfiguration.validate()`).
     public static func register(into registry: inout JobRegistry, configuration: GeoConfiguration, http: HTTPClient,
-                                redis: RedisPool, logger: Logger = Logger(label: "jobs.geo")) throws(GeoAdsConfigurationError) {
+                                redis: RedisPool) throws(GeoAdsConfigurationError) {
         try configuration.validate()
-        if let warning = configuration.usagePolicyWarning {
-            logger.warning("\(warning)", metadata: ["variable": "GEO_NOMINATIM_URL",
-                                                    "policy": "\(GeoConfiguration.nominatimUsagePolicyURL)"])
-        }
         registry.register(ReverseGeocodeJob(geocoder: ReverseGeocoder(configuration: configuration, http: http, redis: redis)))
         registry.register(LocationAnonymizationJob(configuration: configuration))
     }

@@ -84,7 +84,9 @@ public enum ProcessingInformation {
                                            + "about 1 km, without your identity"],
                               retention: "by default 90 days, then rounded to about 11 km and detached from you; "
                                   + "erased when you withdraw consent or delete your account",
-                              source: "your device (GPS, Wi-Fi, cell or IP location)"),
+                              source: "your device (GPS, Wi-Fi, cell or IP location); the place names (city, "
+                                  + "country) from OpenStreetMap data, © OpenStreetMap contributors, available under "
+                                  + "the Open Database License (https://www.openstreetmap.org/copyright)"),
         "notifications": Category(purposes: ["sending you the notifications you chose"],
                                   legal_basis: "consent (Art. 6(1)(a))", recipients: [], retention: erasure,
                                   source: "our services"),

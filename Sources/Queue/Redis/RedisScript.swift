@@ -55,17 +55,6 @@ package struct ScriptKeys: Sendable {
         return copy
     }
 
-    /// These keys and derivations followed by those of `other` not already here (by Lua name): for a script that
-    /// includes a fragment (`BatchScripts.functions`) with the keys the fragment names.
-    package func merging(_ other: ScriptKeys) -> ScriptKeys {
-        var copy = self
-        for key in other.fixed where !copy.fixed.contains(where: { $0.local == key.local }) { copy.fixed.append(key) }
-        for derivation in other.derivations where !copy.derivations.contains(where: { $0.function == derivation.function }) {
-            copy.derivations.append(derivation)
-        }
-        return copy
-    }
-
     /// Adds the Lua function `function(p1)` returning `build(p1)`.
     package func derived(_ function: String, _ build: (String) -> String) -> ScriptKeys {
         derived(function, parameters: 1) { build($0[0]) }

@@ -14,7 +14,7 @@
 /// - `b-BID-died` SET: jids counted as dead.
 /// - `batches` ZSET: bid → created_at (for `workerctl batches ls`).
 enum BatchScripts {
-    /// The keys `functions` names: a script that includes them declares these (`keys.merging`, or by chaining on it).
+    /// The keys `functions` names: a script that includes them starts its own from these (`BatchScripts.keys.dead`).
     static let keys = ScriptKeys().queues.queueKey.batchKeys
 
     /// `batch_outcome(raw, outcome, now)`: `outcome` is `success`, `retry` (failed, will run again)

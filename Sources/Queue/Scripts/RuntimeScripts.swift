@@ -143,13 +143,13 @@ enum Scripts {
         return settled
         """)
 
-    /// Moves due members of the ZSET ARGV[1] to their queues. ARGV[2…] in triples: raw member,
+    /// Moves due members of the ZSET KEYS[1] to their queues. ARGV in triples: raw member,
     /// queue, payload to push. A member is pushed only if this call removed it (ZREM == 1), so
     /// however many pollers race, each job is pushed once. Returns the number moved.
     static let moveDue = RedisScript(keys: ScriptKeys().queues.queueKey, """
-        local set = ARGV[1]
+        local set = KEYS[1]
         local moved = 0
-        for i = 2, #ARGV, 3 do
+        for i = 1, #ARGV, 3 do
           if redis.call('ZREM', set, ARGV[i]) == 1 then
             redis.call('SADD', QUEUES, ARGV[i + 1])
             redis.call('LPUSH', queue_key(ARGV[i + 1]), ARGV[i + 2])
@@ -159,21 +159,21 @@ enum Scripts {
         return moved
         """)
 
-    /// Moves an unreadable member of the ZSET ARGV[1] (ARGV[2]) to `dead` as ARGV[4] (score ARGV[3]), if this call
+    /// Moves an unreadable member of the ZSET KEYS[1] (ARGV[1]) to `dead` as ARGV[3] (score ARGV[2]), if this call
     /// removed it. Returns 1 if it did.
     static let buryUnreadable = RedisScript(keys: ScriptKeys().dead, """
-        if redis.call('ZREM', ARGV[1], ARGV[2]) == 1 then
-          redis.call('ZADD', DEAD, ARGV[3], ARGV[4])
+        if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+          redis.call('ZADD', DEAD, ARGV[2], ARGV[3])
           return 1
         end
         return 0
         """)
 
-    /// Trims the sorted set ARGV[1] to ARGV[2] bytes of Redis memory, lowest scores (oldest) first: while its sampled
+    /// Trims the sorted set KEYS[1] to ARGV[1] bytes of Redis memory, lowest scores (oldest) first: while its sampled
     /// `MEMORY USAGE` is over, removes the share of entries that is over (at least one). At most 64 rounds. Returns
     /// the number removed.
     static let trimByBytes = RedisScript("""
-        local key, limit = ARGV[1], tonumber(ARGV[2])
+        local key, limit = KEYS[1], tonumber(ARGV[1])
         local removed = 0
         for _ = 1, 64 do
           local n = redis.call('ZCARD', key)
@@ -187,20 +187,20 @@ enum Scripts {
         return removed
         """)
 
-    /// Takes back the in-flight jobs of a dead process. ARGV: working key, that process's
-    /// fetcher-heartbeat key, now, dead max, dead timeout, then triples: raw job, op (`requeue` or
-    /// `dead`), payload; the queue is ARGV[6]. Does nothing if the heartbeat came back. Returns the
+    /// Takes back the in-flight jobs of a dead process. KEYS: working key, that process's
+    /// fetcher-heartbeat key; ARGV: now, dead max, dead timeout, the queue, then triples: raw job, op (`requeue` or
+    /// `dead`), payload. Does nothing if the heartbeat came back. Returns the
     /// number of jobs moved. A requeued job keeps its unique lock (it is still live); a job sent to
     /// `dead` releases the lock its jid owns, if any (docs/unique-jobs.md), and is counted for its
     /// batch (`BatchScripts`).
     static let recover = RedisScript(keys: BatchScripts.keys.dead.uniqueOwnerKey.queueKey, BatchScripts.functions + """
 
-        local working, heartbeat, now = ARGV[1], ARGV[2], ARGV[3]
-        local deadMax, deadTimeout, queue = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+        local working, heartbeat, now = KEYS[1], KEYS[2], ARGV[1]
+        local deadMax, deadTimeout, queue = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
         if redis.call('EXISTS', heartbeat) == 1 then return -1 end
         local moved = 0
         local killed = false
-        for i = 7, #ARGV, 3 do
+        for i = 5, #ARGV, 3 do
           if redis.call('LREM', working, -1, ARGV[i]) == 1 then
             moved = moved + 1
             if ARGV[i + 1] == 'dead' then

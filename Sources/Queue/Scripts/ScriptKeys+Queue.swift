@@ -3,27 +3,27 @@
 /// it uses (`ScriptKeys().queues.queueKey`); `scripts/check-sources` lists each derivation's use with its reason.
 extension ScriptKeys {
     // Fixed keys.
-    var queues: ScriptKeys { fixed("QUEUES", Keys.queues) }
-    var paused: ScriptKeys { fixed("PAUSED", Keys.paused) }
-    var schedule: ScriptKeys { fixed("SCHEDULE", Keys.schedule) }
-    var retry: ScriptKeys { fixed("RETRY", Keys.retry) }
-    var dead: ScriptKeys { fixed("DEAD", Keys.dead) }
-    var batches: ScriptKeys { fixed("BATCHES", Keys.batches) }
-    var statProcessed: ScriptKeys { fixed("STAT_PROCESSED", Keys.statProcessed) }
-    var statFailed: ScriptKeys { fixed("STAT_FAILED", Keys.statFailed) }
-    var uniqueDropped: ScriptKeys { fixed("UNIQUE_DROPPED", Keys.uniqueDropped) }
+    package var queues: ScriptKeys { fixed("QUEUES", Keys.queues) }
+    package var paused: ScriptKeys { fixed("PAUSED", Keys.paused) }
+    package var schedule: ScriptKeys { fixed("SCHEDULE", Keys.schedule) }
+    package var retry: ScriptKeys { fixed("RETRY", Keys.retry) }
+    package var dead: ScriptKeys { fixed("DEAD", Keys.dead) }
+    package var batches: ScriptKeys { fixed("BATCHES", Keys.batches) }
+    package var statProcessed: ScriptKeys { fixed("STAT_PROCESSED", Keys.statProcessed) }
+    package var statFailed: ScriptKeys { fixed("STAT_FAILED", Keys.statFailed) }
+    package var uniqueDropped: ScriptKeys { fixed("UNIQUE_DROPPED", Keys.uniqueDropped) }
 
     // Derivations: keys named by what the script reads (a queue in a job or an argument, a jid, a bid, the day).
-    var queueKey: ScriptKeys { derived("queue_key", Keys.queue) }
-    var workingKey: ScriptKeys { derived("working_key") { Keys.working(queue: $0, identity: $1) } }
-    var uniqueOwnerKey: ScriptKeys { derived("unique_owner_key", Keys.uniqueOwner) }
-    var statDayKeys: ScriptKeys {
+    package var queueKey: ScriptKeys { derived("queue_key", Keys.queue) }
+    package var workingKey: ScriptKeys { derived("working_key") { Keys.working(queue: $0, identity: $1) } }
+    package var uniqueOwnerKey: ScriptKeys { derived("unique_owner_key", Keys.uniqueOwner) }
+    package var statDayKeys: ScriptKeys {
         derived("stat_processed_day_key") { Keys.statProcessed(day: $0) }
             .derived("stat_failed_day_key") { Keys.statFailed(day: $0) }
             .derived("stat_minutely_processed_key") { Keys.statMinutelyProcessed(day: $0) }
             .derived("stat_minutely_failed_key") { Keys.statMinutelyFailed(day: $0) }
     }
-    var batchKeys: ScriptKeys {
+    package var batchKeys: ScriptKeys {
         derived("batch_key", Keys.batch).derived("batch_jids_key", Keys.batchJids).derived("batch_done_key", Keys.batchDone)
             .derived("batch_failed_key", Keys.batchFailed).derived("batch_died_key", Keys.batchDied)
     }

@@ -12,12 +12,12 @@ enum UniqueScripts {
         end
         """
 
-    /// ARGV: lock, jid, ttl ms, until, for, class, queue, payload, at ('' = now).
+    /// KEYS[1]: the lock; ARGV: jid, ttl ms, until, for, class, queue, payload, at ('' = now).
     /// Lock free: SET lock jid PX ttl, owner hash, push (or schedule) payload; returns {1, jid}.
     /// Lock held: nothing written; returns {0, holder}.
     static let push = RedisScript(keys: ScriptKeys().queues.schedule.uniqueOwnerKey.queueKey, """
         local lock, jid, ttl, untilv, forv, cls, queue, payload, at =
-          ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+          KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
         local holder = redis.call('GET', lock)
         if holder then return {0, holder} end
         redis.call('SET', lock, jid, 'PX', ttl)
@@ -79,26 +79,26 @@ enum UniqueScripts {
         return n
         """)
 
-    /// ARGV: lock key. Deletes the lock and its owner record whoever holds it (operator repair).
+    /// KEYS[1]: the lock. Deletes the lock and its owner record whoever holds it (operator repair).
     /// Returns the jid that held it, or nil.
     static let releaseLock = RedisScript(keys: ScriptKeys().uniqueOwnerKey, """
-        local holder = redis.call('GET', ARGV[1])
+        local holder = redis.call('GET', KEYS[1])
         if not holder then return false end
-        redis.call('DEL', ARGV[1])
+        redis.call('DEL', KEYS[1])
         local owner = unique_owner_key(holder)
-        if redis.call('HGET', owner, 'lock') == ARGV[1] then redis.call('DEL', owner) end
+        if redis.call('HGET', owner, 'lock') == KEYS[1] then redis.call('DEL', owner) end
         return holder
         """)
 
-    /// ARGV: queue name, parking key. Moves `queue:NAME` aside (RENAME to the parking key, which
+    /// KEYS[1]: the parking key; ARGV[1]: the queue name. Moves `queue:NAME` aside (RENAME to the parking key, which
     /// expires in an hour in case the caller dies before deleting it) and forgets the queue name;
     /// returns the number of jobs moved. Lets a purge read the jids of exactly the jobs it removed.
     static let parkQueue = RedisScript(keys: ScriptKeys().queues.queueKey, """
         local queue = queue_key(ARGV[1])
         local n = redis.call('LLEN', queue)
         if n > 0 then
-          redis.call('RENAME', queue, ARGV[2])
-          redis.call('EXPIRE', ARGV[2], 3600)
+          redis.call('RENAME', queue, KEYS[1])
+          redis.call('EXPIRE', KEYS[1], 3600)
         end
         redis.call('SREM', QUEUES, ARGV[1])
         return n

@@ -34,7 +34,7 @@ package enum UniqueLocks {
     /// Returns the number of jobs deleted.
     public static func purgeQueue(_ connection: RedisConnection, name: String) throws(RedisError) -> Int {
         let parked = Keys.uniquePurge(Identifiers.jid())
-        let count = Int(try connection.evaluate(UniqueScripts.parkQueue, arguments: [name, parked]).integer ?? 0)
+        let count = Int(try connection.evaluate(UniqueScripts.parkQueue, keys: [parked], arguments: [name]).integer ?? 0)
         if count == 0 { return 0 }
         var start = 0
         while start < count {
@@ -60,10 +60,10 @@ package enum UniqueLocks {
                             policy: UniquePolicy, at: Double?, now: Double = Clock.now()) throws(RedisError) -> UniquePush {
         let jid = payload.jid ?? ""
         let ttl = ttlMilliseconds(policy.seconds + max(0, (at ?? now) - now))
-        let arguments: [any RedisArgument] = [lock.redisKey, jid, ttl, policy.until.rawValue, policy.seconds,
+        let arguments: [any RedisArgument] = [jid, ttl, policy.until.rawValue, policy.seconds,
                                               payload.className, payload.queue ?? "default", payload.serialized(),
                                               at.map { "\($0)" } ?? ""]
-        let reply = try connection.evaluate(UniqueScripts.push, arguments: arguments)
+        let reply = try connection.evaluate(UniqueScripts.push, keys: [lock.redisKey], arguments: arguments)
         guard let parts = reply.array, parts.count == 2, let flag = parts[0].integer, let other = parts[1].string else {
             throw .unexpectedReply("unique push returned \(reply)")
         }
@@ -123,6 +123,6 @@ package enum UniqueLocks {
 
     /// Deletes a lock whoever holds it (operator repair); returns the jid that held it.
     public static func forceRelease(_ connection: RedisConnection, lock: UniqueLockKey) throws(RedisError) -> String? {
-        try connection.evaluate(UniqueScripts.releaseLock, arguments: [lock.redisKey]).string
+        try connection.evaluate(UniqueScripts.releaseLock, keys: [lock.redisKey]).string
     }
 }

@@ -243,7 +243,7 @@ public final class WorkerProcess: @unchecked Sendable {
                 recovery; they stay in this process's working list and another worker's orphan sweep takes them \
                 back once this process's heartbeat expires. A job that finished but whose acknowledgement was not \
                 written runs again; ledger jobs skip their effects on that redelivery.
-                """, metadata: ["unwritten": "\(unwritten)", "working_lists": "working:queue:*:\(identity)"])
+                """, metadata: ["unwritten": "\(unwritten)", "working_lists": "\(Keys.working(queue: "*", identity: identity))"])
         }
         for heartbeat in heartbeats { heartbeat.requestStop() }
         for housekeeper in housekeepers { housekeeper.requestStop() }
