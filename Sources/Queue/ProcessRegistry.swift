@@ -77,9 +77,13 @@ package enum ProcessRegistry {
         return gone.count
     }
 
-    /// The live processes, sorted by identity (entries whose hash expired are skipped).
-    public static func list(_ connection: RedisConnection) throws(RedisError) -> [ProcessEntry] {
-        let members = try connection.command("SMEMBERS", Keys.processes).strings.sorted()
+    /// The live processes, sorted by identity (entries whose hash expired are skipped). With a `budget`, only the
+    /// members of `processes` it allows (`SSCAN`, one entry each; `budget.exhausted` when some were left unread).
+    public static func list(_ connection: RedisConnection, budget: ScanBudget? = nil) throws(RedisError) -> [ProcessEntry] {
+        let members: [String]
+        if let budget { members = try budget.members(of: Keys.processes, connection).sorted() } else {
+            members = try connection.command("SMEMBERS", Keys.processes).strings.sorted()
+        }
         if members.isEmpty { return [] }
         let replies = try connection.pipeline(members.map {
             ["HMGET", Keys.process($0), "info", "busy", "beat", "quiet", "rss", "rtt_us", "concurrency"]

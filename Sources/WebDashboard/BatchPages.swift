@@ -22,11 +22,14 @@ extension Pages {
             """)
     }
 
+    /// How many failed and dead jids the batch page reads and shows, each (review M5).
+    static let batchJidLimit = 200
+
     /// One batch: counts, callbacks and the jids that failed and died (linked to their job pages); nil on a shard
     /// that does not hold it (never created, or expired). Throws `AdminError.invalidArgument` for a malformed bid.
     func batch(_ connection: RedisConnection, bid: String) throws -> Fragment? {
         guard Batches.isValidBid(bid) else { throw AdminError.invalidArgument(BatchError.invalidBid(bid).description) }
-        guard let detail = try BatchAdmin.detail(connection, bid: bid) else { return nil }
+        guard let detail = try BatchAdmin.detail(connection, bid: bid, limit: Self.batchJidLimit) else { return nil }
         let batch = detail.summary
         let fields: [(String, String)] = [
             ("State", batch.state), ("Description", batch.description), ("Created (UTC)", HTML.time(batch.createdAt)),
@@ -37,8 +40,9 @@ extension Pages {
         ]
         return Fragment(title: "Batch \(bid)", body: """
             \(HTML.table(["Field", "Value"], fields.map { [HTML.escape($0.0), HTML.escape($0.1)] }, id: "batch"))
-            <h2>Failed jobs (\(detail.failedJids.count))</h2>\(jidList(detail.failedJids, id: "failed"))
-            <h2>Dead jobs (\(detail.deadJids.count))</h2>\(jidList(detail.deadJids, id: "dead"))
+            \(detail.isPartial ? "<p id=\"partial\">Partial: at most \(Self.batchJidLimit) jids of each list are shown. <code>workerctl batches show BID</code> lists all.</p>" : "")
+            <h2>Failed jobs (\(detail.failedCount))</h2>\(jidList(detail.failedJids, id: "failed"))
+            <h2>Dead jobs (\(detail.deadCount))</h2>\(jidList(detail.deadJids, id: "dead"))
             """)
     }
 

@@ -38,7 +38,7 @@ struct Pages: Sendable {
     /// the latest failures. The totals and the live last-minutes chart above it are the server's (`liveSection`,
     /// every shard summed, updated by `/assets/app.js`); this part is drawn once per page load (no auto-refresh).
     func dashboard(_ connection: RedisConnection, now: Double = Clock.now()) throws -> Fragment {
-        let snapshot = try DashboardSnapshot.load(connection, now: now)
+        let snapshot = try DashboardSnapshot.load(connection, now: now, busyJobs: false)
         let stats = snapshot.stats
         let queues = HTML.table(["Queue", "Size", "Latency", "Paused"], stats.queues.map { queue in
             ["<a href=\"/jobs/enqueued?queue=\(HTML.urlComponent(queue.name))\">\(HTML.escape(queue.name))</a>",
@@ -71,7 +71,7 @@ struct Pages: Sendable {
             <div class="scroll">\(ThroughputChart.svg(id: "last-day", lastDay, barWidth: 4, labelEvery: 8))</div>
             <h2>Processed and failed per day (last 14 days, UTC)</h2>
             <div class="scroll">\(history.svg())</div>
-            <h2>Queues</h2>\(queues)
+            <h2>Queues</h2>\(Self.partialQueues(shown: stats.queues.count, total: stats.queueNames, partial: stats.partial))\(queues)
             <h2>Latest failures</h2>\(failures)
             """)
     }
@@ -99,11 +99,21 @@ struct Pages: Sendable {
             """
     }
 
+    /// The line above a queue table read within a budget (review M5): "showing N of M queues — partial" when some
+    /// names were left unread, nothing otherwise.
+    static func partialQueues(shown: Int, total: Int, partial: Bool) -> String {
+        guard partial else { return "" }
+        return "<p id=\"partial\" class=\"muted\">Showing \(shown) of ≥ \(max(total, shown)) queues — partial "
+            + "(at most \(QueueAdmin.sampleNames) queue names and \(Stats.sampleProcesses) processes are read per request; "
+            + "enqueued and busy count those read). <code>workerctl queues ls</code> lists the largest.</p>"
+    }
+
     /// How many queues `/queues` lists (the largest; review L7).
     static let queueListLimit = 1000
 
     func queues(_ connection: RedisConnection) throws -> Fragment {
-        let (queues, total) = try QueueAdmin.largest(connection, limit: Self.queueListLimit)
+        let sample = try QueueAdmin.largest(connection, limit: Self.queueListLimit)
+        let (queues, total) = (sample.queues, sample.total)
         let rows = queues.map { queue -> [String] in
             let path = "/queues/\(HTML.urlComponent(queue.name))"
             return ["<a href=\"/jobs/enqueued?queue=\(HTML.urlComponent(queue.name))\">\(HTML.escape(queue.name))</a>",
@@ -112,8 +122,10 @@ struct Pages: Sendable {
                                   : button("Pause", action: path + "/pause", csrf: csrf))
                     + button("Clear", action: path + "/clear", csrf: csrf, confirm: "Delete every job of this queue?")]
         }
-        let cut = total > queues.count
-            ? "<p id=\"cut\">The \(queues.count) largest of \(total) queues (by size); <code>workerctl queues ls</code> lists all.</p>" : ""
+        let cut = sample.partial
+            ? "<p id=\"cut\">The \(queues.count) largest of the first \(QueueAdmin.largestNames) queue names read, of ≥ \(total) — partial (by size).</p>"
+            : total > queues.count
+            ? "<p id=\"cut\">The \(queues.count) largest of \(total) queues (by size).</p>" : ""
         return Fragment(title: "Queues", body: rows.isEmpty ? "<p>No queues.</p>"
                          : cut + HTML.table(["Queue", "Size", "Latency", "Paused", ""], rows, id: "queues"))
     }
@@ -196,7 +208,7 @@ struct Pages: Sendable {
             + (page.number < pages ? " <a href=\"?\(query)&page=\(page.number + 1)\">older →</a>" : "")
         return Fragment(title: "\(state.rawValue.capitalized) jobs (\(listing.total))", body: """
             \(filterForm)
-            \(scanNotice(listing))
+            \(scanNotice(listing))\(listing.isPartial || !budget.exhausted ? "" : "<p id=\"partial\">Partial: the request's budget (\(ScanBudget.webEntries) entries, \(QueueAdmin.sampleNames) queue names, \(Stats.sampleProcesses) processes) ran out; jobs may be missing.</p>")
             \(listing.total > 0 && selectable ? selectedForm : "")
             \(rows.isEmpty ? "<p>No jobs.</p>" : HTML.table(headers, rows, id: "jobs", rawHeaders: true))
             <p>\(pager)</p>
@@ -294,7 +306,7 @@ struct Pages: Sendable {
                 <h2>\(HTML.escape(record.location))</h2>
                 <p>\(actions)</p>
                 \(summaryHTML)
-                \(try JobPageHooks.sections(for: record, connection: connection, csrf: csrf, shard: shard))
+                \(try JobPageHooks.sections(for: record, connection: connection, budget: budget))
                 <h3>Retry history</h3>
                 \(historyHTML)
                 \(backtrace)
@@ -337,8 +349,14 @@ struct Pages: Sendable {
             + "\(listing.total) match among them. Narrow the search (queue, class).</p>"
     }
 
+    /// How many members of `processes` `/processes` reads (review M5).
+    static let processListLimit = 1_000
+
     func processes(_ connection: RedisConnection, now: Double = Clock.now()) throws -> Fragment {
-        let rows = try ProcessRegistry.list(connection).map { process -> [String] in
+        let processBudget = ScanBudget(maxEntries: Self.processListLimit)
+        let listed = try ProcessRegistry.list(connection, budget: processBudget)
+        let total = Int(try connection.command("SCARD", Keys.processes).integer ?? 0)
+        let rows = listed.map { process -> [String] in
             let path = "/processes/\(HTML.urlComponent(process.identity))"
             return [HTML.escape(process.identity), HTML.escape(process.queues.joined(separator: ", ")),
                     "\(process.busy) / \(process.concurrency)", HTML.duration(max(0, now - process.beat)) + " ago",
@@ -346,17 +364,22 @@ struct Pages: Sendable {
                     button("Quiet", action: path + "/quiet", csrf: csrf)
                     + button("Stop", action: path + "/stop", csrf: csrf, confirm: "Stop this process?")]
         }
+        let cut = processBudget.exhausted
+            ? "<p id=\"partial\">Showing \(rows.count) of ≥ \(total) processes — partial (the first \(Self.processListLimit) read).</p>" : ""
         return Fragment(title: "Processes", body: rows.isEmpty ? "<p>No live processes.</p>"
-                         : HTML.table(["Process", "Queues", "Busy", "Last beat", "RSS", "State", ""], rows, id: "processes"))
+                         : cut + HTML.table(["Process", "Queues", "Busy", "Last beat", "RSS", "State", ""], rows, id: "processes"))
     }
 
     func limits(_ connection: RedisConnection) throws -> Fragment {
-        let rows = try LimitAdmin.list(connection).map { limit in
+        let rows = try LimitAdmin.list(connection, budget: budget).map { limit in
             [HTML.escape(limit.name), HTML.escape(limit.key), limit.kind.rawValue, "\(limit.max)",
              HTML.duration(limit.periodSeconds), limit.invalid.map { "invalid (\(HTML.escape($0)))" } ?? String(format: "%.2f", limit.used), HTML.duration(limit.resetsInSeconds)]
         }
+        let partial = budget.exhausted
+            ? "<p id=\"partial\">Partial: looked at \(budget.scanned) keys (the first \(ScanBudget.webEntries) per request) and at most \(LimitAdmin.maxInstances) instances; instances may be missing. <code>workerctl limits ls</code> reads more.</p>"
+            : ""
         return Fragment(title: "Limits", body: rows.isEmpty ? "<p>No limits declared.</p>"
-                         : HTML.table(["Limit", "Key", "Kind", "Max", "Period", "Used", "Resets in"], rows, id: "limits"))
+                         : partial + HTML.table(["Limit", "Key", "Kind", "Max", "Period", "Used", "Resets in"], rows, id: "limits"))
     }
 
     /// `/metrics`: per job class over the last hour and the last day (`ClassMetricsReport`, what
@@ -395,13 +418,14 @@ struct Pages: Sendable {
 
     func uniqueLocks(_ connection: RedisConnection) throws -> Fragment {
         let admin = UniqueAdmin(connection: connection)
-        let rows = try admin.list().map { info in
+        let rows = try admin.list(budget: budget).map { info in
             ["<a href=\"/job/\(HTML.urlComponent(info.jid))\">\(HTML.escape(info.jid))</a>", HTML.escape(info.className ?? ""),
              HTML.escape(info.queue ?? ""), HTML.escape(info.until ?? ""), info.ttl.map(HTML.duration) ?? "",
              info.ownerRecordMatches ? "" : "owner record missing"]
         }
         return Fragment(title: "Unique locks", body: """
             <p>\(try admin.droppedCount()) duplicates dropped at fetch so far.</p>
+            \(budget.exhausted ? "<p id=\"partial\">Partial: looked at \(budget.scanned) keys (the first \(ScanBudget.webEntries) per request) and at most \(UniqueAdmin.maxLocks) locks; locks may be missing.</p>" : "")
             \(rows.isEmpty ? "<p>No unique locks held.</p>" : HTML.table(["Held by", "Class", "Queue", "Until", "Expires in", ""], rows, id: "unique"))
             """)
     }
@@ -528,12 +552,14 @@ struct BarChart {
 /// job reported it (`progress:<jid>`: a bar, the percentage, the note, when) and a **cancel request** if one was made
 /// (`cancelled-<jid>`). Runs on the shard's thread with its connection, like the rest of the page; every read is
 /// bounded (the jid search by `ScanBudget.webEntries` entries, the position in the queue by explain's own bound).
-/// Every text is escaped. The Cancel button is with the job's other actions (`job(_:jid:)`).
+/// Every text is escaped. The Cancel button is with the job's other actions (`job(_:jid:)`). Explain reads within
+/// the page's budget and deadline (review M5): processes, queue names and limiter instances included.
 enum JobPageHooks {
-    static func sections(for record: JobRecord, connection: RedisConnection, csrf: String, shard: Int) throws -> String {
-        guard let jid = record.jid else { return "" }
+    static func sections(for record: JobRecord, connection: RedisConnection, budget: ScanBudget) throws -> String {
+        guard record.jid != nil else { return "" }
         let now = Date()
-        let status = try JobExplain(connection: connection, scanBudget: ScanBudget.webEntries).status(jid: jid, now: now)
+        // The record the page found: explain does not search for it again, and reads within the page's budget.
+        let status = try JobExplain(connection: connection, budget: budget).status(of: record, now: now)
         var html = """
             <h3>Why it is not running</h3>
             <p id="explain" data-reason="\(HTML.escape(status.explanation.reason))">\(HTML.escape(status.explanation.description(now: now)))</p>

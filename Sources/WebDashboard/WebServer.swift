@@ -336,11 +336,25 @@ public enum WebServer {
                 throw HTTPError(.badRequest, message: "at most \(bulkSelectionLimit) jobs per request (\(jids.count) selected)")
             }
             for jid in jids { try JobAdmin.validate(jid: jid) }
-            try await onShard(try shardIndex(form)) { connection in
+            // One budget for every jid of the request (review M5): the searches together read at most
+            // `ScanBudget.webEntries` entries and stop at the page deadline; jids past it are left as they are.
+            let budget = Pages.requestBudget()
+            let done = try await onShard(try shardIndex(form)) { connection -> Int in
                 let admin = JobAdmin(connection: connection)
+                var done = 0
                 for jid in jids {
-                    do { try admin.perform(action, jid: jid, in: [state]) } catch is AdminError { continue }
+                    if budget.remaining <= 0 { budget.stop(); break }
+                    do { try admin.perform(action, jid: jid, in: [state], budget: budget); done += 1 } catch is AdminError { continue }
                 }
+                return done
+            }
+            if budget.exhausted {
+                return htmlResponse(HTML.page(title: "Partly done", body: """
+                    <p id="partial">\(HTML.escape(action.rawValue.capitalized)): \(done) of \(jids.count) selected jobs done before the \
+                    request's budget (\(ScanBudget.webEntries) entries scanned) ran out — partial; the others were not looked for.
+                    Select fewer, or use the action on everything matching a filter.</p>
+                    <p><a href="\(HTML.escape(form["back"].flatMap(localPath) ?? "/jobs/\(state.rawValue)"))">Back</a></p>
+                    """))
             }
             return redirect(form["back"], fallback: "/jobs/\(state.rawValue)")
         }

@@ -14,6 +14,10 @@ func print(_ items: Any..., separator: String = " ", terminator: String = "\n") 
 }
 
 /// A message on standard error, neutralised.
+/// On stderr (stdout stays the table or JSON it was): a read stopped at its budget (issue 51, review M5), e.g.
+/// "partial: showing 1000 of ≥ 200000 queues".
+func printPartial(_ text: String) { printError("partial: " + text) }
+
 func printError(_ text: String, terminator: String = "\n") {
     FileHandle.standardError.write(Data((DisplayText.neutralised(text) + terminator).utf8))
 }

@@ -173,7 +173,7 @@ extension WebDashboardTests {
         XCTAssertFalse(live.body.contains("queue-"), "no name in the live data")
         let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(live.body.utf8)) as? [String: Any])
         XCTAssertEqual(Set(object.keys), ["time", "processed", "failed", "processed_today", "failed_today", "busy", "enqueued",
-                                          "scheduled", "retries", "dead", "processes", "minutes"])
+                                          "scheduled", "retries", "dead", "processes", "minutes", "queues", "partial"])
         XCTAssertEqual(object["processed"] as? Int, 41)
         XCTAssertEqual(object["enqueued"] as? Int, 1)
         XCTAssertEqual(object["dead"] as? Int, 1)

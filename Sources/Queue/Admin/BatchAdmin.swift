@@ -22,11 +22,17 @@ public struct BatchSummary: Sendable, Equatable {
     public var state: String { successAt != nil ? "success" : completeAt != nil ? "complete" : "running" }
 }
 
-/// A batch in detail: the summary plus the jids that failed and died.
+/// A batch in detail: the summary plus the jids that failed and died (all of them, or the first `limit` of each read
+/// by `detail(_:bid:limit:)`; `failedCount` and `deadCount` are the sets' sizes either way).
 public struct BatchDetail: Sendable, Equatable {
     public var summary: BatchSummary
     public var failedJids: [String]
     public var deadJids: [String]
+    public var failedCount = 0
+    public var deadCount = 0
+
+    /// True when some jids were left unread.
+    public var isPartial: Bool { failedJids.count < failedCount || deadJids.count < deadCount }
 }
 
 /// Reads batches (the `b-BID*` keys and the `batches` ZSET written by `BatchScripts`). Read-only.
@@ -64,17 +70,31 @@ public enum BatchAdmin {
                             onSuccess: fields[8].string.flatMap(callbackClass))
     }
 
-    public static func detail(_ connection: RedisConnection, bid: String) throws(RedisError) -> BatchDetail? {
+    /// The batch and its failed and dead jids: every one without a `limit`; with one, at most `limit` of each set
+    /// (`SSCAN`, review M5: a batch of a million failed jobs is read in a bounded number of commands), the sets'
+    /// sizes still exact (`SCARD`).
+    public static func detail(_ connection: RedisConnection, bid: String, limit: Int? = nil) throws(RedisError) -> BatchDetail? {
         guard let summary = try summary(connection, bid: bid) else { return nil }
-        let replies = try connection.pipeline([["SMEMBERS", Keys.batch(bid) + "-failed"], ["SMEMBERS", Keys.batch(bid) + "-died"]])
-        return BatchDetail(summary: summary, failedJids: try replies[0].checked().strings.sorted(),
-                           deadJids: try replies[1].checked().strings.sorted())
+        let failed = Keys.batch(bid) + "-failed", died = Keys.batch(bid) + "-died"
+        let sizes = try connection.pipeline([["SCARD", failed], ["SCARD", died]])
+        let failedCount = Bounded.int(try sizes[0].checked().integer ?? 0, in: 0...Bounded.maxCounter)
+        let deadCount = Bounded.int(try sizes[1].checked().integer ?? 0, in: 0...Bounded.maxCounter)
+        var detail = BatchDetail(summary: summary, failedJids: [], deadJids: [], failedCount: failedCount, deadCount: deadCount)
+        if let limit {
+            detail.failedJids = Array(try ScanBudget(maxEntries: limit).members(of: failed, connection).sorted().prefix(limit))
+            detail.deadJids = Array(try ScanBudget(maxEntries: limit).members(of: died, connection).sorted().prefix(limit))
+        } else {
+            let replies = try connection.pipeline([["SMEMBERS", failed], ["SMEMBERS", died]])
+            detail.failedJids = try replies[0].checked().strings.sorted()
+            detail.deadJids = try replies[1].checked().strings.sorted()
+        }
+        return detail
     }
 
     /// `detail`, throwing `AdminError.batchNotFound` when this Redis has no such batch (with several
     /// shards: look on the next one, `AdminError.isNotFound`).
-    public static func existing(_ connection: RedisConnection, bid: String) throws -> BatchDetail {
-        guard let detail = try detail(connection, bid: bid) else { throw AdminError.batchNotFound(bid: bid) }
+    public static func existing(_ connection: RedisConnection, bid: String, limit: Int? = nil) throws -> BatchDetail {
+        guard let detail = try detail(connection, bid: bid, limit: limit) else { throw AdminError.batchNotFound(bid: bid) }
         return detail
     }
 

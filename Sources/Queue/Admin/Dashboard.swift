@@ -7,10 +7,12 @@ public struct DashboardSnapshot: Sendable {
     /// `failed_at`, or the dead score).
     public var recentFailures: [JobRecord]
 
+    /// Bounded whatever producers added (review M5): `Stats.load`'s samples, the running jobs of at most
+    /// `Stats.sampleProcesses` processes (none when `busyJobs` is false: the dashboard's `/` does not show them).
     public static func load(_ connection: RedisConnection, now: Double = Clock.now(),
-                            failures: Int = 5) throws(RedisError) -> DashboardSnapshot {
+                            failures: Int = 5, busyJobs: Bool = true) throws(RedisError) -> DashboardSnapshot {
         let stats = try Stats.load(connection, now: now)
-        let busy = try WorkSet.all(connection)
+        let busy = busyJobs ? try WorkSet.all(connection, budget: ScanBudget(maxEntries: Stats.sampleProcesses)) : []
         let candidates = try SortedJobSet(.retry).latest(connection, limit: failures * 4)
             + SortedJobSet(.dead).latest(connection, limit: failures * 4)
         let recent = candidates.sorted { failureTime($0) > failureTime($1) }.prefix(failures)

@@ -79,20 +79,29 @@ public struct JobAdmin: Sendable {
             case .scheduled, .retry, .dead:
                 found += try SortedJobSet(state).find(connection, jid: jid, budget: budget)
             case .enqueued:
-                for name in try QueueAdmin.names(connection) {
+                for name in try QueueAdmin.searchNames(connection, budget: budget) {
                     if budget.remaining <= 0 { budget?.stop(); break }
-                    found += try JobQueue(name).find(connection, jid: jid, budget: budget)
+                    guard let budget else { found += try JobQueue(name).find(connection, jid: jid); continue }
+                    try budget.chargeVisit { () throws(RedisError) in found += try JobQueue(name).find(connection, jid: jid, budget: budget) }
                 }
             case .busy:
-                found += try WorkSet.all(connection).filter { $0.jid == jid }
+                let processes = budget.map(Self.processBudget)
+                found += try WorkSet.all(connection, budget: processes).filter { $0.jid == jid }
+                if processes?.exhausted == true { budget?.stop() }
             }
         }
         return found
     }
 
+    /// The processes a search with `budget` reads (at most `Stats.sampleProcesses`, within its deadline); when
+    /// some are left unread, `budget` is marked exhausted once the read is done (`WorkSet.all` leaves that to us).
+    static func processBudget(_ budget: ScanBudget) -> ScanBudget {
+        ScanBudget(maxEntries: Stats.sampleProcesses, deadline: budget.deadline)
+    }
+
     /// The single entry with this jid; throws `jobNotFound` or `ambiguousJob`.
-    public func findOne(jid: String, in states: [JobState] = JobAdmin.searchOrder) throws -> JobRecord {
-        let found = try find(jid: jid, in: states)
+    public func findOne(jid: String, in states: [JobState] = JobAdmin.searchOrder, budget: ScanBudget? = nil) throws -> JobRecord {
+        let found = try find(jid: jid, in: states, budget: budget)
         guard let first = found.first else { throw AdminError.jobNotFound(jid: jid, searched: states) }
         if found.count > 1 { throw AdminError.ambiguousJob(jid: jid, locations: found.map(\.location)) }
         return first
@@ -108,17 +117,22 @@ public struct JobAdmin: Sendable {
             return try SortedJobSet(state).page(connection, filter: filter, page: page, budget: budget)
         case .enqueued:
             if let queue = filter.queue { return try JobQueue(queue).page(connection, filter: filter, page: page, budget: budget) }
-            if filter.isEmpty { return try enqueuedPage(page) }
-            let names = try QueueAdmin.names(connection)
-            let sizes = try connection.pipeline(names.map { ["LLEN", Keys.queue($0)] }).map { Int($0.integer ?? 0) }
-            return try Page.filtered(page, filter: filter, available: sizes.reduce(0, +)) { (body) throws(RedisError) in
+            if filter.isEmpty { return try enqueuedPage(page, budget: budget) }
+            let names = try QueueAdmin.searchNames(connection, budget: budget)
+            let sizes = try connection.pipeline(names.map { ["LLEN", Keys.queue($0)] }).map { Bounded.int($0.integer ?? 0, in: 0...Bounded.maxCounter) }
+            return try Page.filtered(page, filter: filter, available: sizes.reduce(0) { Bounded.sum($0, $1) }) { (body) throws(RedisError) in
                 for name in names {
                     if budget.remaining <= 0 { budget?.stop(); return }
-                    try JobQueue(name).forEach(connection, budget: budget, body)
+                    guard let budget else { try JobQueue(name).forEach(connection, body); continue }
+                    try budget.chargeVisit { () throws(RedisError) in try JobQueue(name).forEach(connection, budget: budget, body) }
                 }
             }
         case .busy:
-            return paginate(try all(.busy, filter: filter), page)
+            guard let budget else { return paginate(try all(.busy, filter: filter), page) }
+            let processes = Self.processBudget(budget)
+            let records = try WorkSet.all(connection, budget: processes).filter(filter.matches)
+            if processes.exhausted { budget.stop() }
+            return paginate(records, page)
         }
     }
 
@@ -139,9 +153,9 @@ public struct JobAdmin: Sendable {
 
     /// An unfiltered page across all queues (by name, each newest first), reading only the
     /// ranges the page covers.
-    private func enqueuedPage(_ page: PageRequest) throws -> Page<JobRecord> {
-        let names = try QueueAdmin.names(connection)
-        let sizes = try connection.pipeline(names.map { ["LLEN", Keys.queue($0)] }).map { Int($0.integer ?? 0) }
+    private func enqueuedPage(_ page: PageRequest, budget: ScanBudget?) throws -> Page<JobRecord> {
+        let names = try QueueAdmin.searchNames(connection, budget: budget)
+        let sizes = try connection.pipeline(names.map { ["LLEN", Keys.queue($0)] }).map { Bounded.int($0.integer ?? 0, in: 0...Bounded.maxCounter) }
         var items: [JobRecord] = []
         var skip = page.offset
         for (name, size) in zip(names, sizes) where items.count < page.size {
@@ -150,7 +164,7 @@ public struct JobAdmin: Sendable {
             items += try JobQueue(name).range(connection, start: skip, stop: skip + wanted - 1)
             skip = 0
         }
-        return Page(items: items, request: page, total: sizes.reduce(0, +))
+        return Page(items: items, request: page, total: sizes.reduce(0) { Bounded.sum($0, $1) })
     }
 
     private func paginate(_ records: [JobRecord], _ page: PageRequest) -> Page<JobRecord> {
@@ -177,15 +191,17 @@ public struct JobAdmin: Sendable {
 
     /// Finds the job (in the action's states, or `states` if given) and applies the action.
     @discardableResult
+    /// With a `budget` (the dashboard's bulk route: one for all the jids of a request) the search reads at most
+    /// what it has left; a job past it is reported not found and `budget.exhausted` says so.
     public func perform(_ action: JobAction, jid: String, in states: [JobState]? = nil,
-                        now: Double = Clock.now()) throws -> JobRecord {
+                        now: Double = Clock.now(), budget: ScanBudget? = nil) throws -> JobRecord {
         let searched = states ?? Self.searchOrder
         // The states the action applies to first (a found job then costs no queue scan); the
         // others only to explain a refusal. A busy copy of a retried job is not ambiguous.
         let applicableStates = searched.filter { action.allowedStates.contains($0) }
-        let applicable = try find(jid: jid, in: applicableStates)
+        let applicable = try find(jid: jid, in: applicableStates, budget: budget)
         guard let record = applicable.first else {
-            let elsewhere = try find(jid: jid, in: searched.filter { !applicableStates.contains($0) })
+            let elsewhere = try find(jid: jid, in: searched.filter { !applicableStates.contains($0) }, budget: budget)
             guard let other = elsewhere.first else { throw AdminError.jobNotFound(jid: jid, searched: searched) }
             throw AdminError.actionNotAllowed(action: action.rawValue, jid: jid, state: other.state,
                                               allowed: action.allowedStates)

@@ -225,18 +225,31 @@ public protocol JobLedgerLookup: Sendable {
 /// connection may use it. Every read is bounded: the jid search by `scanBudget` entries (`ScanBudget`), the
 /// position in the queue by `aheadBound` (one `LPOS … RANK -1 MAXLEN aheadBound+1` from the tail, the side
 /// workers fetch from), the batch-callback search by the newest `batchBound` batches.
+///
+/// The reads that grow with what producers add are bounded too (review M5): queue names (`QueueAdmin.searchNames`,
+/// each queue visited costs an entry of the search budget), processes (at most `Stats.sampleProcesses`, `SSCAN`),
+/// limiter instances (`LimitAdmin.list`'s budget). A dashboard page passes its own `budget`, so explain shares the
+/// page's entries and deadline.
 public struct JobExplain: Sendable {
     public let connection: RedisConnection
     public let scanBudget: Int
     public let aheadBound: Int
     public let batchBound: Int
+    /// The request's budget (a dashboard page's), used instead of a fresh `scanBudget` one; its deadline bounds
+    /// every read of explain.
+    public let budget: ScanBudget?
 
-    public init(connection: RedisConnection, scanBudget: Int = 100_000, aheadBound: Int = 10_000, batchBound: Int = 1000) {
+    public init(connection: RedisConnection, scanBudget: Int = 100_000, aheadBound: Int = 10_000, batchBound: Int = 1000,
+                budget: ScanBudget? = nil) {
         self.connection = connection
         self.scanBudget = max(1, scanBudget)
         self.aheadBound = max(0, aheadBound)
         self.batchBound = max(1, batchBound)
+        self.budget = budget
     }
+
+    /// The processes one explanation reads (within the request's deadline).
+    private func processBudget() -> ScanBudget { ScanBudget(maxEntries: Stats.sampleProcesses, deadline: budget?.deadline) }
 
     /// The explanation alone.
     public func explain(jid: String, ledger: (any JobLedgerLookup)? = nil, now: Date = Date()) throws -> JobExplanation {
@@ -249,10 +262,7 @@ public struct JobExplain: Sendable {
     public func status(jid: String, ledger: (any JobLedgerLookup)? = nil, now: Date = Date(),
                        shard: String = ShardMap.defaultName) throws -> JobStatus {
         try JobAdmin.validate(jid: jid)
-        let extras = try connection.pipeline([["GET", JobProgress.key(jid: jid)], ["GET", JobCancels.markKey(jid: jid)]])
-        let progress = extras[0].string.flatMap(JobProgress.init(json:))
-        let cancel = extras[1].string.flatMap { Bounded.epochSeconds(Double($0)) }.map { Date(timeIntervalSince1970: $0) }
-        let budget = ScanBudget(maxEntries: scanBudget)
+        let budget = self.budget ?? ScanBudget(maxEntries: scanBudget)
         let record = try locate(jid: jid, budget: budget)
         let explanation: JobExplanation
         if let record {
@@ -264,6 +274,21 @@ public struct JobExplain: Sendable {
         } else {
             explanation = .unknown(jid: jid, searchIncomplete: budget.exhausted)
         }
+        return try status(jid: jid, record: record, explanation: explanation, shard: shard)
+    }
+
+    /// The status of a job the caller already found (`JobAdmin.find`: the dashboard's job page), without searching
+    /// for it again.
+    public func status(of record: JobRecord, now: Date = Date(), shard: String = ShardMap.defaultName) throws -> JobStatus {
+        guard let jid = record.jid else { throw AdminError.invalidArgument("the entry has no jid") }
+        try JobAdmin.validate(jid: jid)
+        return try status(jid: jid, record: record, explanation: try explain(record, now: now), shard: shard)
+    }
+
+    private func status(jid: String, record: JobRecord?, explanation: JobExplanation, shard: String) throws -> JobStatus {
+        let extras = try connection.pipeline([["GET", JobProgress.key(jid: jid)], ["GET", JobCancels.markKey(jid: jid)]])
+        let progress = extras[0].string.flatMap(JobProgress.init(json:))
+        let cancel = extras[1].string.flatMap { Bounded.epochSeconds(Double($0)) }.map { Date(timeIntervalSince1970: $0) }
         let retryCount = record?.retryCount.map { Bounded.int($0, in: -1...Bounded.maxCount) }
         let attempts = retryCount.map { $0 + 1 } ?? (record?.state == .busy ? 1 : 0)
         var status = JobStatus(state: record?.state, attempts: max(0, attempts), progress: progress,
@@ -280,7 +305,10 @@ public struct JobExplain: Sendable {
     /// The job's entry: busy first (a job being run may also sit in `retry` a moment), then retry, scheduled,
     /// enqueued, dead. Queues are read from the head in chunks and the search stops at the first match.
     func locate(jid: String, budget: ScanBudget) throws -> JobRecord? {
-        if let busy = try WorkSet.all(connection).first(where: { $0.jid == jid }) { return busy }
+        let processes = processBudget()
+        let running = try WorkSet.all(connection, budget: processes)
+        if processes.exhausted { budget.stop() }
+        if let busy = running.first(where: { $0.jid == jid }) { return busy }
         for state in [JobState.retry, .scheduled] {
             if let found = try SortedJobSet(state).find(connection, jid: jid, budget: budget).first { return found }
         }
@@ -290,8 +318,11 @@ public struct JobExplain: Sendable {
 
     private func firstInQueues(jid: String, budget: ScanBudget) throws -> JobRecord? {
         let needle = Array(jid.utf8)
-        for name in try QueueAdmin.names(connection) {
+        for name in try QueueAdmin.searchNames(connection, budget: budget) {
+            if budget.remaining <= 0 { budget.stop(); return nil }
             let queue = JobQueue(name)
+            let before = budget.scanned
+            defer { if budget.scanned == before { budget.consume(1) } }  // an empty queue still costs an entry
             var start = 0
             while true {
                 let allowed = min(JobQueue.chunk, budget.remaining)
@@ -333,7 +364,7 @@ public struct JobExplain: Sendable {
             let giveBacks = Bounded.int(record.item?["unknown_class_count"]?.intValue ?? 0, in: 0...Bounded.maxCount)
             if giveBacks > 0, let className = record.className {
                 let knowledge = ClassKnowledge.of(className: className, queue: record.queue,
-                                                  processes: try ProcessRegistry.list(connection))
+                                                  processes: try ProcessRegistry.list(connection, budget: processBudget()))
                 var announced: [String] = [], unannounced: [String] = []
                 switch knowledge {
                 case .announced(let identities): announced = identities
@@ -367,7 +398,7 @@ public struct JobExplain: Sendable {
         }
         let queue = record.queue
         if try connection.command("SISMEMBER", Keys.paused, queue).integer == 1 { return .queuePaused(queue: queue) }
-        let processes = try ProcessRegistry.list(connection)
+        let processes = try ProcessRegistry.list(connection, budget: processBudget())
         let serving = processes.filter { !$0.quiet && $0.queues.contains(queue) }
         if serving.isEmpty { return .noLiveProcess(queue: queue, processes: processes.count) }
         if let className = record.className,
@@ -392,14 +423,14 @@ public struct JobExplain: Sendable {
     }
 
     private func fullLimiters() throws -> [LimiterState] {
-        try LimitAdmin.list(connection).filter { ($0.used >= Double($0.max) && $0.max > 0) || $0.invalid != nil }.map {
+        try LimitAdmin.list(connection, budget: ScanBudget(maxEntries: LimitAdmin.scannedKeys, deadline: budget?.deadline)).filter { ($0.used >= Double($0.max) && $0.max > 0) || $0.invalid != nil }.map {
             LimiterState(name: $0.name, key: $0.key, used: Bounded.int($0.used, in: 0...Bounded.maxCounter), max: $0.max,
                          nextFreeIn: Bounded.duration(seconds: $0.resetsInSeconds), invalid: $0.invalid)
         }
     }
 
     private func holders(className: String?, except jid: String?) throws -> [RunningJob] {
-        try WorkSet.all(connection).filter { $0.className == className && $0.jid != jid }.map {
+        try WorkSet.all(connection, budget: processBudget()).filter { $0.className == className && $0.jid != jid }.map {
             RunningJob(jid: $0.jid ?? "", identity: $0.work?.identity ?? "?", thread: $0.work?.thread ?? "?",
                        since: Date(timeIntervalSince1970: Bounded.epochSeconds($0.work?.runAt) ?? 0))
         }

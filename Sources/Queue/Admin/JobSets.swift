@@ -245,9 +245,14 @@ public struct JobQueue: Sendable {
 /// their `IDENTITY:work` hashes (Sidekiq 7/8), like Ruby's `Sidekiq::Workers` (§10.4): members of
 /// `processes` whose `IDENTITY` hash is gone are skipped.
 public enum WorkSet {
-    /// Busy jobs sorted by start time (oldest first), then identity and thread.
-    public static func all(_ connection: RedisConnection) throws(RedisError) -> [JobRecord] {
-        let members = try connection.command("SMEMBERS", Keys.processes).strings.sorted()
+    /// Busy jobs sorted by start time (oldest first), then identity and thread. With a `budget`, only the members of
+    /// `processes` it allows are read (`SSCAN`, one entry each; `budget.exhausted` when some were left); without one,
+    /// every member.
+    public static func all(_ connection: RedisConnection, budget: ScanBudget? = nil) throws(RedisError) -> [JobRecord] {
+        let members: [String]
+        if let budget { members = try budget.members(of: Keys.processes, connection).sorted() } else {
+            members = try connection.command("SMEMBERS", Keys.processes).strings.sorted()
+        }
         if members.isEmpty { return [] }
         let exists = try connection.pipeline(members.map { ["EXISTS", Keys.process($0)] })
         let live = zip(members, exists).filter { $0.1.integer == 1 }.map(\.0)

@@ -23,26 +23,52 @@ public struct LimitSummary: Sendable, Equatable {
 /// Reads the limiter keys (`LimitKeys`): the declarations in `limits` and each live instance key.
 /// Read-only; figures are taken against Redis `TIME`.
 public enum LimitAdmin {
+    /// How many keys of the keyspace one listing looks at by default (`SCAN limit:*`: 10 steps of 1,000).
+    public static let scannedKeys = 10_000
+    /// The most instances one listing reads (one command each); past it the listing is partial.
+    public static let maxInstances = 200
+
     /// Every declared limit with each of its live instances (a declared limit with no live instance
     /// is listed once with `used` 0 and an empty key), sorted by name then key.
-    public static func list(_ connection: RedisConnection) throws(RedisError) -> [LimitSummary] {
+    ///
+    /// Bounded whatever the keyspace holds (review M5: one whole-keyspace `SCAN` per limit held Redis for seconds
+    /// with 1,000,000 keys): one `SCAN limit:* COUNT …` walk within `budget` (each step costs its `COUNT`), at most
+    /// `maxInstances` instances read (a global limiter's instance is always read, by name). When either stops it,
+    /// `budget.exhausted` is set: per-key instances may be missing and the reader says "partial".
+    public static func list(_ connection: RedisConnection,
+                            budget: ScanBudget = ScanBudget(maxEntries: scannedKeys)) throws(RedisError) -> [LimitSummary] {
         let declared = try connection.command("HGETALL", LimitKeys.declared).strings
         var specs: [String: LimitSpec] = [:]
         for index in stride(from: 0, to: declared.count - 1, by: 2) {
             if let spec = LimitSpec(name: declared[index], encoded: declared[index + 1]) { specs[spec.name] = spec }
         }
+        if specs.isEmpty { return [] }
         let time = try connection.command("TIME").strings
         guard time.count == 2, let seconds = Double(time[0]), let micros = Double(time[1]) else {
             throw .unexpectedReply("TIME returned \(time)")
         }
         let now = seconds * 1000 + (micros / 1000).rounded(.down)
+        // A global limiter's one instance (`limit:NAME`) is read by name, whatever the scan finds; each key the scan
+        // finds goes to the longest declared name it is an instance of (`limit:NAME:KEY`).
+        let prefix = LimitKeys.instance(name: "", key: nil)
+        var instances: [String: [String]] = [:]
+        let names = specs.keys.sorted()
+        let globals = try connection.pipeline(names.map { ["EXISTS", LimitKeys.instance(name: $0, key: nil)] })
+        for (name, exists) in zip(names, globals) where exists.integer == 1 {
+            instances[name] = [LimitKeys.instance(name: name, key: nil)]
+        }
+        for key in try budget.keys(matching: prefix + "*", connection).sorted() {
+            let rest = key.dropFirst(prefix.count)
+            let owner = specs.keys.filter { rest == $0 || rest.hasPrefix($0 + ":") }.max { $0.count < $1.count }
+            if let owner, key != LimitKeys.instance(name: owner, key: nil) { instances[owner, default: []].append(key) }
+        }
+        var read = 0
         var out: [LimitSummary] = []
-        for name in specs.keys.sorted() {
-            let spec = specs[name]!
-            let keys = try connection.scanKeys(matching: LimitKeys.instance(name: name, key: nil))
-                + connection.scanKeys(matching: LimitKeys.instance(name: name, key: "*"))
+        for (name, spec) in specs.sorted(by: { $0.key < $1.key }) {
             var rows: [LimitSummary] = []
-            for key in Set(keys).sorted() {
+            for key in instances[name] ?? [] {
+                if read >= maxInstances { budget.stop(); break }
+                read += 1
                 let suffix = key == LimitKeys.instance(name: name, key: nil)
                     ? "" : String(key.dropFirst(LimitKeys.instance(name: name, key: nil).count + 1))
                 do {

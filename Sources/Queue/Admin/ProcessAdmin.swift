@@ -8,11 +8,12 @@ public enum ProcessAdmin {
         case stop = "TERM"
     }
 
-    /// The identity in `processes` that is exactly `name`, or the only one starting with it.
+    /// The identity in `processes` that is exactly `name`, or the only one starting with it among the first
+    /// `Stats.sampleProcesses` members read (`SISMEMBER`, then `SSCAN`: review M5, anyone may add members).
     public static func resolve(_ connection: RedisConnection, _ name: String) throws -> String {
         guard !name.isEmpty else { throw AdminError.invalidArgument("the process identity is empty") }
-        let members = try connection.command("SMEMBERS", Keys.processes).strings.sorted()
-        if members.contains(name) { return name }
+        if try connection.command("SISMEMBER", Keys.processes, name).integer == 1 { return name }
+        let members = try ScanBudget(maxEntries: Stats.sampleProcesses).members(of: Keys.processes, connection).sorted()
         let matches = members.filter { $0.hasPrefix(name) }
         if matches.count == 1 { return matches[0] }
         if matches.isEmpty { throw AdminError.processNotFound(name) }

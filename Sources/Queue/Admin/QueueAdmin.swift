@@ -14,13 +14,87 @@ public struct QueueSummary: Sendable, Equatable {
 /// Queue-level operations (wire doc §7 "Queues"), plus pausing through the `paused` SET, which
 /// our workers honour and Ruby Sidekiq OSS processes ignore.
 public enum QueueAdmin {
-    /// Queue names: the `queues` SET plus paused names not in it, sorted by name.
+    /// Queue names: the `queues` SET plus paused names not in it, sorted by name. Reads every name: for a command
+    /// an operator runs on purpose (and the bulk POSTs); a request reads `names(_:budget:)`.
     public static func names(_ connection: RedisConnection) throws(RedisError) -> [String] {
         let replies = try connection.pipeline([["SMEMBERS", Keys.queues], ["SMEMBERS", Keys.paused]])
         return Set(try replies[0].checked().strings + (try replies[1].checked().strings)).sorted()
     }
 
-    /// Every queue with size, latency and paused flag, sorted by name (two round trips).
+    /// The names `budget` allows (review M5: any producer can add names to `queues`): `SSCAN queues`, each name one
+    /// entry of the budget, plus at most `sampleNames` paused names (`paused` only grows by operators' pauses);
+    /// sorted by name. `budget.exhausted` once some names of `queues` were left unread. Without a budget, every name
+    /// (`names(_:)`).
+    public static func names(_ connection: RedisConnection, budget: ScanBudget?) throws(RedisError) -> [String] {
+        guard let budget else { return try names(connection) }
+        let queued = try budget.members(of: Keys.queues, connection)
+        let paused = try ScanBudget(maxEntries: sampleNames, deadline: budget.deadline).members(of: Keys.paused, connection)
+        return Set(queued + paused).sorted()
+    }
+
+    /// The queues a search with `budget` looks through (a jid, a filter over every queue): every name without a
+    /// budget; with one, the first `sampleNames` read by `SSCAN` (a name left unread marks `budget` exhausted, so
+    /// the answer says it may be incomplete). Each queue the search then visits costs at least one entry of
+    /// `budget`, empty or not (`chargeVisit`), so a search's round trips are bounded whatever `queues` holds, and
+    /// several searches sharing one budget (the bulk route's jids) together too.
+    public static func searchNames(_ connection: RedisConnection, budget: ScanBudget?) throws(RedisError) -> [String] {
+        guard let budget else { return try names(connection) }
+        let names = ScanBudget(maxEntries: sampleNames, deadline: budget.deadline)
+        let read = try self.names(connection, budget: names)
+        if names.exhausted { budget.stop() }
+        return read
+    }
+
+    /// How many queue names a dashboard page, the live view, `stats` and `top` read per shard and request
+    /// (`sample`): the rest are counted (`SCARD`), not read.
+    public static let sampleNames = 1_000
+    /// How many queue names `largest` compares per call (`/queues`, a worker's `/metrics`, `queues ls`).
+    public static let largestNames = 4_000
+
+    /// Queues read within a budget: the rows, how many names `queues` holds in all, and whether some were left
+    /// unread (`partial`: the page says "showing N of M queues — partial").
+    public struct Sample: Sendable, Equatable {
+        public var queues: [QueueSummary]
+        /// `SCARD queues`.
+        public var total: Int
+        public var partial: Bool
+    }
+
+    /// The queues whose names `budget` allows (default `sampleNames`), with size, latency and paused flag, sorted by
+    /// name: at most `budget.maxEntries / ScanBudget.scanStep + 3` round trips and 2 commands per name read,
+    /// whatever `queues` holds.
+    public static func sample(_ connection: RedisConnection, budget: ScanBudget = ScanBudget(maxEntries: sampleNames),
+                              now: Double = Clock.now()) throws(RedisError) -> Sample {
+        let names = try names(connection, budget: budget)
+        let total = Int(try connection.command("SCARD", Keys.queues).integer ?? 0)
+        return Sample(queues: try summaries(connection, names: names, now: now), total: total, partial: budget.exhausted)
+    }
+
+    /// Size, latency and paused flag of each of `names` (one pipeline); `sizes`, when the caller read them already,
+    /// are not read again.
+    static func summaries(_ connection: RedisConnection, names: [String], sizes known: [Int]? = nil,
+                          now: Double) throws(RedisError) -> [QueueSummary] {
+        if names.isEmpty { return [] }
+        let perName = known == nil ? 2 : 1
+        var commands: [[any RedisArgument]] = [["SMISMEMBER", Keys.paused] + names.map { $0 as any RedisArgument }]
+        for name in names {
+            if known == nil { commands.append(["LLEN", Keys.queue(name)]) }
+            commands.append(["LRANGE", Keys.queue(name), -1, -1])
+        }
+        let replies = try connection.pipeline(commands)
+        let paused = try replies[0].checked().array ?? []
+        return names.enumerated().map { index, name in
+            let base = 1 + perName * index
+            let size = known.map { index < $0.count ? $0[index] : 0 }
+                ?? Bounded.int(replies[base].integer ?? 0, in: 0...Bounded.maxCounter)
+            return QueueSummary(name: name, size: size,
+                                latency: JobQueue.knownLatency(tail: replies[base + perName - 1].array?.first?.bytes, now: now),
+                                paused: index < paused.count && paused[index].integer == 1)
+        }
+    }
+
+    /// Every queue with size, latency and paused flag, sorted by name (two round trips). Reads every name: for a
+    /// caller that wants them all on purpose (`WorkersClient.queues`); pages and commands read `sample`/`largest`.
     public static func list(_ connection: RedisConnection, now: Double = Clock.now()) throws(RedisError) -> [QueueSummary] {
         let names = try names(connection)
         if names.isEmpty { return [] }
@@ -38,31 +112,15 @@ public enum QueueAdmin {
         }
     }
 
-    /// The `limit` largest queues (by size, then name), sorted by name, with their latency and paused flag, and how
-    /// many queues there are in all (review L7: a `queues` set of 60,000 names must not make every scrape or page
-    /// hold 60,000 rows). Sizes are read in pipelines of 1,000; latency and paused only for the queues returned.
+    /// The `limit` largest queues (by size, then name) among the names `budget` allows (default `largestNames`),
+    /// sorted by name, with their latency and paused flag; `total` is `SCARD queues` (review L7 and M5: a `queues`
+    /// set of 200,000 names must not make every page read 200,000 sizes). `partial`: names were left unread, so a
+    /// larger queue may be missing. A reader called again and again (a scrape) keeps a `LargestQueues`, which
+    /// finds the largest over successive calls.
     public static func largest(_ connection: RedisConnection, limit: Int,
-                               now: Double = Clock.now()) throws(RedisError) -> (queues: [QueueSummary], total: Int) {
-        let all = try names(connection)
-        if all.count <= limit { return (try list(connection, now: now), all.count) }
-        var sizes: [Int] = []
-        sizes.reserveCapacity(all.count)
-        var start = 0
-        while start < all.count {
-            let chunk = all[start..<min(start + 1000, all.count)]
-            sizes += try connection.pipeline(chunk.map { ["LLEN", Keys.queue($0)] }).map { Int($0.integer ?? 0) }
-            start += 1000
-        }
-        let chosen = zip(all, sizes).sorted { $0.1 != $1.1 ? $0.1 > $1.1 : $0.0 < $1.0 }.prefix(max(0, limit))
-            .sorted { $0.0 < $1.0 }
-        if chosen.isEmpty { return ([], all.count) }
-        let tails = try connection.pipeline(chosen.map { ["LRANGE", Keys.queue($0.0), -1, -1] })
-        let paused = Set(try connection.command("SMEMBERS", Keys.paused).strings)
-        let queues = zip(chosen, tails).map { entry, tail in
-            QueueSummary(name: entry.0, size: entry.1, latency: JobQueue.knownLatency(tail: tail.array?.first?.bytes, now: now),
-                         paused: paused.contains(entry.0))
-        }
-        return (queues, all.count)
+                               budget: ScanBudget = ScanBudget(maxEntries: largestNames),
+                               now: Double = Clock.now()) throws(RedisError) -> Sample {
+        try LargestQueues(limit: limit).next(connection, budget: budget, now: now)
     }
 
     public static func summary(_ connection: RedisConnection, name: String, now: Double = Clock.now()) throws(RedisError) -> QueueSummary {
@@ -98,6 +156,57 @@ public enum QueueAdmin {
     @discardableResult
     public static func clear(_ connection: RedisConnection, name: String) throws(RedisError) -> Int {
         try UniqueLocks.purgeQueue(connection, name: name)
+    }
+}
+
+/// The largest queues, found over successive calls at a bounded cost each (review M5: a worker's `/metrics` read
+/// the size of every name in `queues`, 0.85 s per scrape with 200,000 names). Each call reads the next names of a
+/// rolling `SSCAN` of `queues` within its budget (default `QueueAdmin.largestNames`), compares their sizes with
+/// those of the previous call's largest (still in `queues`), and keeps the `limit` largest: so every name is
+/// compared within ⌈names / budget⌉ calls, and the largest queue, once seen, stays.
+///
+/// `Sample.partial` is true until one whole pass over `queues` was made. Threading: one thread at a time (the
+/// metrics server's serving thread); not locked.
+public final class LargestQueues: @unchecked Sendable {
+    public let limit: Int
+    /// How many names of `queues` each call reads when not given a budget.
+    public let namesPerCall: Int
+    private var cursor = "0"
+    private var candidates: [String] = []
+    private var passed = false
+
+    public init(limit: Int, namesPerCall: Int = QueueAdmin.largestNames) {
+        self.limit = max(0, limit)
+        self.namesPerCall = max(1, namesPerCall)
+    }
+
+    public func next(_ connection: RedisConnection, budget: ScanBudget? = nil,
+                     now: Double = Clock.now()) throws(RedisError) -> QueueAdmin.Sample {
+        let budget = budget ?? ScanBudget(maxEntries: namesPerCall)
+        let read = try budget.members(of: Keys.queues, connection, from: &cursor)
+        if cursor == "0" { passed = true }
+        let total = Int(try connection.command("SCARD", Keys.queues).integer ?? 0)
+        // The previous largest that are still queues (a name gone from `queues` loses its row).
+        var kept: [String] = []
+        if !candidates.isEmpty {
+            let member = try connection.send(["SMISMEMBER", Keys.queues] + candidates.map { $0 as any RedisArgument }).checked().array ?? []
+            kept = candidates.enumerated().filter { $0.offset < member.count && member[$0.offset].integer == 1 }.map(\.element)
+        }
+        let all = Array(Set(kept + read))
+        var sizes: [Int] = []
+        sizes.reserveCapacity(all.count)
+        var start = 0
+        while start < all.count {
+            let chunk = all[start..<min(start + 1000, all.count)]
+            sizes += try connection.pipeline(chunk.map { ["LLEN", Keys.queue($0)] }).map {
+                Bounded.int($0.integer ?? 0, in: 0...Bounded.maxCounter)
+            }
+            start += 1000
+        }
+        let chosen = zip(all, sizes).sorted { $0.1 != $1.1 ? $0.1 > $1.1 : $0.0 < $1.0 }.prefix(limit).sorted { $0.0 < $1.0 }
+        candidates = chosen.map(\.0)
+        return QueueAdmin.Sample(queues: try QueueAdmin.summaries(connection, names: candidates, sizes: chosen.map(\.1), now: now),
+                                 total: total, partial: !passed)
     }
 }
 
@@ -139,38 +248,58 @@ public struct Stats: Sendable, Equatable {
     public var day: String
     public var processedToday: Int
     public var failedToday: Int
-    /// Σ LLEN over the `queues` set.
+    /// Σ LLEN over the names of `queues` read (all of them unless `partial`: then a lower bound).
     public var enqueued: Int
     public var scheduled: Int
     public var retries: Int
     public var dead: Int
     public var processes: Int
+    /// Σ `busy` over the members of `processes` read (all of them unless `partial`).
     public var busy: Int
+    /// The queues read (`QueueAdmin.sample`: at most `QueueAdmin.sampleNames` per shard), sorted by name.
     public var queues: [QueueSummary]
     public var redis: RedisServerInfo
+    /// `SCARD queues`: how many queue names there are, read or not.
+    public var queueNames: Int = 0
+    /// True when the budget stopped before every queue name or process was read (review M5): `enqueued` and
+    /// `busy` are then sums over what was read, and a reader says "partial".
+    public var partial: Bool = false
 
-    public static func load(_ connection: RedisConnection, now: Double = Clock.now()) throws(RedisError) -> Stats {
+    /// How many members of `processes` `load` reads for `busy` by default.
+    public static let sampleProcesses = 1_000
+
+    /// One shard's stats in a bounded number of commands whatever a producer added (review M5): the queue names
+    /// `queues` allows (`QueueAdmin.sample`), at most `processes` members of `processes` (`SSCAN`; `processes` itself
+    /// is `SCARD`, as Ruby counts it), counters and set sizes.
+    public static func load(_ connection: RedisConnection, now: Double = Clock.now(),
+                            queues queueBudget: ScanBudget = ScanBudget(maxEntries: QueueAdmin.sampleNames),
+                            processes processBudget: ScanBudget = ScanBudget(maxEntries: sampleProcesses)) throws(RedisError) -> Stats {
         let day = Clock.utcDay(now)
         let fast = try connection.pipeline([
             ["GET", Keys.statProcessed], ["GET", Keys.statFailed],
             ["GET", Keys.statProcessed(day: day)], ["GET", Keys.statFailed(day: day)],
             ["ZCARD", Keys.schedule], ["ZCARD", Keys.retry], ["ZCARD", Keys.dead],
-            ["SMEMBERS", Keys.processes], ["SMEMBERS", Keys.queues], ["INFO"],
+            ["SCARD", Keys.processes], ["INFO"],
         ])
         for reply in fast { try reply.checked() }
-        let members = fast[7].strings
+        let members = try processBudget.members(of: Keys.processes, connection)
         let busyReplies = try connection.pipeline(members.map { ["HGET", Keys.process($0), "busy"] })
-        let queueNames = Set(fast[8].strings)
-        let queues = try QueueAdmin.list(connection, now: now)
+        let sample = try QueueAdmin.sample(connection, budget: queueBudget, now: now)
+        // Paused names outside `queues` are listed but, as in Ruby, not counted as enqueued.
+        let member = sample.queues.isEmpty ? []
+            : try connection.send(["SMISMEMBER", Keys.queues] + sample.queues.map { $0.name as any RedisArgument }).checked().array ?? []
         // Counters anyone may have written (a Sidekiq client, a process hash): clamped, and their totals saturate.
         func int(_ reply: RedisReply) -> Int { Bounded.int(reply.integer ?? 0, in: 0...Bounded.maxCounter) }
+        let enqueued = sample.queues.enumerated().reduce(0) { sum, entry in
+            entry.offset < member.count && member[entry.offset].integer == 1 ? Bounded.sum(sum, entry.element.size) : sum
+        }
         return Stats(
             processed: int(fast[0]), failed: int(fast[1]), day: day,
             processedToday: int(fast[2]), failedToday: int(fast[3]),
-            enqueued: queues.filter { queueNames.contains($0.name) }.reduce(0) { Bounded.sum($0, $1.size) },
-            scheduled: int(fast[4]), retries: int(fast[5]), dead: int(fast[6]),
-            processes: members.count, busy: busyReplies.reduce(0) { Bounded.sum($0, int($1)) },
-            queues: queues, redis: RedisServerInfo(infoText: fast[9].string ?? ""))
+            enqueued: enqueued, scheduled: int(fast[4]), retries: int(fast[5]), dead: int(fast[6]),
+            processes: int(fast[7]), busy: busyReplies.reduce(0) { Bounded.sum($0, int($1)) },
+            queues: sample.queues, redis: RedisServerInfo(infoText: fast[8].string ?? ""),
+            queueNames: sample.total, partial: sample.partial || processBudget.exhausted)
     }
 }
 
@@ -194,6 +323,8 @@ extension Stats {
             sum.processes = Bounded.sum(sum.processes, part.processes)
             sum.busy = Bounded.sum(sum.busy, part.busy)
             sum.queues += part.queues
+            sum.queueNames = Bounded.sum(sum.queueNames, part.queueNames)
+            sum.partial = sum.partial || part.partial
         }
         return sum
     }

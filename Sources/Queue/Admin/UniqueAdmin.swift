@@ -28,14 +28,23 @@ public struct UniqueAdmin {
         Int(try connection.command("GET", Keys.uniqueDropped).string.flatMap { Int($0) } ?? 0)
     }
 
-    /// Every lock, sorted by class then digest (SCAN `unique:*`; `unique-jid:*` records are not locks).
-    public func list() throws(RedisError) -> [UniqueLockInfo] {
+    /// How many keys of the keyspace one listing looks at by default (`SCAN unique:*`: 10 steps of 1,000).
+    public static let scannedKeys = 10_000
+    /// The most locks one listing reads (two round trips each); past it the listing is partial.
+    public static let maxLocks = 200
+
+    /// The locks found, sorted by class then digest (`SCAN unique:*`; `unique-jid:*` records are not locks).
+    /// Bounded whatever the keyspace holds (review M5): the walk stays within `budget` (each step costs its
+    /// `COUNT`) and at most `maxLocks` locks are read; when either stops it, `budget.exhausted` is set and the
+    /// reader says "partial".
+    public func list(budget: ScanBudget = ScanBudget(maxEntries: scannedKeys)) throws(RedisError) -> [UniqueLockInfo] {
         var digests: Set<String> = []
-        for key in try connection.scanKeys(matching: Keys.uniqueLockPattern) {
+        for key in try budget.keys(matching: Keys.uniqueLockPattern, connection) {
             if let digest = Keys.uniqueDigest(fromLock: key), Self.isDigest(digest) { digests.insert(digest) }
         }
         var locks: [UniqueLockInfo] = []
-        for digest in digests.sorted() {
+        if digests.count > Self.maxLocks { budget.stop() }
+        for digest in digests.sorted().prefix(Self.maxLocks) {
             if let info = try show(UniqueLockKey(digest: digest)) { locks.append(info) }
         }
         return locks.sorted { ($0.className ?? "", $0.lock.digest) < ($1.className ?? "", $1.lock.digest) }

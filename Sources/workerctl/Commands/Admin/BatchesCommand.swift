@@ -4,6 +4,10 @@ import Queue
 
 /// `workerctl batches ls|show`: parses and prints; the reading is `BatchAdmin` (Queue/Admin).
 struct BatchesCommand: ParsableCommand {
+    /// How many failed and dead jids `batches show` reads of each list (issue 51, review M5: a batch may hold any
+    /// number of jobs); the counts stay exact.
+    static let jidLimit = 1000
+
     static let configuration = CommandConfiguration(
         commandName: "batches",
         abstract: "List and show batches: counts, callbacks, and whether they completed or succeeded (docs/batches.md).",
@@ -60,7 +64,10 @@ struct BatchesCommand: ParsableCommand {
             try adminCall {
                 guard Batches.isValidBid(bid) else { throw CLIError.usage(BatchError.invalidBid(bid).description) }
                 // A batch lives on its queues' shard.
-                let detail = try connection.onShardHolding { try BatchAdmin.existing($0, bid: bid) }
+                let detail = try connection.onShardHolding { try BatchAdmin.existing($0, bid: bid, limit: BatchesCommand.jidLimit) }
+                if detail.isPartial {
+                    printPartial("showing at most \(BatchesCommand.jidLimit) of the \(detail.failedCount) failed and \(detail.deadCount) dead jids")
+                }
                 let batch = detail.summary
                 if output.json {
                     guard case .object(var object) = BatchesCommand.json(batch) else { return }

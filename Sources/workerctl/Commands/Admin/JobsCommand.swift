@@ -48,6 +48,13 @@ struct JobsCommand: ParsableCommand {
 
     // MARK: ls
 
+    /// Says on stderr that a read stopped at its budget (`ScanBudget.cliEntries` entries, 1,000 queue names, 1,000
+    /// processes per shard): the listing or search may miss jobs.
+    static func notePartial(_ budget: ScanBudget, shard: String? = nil) {
+        guard budget.exhausted else { return }
+        printPartial("\(shard.map { "shard \($0): " } ?? "")read \(budget.scanned) entries (at most \(ScanBudget.cliEntries), \(QueueAdmin.sampleNames) queue names and \(Stats.sampleProcesses) processes per shard); jobs past them are not shown")
+    }
+
     struct List: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "ls", abstract: "List jobs in a state (sorted sets: latest score first).")
@@ -67,7 +74,9 @@ struct JobsCommand: ParsableCommand {
                 let filter = JobFilter(queue: queue, className: className, grep: grep)
                 let map = try connection.shardMap()
                 if !map.isSingle { return try runSharded(map, state: state, filter: filter, request: request) }
-                let jobs = try JobAdmin(connection: try connection.connect()).list(state, filter: filter, page: request)
+                let budget = ScanBudget(maxEntries: ScanBudget.cliEntries)
+                let jobs = try JobAdmin(connection: try connection.connect()).list(state, filter: filter, page: request, budget: budget)
+                JobsCommand.notePartial(budget)
                 if output.json {
                     return printJSON(AdminJSON.page(jobs, extra: ["state": .string(state.rawValue), "filter": AdminJSON.filter(filter)]))
                 }
@@ -81,7 +90,9 @@ struct JobsCommand: ParsableCommand {
             let shards = queue.map { [map.shard(forQueue: $0)] } ?? map.shards
             var pages: [(shard: String, page: Page<JobRecord>)] = []
             for shard in shards {
-                pages.append((shard.name, try JobAdmin(connection: try connection.connect(shard: shard)).list(state, filter: filter, page: request)))
+                let budget = ScanBudget(maxEntries: ScanBudget.cliEntries)
+                pages.append((shard.name, try JobAdmin(connection: try connection.connect(shard: shard)).list(state, filter: filter, page: request, budget: budget)))
+                JobsCommand.notePartial(budget, shard: shard.name)
             }
             if output.json {
                 return printJSON(.object(["state": .string(state.rawValue), "filter": AdminJSON.filter(filter),
@@ -126,7 +137,11 @@ struct JobsCommand: ParsableCommand {
                 let states = try parseState(state, required: false).map { [$0] } ?? JobAdmin.searchOrder
                 let record: JobRecord
                 do {
-                    record = try connection.onShardHolding { try JobAdmin(connection: $0).findOne(jid: jid, in: states) }
+                    record = try connection.onShardHolding {
+                        let budget = ScanBudget(maxEntries: ScanBudget.cliEntries)
+                        defer { JobsCommand.notePartial(budget) }
+                        return try JobAdmin(connection: $0).findOne(jid: jid, in: states, budget: budget)
+                    }
                 } catch let error as AdminError where error.isNotFound && state == nil {
                     // Not in Redis: a finished job is in the ledger (`jobs explain`); otherwise the error as before.
                     let status = try JobsCommand.status(jid: jid, connection: connection, ledger: ledger, warn: false)

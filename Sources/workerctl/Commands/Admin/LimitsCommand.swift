@@ -20,7 +20,11 @@ struct LimitsCommand: ParsableCommand {
 
         func run() throws {
             try adminCall {
-                let limits = try LimitAdmin.list(try connection.connect())
+                let budget = ScanBudget(maxEntries: LimitAdmin.scannedKeys)
+                let limits = try LimitAdmin.list(try connection.connect(), budget: budget)
+                if budget.exhausted {
+                    printPartial("looked at \(budget.scanned) keys and at most \(LimitAdmin.maxInstances) instances; instances may be missing")
+                }
                 if output.json { return printJSON(.object(["limits": .array(limits.map(Self.json))])) }
                 if limits.isEmpty { return print("no limits declared") }
                 var table = TextTable(["LIMIT", "KEY", "KIND", "MAX", "PERIOD", "USED", "RESETS IN"])

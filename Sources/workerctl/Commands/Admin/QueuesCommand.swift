@@ -26,13 +26,26 @@ struct QueuesCommand: ParsableCommand {
         return table
     }
 
-    /// Every shard's queues, shard by shard (in the map's order), each shard's sorted as `QueueAdmin.list` sorts.
+    /// Every shard's largest queues, shard by shard (in the map's order), each shard's sorted by name.
     static func listSharded(_ map: ShardMap, connection: ConnectionOptions) throws -> [(shard: String, queue: QueueSummary)] {
         var all: [(shard: String, queue: QueueSummary)] = []
         for shard in map.shards {
-            all += try QueueAdmin.list(try connection.connect(shard: shard)).map { (shard.name, $0) }
+            let sample = try QueueAdmin.largest(try connection.connect(shard: shard), limit: listLimit)
+            notePartial(sample, shard: shard.name)
+            all += sample.queues.map { (shard.name, $0) }
         }
         return all
+    }
+
+    /// How many queues `queues ls` lists per shard: the largest among the first `QueueAdmin.largestNames` names
+    /// read (issue 51, review M5: `queues` may hold any number of names a producer added).
+    static let listLimit = 1000
+
+    /// Says on stderr that the listing is not every queue.
+    static func notePartial(_ sample: QueueAdmin.Sample, shard: String? = nil) {
+        guard sample.partial || sample.total > sample.queues.count else { return }
+        printPartial("\(shard.map { "shard \($0): " } ?? "")showing \(sample.queues.count) of \(sample.partial ? "≥ " : "")\(sample.total) queues"
+                     + (sample.partial ? " (the largest of the first \(QueueAdmin.largestNames) names read)" : " (the largest)"))
     }
 
     static func validName(_ name: String) throws -> String {
@@ -56,7 +69,9 @@ struct QueuesCommand: ParsableCommand {
                     if queues.isEmpty { return print("no queues") }
                     return QueuesCommand.table(sharded: queues).print()
                 }
-                let queues = try QueueAdmin.list(try connection.connect())
+                let sample = try QueueAdmin.largest(try connection.connect(), limit: QueuesCommand.listLimit)
+                QueuesCommand.notePartial(sample)
+                let queues = sample.queues
                 if output.json { return printJSON(.object(["queues": .array(queues.map(AdminJSON.queue))])) }
                 if queues.isEmpty { return print("no queues") }
                 QueuesCommand.table(queues).print()

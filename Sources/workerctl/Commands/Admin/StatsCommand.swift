@@ -27,6 +27,9 @@ struct StatsCommand: ParsableCommand {
             let map = try connection.shardMap()
             if !map.isSingle { return try runSharded(map) }
             let stats = try Stats.load(try connection.connect())
+            if stats.partial {
+                printPartial("enqueued and busy sum the first \(QueueAdmin.sampleNames) queue names and \(Stats.sampleProcesses) processes read (of \(stats.queueNames) queues, \(stats.processes) processes)")
+            }
             if output.json { return printJSON(AdminJSON.stats(stats)) }
             print("Processed  \(stats.processed)  (today \(stats.processedToday), \(stats.day) UTC)")
             print("Failed     \(stats.failed)  (today \(stats.failedToday))")

@@ -34,7 +34,12 @@ struct UniqueCommand: ParsableCommand {
             try adminCall {
                 let shards = try connection.onEveryShard { redis in
                     let admin = UniqueAdmin(connection: redis)
-                    return (locks: try admin.list(), dropped: try admin.droppedCount())
+                    let budget = ScanBudget(maxEntries: UniqueAdmin.scannedKeys)
+                    let locks = try admin.list(budget: budget)
+                    if budget.exhausted {
+                        printPartial("looked at \(budget.scanned) keys and at most \(UniqueAdmin.maxLocks) locks; locks may be missing")
+                    }
+                    return (locks: locks, dropped: try admin.droppedCount())
                 }
                 let sharded = shards.count > 1
                 let locks = shards.flatMap { entry in entry.value.locks.map { OnShard(shard: entry.shard, value: $0) } }
@@ -71,7 +76,9 @@ struct UniqueCommand: ParsableCommand {
                 // The lock and its job are on the queue's shard.
                 let (info, records) = try connection.onShardHolding { redis in
                     let info = try UniqueAdmin(connection: redis).held(lock)
-                    return (info, try JobAdmin(connection: redis).find(jid: info.jid))
+                    let budget = ScanBudget(maxEntries: ScanBudget.cliEntries)
+                    defer { JobsCommand.notePartial(budget) }
+                    return (info, try JobAdmin(connection: redis).find(jid: info.jid, budget: budget))
                 }
                 if output.json {
                     guard case .object(var object) = UniqueCommand.json(info) else { return }

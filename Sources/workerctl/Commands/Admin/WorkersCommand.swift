@@ -19,7 +19,9 @@ struct WorkersCommand: ParsableCommand {
             try adminCall {
                 let map = try connection.shardMap()
                 if !map.isSingle { return try runSharded(map) }
-                let processes = try ProcessRegistry.list(try connection.connect())
+                let budget = ScanBudget(maxEntries: Stats.sampleProcesses)
+                let processes = try ProcessRegistry.list(try connection.connect(), budget: budget)
+                if budget.exhausted { printPartial("showing the first \(processes.count) processes read of more (at most \(Stats.sampleProcesses))") }
                 if output.json { return printJSON(.object(["processes": .array(processes.map(AdminJSON.process))])) }
                 if processes.isEmpty { return print("no processes") }
                 let now = Clock.now()
@@ -38,7 +40,9 @@ struct WorkersCommand: ParsableCommand {
         private func runSharded(_ map: ShardMap) throws {
             var all: [(shard: String, process: ProcessEntry)] = []
             for shard in map.shards {
-                all += try ProcessRegistry.list(try connection.connect(shard: shard)).map { (shard.name, $0) }
+                let budget = ScanBudget(maxEntries: Stats.sampleProcesses)
+                all += try ProcessRegistry.list(try connection.connect(shard: shard), budget: budget).map { (shard.name, $0) }
+                if budget.exhausted { printPartial("shard \(shard.name): showing the first \(Stats.sampleProcesses) processes read of more") }
             }
             if output.json {
                 return printJSON(.object(["processes": .array(all.map { AdminJSON.sharded(AdminJSON.process($0.process), shard: $0.shard) })]))
