@@ -86,6 +86,18 @@ enum StateReaders {
         "help": read { r, _ in [[], [r.pick(["jobs", "queues", "worker"])]] },
     ]
 
+    /// The most Redis commands one GET of each route may send, whatever the state (10,000 names in `queues`
+    /// included): the largest bound RequestBudgetTests (Tests/WebDashboardTests) sets for the route, where a page
+    /// past its budget says "partial" instead of reading on. `/metrics` is the exception: it reads the 60 + 144
+    /// counter hashes of the hour and the day, then one `BITFIELD_RO` per class and bucket for up to
+    /// `ClassMetricsReport.maxClasses` classes (the fuzzer's 3 classes: 612 commands; RequestBudgetTests' 250 holds
+    /// only without class metrics), so its bound here is what the code allows today.
+    static let routeBudgets: [String: Int] = [
+        "/": 5_500, "/assets/app.css": 0, "/assets/app.js": 0, "/api/stats.json": 2_200, "/queues": 7_500,
+        "/processes": 1_100, "/limits": 150, "/metrics": (60 + 144) * (1 + ClassMetricsReport.maxClasses), "/unique": 350, "/outbox": 0, "/search": 9_500,
+        "/jobs/{state}": 3_300, "/job/{jid}": 7_800, "/cron": 20, "/cron/{name}": 20, "/batches": 250, "/batch/{bid}": 20,
+    ]
+
     /// Percent-encodes a path segment (every byte but unreserved characters).
     static func segment(_ text: String) -> String {
         text.addingPercentEncoding(withAllowedCharacters: CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~")) ?? ""

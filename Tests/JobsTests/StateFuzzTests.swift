@@ -18,7 +18,6 @@ import XCTest
 /// Runs its own redis-server on `STATE_FUZZ_REDIS_PORT` (default 6561) and a PostgreSQL database of its own.
 final class StateFuzzTests: XCTestCase {
     var children: [ChildProcess] = []
-    var server: ChildProcess?
     /// This iteration's tallies, printed at its end: runs of commands and how many exited non-zero, GETs and how many
     /// answered other than 200 (each with the first line of its message, for the log).
     var tally = (commands: 0, failedCommands: [String: Int](), gets: 0, otherStatus: [String: Int]())
@@ -26,7 +25,6 @@ final class StateFuzzTests: XCTestCase {
     override func tearDown() {
         for child in children where child.isRunning { child.signal(SIGKILL); _ = child.wait() }
         children = []
-        if let server, server.isRunning { server.signal(SIGKILL); _ = server.wait() }
         super.tearDown()
     }
 
@@ -54,6 +52,7 @@ final class StateFuzzTests: XCTestCase {
         XCTAssertGreaterThan(routes.count, 10, "the route table: \(routes)")
         XCTAssertEqual(Set(routes).subtracting(StateReaders.routes.keys), [], "GET routes without a generator (StateReaders.routes)")
         XCTAssertEqual(Set(StateReaders.routes.keys).subtracting(routes), [], "generators without a route")
+        XCTAssertEqual(Set(StateReaders.routeBudgets.keys), Set(routes), "GET routes without a command budget (StateReaders.routeBudgets)")
     }
 
     /// The leaf commands of `workerctl` (`jobs ls`, `worker`), from its own command tree (`--experimental-dump-help`).
@@ -85,15 +84,11 @@ final class StateFuzzTests: XCTestCase {
         let iterations = Self.environment["STATE_FUZZ_ITERATIONS"].flatMap { Int($0) } ?? 2
         print("StateFuzzTests: seed \(seed), \(iterations) iteration(s) (replay one: STATE_FUZZ_SEED=<its seed> STATE_FUZZ_ITERATIONS=1)")
 
-        let server = try TestServices.startRedisServer(port: port, ["--databases", "1", "--maxmemory", "0"])
-        self.server = server
-        let redisURL = "redis://127.0.0.1:\(port)/0"
-        var redis: RedisConnection?
-        XCTAssertTrue(eventually(timeout: 10) {
-            redis = try? RedisConnection(url: redisURL)
-            return (try? redis?.command("PING").string) == "PONG"
-        }, "redis-server on \(port): \(server.stderr)\(server.stdout)")
-        let connection = try XCTUnwrap(redis)
+        // A redis-server of the test's own, which counts each GET's commands (RequestBudgetTests' meter).
+        let meter = try RequestCostMeter(port: port)
+        defer { meter.stop() }
+        let redisURL = meter.url
+        let connection = try meter.connection()
 
         let database = try PostgresTestDatabase.create(prefix: "statefuzz")
         defer { database.drop() }
@@ -115,7 +110,7 @@ final class StateFuzzTests: XCTestCase {
             let iterationSeed = iteration == 0 ? seed : seeds.next()
             print("StateFuzzTests: iteration \(iteration + 1) of \(iterations): STATE_FUZZ_SEED=\(iterationSeed)")
             let failures = testRun.map { $0.totalFailureCount } ?? 0
-            try fuzz(seed: iterationSeed, connection: connection, environment: environment, web: web, base: base)
+            try fuzz(seed: iterationSeed, connection: connection, meter: meter, environment: environment, web: web, base: base)
             if (testRun?.totalFailureCount ?? 0) > failures {
                 print("StateFuzzTests: FAILED with STATE_FUZZ_SEED=\(iterationSeed)")
             }
@@ -124,7 +119,8 @@ final class StateFuzzTests: XCTestCase {
     }
 
     /// One iteration: the state of `seed`, then every reader.
-    private func fuzz(seed: UInt64, connection: RedisConnection, environment: [String: String], web: ChildProcess, base: String) throws {
+    private func fuzz(seed: UInt64, connection: RedisConnection, meter: RequestCostMeter, environment: [String: String],
+                      web: ChildProcess, base: String) throws {
         var r = SplitMix64(seed: seed)
         _ = try connection.command("FLUSHALL")
         let time = try connection.command("TIME").strings
@@ -132,13 +128,22 @@ final class StateFuzzTests: XCTestCase {
         let state = FuzzState(&r, now: now)
         let written = try write(state, &r, connection)
         print("StateFuzzTests: wrote \(written.keys) keys (\(written.wrongType) of a wrong type) at \(KeyCatalogue.all.count) key patterns")
+        // 10,000 names in `queues` (when it is a set): each GET must stay under its command budget all the same.
+        if ["set", "none"].contains(try connection.command("TYPE", Keys.queues).string ?? "") {
+            try connection.send(["EVAL", "for i = 1, tonumber(ARGV[1]) do redis.call('SADD', KEYS[1], 'bulk-' .. i) end", 1,
+                                 Keys.queues, Self.bulkQueueNames]).checked()
+        }
         let label = "seed \(seed)"
 
         for (path, command) in StateReaders.commands.sorted(by: { $0.key < $1.key }) where command.phase == .read {
             for arguments in command.arguments(&r, state) { try runCommand(path, arguments, environment, label) }
         }
         for (route, urls) in StateReaders.routes.sorted(by: { $0.key < $1.key }) {
-            for url in urls(&r, state) { try get(base + url, route: route, web: web, label) }
+            for url in urls(&r, state) {
+                let cost = try meter.measure { try get(base + url, route: route, web: web, label) }
+                let budget = StateReaders.routeBudgets[route] ?? 0
+                XCTAssertLessThanOrEqual(cost.commands, budget, "\(label): GET \(url) (\(route)) sent \(cost) — over its budget of \(budget) commands")
+            }
         }
         for (path, command) in StateReaders.commands.sorted(by: { $0.key < $1.key }) where command.phase == .admin {
             for arguments in command.arguments(&r, state) { try runCommand(path, arguments, environment, label) }
@@ -299,6 +304,8 @@ final class StateFuzzTests: XCTestCase {
     }
 
     static let cancelQueue = "fuzz-cancel"
+    /// Names added to `queues` (a set) in every iteration, past what any page may read one by one.
+    static let bulkQueueNames = 10_000
 
     /// A `SteerProbe` pushed to the queue the `worker` child serves: once it runs, `workerctl jobs cancel` must stop it
     /// (the worker logs it cancelled; its 6,000 steps of 50 ms would take 5 minutes). A key of a wrong type may keep
