@@ -31,7 +31,11 @@ struct FuzzState: Sendable {
         identities = (0..<3).map { _ in "fuzzhost:\(1000 + r.below(60000)):\(r.hex(12))" }
         jids = (0..<6).map { _ in r.hex(24) } + [r.pick(["../../x", "\u{202E}jid", "j\u{1B}[2J", String(repeating: "j", count: 300)])]
         bids = [r.hex(16), r.hex(16), r.pick(["b\u{202E}", "b:c"])]
-        limiters = ["lim" + r.hex(4), r.pick(["evil\u{1B}lim", "lim:with:colons", "\u{202E}lim"])]
+        // A bench class with a limiter (registered by `--bench-jobs`), so that admission meets the hostile limiter
+        // state; its limiter is one of the state's.
+        let (limitedClass, limiter) = r.pick([("LimitProbeConcurrent", "probe-concurrent"), ("LimitProbeMutex", "probe-mutex"),
+                                              ("LimitProbeWindow", "probe-window"), ("LimitProbeBucket", "probe-bucket")])
+        limiters = [limiter, "lim" + r.hex(4), r.pick(["evil\u{1B}lim", "lim:with:colons", "\u{202E}lim"])]
         limiterKeys = ["user-1", r.pick(["\u{0}", "k\u{202E}", "k:k"])]
         cronNames = ["cron_" + r.hex(6), "nightly.report", r.pick(["\u{202E}cron", "cron\u{1B}[31m", "c:d"])]
         digests = [r.hex(64), r.hex(64)]
@@ -44,7 +48,7 @@ struct FuzzState: Sendable {
             return formatter.string(from: Date(timeIntervalSince1970: now + offset))
         }
         days = [day(0), day(-86_400)]
-        classes = ["SteerProbe", "HardJob", r.pick(["\u{202E}Evil", "Evil\u{1B}[1m", "A::B"])]
+        classes = ["SteerProbe", limitedClass, r.pick(["HardJob", "BatchProbe"]), r.pick(["\u{202E}Evil", "Evil\u{1B}[1m", "A::B"])]
         minute = ClassMetricsLayout.Minute(epochSeconds: now)
     }
 
@@ -102,7 +106,8 @@ enum StateGenerators {
     /// A job payload of one of the state's jids, queues and classes.
     static func job(_ r: inout SplitMix64, _ s: FuzzState) -> [UInt8] {
         let jid = r.pick(s.jids), queue = r.pick(s.queues), className = r.pick(s.classes)
-        return HostileValues.job(&r, jid: jid, queue: queue, className: className)
+        let bid = r.chance(0.3) ? r.pick(s.bids) : nil
+        return HostileValues.job(&r, jid: jid, queue: queue, className: className, bid: bid)
     }
 
     /// Members drawn from the state (`pool`) and a few hostile ones: a set, sorted set or list of names; a hash whose

@@ -117,14 +117,15 @@ enum HostileValues {
                 "\(Int(now))", "\(Int(now) + 3600)", "\(Int(now) - 86_400 * 400)", "\(now)", "\(Int(now) * 1000)"])
     }
 
-    /// A job payload: mostly valid-looking (class, args, jid, queue from the state) with hostile values in a few
-    /// fields; now and then broken JSON or no object at all.
-    static func job(_ r: inout SplitMix64, jid: String, queue: String, className: String) -> [UInt8] {
+    /// A job payload: mostly valid-looking (class, args, jid, queue, and `bid` when given, from the state) with
+    /// hostile values in a few fields; now and then broken JSON or no object at all.
+    static func job(_ r: inout SplitMix64, jid: String, queue: String, className: String, bid: String? = nil) -> [UInt8] {
         if r.chance(0.08) { return scalar(&r) }
         var fields: [String] = []
         func quoted(_ text: String) -> String { JSONValue.string(text).serialized() }
         fields.append(#""class":"# + (r.chance(0.85) ? quoted(className) : r.pick(jsonValues)))
-        fields.append(#""args":"# + (r.chance(0.7) ? r.pick(["[]", #"[{"steps":1,"step_ms":1}]"#, #"[1,"two"]"#])
+        if let bid { fields.append(#""bid":"# + quoted(bid)) }
+        fields.append(#""args":"# + (r.chance(0.7) ? r.pick(["[]", #"[{"steps":1,"step_ms":1}]"#, #"[1,"two"]"#, "[1]", #"[1,"user-1"]"#])
                                     : r.chance(0.5) ? r.pick(jsonValues) : String(decoding: deepArray, as: UTF8.self)))
         fields.append(#""jid":"# + (r.chance(0.9) ? quoted(jid) : r.pick(jsonValues)))
         fields.append(#""queue":"# + (r.chance(0.9) ? quoted(queue) : r.pick(jsonValues)))
