@@ -162,7 +162,7 @@ let package = Package(
         .testTarget(name: "WorkersTests", dependencies: ["WorkersTestSupport", "Workers", "BenchJobs", "Queue", "Storage", "TestSupport",
                                                          .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
         .testTarget(name: "SchedulerTests", dependencies: ["Scheduler", "Queue", "TestSupport"]),
-        .testTarget(name: "JobsTests", dependencies: ["WorkersTestSupport", "Jobs", "Workers", "WorkersClient", "Queue", "Storage", "HTTP", "Mail", "TestSupport", "Outbox", "SubjectKeys", "Scheduler", "BenchJobs",
+        .testTarget(name: "JobsTests", dependencies: ["WorkersTestSupport", "Jobs", "Workers", "WorkersClient", "Queue", "Storage", "HTTP", "Mail", "TestSupport", "Outbox", "SubjectKeys", "Scheduler", "BenchJobs", "WebDashboard",
                                                       .product(name: "Crypto", package: "swift-crypto"),
                                                       .product(name: "_CryptoExtras", package: "swift-crypto"),
                                                       .product(name: "X509", package: "swift-certificates"),

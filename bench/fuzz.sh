@@ -7,6 +7,12 @@
 #   bench/fuzz.sh --list               the harnesses
 #   bench/fuzz.sh --triage [harness]   groups the findings in .dev/fuzz/<h>/artifacts by trap (message and first
 #                                      two frames in the project), replayed by the debug FuzzRunner; no fuzzing
+#   bench/fuzz.sh state                the state fuzzer (Tests/JobsTests/StateFuzzTests.swift: hostile values at every
+#                                      Redis key, then every command, route and loop) for STATE_SECONDS (default 600)
+#                                      or ITERATIONS iterations, in runs of 5 with fresh seeds; prints each failing seed
+#                                      (replay: STATE_FUZZ_SEED=<seed> STATE_FUZZ_ITERATIONS=1 swift test --skip-build
+#                                      --filter StateFuzzTests). Needs scripts/services (PostgreSQL); its redis-server
+#                                      runs on STATE_FUZZ_REDIS_PORT (default 6561).
 #
 # Builds FuzzRunner in release with libFuzzer and AddressSanitizer (`-DFUZZING -sanitize=fuzzer,address`) in its own
 # scratch folder, .build-fuzz, so the normal .build is never touched; the first build takes many minutes (every
@@ -37,6 +43,36 @@ if [ "${1:-}" = "--triage" ]; then
             printf '%s | %s\t%s\t%s\n' "$msg" "$frames" "$(wc -c <"$f")" "$f"
         done | sort -t$'\t' -k1,1 -k2,2n | awk -F'\t' '$1 != k {if (k != "") print "   " n "x  " k "\n        smallest: " f; k = $1; n = 0; f = $3 " (" $2 " bytes)"} {n++} END {if (k != "") print "   " n "x  " k "\n        smallest: " f}'
     done
+    exit 0
+fi
+
+# state: the state fuzzer, in the ordinary debug build (its children are the real workerctl), one test run per 5
+# iterations, each run with a fresh seed, until STATE_SECONDS or ITERATIONS is reached. Exit 1 when a seed failed.
+if [ "${1:-}" = "state" ]; then
+    budget="${STATE_SECONDS:-600}"; wanted="${ITERATIONS:-0}"; chunk=5
+    mkdir -p .dev/fuzz/state
+    log=.dev/fuzz/state/fuzz.log; : >"$log"
+    echo "== building the tests (log: .dev/fuzz/state/build.log)"
+    nice -n 10 swift build --build-tests >.dev/fuzz/state/build.log 2>&1 || { grep -E "error" .dev/fuzz/state/build.log | head -20; exit 2; }
+    started=$SECONDS; done_iterations=0; runs=0; failed=""
+    while :; do
+        [ "$wanted" -gt 0 ] && [ "$done_iterations" -ge "$wanted" ] && break
+        [ "$wanted" -eq 0 ] && [ $((SECONDS - started)) -ge "$budget" ] && break
+        n=$chunk; [ "$wanted" -gt 0 ] && [ $((wanted - done_iterations)) -lt $n ] && n=$((wanted - done_iterations))
+        seed=$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')
+        out=$(STATE_FUZZ_SEED="$seed" STATE_FUZZ_ITERATIONS="$n" nice -n 10 swift test --skip-build \
+              --filter 'StateFuzzTests/testAnyState' 2>&1)
+        echo "$out" >>"$log"
+        runs=$((runs + 1)); done_iterations=$((done_iterations + n))
+        failed="$failed $(echo "$out" | grep -oE 'FAILED with STATE_FUZZ_SEED=[0-9]+' | grep -oE '[0-9]+$' | tr '\n' ' ')"
+        if ! echo "$out" | grep -q "Executed 1 test"; then echo "   run $runs (seed $seed) did not complete: see $log"; failed="$failed $seed"; fi
+    done
+    echo "== state fuzzer: $done_iterations iterations in $runs runs, $((SECONDS - started)) s (log: $log)"
+    failed=$(echo $failed)
+    if [ -n "$failed" ]; then
+        for s in $failed; do echo "   FAILING SEED: STATE_FUZZ_SEED=$s STATE_FUZZ_ITERATIONS=1 swift test --skip-build --filter StateFuzzTests"; done
+        exit 1
+    fi
     exit 0
 fi
 

@@ -176,7 +176,10 @@ public final class CronStore: @unchecked Sendable {
     @discardableResult
     public func sync(_ entries: [ScheduleEntry]) throws -> CronSyncReport {
         var report = CronSyncReport()
-        let existing = Set(try connection.command("SMEMBERS", CronKeys.jobs).strings.compactMap(CronKeys.name(fromJobKey:)))
+        let members = try Self.named("SMEMBERS \(CronKeys.jobs)") { () throws(RedisError) -> RedisReply in
+            try connection.command("SMEMBERS", CronKeys.jobs)
+        }
+        let existing = Set(members.strings.compactMap(CronKeys.name(fromJobKey:)))
         var commands: [[any RedisArgument]] = []
         for entry in entries {
             let key = CronKeys.job(entry.name)
@@ -194,8 +197,24 @@ public final class CronStore: @unchecked Sendable {
             commands.append(["DEL", CronKeys.job(name), CronKeys.enqueued(name), CronKeys.jidHistory(name)])
             report.removed.append(name)
         }
-        for result in try connection.transaction(commands) { try result.checked() }
+        let results = try connection.transaction(commands)
+        for index in results.indices {
+            guard case .error(let message) = results[index] else { continue }
+            throw Self.naming(.server(message), "\(commands[index][0]) \(commands[index][1])")
+        }
         return report
+    }
+
+    /// A refusal by Redis with the command that drew it (e.g. `HSET cron_job:NAME`): a key of another type, which
+    /// anyone with Redis access can write, is then named for the operator. Other errors unchanged.
+    /// `body`'s result, or its error named by `naming`.
+    static func named<T>(_ command: String, _ body: () throws(RedisError) -> T) throws(RedisError) -> T {
+        do { return try body() } catch { throw naming(error, command) }
+    }
+
+    static func naming(_ error: RedisError, _ command: String) -> RedisError {
+        guard case .server(let message) = error else { return error }
+        return .server("\(message) (\(command))")
     }
 
     /// The hash fields that describe an entry (everything but status and fire bookkeeping).

@@ -129,6 +129,14 @@ public enum WebServer {
         try await app.runService()
     }
 
+    /// The paths of the GET routes the dashboard serves (`/job/{jid}` for a parameter), read from the router itself
+    /// (Hummingbird's `Router.routes`), so a route added to `makeRouter` is in the list: the state fuzzer visits each
+    /// one (Tests/JobsTests/StateFuzzTests.swift). Builds a router without shards; any thread.
+    package static var getRoutes: [String] {
+        makeRouter(shards: [], security: WebSecurity(credential: nil), boundPort: BoundPort()).routes
+            .filter { $0.method == .get }.map(\.path.description)
+    }
+
     /// The most rows one bulk request may name (`/jobs/STATE/selected/ACTION`); more is refused with 400.
     static let bulkSelectionLimit = 500
 

@@ -93,7 +93,9 @@ extension JobAdmin {
     public func cancel(jid: String, now: Double = Clock.now(),
                        searchEntries: Int = JobAdmin.cancelSearchEntries) throws -> CancelOutcome {
         try Self.validate(jid: jid)
-        _ = try connection.transaction(JobCancels.markCommands(jid: jid, now: now))
+        // EXEC answers each command on its own: a mark Redis refused (a `cancels` key of another type, which anyone
+        // with Redis access can write) fails the cancel instead of reporting a cancel no worker will see.
+        for reply in try connection.transaction(JobCancels.markCommands(jid: jid, now: now)) { _ = try reply.checked() }
         var outcome = CancelOutcome()
         let budget = ScanBudget(maxEntries: searchEntries)
         let waiting = try find(jid: jid, in: [.scheduled, .retry, .enqueued], budget: budget)

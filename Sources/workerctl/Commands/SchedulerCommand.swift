@@ -57,7 +57,14 @@ struct ScheduleOptions: ParsableArguments {
         if let shardName { logger[metadataKey: "shard"] = "\(shardName)" }
         let runner = SchedulerRunner(entries: file.entries, store: CronStore(connection: connection, historySize: historySize),
                                      maxSleep: maxSleep, schedulePath: schedule, logger: logger, owns: owns)
-        _ = try redisCall { try runner.sync() }
+        do { _ = try runner.sync() } catch let error as RedisError {
+            // Redis answered but refused a write: a cron key of another type (anyone with Redis access can write
+            // one). The scheduler runs on, as after a reload it could not write; each entry's fire names its own
+            // key (`cannot fire entry`). A Redis it cannot reach still ends the start (exit 1).
+            guard case .server = error else { throw CLIError.runtime(error.description) }
+            logger.error("schedule not synced to Redis: a cron key holds a value of another type; fixing or deleting it lets the next reload sync",
+                         metadata: ["error": "\(error)"])
+        }
         return runner
     }
 }
