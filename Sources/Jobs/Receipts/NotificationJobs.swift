@@ -547,7 +547,8 @@ public struct PlayNotificationJob: Job {
             if revokes {
                 try SubscriptionStore.markRefunded(existing.id, at: eventTime, on: c)
                 try SubscriptionStore.applyEntitlement(subscriptionID: existing.id, userID: existing.userID, entitled: false, on: c)
-                try SubscriptionStore.event(existing.id, type: "refunded", data: ["source": "play_notification", "kind": "voided"],
+                try SubscriptionStore.event(existing.id, type: "refunded",
+                                            data: ["source": "play_notification", "kind": "voided", "order_id": voided.orderId ?? ""],
                                             idempotencyKey: "google:notification:\(id)", on: c)
                 return ("applied", existing.id)
             }
@@ -559,7 +560,8 @@ public struct PlayNotificationJob: Job {
                 }
             }
             try SubscriptionStore.event(existing.id, type: "order_voided",
-                                        data: ["source": "play_notification", "kind": "voided", "current_period": "kept"],
+                                        data: ["source": "play_notification", "kind": "voided", "current_period": "kept",
+                                               "order_id": voided.orderId ?? ""],
                                         idempotencyKey: "google:notification:\(id)", on: c)
             return ("applied", existing.id)
         }
