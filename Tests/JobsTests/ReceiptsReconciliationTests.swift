@@ -139,4 +139,45 @@ extension ReceiptsGoogleTests {
         XCTAssertThrowsError(try d.run("StoreReconciliationJob", "[]"))
         XCTAssertEqual(logs.alerts, ["RCV-RECONCILE-INCOMPLETE"])
     }
+
+    /// A lost RECOVERED: a row on hold (Google ON_HOLD, user free) is asked again once it has been untouched for a day,
+    /// oldest first within the budget, and Google's answer (ACTIVE again) is applied.
+    func testRowsOnHoldForADayAreAskedAgainOldestFirstWithinTheBudget() throws {
+        let clock = ReceiptsTestClock()
+        let d = try reconciliation(budget: 2, clock: clock)  // one voided-list page + one re-check per run
+        var users: [String: UUID] = [:]
+        for token in ["hold-1", "hold-2"] {
+            let user = try db.newUser()
+            users[token] = user
+            try setPurchase(token, state: "SUBSCRIPTION_STATE_ACTIVE", expiry: clock.now.addingTimeInterval(10 * 86400))
+            try d.run("ValidateReceiptJob", googleArgs(user: user, token: token))
+            try setPurchase(token, state: "SUBSCRIPTION_STATE_ON_HOLD", expiry: clock.now.addingTimeInterval(-3600))
+            try d.run("PlayNotificationJob", rtdn(messageID: "hold-\(token)", type: 5, token: token))
+            XCTAssertEqual(try db.subscriptionStatus(key: token), "on_hold")
+            // The payment went through; the RECOVERED notification was lost.
+            try setPurchase(token, state: "SUBSCRIPTION_STATE_ACTIVE", expiry: clock.now.addingTimeInterval(30 * 86400))
+        }
+        try db.pool.withConnection { c in
+            _ = try c.execute("UPDATE subscriptions SET updated_at = $1 WHERE store_transaction_id = 'hold-2'",
+                              [clock.now.addingTimeInterval(-60)])
+        }
+        // Less than a day on hold: not asked.
+        try d.run("StoreReconciliationJob", "[]")
+        XCTAssertEqual(try db.subscriptionStatus(key: "hold-1"), "on_hold")
+        XCTAssertEqual(try db.subscriptionStatus(key: "hold-2"), "on_hold")
+        // A day later: the oldest (hold-2) first; the budget leaves hold-1 for the next run.
+        clock.advance(86_400 + 60)
+        try d.run("StoreReconciliationJob", "[]")
+        XCTAssertEqual(try db.subscriptionStatus(key: "hold-2"), "active")
+        XCTAssertEqual(try db.userStatus(users["hold-2"]!), "premium")
+        XCTAssertEqual(try db.subscriptionStatus(key: "hold-1"), "on_hold")
+        clock.advance(60)
+        try d.run("StoreReconciliationJob", "[]")
+        XCTAssertEqual(try db.subscriptionStatus(key: "hold-1"), "active")
+        XCTAssertEqual(try db.userStatus(users["hold-1"]!), "premium")
+        XCTAssertEqual(try db.string("""
+            SELECT e.event_data->>'source' AS v FROM subscription_events e JOIN subscriptions s ON s.id = e.subscription_id
+            WHERE s.store_transaction_id = 'hold-1' AND e.event_type = 'store_checked'
+            """), "store_reconciliation")
+    }
 }

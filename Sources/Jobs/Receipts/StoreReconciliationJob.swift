@@ -38,11 +38,15 @@ final class StoreCallBudget {
 ///    void of a token we hold is applied by `PlayNotificationJob.perform` as the voided-purchase RTDN Google sent
 ///    (message id `reconcile:voided:<orderId>`); skipped when that order's void is already recorded on the row
 ///    (`event_data.order_id`), the row is already `refunded`, or the token is not ours.
+/// 3. Rows `on_hold` / `paused` (Apple billing retry, Google account hold or pause) untouched for a day are asked
+///    again (`SubscriptionStoreCheck`, oldest first) and their store's answer applied: a lost RECOVERED / DID_RENEW
+///    no longer leaves a payer `free` until the app's next launch.
 ///
 /// Every request counts against `ReceiptsConfiguration.reconcileCallBudget` (history and list pages, each
-/// notification applied); past it the rest waits for the next run, logged with the counts. A store
+/// notification applied, each row asked); past it the rest waits for the next run, logged with the counts. A store
 /// that cannot be read (401, 429, 5xx) is logged (`alert=RCV-RECONCILE-INCOMPLETE`) and the run fails after the other
-/// steps, so it is retried. Idempotent: applying goes through the notification jobs' claim. Applied notifications use a ledger row of their own (jid `reconcile:<store>:<id>`).
+/// steps, so it is retried. Idempotent: applying goes through the notification jobs' claim, and re-checks through the
+/// out-of-order guard. Applied notifications use a ledger row of their own (jid `reconcile:<store>:<id>`).
 public struct StoreReconciliationJob: Job {
     /// `args: []`.
     public struct Arguments: NoJobArguments, Equatable {
@@ -53,6 +57,8 @@ public struct StoreReconciliationJob: Job {
         JobOptions(maxRetries: 3, backoff: .sidekiq, timeout: .seconds(1800), usesLedger: false))
     /// How far back the stores' lists are read: two daily runs overlap, so one failed run loses nothing.
     static let window: TimeInterval = 48 * 3600
+    /// How long an `on_hold` / `paused` row stays unasked.
+    static let recheckAfter: TimeInterval = 86_400
     /// The alert of a store list that could not be read this run.
     static let incompleteAlert = "RCV-RECONCILE-INCOMPLETE"
     let services: ReceiptServices
@@ -68,6 +74,10 @@ public struct StoreReconciliationJob: Job {
         public var skipped = 0
         /// Applying failed (logged; the next run lists them again while they are in the window).
         public var failed = 0
+        /// `on_hold` / `paused` rows whose store answered.
+        public var rechecked = 0
+        /// `on_hold` / `paused` rows no store could be asked about.
+        public var recheckFailed = 0
         /// Store calls made.
         public var calls = 0
         /// The budget ran out: the rest waits for the next run.
@@ -92,10 +102,13 @@ public struct StoreReconciliationJob: Job {
         if let play = services.googlePlay {
             reconcileGoogle(play: play, now: now, budget: budget, totals: &totals, context: context, cancellation: cancellation)
         }
+        try recheck(pool: database.pool, now: now, budget: budget, totals: &totals, cancellation: cancellation,
+                    isCancelled: { context.isCancelled })
         totals.calls = budget.used
         let counts: Logger.Metadata = [
             "listed": "\(totals.listed)", "applied": "\(totals.applied)", "skipped": "\(totals.skipped)",
-            "failed": "\(totals.failed)", "calls": "\(totals.calls)", "budget": "\(budget.limit)"]
+            "failed": "\(totals.failed)", "rechecked": "\(totals.rechecked)", "recheck_failed": "\(totals.recheckFailed)",
+            "calls": "\(totals.calls)", "budget": "\(budget.limit)"]
         if budget.exhausted {
             logger.warning("store reconciliation reached its call budget (RECEIPTS_RECONCILE_CALL_BUDGET); the rest waits for the next run",
                            metadata: counts)
@@ -248,5 +261,44 @@ public struct StoreReconciliationJob: Job {
         totals.incomplete.append("\(store) (\(environment))")
         logger.error("alert \(Self.incompleteAlert): the \(store) list (\(environment)) could not be read: \(error)",
                      metadata: ["alert": "\(Self.incompleteAlert)", "store": "\(store)"])
+    }
+
+    // MARK: Re-check of rows on hold
+
+    private func recheck(pool: PostgresPool, now: Date, budget: StoreCallBudget, totals: inout Totals,
+                         cancellation: HTTPCancellation, isCancelled: () -> Bool) throws {
+        let rows: [DueRenewal] = try pool.withConnection { c in
+            try c.query("""
+                SELECT id, store, store_transaction_id, store_product_id, user_id, app_id, plan_id, plan_type,
+                       COALESCE(end_date, $1) AS window_end
+                FROM subscriptions
+                WHERE status IN ('on_hold', 'paused') AND updated_at <= $2
+                ORDER BY updated_at, id
+                LIMIT $3
+                """, [now, now.addingTimeInterval(-Self.recheckAfter), budget.remaining + 1]).map { r in
+                DueRenewal(id: try r.uuid("id"), store: Store(rawValue: try r.string("store")) ?? .apple,
+                           key: try r.string("store_transaction_id"), productID: try r.string("store_product_id"),
+                           windowEnd: try r.date("window_end"),
+                           owner: SubscriptionOwner(userID: try r.optionalUUID("user_id"), appID: try r.uuid("app_id"),
+                                                    planID: try r.optionalUUID("plan_id"), planType: try r.string("plan_type")))
+            }
+        }
+        let check = SubscriptionStoreCheck(services: services)
+        for row in rows where !isCancelled() {
+            guard budget.take() else { return }
+            switch check.check(row, pool: pool, now: now, cancellation: cancellation, source: "store_reconciliation") {
+            case .applied:
+                totals.rechecked += 1
+            case .ended:
+                totals.rechecked += 1
+                _ = try pool.withConnection { c in try c.transaction { c in try SubscriptionExpirySweepJob.expire(row, on: c) } }
+            case .cannotAsk:
+                totals.recheckFailed += 1
+            }
+            // Asked (whatever the answer): back of the queue, not asked again for a day.
+            try pool.withConnection { c in
+                _ = try c.execute("UPDATE subscriptions SET updated_at = $2 WHERE id = $1", [row.id, now])
+            }
+        }
     }
 }
