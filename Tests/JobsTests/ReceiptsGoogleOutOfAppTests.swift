@@ -273,6 +273,9 @@ extension ReceiptsGoogleTests {
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM store_notifications WHERE outcome = 'unmatched' AND store_key = 'void-early'"), 1)
         try d.run("ValidateReceiptJob", googleArgs(user: user, token: "void-early"))
         XCTAssertEqual(try db.userStatus(user), "premium")
+        // Revoked: Google no longer entitles when the replay reads its state (a refund without revoke would keep it).
+        try setPurchase("void-early", state: "SUBSCRIPTION_STATE_EXPIRED", expiry: Date().addingTimeInterval(-60),
+                        extra: ["latestSuccessfulOrderId": order])
         XCTAssertEqual(try relayOutbox(d), ["PlayNotificationJob"])
         XCTAssertEqual(try db.subscriptionStatus(key: "void-early"), "refunded")
         XCTAssertEqual(try db.userStatus(user), "free")
