@@ -1194,6 +1194,12 @@ class GoogleService(Service):
         expired_token = reg.pop("expiredPurchaseToken", None)
         if expired_token is not None:
             body["outOfAppPurchaseContext"] = {"expiredPurchaseToken": expired_token}
+        # [OOAP] expiredExternalAccountIdentifiers: "User account identifier from the last expired subscription for
+        # this SKU" (the ids the app set on that purchase).
+        expired_obfuscated = reg.pop("expiredObfuscatedExternalAccountId", None)
+        if expired_obfuscated is not None:
+            body.setdefault("outOfAppPurchaseContext", {})["expiredExternalAccountIdentifiers"] = {
+                "obfuscatedExternalAccountId": expired_obfuscated}
         body.update(reg)  # any other override (testPurchase, linkedPurchaseToken, canceledStateContext, ...)
         return jresp(body)
 
