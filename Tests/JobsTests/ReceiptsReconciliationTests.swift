@@ -75,6 +75,31 @@ extension ReceiptsAppleTests {
     }
 }
 
+extension ReceiptsAppleTests {
+    /// Apple rate-limits the history (429 RateLimitExceededError): the run alerts RCV-RECONCILE-INCOMPLETE and fails, so
+    /// the runner retries it; the retry reads the history and applies what was missed.
+    func testARateLimitedAppStoreHistoryIsAlertedAndTheRetryAppliesIt() throws {
+        let clock = ReceiptsTestClock(), signer = try TestAppleSigner(), logs = CapturedLogs()
+        var c = try serverAPIConfiguration(root: signer.rootDER)
+        c.appleAllowedEnvironments = ["Production"]
+        var registry = JobRegistry()
+        ReceiptJobs.register(into: &registry, services: try ReceiptServices(configuration: c, http: http, now: { clock.now }))
+        let d = JobRunnerDriver(registry: registry, database: fixture.jobDatabase, logger: logs.logger(label: "reconcile-test"))
+        let uuid = UUID().uuidString.lowercased()
+        let test = try signer.sign(["notificationType": "TEST", "notificationUUID": uuid, "version": "2.0",
+                                    "signedDate": TestAppleSigner.ms(clock.now),
+                                    "data": ["bundleId": "com.example", "environment": "Production", "appAppleId": 1234]])
+        try fakes.admin(.apple, "POST", "apple/notification_history",
+                        json: ["signedPayload": test, "attemptDate": TestAppleSigner.ms(clock.now.addingTimeInterval(-3600))])
+        try fakes.configure(.apple, ["rate_limited": 1])
+        XCTAssertThrowsError(try d.run("StoreReconciliationJob", "[]"))
+        XCTAssertEqual(logs.alerts, ["RCV-RECONCILE-INCOMPLETE"])
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM store_notifications WHERE notification_id = $1", [uuid]), 0)
+        try d.run("StoreReconciliationJob", "[]")
+        XCTAssertEqual(try db.string("SELECT outcome AS v FROM store_notifications WHERE notification_id = $1", [uuid]), "ignored")
+    }
+}
+
 extension ReceiptsGoogleTests {
     func reconciliation(budget: Int, clock: ReceiptsTestClock, logs: CapturedLogs? = nil) throws -> JobRunnerDriver {
         var c = try configuration()
