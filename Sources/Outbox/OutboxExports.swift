@@ -7,5 +7,3 @@
 @_exported import class Storage.PostgresPool
 // The runtime's schema (job_outbox, workers_enqueue, …): `WorkersSchema.migrate(url:)` (docs/embedding.md).
 @_exported import enum Storage.WorkersSchema
-@_exported import struct Storage.Migration
-@_exported import struct Storage.MigrationStatus

@@ -17,6 +17,11 @@ import Logging
 /// Every call takes the migrators' advisory lock for `migrate` (any number of processes at once: one applies, the
 /// others find nothing to do) and none for `status`/`pending`/`current`. Stateless; any thread.
 public enum WorkersSchema {
+    /// One migration file of the runtime's line (`version`, `name`, `description` = `NNNN_name`).
+    public typealias Migration = Storage.Migration
+    /// What a database has applied of the runtime's line: `applied`, `pending`, `modified`, `isUpToDate`.
+    public typealias Status = MigrationStatus
+
     /// The line of `workers_migrations` the runtime's migrations are recorded under.
     public static let line = "workers"
     /// The table the runtime's applied migrations are recorded in.
@@ -66,7 +71,7 @@ public enum WorkersSchema {
     }
 
     /// Applied, pending, modified and unknown migrations of the runtime's line in the database at `url`. Read-only.
-    public static func status(url: String, schema: String? = nil) throws -> MigrationStatus {
+    public static func status(url: String, schema: String? = nil) throws -> Status {
         let migrator = try migrator(schema: schema)
         return try withSession(url) { try migrator.status(on: $0) }
     }
@@ -79,7 +84,7 @@ public enum WorkersSchema {
         try migrator(schema: schema, logger: logger).migrate(on: connection)
     }
 
-    public static func status(on connection: PostgresConnection, schema: String? = nil) throws -> MigrationStatus {
+    public static func status(on connection: PostgresConnection, schema: String? = nil) throws -> Status {
         try migrator(schema: schema).status(on: connection)
     }
 
@@ -109,7 +114,7 @@ public struct WorkersSchemaBehind: Error, Sendable, Equatable, CustomStringConve
     /// The schema given to the check; nil: the `search_path`.
     public let schema: String?
 
-    public init(status: MigrationStatus, schema: String?) {
+    public init(status: WorkersSchema.Status, schema: String?) {
         pending = status.pending.map(\.description)
         modified = status.modified
         self.schema = schema
