@@ -15,7 +15,7 @@ final class RuntimeSchemaCheckTests: XCTestCase {
     var processes: [WorkerProcess] = []
 
     override func setUpWithError() throws {
-        redis = try TestRedis(database: 87)
+        redis = try TestRedis(database: 58)
         database = try PostgresTestDatabase.create(prefix: "runtime_schema_check")
         pool = PostgresPool(url: database.url, maxConnections: 2)
     }
