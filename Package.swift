@@ -94,7 +94,7 @@ let package = Package(
                                               .product(name: "Crypto", package: "swift-crypto")]),
         .target(name: "Storage", dependencies: ["CLibPQ", "CivilDate", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
                                                 .product(name: "Crypto", package: "swift-crypto")],
-                resources: [.copy("Migrations")]),
+                resources: [.copy("Migrations"), .copy("WorkersMigrations")]),
         .target(name: "HTTP", dependencies: ["Boundary", "CCurl", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log")]),
 
         // SMTP (the privacy export mail, docs/jobs-privacy.md): libcurl's SMTP client through HTTP's curl runtime

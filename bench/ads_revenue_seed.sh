@@ -15,7 +15,8 @@ SCRATCH=${SCRATCH:-.build}
 cd "$(dirname "$0")/.."
 
 psql "$PGURL/postgres" -qX -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS $BENCH_DB" -c "CREATE DATABASE $BENCH_DB"
-for f in Sources/Storage/Migrations/0*.sql; do psql "$PGURL/$BENCH_DB" -qX -v ON_ERROR_STOP=1 -f "$f" >/dev/null; done
+# The runtime's line, then the app's (docs/architecture.md, "PostgreSQL").
+for f in Sources/Storage/WorkersMigrations/0*.sql Sources/Storage/Migrations/0*.sql; do psql "$PGURL/$BENCH_DB" -qX -v ON_ERROR_STOP=1 -f "$f" >/dev/null; done
 
 start=$(date +%s.%N)
 psql "$PGURL/$BENCH_DB" -qX -v ON_ERROR_STOP=1 -v rows="$ROWS" <<'SQL'

@@ -5,3 +5,5 @@
 @_exported import enum Queue.EnqueueError
 @_exported import class Storage.PostgresConnection
 @_exported import class Storage.PostgresPool
+// The runtime's schema (job_outbox, workers_enqueue, …): `WorkersSchema.migrate(url:)` (docs/embedding.md).
+@_exported import enum Storage.WorkersSchema

@@ -38,17 +38,24 @@ public struct Migration: Sendable, Equatable, CustomStringConvertible {
         return (version, String(name))
     }
 
-    /// The migrations shipped in this module's `Migrations/` resource directory, sorted by version.
-    public static func bundled() throws -> [Migration] {
-        guard let directory = Bundle.module.url(forResource: "Migrations", withExtension: nil) else {
-            throw PostgresError(category: .migration, message: "the Migrations resource directory is missing from the Storage bundle")
+    /// The app's migrations (the quiz backend's domain: `users`, `subscriptions`, …), shipped in this module's
+    /// `Migrations/` resource directory, sorted by version; recorded in `schema_migrations`. The runtime's own
+    /// migrations are `WorkersSchema.migrations()` (`WorkersMigrations/`), recorded apart.
+    package static func bundled() throws -> [Migration] {
+        try validated(load(directory: resourceDirectory("Migrations")), retired: retired)
+    }
+
+    /// A resource directory of this module's bundle, e.g. `Migrations`.
+    static func resourceDirectory(_ name: String) throws -> URL {
+        guard let directory = Bundle.module.url(forResource: name, withExtension: nil) else {
+            throw PostgresError(category: .migration, message: "the \(name) resource directory is missing from the Storage bundle")
         }
-        return try validated(load(directory: directory), retired: retired)
+        return directory
     }
 
     /// Every `NNNN_name.sql` file in `directory`, sorted by version. Other files are ignored; two files
     /// with the same version are an error.
-    public static func load(directory: URL) throws -> [Migration] {
+    package static func load(directory: URL) throws -> [Migration] {
         let names: [String]
         do {
             names = try FileManager.default.contentsOfDirectory(atPath: directory.path)
@@ -78,9 +85,15 @@ public struct Migration: Sendable, Equatable, CustomStringConvertible {
     /// - 3 `probe`: created `probe_rows`, a bench/test table, on every database. It now comes only from
     ///   `BenchSchema` (`workerctl migrate --bench-tables`, the tests). A database that applied 0003 keeps
     ///   the table; no production code reads or writes it, and an operator may `DROP TABLE probe_rows`.
-    public static let retired: [Int: String] = [
+    ///
+    /// - 1, 14, 16, 18–21: the runtime's own migrations (ledger, outbox, subject keys), moved to their own line
+    ///   (`WorkersSchema`, table `workers_migrations`). A database migrated before the move keeps their
+    ///   `schema_migrations` rows (an older build still reads it as up to date); `WorkersSchema.migrate` records them
+    ///   in `workers_migrations` without running them again. The app's numbering never reuses them.
+    package static let retired: [Int: String] = [
         3: "probe (bench/test table probe_rows; now created only by `workerctl migrate --bench-tables`)",
-    ]
+    ].merging(WorkersSchema.legacyVersions.map { ($0.key, "\($0.value): moved to the runtime's line (workers_migrations)") },
+              uniquingKeysWith: { first, _ in first })
 
     static func validated(_ migrations: [Migration], retired: [Int: String] = [:]) throws -> [Migration] {
         if let reused = migrations.first(where: { retired[$0.version] != nil }) {

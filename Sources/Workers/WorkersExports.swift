@@ -17,6 +17,12 @@
 @_exported import struct Queue.RedisEndpoint
 @_exported import class Queue.RedisPool
 @_exported import class Storage.PostgresConnection
+// The runtime's own schema (docs/embedding.md, "With or without PostgreSQL"): applied by `WorkersSchema.migrate(url:)`,
+// required by `WorkerProcess.start` with a database (`WorkersSchemaBehind`). Its values are named
+// `WorkersSchema.Migration` and `WorkersSchema.Status`: no top-level `Migration` joins an adopter's namespace (Fluent
+// has a `Migration` protocol).
+@_exported import enum Storage.WorkersSchema
+@_exported import struct Storage.WorkersSchemaBehind
 // The tracing switch (docs/tracing.md): a service turns the runtime's spans on with its own tracer
 // (`JobTracing.bootstrap(_:)`, or `enableWithBootstrappedTracer()` after bootstrapping swift-otel itself).
 @_exported import enum Telemetry.JobTracing

@@ -83,7 +83,8 @@ final class ReadinessProbe: @unchecked Sendable {
     private let redis: RedisEndpoint
     private let databaseURL: String?
     private let postgres: PostgresPool?
-    private let migrator: Migrator?
+    /// The runtime's migrator, then the app's (`BundledSchema`).
+    private let migrators: [Migrator]?
     private var redisConnection: RedisConnection?
     /// Set once at start when the key store did not open (`UnusableKeyStore`): the `key_store` check's detail.
     private let keyStoreProblem: String?
@@ -102,10 +103,10 @@ final class ReadinessProbe: @unchecked Sendable {
             postgres = PostgresPool(configuration: PostgresPoolConfiguration(
                 url: databaseURL, maxConnections: 1, checkoutTimeout: .seconds(Self.dependencyTimeout),
                 connectionOptions: options), logger: Logger(label: "workerctl.readyz"))
-            migrator = try? Migrator.bundled()
+            migrators = try? BundledSchema.migrators()
         } else {
             postgres = nil
-            migrator = nil
+            migrators = nil
         }
     }
 
@@ -164,15 +165,17 @@ final class ReadinessProbe: @unchecked Sendable {
     /// nil when PostgreSQL answered and the schema is current; otherwise why not.
     private func postgresProblem() -> String? {
         guard let postgres, let databaseURL else { return nil }
-        guard let migrator else { return "cannot read this build's migrations" }
-        let status: MigrationStatus
-        do { status = try migrator.status(pool: postgres) } catch {
+        guard let migrators else { return "cannot read this build's migrations" }
+        let states: [MigrationStatus]
+        do { states = try postgres.withConnection { connection in try migrators.map { try $0.status(on: connection) } } } catch {
             return "unreachable at \(PostgresURL.redacted(databaseURL)) (\(error))"
         }
-        if status.isUpToDate { return nil }
+        if states.allSatisfy(\.isUpToDate) { return nil }
+        let pending = states.flatMap(\.pending)
+        let modified = states.flatMap(\.modified)
         var problems: [String] = []
-        if !status.pending.isEmpty { problems.append("pending: \(status.pending.map(\.description).joined(separator: ", "))") }
-        if !status.modified.isEmpty { problems.append("modified: \(status.modified.map { String(format: "%04d", $0) }.joined(separator: ", "))") }
+        if !pending.isEmpty { problems.append("pending: \(pending.map(\.description).joined(separator: ", "))") }
+        if !modified.isEmpty { problems.append("modified: \(modified.map { String(format: "%04d", $0) }.joined(separator: ", "))") }
         return "schema behind this build (\(problems.joined(separator: "; "))); run `workerctl migrate`"
     }
 }

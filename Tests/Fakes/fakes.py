@@ -39,6 +39,9 @@ Admin API (HTTP, JSON), on each HTTP fake's own port and on `smtp_admin` for SMT
                                                   app receipt, PKCS #7 signed by that chain}; verifyReceipt decodes
                                                   the "test" ones (status 0) and refuses "forged" ones (21003)
                 GET  /__admin/apple/receipt_roots {"test": base64 DER root, "forged": base64 DER root}
+                POST /__admin/apple/notification_history {"signedPayload": JWS, "attemptDate": ms (default now),
+                                                  "environment": "Production"|"Sandbox"}: a record Get Notification
+                                                  History lists (config {"history_page_size": 20})
                 config {"api_jwt": {"issuer": I, "key_id": K, "bundle_id": B, "public_key_pem": PEM}}: /inApps
                 requests must carry an ES256 JWT with these claims, aud "appstoreconnect-v1", unexpired (else 401
                 with an empty body, as Apple); the signature is checked (fakes.py needs the `cryptography` module
@@ -51,6 +54,10 @@ Admin API (HTTP, JSON), on each HTTP fake's own port and on `smtp_admin` for SMT
                 GET  /__admin/google/cancellations     {"cancellations": {token: [cancellationType accepted, ...]},
                                                         "attempts": {token: cancel requests the handler answered}}
                 GET  /__admin/google/tokens            {"issued": [access tokens], "rejected": [reasons]}
+                POST /__admin/google/voided            {"purchaseToken", "orderId", "voidedTimeMillis" (default now),
+                                                        "voidedSource", "voidedReason", "productType": "subscription"
+                                                        (default) | "inapp"}: listed by voidedpurchases.list
+                                                        (config {"voided_page_size": 1000})
                 POST /__admin/google/expire_tokens     every access token issued so far is now expired (401)
                 config {"service_account": {"client_email": E, "public_key_pem": PEM}}: the token endpoint
                 checks the JWT bearer assertion: RS256, iss = E, scope androidpublisher, aud ending in /token,
@@ -612,6 +619,12 @@ class AppleService(Service):
              Tests/AppStoreServerLibraryTests/resources/models/transactionIdNotFoundError.json,
              .../apiTooManyRequestsException.json (copied in Tests/Fixtures/apple-app-store-server/models)
       [JWT]  developer.apple.com/documentation/appstoreserverapi/generating-json-web-tokens-for-api-requests
+      [GNH]  developer.apple.com/documentation/appstoreserverapi/get-notification-history (POST
+             /inApps/v1/notifications/history[?paginationToken], body NotificationHistoryRequest {startDate, endDate}
+             required, epoch ms; history kept 180 days in production, 30 in sandbox), .../notificationhistoryresponse
+             ({notificationHistory: [{signedPayload, sendAttemptResults}], hasMore, paginationToken}; "a maximum of 20
+             notification history records per response"; "All responses include a paginationToken"), and [LIB]'s
+             `APIError` (startDateTooFarInPast 4000012, startDateAfterEndDate 4000013, invalidPaginationToken 4000014)
     """
     name = "apple"
     DEFAULT_PRODUCT = "com.example.premium.monthly"
@@ -625,7 +638,7 @@ class AppleService(Service):
     def default_config(self):
         # rate_limited: how many of the next /inApps requests answer 429 RateLimitExceededError.
         return {"shared_secret": None, "bundle_id": "com.example", "product_id": self.DEFAULT_PRODUCT,
-                "rate_limited": 0}
+                "rate_limited": 0, "history_page_size": 20}
 
     def reset_service(self):
         self.receipts = {}
@@ -633,6 +646,7 @@ class AppleService(Service):
         self.transactions = {}
         self.statuses = {}
         self.jwt_refusals = []
+        self.history = []        # notification history records (notification_history)
 
     def admin_extra(self, method, path, query, payload):
         if path == "/__admin/apple/receipts" and method == "POST":
@@ -661,6 +675,12 @@ class AppleService(Service):
         if path == "/__admin/apple/receipt_roots" and method == "GET":
             return jresp({name: base64.b64encode(_receipt_chain(name)[0].public_bytes(_serialization.Encoding.DER)).decode()
                           for name in ("test", "forged")})
+        if path == "/__admin/apple/notification_history" and method == "POST":
+            with self.lock:
+                self.history.append({"signedPayload": payload["signedPayload"],
+                                     "attemptDate": int(payload.get("attemptDate", time.time() * 1000)),
+                                     "environment": payload.get("environment", "Production")})
+            return jresp({"ok": True})
         if path == "/__admin/apple/jwt_refusals" and method == "GET":
             with self.lock:
                 return jresp({"refusals": list(self.jwt_refusals)})
@@ -723,6 +743,8 @@ class AppleService(Service):
                 return self.transaction_info(parts[4])
             if len(parts) == 5 and parts[2] == "v1" and parts[3] == "subscriptions" and req["method"] == "GET":
                 return self.subscription_statuses(parts[4], env)
+            if path == "/inApps/v1/notifications/history" and req["method"] == "POST":
+                return self.notification_history(req, env)
         # A path outside the endpoints this fake serves. Apple documents no error body for it; no errorCode is
         # invented (there is no "4040000" in [LIB]'s APIError): a bare 404.
         return Response(404, b"", content_type=None)
@@ -837,6 +859,37 @@ class AppleService(Service):
         # [GTI] 200 TransactionInfoResponse {signedTransactionInfo}.
         return jresp({"signedTransactionInfo": reg["signedTransactionInfo"]})
 
+    def notification_history(self, req, env):
+        """[GNH]: the records of `env` whose send attempt falls in [startDate, endDate], oldest first, page by page."""
+        bad = {"errorCode": 4000000, "errorMessage": "Invalid request."}  # assumed: [GNH] names no error for a body
+        try:                                                               # without dates
+            body = json.loads(req["raw_body"] or b"{}")
+            start, end = int(body["startDate"]), int(body["endDate"])
+        except (ValueError, KeyError, TypeError):
+            return jresp(bad, 400)
+        now_ms = int(time.time() * 1000)
+        if start >= end:
+            return jresp({"errorCode": 4000013, "errorMessage": "Invalid request. The start date is after the end date."}, 400)
+        if start < now_ms - (180 if env == "Production" else 30) * 86400000:
+            return jresp({"errorCode": 4000012, "errorMessage": "Invalid request. The start date is too far in the past."}, 400)
+        token = req["params"].get("paginationToken")
+        offset = 0
+        if token:
+            # Apple's token is opaque; this fake's is "p<offset>" (assumed form, never read by the client).
+            if not re.fullmatch(r"p[0-9]+", token):
+                return jresp({"errorCode": 4000014, "errorMessage": "Invalid request. The pagination token is invalid."}, 400)
+            offset = int(token[1:])
+        with self.lock:
+            size = int(self.config.get("history_page_size", 20))
+            records = sorted((r for r in self.history if r["environment"] == env and start <= r["attemptDate"] <= end),
+                             key=lambda r: r["attemptDate"])
+        page = records[offset:offset + size]
+        more = offset + size < len(records)
+        return jresp({"notificationHistory": [
+            {"signedPayload": r["signedPayload"],
+             "sendAttemptResults": [{"attemptDate": r["attemptDate"], "sendAttemptResult": "NO_RESPONSE"}]}
+            for r in page], "hasMore": more, "paginationToken": f"p{offset + size if more else offset + len(page)}"})
+
     def subscription_statuses(self, tx, env):
         if not tx.isdigit():
             # [GASS] 400 InvalidTransactionIdError.
@@ -896,6 +949,13 @@ class AppleService(Service):
 #            body {"message": {"data": base64, "messageId", "publishTime"}, "subscription"}
 #            (cloud.google.com/pubsub/docs/push, "Receive messages"). The reference types eventTimeMillis `long`;
 #            its examples write it as a string: `event_time_numeric` sends a number.
+#   [VOID]   developers.google.com/android-publisher/api-ref/rest/v3/purchases.voidedpurchases/list (GET
+#            .../applications/{pkg}/purchases/voidedpurchases; startTime/endTime epoch ms, at most 30 days back, "ignored
+#            if a pagination token is set"; maxResults; token; type 0 = in-app products only (default), 1 = in-app and
+#            subscriptions; VoidedPurchasesListResponse {voidedPurchases, tokenPagination {nextPageToken}, pageInfo}) and
+#            developers.google.com/android-publisher/voided-purchases (maxResults default and maximum 1000; "only revoked
+#            orders will be shown": a refund without revoke is never listed; the service account needs "View financial
+#            data", else 403 — assumed body: Google's envelope, reason permissionDenied)
 
 GOOGLE_PUBLISHER = "/androidpublisher/v3/applications/"
 
@@ -935,7 +995,7 @@ class GoogleService(Service):
     name = "google"
 
     def default_config(self):
-        return {"require_issued_token": True, "expires_in": 3599}
+        return {"require_issued_token": True, "expires_in": 3599, "voided_page_size": 1000}
 
     def reset_service(self):
         self.issued = []
@@ -946,6 +1006,7 @@ class GoogleService(Service):
         self.ack_attempts = {}  # token -> acknowledge requests answered by the handler (any status)
         self.cancels = {}       # token -> [cancellationType] Google accepted (200)
         self.cancel_attempts = {}  # token -> cancel requests answered by the handler (any status)
+        self.voided = []        # voided purchases listed by voidedpurchases.list [VOID]
 
     def scripted_response(self, spec):
         if "google_error" in spec:
@@ -959,6 +1020,14 @@ class GoogleService(Service):
         if path == "/__admin/google/subscriptions" and method == "POST":
             with self.lock:
                 self.subscriptions[payload["token"]] = {k: v for k, v in payload.items() if k != "token"}
+            return jresp({"ok": True})
+        if path == "/__admin/google/voided" and method == "POST":
+            with self.lock:
+                record = {"kind": "androidpublisher#voidedPurchase", "purchaseTimeMillis": str(int(time.time() * 1000) - 86400000),
+                          "voidedTimeMillis": str(int(time.time() * 1000)), "voidedSource": 0, "voidedReason": 0,
+                          "productType": "subscription"}
+                record.update({k: (str(v) if k in ("voidedTimeMillis", "purchaseTimeMillis") else v) for k, v in payload.items()})
+                self.voided.append(record)
             return jresp({"ok": True})
         if path == "/__admin/google/out_of_app" and method == "POST":
             return self.out_of_app(payload)
@@ -999,11 +1068,49 @@ class GoogleService(Service):
             if len(rest) == 5 and rest[1] == "purchases" and rest[2] == "subscriptionsv2" and rest[3] == "tokens" \
                     and rest[4].endswith(":cancel") and req["method"] == "POST":
                 return self.cancel(rest[0], urllib.parse.unquote(rest[4][:-len(":cancel")]), req["body"])
+            # pkg/purchases/voidedpurchases  [VOID]
+            if len(rest) == 3 and rest[1] == "purchases" and rest[2] == "voidedpurchases" and req["method"] == "GET":
+                return self.voided_purchases(req)
             # pkg/purchases/subscriptions/SUB/tokens/TOKEN:acknowledge  [ACK]
             if len(rest) == 6 and rest[1] == "purchases" and rest[2] == "subscriptions" and rest[4] == "tokens" \
                     and rest[5].endswith(":acknowledge") and req["method"] == "POST":
                 return self.acknowledge(rest[0], rest[3], urllib.parse.unquote(rest[5][:-len(":acknowledge")]))
         return google_error(404, "NOT_FOUND", "Not found")  # a route the API does not have [ERRORS] [ENVELOPE]
+
+    def voided_purchases(self, req):
+        """[VOID]: voided purchases seen in [startTime, endTime] (this fake: their voidedTimeMillis), oldest first."""
+        p = req["params"]
+        now = int(time.time() * 1000)
+        try:
+            start = int(p.get("startTime", now - 30 * 86400000))
+            end = int(p.get("endTime", now))
+            size = min(int(p.get("maxResults", 1000)), 1000)
+            kind = int(p.get("type", 0))
+        except ValueError:
+            return google_named_error("invalidValue")
+        token = p.get("token")
+        offset = 0
+        if token:
+            # Google's token is opaque; this fake's is "v<offset>.<start>.<end>" (assumed form): with a token the
+            # request's times are ignored and the first page's are used.
+            m = re.fullmatch(r"v([0-9]+)\.([0-9]+)\.([0-9]+)", token)
+            if not m:
+                return google_named_error("invalidValue")
+            offset, start, end = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        elif start < now - 30 * 86400000 - 60000:
+            return google_named_error("invalidValue")  # "cannot be older than 30 days" (error body assumed)
+        with self.lock:
+            size = min(size, int(self.config.get("voided_page_size", 1000)))
+            records = sorted((r for r in self.voided
+                              if (kind == 1 or r["productType"] == "inapp")
+                              and start <= int(r["voidedTimeMillis"]) <= end),
+                             key=lambda r: int(r["voidedTimeMillis"]))
+        page = records[offset:offset + size]
+        out = {"pageInfo": {"totalResults": len(records), "resultPerPage": size, "startIndex": offset},
+               "voidedPurchases": [{k: v for k, v in r.items() if k != "productType"} for r in page]}
+        if offset + size < len(records):
+            out["tokenPagination"] = {"nextPageToken": f"v{offset + size}.{start}.{end}"}
+        return jresp(out)
 
     def token(self, req):
         """OAuth 2.0 token endpoint, JWT bearer grant [OAUTH]."""
@@ -1113,6 +1220,12 @@ class GoogleService(Service):
         expired_token = reg.pop("expiredPurchaseToken", None)
         if expired_token is not None:
             body["outOfAppPurchaseContext"] = {"expiredPurchaseToken": expired_token}
+        # [OOAP] expiredExternalAccountIdentifiers: "User account identifier from the last expired subscription for
+        # this SKU" (the ids the app set on that purchase).
+        expired_obfuscated = reg.pop("expiredObfuscatedExternalAccountId", None)
+        if expired_obfuscated is not None:
+            body.setdefault("outOfAppPurchaseContext", {})["expiredExternalAccountIdentifiers"] = {
+                "obfuscatedExternalAccountId": expired_obfuscated}
         body.update(reg)  # any other override (testPurchase, linkedPurchaseToken, canceledStateContext, ...)
         return jresp(body)
 

@@ -583,7 +583,7 @@ final class AdsRewardTests: JobsTestCase {
         let failed = try insert("req-failed", "ad", status: "failed", attempts: 5)
         XCTAssertNotNil(UUID(uuidString: fresh), "the old default: a random uuid")
 
-        _ = try Migrator.bundled().migrate(pool: oldPool)
+        _ = try BundledSchema.migrate(pool: oldPool)
         let keys = try oldPool.withConnection { connection in
             Dictionary(uniqueKeysWithValues: try connection.query("SELECT reference, idempotency_key FROM pending_rewards")
                 .map { (try $0.string("reference"), try $0.string("idempotency_key")) })

@@ -57,7 +57,7 @@ final class JobsFixture {
         }
         database = try PostgresTestDatabase.create(prefix: prefix)
         pool = PostgresPool(url: database.url, maxConnections: connections)
-        _ = try Migrator.bundled().migrate(pool: pool)
+        _ = try BundledSchema.migrate(pool: pool)
     }
 
     /// The job-facing handle on the test database.

@@ -126,6 +126,25 @@ extension ReceiptsGoogleTests {
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM iap_receipts WHERE transaction_id IS NOT NULL AND user_id = $1", [user]), 1)
     }
 
+    /// Review L-d: a Play Store resubscribe after a subscription whose token we never stored (bought before this system,
+    /// or on a token since lost) but on which our app had set the obfuscated account id: Google returns that id as
+    /// `outOfAppPurchaseContext.expiredExternalAccountIdentifiers` ("User account identifier from the last expired
+    /// subscription for this SKU"), and it names the user.
+    func testOutOfAppResubscribeNamedByTheExpiredSubscriptionsObfuscatedAccountIdIsGranted() throws {
+        let d = driver(try services(try configuration()))
+        let user = try db.newUser(), other = try db.newUser()
+        try d.run("PlayNotificationJob", try outOfApp("resub-1", extra: [
+            "expiredPurchaseToken": "a-token-we-never-stored", "expiredObfuscatedExternalAccountId": GoogleAccountHash.of(user)]))
+        XCTAssertEqual(try currentSubscriptionKey(user), "resub-1")
+        XCTAssertEqual(try db.userStatus(user), "premium")
+        XCTAssertEqual(try db.userStatus(other), "free")
+        XCTAssertEqual(try db.string("""
+            SELECT e.event_data->>'attributed_by' AS v FROM subscription_events e JOIN subscriptions s ON s.id = e.subscription_id
+            WHERE s.store_transaction_id = 'resub-1'
+            """), "expired_obfuscated_account_id")
+        XCTAssertEqual(try acknowledgements()["resub-1"], 1)
+    }
+
     /// L12: an RTDN whose eventTimeMillis is a JSON number is applied (it used to fail decoding and go dead).
     func testNumericEventTimeMillisIsDecoded() throws {
         let d = driver(try services(try configuration()))
@@ -273,6 +292,9 @@ extension ReceiptsGoogleTests {
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM store_notifications WHERE outcome = 'unmatched' AND store_key = 'void-early'"), 1)
         try d.run("ValidateReceiptJob", googleArgs(user: user, token: "void-early"))
         XCTAssertEqual(try db.userStatus(user), "premium")
+        // Revoked: Google no longer entitles when the replay reads its state (a refund without revoke would keep it).
+        try setPurchase("void-early", state: "SUBSCRIPTION_STATE_EXPIRED", expiry: Date().addingTimeInterval(-60),
+                        extra: ["latestSuccessfulOrderId": order])
         XCTAssertEqual(try relayOutbox(d), ["PlayNotificationJob"])
         XCTAssertEqual(try db.subscriptionStatus(key: "void-early"), "refunded")
         XCTAssertEqual(try db.userStatus(user), "free")

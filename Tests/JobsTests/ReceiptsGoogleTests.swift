@@ -321,10 +321,46 @@ final class ReceiptsGoogleTests: ReceiptsTestCase {
         XCTAssertEqual(try db.subscriptionStatus(key: "void-1"), "active")
         XCTAssertEqual(try db.userStatus(user), "premium")
         XCTAssertEqual(try db.events(key: "void-1"), ["subscription_started", "order_voided"])
-        // The current order voided: the period is revoked.
-        try d.run("PlayNotificationJob", rtdn(messageID: "void-cur", token: "void-1", voided: true, orderID: current))
-        XCTAssertEqual(try db.subscriptionStatus(key: "void-1"), "refunded")
+        XCTAssertEqual(try db.string("SELECT event_data->>'order' AS v FROM subscription_events WHERE event_type = 'order_voided'"), "older")
+    }
+
+    /// Review L-c: the order that paid the current period refunded without revoke (Play Console refund without
+    /// "revoke", or purchases.subscriptions.refund: the subscription "remains valid until its expiration time and it
+    /// will continue to recur") keeps the entitlement Google still reports; only the revoke (Google's state no longer
+    /// entitling, RTDN 12 SUBSCRIPTION_REVOKED) removes it.
+    func testARefundWithoutRevokeKeepsTheEntitlementGoogleReportsUntilTheRevoke() throws {
+        let d = driver(try services(try configuration()))
+        let user = try db.newUser()
+        let current = "GPA.3372-4150-9088-77777"
+        try setPurchase("refund-1", state: "SUBSCRIPTION_STATE_ACTIVE", expiry: Date().addingTimeInterval(20 * 86400),
+                        extra: ["latestSuccessfulOrderId": current])
+        try d.run("ValidateReceiptJob", googleArgs(user: user, token: "refund-1"))
+        try d.run("PlayNotificationJob", rtdn(messageID: "refund-void", token: "refund-1", voided: true, orderID: current))
+        XCTAssertEqual(try db.subscriptionStatus(key: "refund-1"), "active")
+        XCTAssertEqual(try db.userStatus(user), "premium")
+        XCTAssertEqual(try db.events(key: "refund-1"), ["subscription_started", "order_voided"])
+        XCTAssertEqual(try db.string("SELECT event_data->>'order' AS v FROM subscription_events WHERE event_type = 'order_voided'"), "current")
+        // Revoked afterwards: Google's state ends, and its RTDN 12 arrives.
+        try setPurchase("refund-1", state: "SUBSCRIPTION_STATE_EXPIRED", expiry: Date().addingTimeInterval(-60),
+                        extra: ["latestSuccessfulOrderId": current])
+        try d.run("PlayNotificationJob", rtdn(messageID: "refund-revoke", type: 12, token: "refund-1"))
+        XCTAssertEqual(try db.subscriptionStatus(key: "refund-1"), "refunded")
         XCTAssertEqual(try db.userStatus(user), "free")
+    }
+
+    /// A void whose revoke Google already applied (its state no longer entitles: the RTDN 12 was lost) ends the period.
+    func testAVoidGoogleNoLongerEntitlesRevokesThePeriod() throws {
+        let d = driver(try services(try configuration()))
+        let user = try db.newUser()
+        try setPurchase("revoked-1", state: "SUBSCRIPTION_STATE_ACTIVE", expiry: Date().addingTimeInterval(20 * 86400),
+                        extra: ["latestSuccessfulOrderId": "GPA.9"])
+        try d.run("ValidateReceiptJob", googleArgs(user: user, token: "revoked-1"))
+        try setPurchase("revoked-1", state: "SUBSCRIPTION_STATE_EXPIRED", expiry: Date().addingTimeInterval(-60),
+                        extra: ["latestSuccessfulOrderId": "GPA.9"])
+        try d.run("PlayNotificationJob", rtdn(messageID: "revoked-void", token: "revoked-1", voided: true, orderID: "GPA.9"))
+        XCTAssertEqual(try db.subscriptionStatus(key: "revoked-1"), "refunded")
+        XCTAssertEqual(try db.userStatus(user), "free")
+        XCTAssertEqual(try db.events(key: "revoked-1"), ["subscription_started", "refunded"])
     }
 
     // MARK: RTDN
@@ -350,6 +386,7 @@ final class ReceiptsGoogleTests: ReceiptsTestCase {
         try setPurchase("tok-t", state: "SUBSCRIPTION_STATE_ACTIVE", expiry: Date().addingTimeInterval(10 * 86400),
                         extra: ["latestSuccessfulOrderId": "GPA.1"])
         try d.run("ValidateReceiptJob", googleArgs(user: user, token: "tok-t"))
+        try setPurchase("tok-t", state: "SUBSCRIPTION_STATE_EXPIRED", expiry: Date().addingTimeInterval(-60))  // revoked
         try d.run("PlayNotificationJob", rtdn(messageID: "t-1", token: "tok-t", voided: true, eventTimeMillis: -200_000_000_000_000))
         XCTAssertEqual(try db.subscriptionStatus(key: "tok-t"), "refunded")
         XCTAssertEqual(try db.scalar("""

@@ -94,6 +94,7 @@ enum DomainTypedCases {
             "play-notification-minimal": .of(PlayNotificationJob.self, playMinimal),
             "subscription-expiry-sweep": .of(SubscriptionExpirySweepJob.self, .init()),
             "google-acknowledgement-sweep": .of(GoogleAcknowledgementSweepJob.self, .init()),
+            "store-reconciliation": .of(StoreReconciliationJob.self, .init()),
             "privacy-export": .of(PrivacyExportJob.self, .init(userID: user, exportID: other)),
             "account-deletion": .of(AccountDeletionJob.self, .init(userID: user, requestID: other)),
             "account-deletion-uppercase-ids": .of(AccountDeletionJob.self, .init(userID: user, requestID: other)),

@@ -19,7 +19,7 @@ final class OutboxFaultTests: XCTestCase {
     override func setUpWithError() throws {
         database = try PostgresTestDatabase.create(prefix: "outbox_fault_test")
         connection = try database.connect()
-        try Migrator.bundled().migrate(on: connection)
+        try BundledSchema.migrate(on: connection)
     }
 
     override func tearDown() {

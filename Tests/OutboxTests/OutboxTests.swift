@@ -17,7 +17,7 @@ final class OutboxTests: XCTestCase {
     override func setUpWithError() throws {
         database = try PostgresTestDatabase.create(prefix: "outbox_test")
         connection = try database.connect()
-        try Migrator.bundled().migrate(on: connection)
+        try BundledSchema.migrate(on: connection)
         try BenchSchema.create(on: connection)
     }
 

@@ -14,7 +14,7 @@ final class ShardOutboxTests: XCTestCase {
     override func setUpWithError() throws {
         database = try PostgresTestDatabase.create(prefix: "outbox_shard_test")
         connection = try database.connect()
-        try Migrator.bundled().migrate(on: connection)
+        try BundledSchema.migrate(on: connection)
     }
 
     override func tearDown() {

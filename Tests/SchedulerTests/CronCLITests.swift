@@ -196,7 +196,7 @@ final class CronCLITests: XCTestCase {
         let result = try cli.run("scheduler", "--check", "--schedule", path)
         XCTAssertEqual(result.status, 0, result.stderr)
         XCTAssertTrue(result.stdout.contains("ad_revenue_aggregation.nightly"), result.stdout)
-        XCTAssertTrue(result.stdout.contains("9 entries, OK"), result.stdout)
+        XCTAssertTrue(result.stdout.contains("10 entries, OK"), result.stdout)
         XCTAssertEqual(try redis.int("EXISTS", "cron_jobs"), 0, "--check does not touch Redis")
     }
 

@@ -219,7 +219,7 @@ final class ScheduleFileTests: XCTestCase {
         let byName = Dictionary(uniqueKeysWithValues: file.entries.map { ($0.name, $0) })
         XCTAssertEqual(Set(file.entries.map(\.className)), [
             "AdRevenueAggregationJob", "AdRevenueNightlyJob", "AdRevenueDayCheckJob", "SubscriptionExpirySweepJob", "DueDeletionSweepJob", "ExportCleanupJob",
-            "LocationAnonymizationJob", "PendingRewardSweepJob", "GoogleAcknowledgementSweepJob",
+            "LocationAnonymizationJob", "PendingRewardSweepJob", "GoogleAcknowledgementSweepJob", "StoreReconciliationJob",
         ])
         let nightly = try XCTUnwrap(byName["ad_revenue_aggregation.nightly"])
         XCTAssertEqual(nightly.catchUp, .all(within: 7 * 86_400))
@@ -231,6 +231,8 @@ final class ScheduleFileTests: XCTestCase {
         XCTAssertEqual(byName["subscription_expiry_sweep"]?.cron.minutes.values, [0, 15, 30, 45])
         XCTAssertEqual(byName["pending_reward_sweep"]?.cron.minutes.values, [0, 10, 20, 30, 40, 50])
         XCTAssertEqual(byName["google_acknowledgement_sweep"]?.cron.minutes.values.count, 60)
+        XCTAssertEqual(utc(try XCTUnwrap(byName["store_reconciliation"]).nextTick(after: at("2026-11-22T07:00:00Z"))),
+                       "2026-11-23T04:20:00Z")
         for entry in file.entries where !entry.name.hasPrefix("ad_revenue_aggregation.nightly") {
             XCTAssertEqual(entry.catchUp.mode, .latest, entry.name)
         }

@@ -18,7 +18,7 @@ final class JobLedgerTests: XCTestCase {
         Self.database = database
         let pool = PostgresPool(configuration: PostgresPoolConfiguration(url: database.url, maxConnections: 8, checkoutTimeout: .seconds(10)))
         do {
-            try Migrator.bundled().migrate(pool: pool)
+            try BundledSchema.migrate(pool: pool)
             try pool.withConnection { try $0.executeScript("CREATE TABLE effects (jid text NOT NULL, note text)") }
         } catch {
             print("ledger test setup failed: \(error)")

@@ -34,12 +34,15 @@ final class MigratorTests: XCTestCase {
         let migrations = try Migration.bundled()
         XCTAssertGreaterThanOrEqual(migrations.count, 2)
         // Strictly increasing from 1; gaps are allowed (areas reserve their own numbers, e.g. 0010_receipts).
-        XCTAssertEqual(migrations.first?.version, 1)
+        // The app's line starts at 2 (0001_ledger is the runtime's, WorkersSchema).
+        XCTAssertEqual(migrations.first?.version, 2)
         XCTAssertEqual(migrations.map(\.version), migrations.map(\.version).sorted())
         XCTAssertEqual(Set(migrations.map(\.version)).count, migrations.count, "versions are unique")
-        XCTAssertEqual(migrations.first?.name, "ledger")
-        XCTAssertEqual(migrations[1].name, "domain")
+        XCTAssertEqual(migrations.first?.name, "domain")
         XCTAssertEqual(migrations.first?.checksum.count, 64)
+        let runtime = try WorkersSchema.migrations()
+        XCTAssertEqual(runtime.first?.name, "ledger")
+        XCTAssertEqual(Set(runtime.map(\.version)).intersection(migrations.map(\.version)), [], "the lines share no number")
     }
 
     func testDuplicateVersionsAreRejected() {
@@ -63,7 +66,7 @@ final class MigratorTests: XCTestCase {
 
         XCTAssertThrowsError(try migrator.requireUpToDate(on: conn)) { error in
             XCTAssertEqual((error as? PostgresError)?.category, .migration)
-            XCTAssertTrue("\(error)".contains("0001_ledger"), "\(error)")
+            XCTAssertTrue("\(error)".contains("0002_domain"), "\(error)")
         }
 
         let applied = try migrator.migrate(on: conn)
@@ -170,12 +173,12 @@ final class MigratorTests: XCTestCase {
         let database = try freshDatabase()
         let pool = PostgresPool(url: database.url, maxConnections: 1)
         defer { pool.shutdown() }
-        try Migrator.bundled().migrate(pool: pool)
+        try BundledSchema.migrate(pool: pool)
         let tables = Set(try pool.withConnection { conn in
             try conn.query("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'").map { try $0.string("table_name") }
         })
         let expected: Set<String> = [
-            "schema_migrations", "job_ledger", "users", "privacy_settings", "oauth_connections", "game_center_connections",
+            "schema_migrations", "workers_migrations", "job_ledger", "users", "privacy_settings", "oauth_connections", "game_center_connections",
             "refresh_tokens", "audit_logs", "privacy_exports", "deletion_requests", "subscription_plans", "subscriptions",
             "subscription_events", "iap_receipts", "credit_transactions", "user_locations", "geocode_cache", "quiz_history",
             "user_achievements", "ad_requests", "ad_views", "ad_revenue_daily", "freemium_campaigns",
@@ -227,7 +230,7 @@ final class MigratorTests: XCTestCase {
         XCTAssertFalse(try hasProbeRows(fresh), "workerctl migrate must not create the bench table")
         XCTAssertEqual(try bundled.status(on: fresh).retired, [])
 
-        // A database migrated by an older build: 0001, 0002 and the old 0003_probe.
+        // A database migrated by an older build: 0002 and the old 0003_probe.
         let old = try freshDatabase().connect()
         defer { old.close() }
         let oldProbe = Migration(version: 3, name: "probe", sql: """

@@ -40,7 +40,7 @@ extension WebDashboardTests {
         defer { database.drop() }
         let connection = try database.connect()
         defer { connection.close() }
-        try Migrator.bundled().migrate(on: connection)
+        try BundledSchema.migrate(on: connection)
         let evil = "<script>alert('x')</script>"
         let first = try XCTUnwrap(connection.queryFirst("SELECT workers_enqueue('Evil<b>Class', $1::jsonb) AS jid",
                                                         [JSONValue.array([.string(evil)]).serialized()])).string("jid")

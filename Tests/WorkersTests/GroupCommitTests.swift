@@ -101,7 +101,7 @@ final class GroupCommitTests: XCTestCase {
         redis = try TestRedis(database: 9)
         database = try PostgresTestDatabase.create(prefix: "group_commit_test")
         pool = PostgresPool(url: database.url, maxConnections: 8)
-        _ = try Migrator.bundled().migrate(pool: pool)
+        _ = try BundledSchema.migrate(pool: pool)
         try pool.withConnection { connection in
             try connection.executeScript("""
                 CREATE TABLE group_probe (jid text NOT NULL, note text NOT NULL, txid bigint NOT NULL,

@@ -18,7 +18,7 @@ final class LedgerTests: XCTestCase {
         redis = try TestRedis(database: 7)
         database = try PostgresTestDatabase.create(prefix: "ledger_test")
         pool = PostgresPool(url: database.url, maxConnections: 8)
-        _ = try Migrator.bundled().migrate(pool: pool)
+        _ = try BundledSchema.migrate(pool: pool)
         try BenchSchema.create(pool: pool)  // probe_rows, which ProbeInsert writes
     }
 

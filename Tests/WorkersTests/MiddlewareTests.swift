@@ -22,7 +22,7 @@ final class MiddlewareTests: XCTestCase {
         redis = try TestRedis(database: 34)
         database = try PostgresTestDatabase.create(prefix: "middleware_test")
         pool = PostgresPool(url: database.url, maxConnections: 4)
-        _ = try Migrator.bundled().migrate(pool: pool)
+        _ = try BundledSchema.migrate(pool: pool)
     }
 
     override func tearDown() {

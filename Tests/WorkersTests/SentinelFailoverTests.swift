@@ -26,7 +26,7 @@ final class SentinelFailoverTests: XCTestCase {
     override func setUpWithError() throws {
         database = try PostgresTestDatabase.create(prefix: "sentinel_test")
         pool = PostgresPool(url: database.url, maxConnections: 2)
-        _ = try Migrator.bundled().migrate(pool: pool)
+        _ = try BundledSchema.migrate(pool: pool)
         try BenchSchema.create(pool: pool)
         topology = try SentinelTopology()
         try topology.waitUntilReady()

@@ -19,7 +19,7 @@ final class ShardWorkerTests: XCTestCase {
         servers = try ShardServers(count: 2)
         database = try PostgresTestDatabase.create(prefix: "shard_test")
         pool = PostgresPool(url: database.url, maxConnections: 2)
-        _ = try Migrator.bundled().migrate(pool: pool)
+        _ = try BundledSchema.migrate(pool: pool)
         try BenchSchema.create(pool: pool)
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import HTTP
+import Queue
 import Workers
 
 /// `GET /inApps/v1/subscriptions/{transactionId}` (Get All Subscription Statuses).
@@ -17,6 +18,17 @@ struct SubscriptionStatusesResponse: Decodable, Sendable {
     let environment: String?
     let bundleId: String?
     let data: [Group]?
+}
+
+/// `POST /inApps/v1/notifications/history` (NotificationHistoryResponse; developer.apple.com/documentation/appstoreserverapi/notificationhistoryresponse).
+struct NotificationHistoryResponse: Decodable, Sendable {
+    struct Item: Decodable, Sendable {
+        /// The notification's `signedPayload`, as it was (or would have been) posted to our endpoint.
+        let signedPayload: String?
+    }
+    let notificationHistory: [Item]?
+    let hasMore: Bool?
+    let paginationToken: String?
 }
 
 /// The App Store Server API client (Get Transaction Info, Get All Subscription Statuses).
@@ -73,6 +85,41 @@ struct AppStoreServerAPIClient: Sendable {
               let last = statuses.data?.flatMap({ $0.lastTransactions ?? [] })
                 .first(where: { $0.originalTransactionId == originalTransactionID }) else { return nil }
         return (last, env)
+    }
+
+    /// One page of Get Notification History (`POST /inApps/v1/notifications/history[?paginationToken=…]`, body
+    /// `{"startDate", "endDate"}` in epoch milliseconds; developer.apple.com/documentation/appstoreserverapi/get-notification-history):
+    /// at most 20 records a page, `hasMore` and `paginationToken` for the next one (NotificationHistoryResponse). A 401
+    /// is retried once with a new JWT, then `StoreUnavailable`; 429 / 5xx as every request (`StoreHTTP`); another
+    /// status is `StoreUnavailable` too (the reconciliation tries again on its next run).
+    func notificationHistory(environment: String, startDate: Date, endDate: Date, paginationToken: String?,
+                             cancellation: HTTPCancellation?) throws -> NotificationHistoryResponse {
+        let base = environment == "Production" ? productionURL : sandboxURL
+        let service = "App Store Server API (\(environment)) notification history"
+        var url = base + "/inApps/v1/notifications/history"
+        if let paginationToken { url = FormEncoding.appendingQuery([("paginationToken", paginationToken)], to: url) }
+        let body = Data(#"{"startDate":\#(Bounded.int(startDate.timeIntervalSince1970 * 1000, in: 0...253_402_300_799_999)),"endDate":\#(Bounded.int(endDate.timeIntervalSince1970 * 1000, in: 0...253_402_300_799_999))}"#.utf8)
+        func send() throws -> HTTPResponse {
+            let jwt: String
+            do { jwt = try AppStoreJWT.make(credentials: credentials, bundleID: bundleID) } catch {
+                throw JobError.permanent("cannot sign the App Store Server API JWT: \(error)")
+            }
+            let request = HTTPRequest(method: .post, url: url, headers: ["Authorization": "Bearer " + jwt, "Accept": "application/json",
+                                                                     "Content-Type": "application/json"], body: body)
+            return try http.send(request, service: service, cancellation: cancellation)
+        }
+        var response = try send()
+        if response.status == 401 { response = try send() }
+        if response.status == 401 {
+            throw StoreUnavailable(service, "HTTP 401: our JWT is refused; check issuer id, key id, key and bundle id")
+        }
+        try StoreHTTP.throwIfRetryable(response, service: service)
+        guard response.isSuccess else {
+            let error = try? response.jsonObject()
+            let code = (error?["errorCode"] as? NSNumber).map { " (\($0.intValue))" } ?? ""
+            throw StoreUnavailable(service, "HTTP \(response.status)\(code)")
+        }
+        return try StoreHTTP.decode(NotificationHistoryResponse.self, response, service: service)
     }
 
     /// GET `path` + `transactionID`. The id is a secret segment of the URL (`HTTPRequest.secretPathSegments`): the

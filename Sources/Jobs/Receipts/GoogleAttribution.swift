@@ -24,7 +24,12 @@ public enum GoogleAccountHash {
 /// 1. `linkedPurchaseToken`: a token we know → its user (the purchase replaces it);
 /// 2. `outOfAppPurchaseContext.expiredPurchaseToken`: a token we know → its user (Google: use it "only … if the link
 ///    between the purchaseToken and user is stored in your database");
-/// 3. `externalAccountIdentifiers.obfuscatedExternalAccountId` = `GoogleAccountHash.of(user)`.
+/// 3. `externalAccountIdentifiers.obfuscatedExternalAccountId` = `GoogleAccountHash.of(user)` (what the app set on this
+///    purchase);
+/// 4. `outOfAppPurchaseContext.expiredExternalAccountIdentifiers.obfuscatedExternalAccountId` = `GoogleAccountHash.of(user)`:
+///    "User account identifier from the last expired subscription for this SKU" (googleapis.dev …OutOfAppPurchaseContext),
+///    i.e. what our app set on the purchase this Play Store resubscribe follows, even when that purchase's token was never
+///    stored here (bought before this system, or its token lost) — review L-d.
 /// An anonymised (erased) user is never chosen. The plan is the user's app's plan whose `google_product_id` is a line
 /// item's `productId`. Every function runs on the connection it is given.
 struct GoogleAttribution: Sendable {
@@ -32,6 +37,7 @@ struct GoogleAttribution: Sendable {
         case linkedPurchaseToken = "linked_purchase_token"
         case expiredPurchaseToken = "expired_purchase_token"
         case obfuscatedAccountID = "obfuscated_account_id"
+        case expiredObfuscatedAccountID = "expired_obfuscated_account_id"
     }
 
     let owner: SubscriptionOwner
@@ -54,16 +60,19 @@ struct GoogleAttribution: Sendable {
                   let app = try liveUserApp(user, on: c) else { continue }
             found = (user, app, source)
         }
-        if found == nil, let obfuscated = purchase.obfuscatedAccountID,
-           let row = try c.queryFirst("""
-               SELECT id, app_id FROM users
-               WHERE encode(sha256(id::text::bytea), 'hex') = lower($1) AND anonymized_at IS NULL
-               """, [obfuscated]) {
-            found = (try row.uuid("id"), try row.uuid("app_id"), .obfuscatedAccountID)
+        let expiredObfuscated = purchase.outOfAppPurchaseContext?.expiredExternalAccountIdentifiers?.obfuscatedExternalAccountId
+        for (obfuscated, source) in [(purchase.obfuscatedAccountID, Source.obfuscatedAccountID),
+                                     (expiredObfuscated, .expiredObfuscatedAccountID)] {
+            guard found == nil, let obfuscated, !obfuscated.isEmpty,
+                  let row = try c.queryFirst("""
+                      SELECT id, app_id FROM users
+                      WHERE encode(sha256(id::text::bytea), 'hex') = lower($1) AND anonymized_at IS NULL
+                      """, [obfuscated]) else { continue }
+            found = (try row.uuid("id"), try row.uuid("app_id"), source)
         }
         guard let found else {
             return .failure(Unattributed(reason: "no linkedPurchaseToken or expiredPurchaseToken we know, and no "
-                                         + "obfuscatedExternalAccountId naming a user of ours"))
+                                         + "obfuscatedExternalAccountId (own or expired) naming a user of ours"))
         }
         for product in (purchase.lineItems ?? []).compactMap(\.productId) {
             if let plan = try c.queryFirst("""

@@ -1,5 +1,6 @@
 import Foundation
 import HTTP
+import Queue
 import Workers
 
 /// `SubscriptionPurchaseV2` (fields we use).
@@ -180,7 +181,24 @@ enum GoogleStateDerivation {
     }
 }
 
-/// Play Developer API: `purchases.subscriptionsv2.get`, `purchases.subscriptions.acknowledge` and `purchases.subscriptionsv2.cancel`.
+/// `VoidedPurchasesListResponse` (developers.google.com/android-publisher/api-ref/rest/v3/purchases.voidedpurchases/list):
+/// `voidedPurchases[]` (VoidedPurchase: purchaseToken, orderId, voidedTimeMillis as an int64 string, voidedSource,
+/// voidedReason) and `tokenPagination.nextPageToken`.
+struct VoidedPurchasesPage: Decodable, Sendable {
+    struct VoidedPurchase: Decodable, Sendable {
+        let purchaseToken: String?
+        let orderId: String?
+        let voidedTimeMillis: String?
+        let voidedSource: Int?
+        let voidedReason: Int?
+    }
+    struct TokenPagination: Decodable, Sendable { let nextPageToken: String? }
+    let voidedPurchases: [VoidedPurchase]?
+    let tokenPagination: TokenPagination?
+}
+
+/// Play Developer API: `purchases.subscriptionsv2.get`, `purchases.subscriptions.acknowledge`, `purchases.subscriptionsv2.cancel`
+/// and `purchases.voidedpurchases.list`.
 ///
 /// Authorised with the shared `GoogleAccessTokenProvider`; a 401 drops the cached token and retries once with a
 /// new one (an expired or revoked access token). Thread rules: a value; safe from any thread.
@@ -209,6 +227,26 @@ struct GooglePlayClient: Sendable {
         case 401, 403: throw StoreUnavailable("Google Play API", "HTTP \(response.status): \(message); check the service account's Play Console access")
         default: throw JobError.permanent("Google Play API answered HTTP \(response.status): \(message)")
         }
+    }
+
+    /// One page of `purchases.voidedpurchases.list` (developers.google.com/android-publisher/api-ref/rest/v3/purchases.voidedpurchases/list):
+    /// `startTime` (epoch ms, at most 30 days back; ignored by Google once a page `token` is given), `type=1` (voided
+    /// subscriptions too: type 0, the default, lists in-app products only; developers.google.com/android-publisher/voided-purchases),
+    /// `maxResults` (Google's maximum 1000). The service account needs "View financial data". 401/403 and any other
+    /// refusal are `StoreUnavailable` (the reconciliation tries again next run); 429 / 5xx as every request.
+    func voidedPurchases(packageName: String, startTime: Date, pageToken: String?, maxResults: Int,
+                         cancellation: HTTPCancellation?) throws -> VoidedPurchasesPage {
+        var query = [("startTime", String(Bounded.int(startTime.timeIntervalSince1970 * 1000, in: 0...253_402_300_799_999))), ("type", "1"),
+                     ("maxResults", String(maxResults))]
+        if let pageToken { query.append(("token", pageToken)) }
+        let url = baseURL + "/androidpublisher/v3/applications/\(Self.segment(packageName))/purchases/voidedpurchases"
+        let service = "Google Play voided purchases"
+        let response = try authorized(HTTPRequest.get(url, query: query), service: service, cancellation: cancellation)
+        try StoreHTTP.throwIfRetryable(response, service: service)
+        guard response.isSuccess else {
+            throw StoreUnavailable(service, "HTTP \(response.status) \(Self.errorReason(response))")
+        }
+        return try StoreHTTP.decode(VoidedPurchasesPage.self, response, service: service)
     }
 
     /// What Google answered to an acknowledgement that reached it.

@@ -37,12 +37,17 @@ enum GooglePurchaseEffects {
 
     private static func replacedKey(_ id: UUID) -> String { "google:replaced:\(id.uuidString.lowercased())" }
 
-    /// Whether a voided order (`voidedPurchaseNotification.orderId`) revokes the current period: the voided order
-    /// is the one that paid it (`latestSuccessfulOrderId`), or the notification names no order, or Google's state
-    /// no longer entitles. A chargeback on an older renewal order leaves a period Google still calls ACTIVE alone.
-    static func voidRevokesCurrentPeriod(voidedOrderID: String?, purchase: GoogleSubscriptionPurchase, productID: String,
-                                         now: Date) -> Bool {
-        guard purchase.entitles(productID: productID, now: now) else { return true }
+    /// Whether a voided order (`voidedPurchaseNotification.orderId`) revokes the period: only when Google's
+    /// state no longer entitles (a revoke ends it at once: developers.google.com/android-publisher/api-ref/rest/v3/purchases.subscriptionsv2/revoke).
+    /// A refund without revoke leaves the subscription "valid until its expiration time" and renewing
+    /// (developers.google.com/android-publisher/api-ref/purchases/subscriptions/refund; review L-c), and a chargeback on
+    /// an older renewal order leaves a period Google still calls ACTIVE alone: while Google entitles, the period stands.
+    static func voidRevokesPeriod(purchase: GoogleSubscriptionPurchase, productID: String, now: Date) -> Bool {
+        !purchase.entitles(productID: productID, now: now)
+    }
+
+    /// Whether the voided order paid the current period (`latestSuccessfulOrderId`; no order named counts as current).
+    static func voidIsCurrentOrder(voidedOrderID: String?, purchase: GoogleSubscriptionPurchase, productID: String) -> Bool {
         guard let voided = voidedOrderID, !voided.isEmpty, let current = purchase.currentOrderID(productID: productID) else {
             return true
         }

@@ -325,7 +325,7 @@ public struct DeveloperNotification: Decodable, Sendable {
 
 /// Applies a Google Play RTDN: de-duplicated by Pub/Sub `messageId`; the notification only says "something
 /// changed", so the state is read again with `subscriptionsv2.get` and upserted; a `linkedPurchaseToken` ends the
-/// replaced subscription; a voided order revokes the current period only when it paid it (`applyVoided`). Purchases
+/// replaced subscription; a voided order revokes the period only when Google no longer entitles (`applyVoided`). Purchases
 /// still unacknowledged and entitled owe an acknowledgement, recorded in the commit and paid after it (here or by
 /// `GoogleAcknowledgementSweepJob`). A purchase token we never saw is read from Google too and attributed to a user
 /// (`applyOutOfApp`, `GoogleAttribution`); one Google does not know either is recorded `unmatched`. Both kinds are
@@ -521,10 +521,11 @@ public struct PlayNotificationJob: Job {
         }
     }
 
-    /// A voided purchase (refund or chargeback of one order). Google's state is read again and the order compared
-    /// (`GooglePurchaseEffects.voidRevokesCurrentPeriod`): the voided order paid the current period (or Google no
-    /// longer entitles) → `refunded`, user `free`; an older renewal order → the current period stands, Google's
-    /// state is applied and an `order_voided` event recorded.
+    /// A voided purchase (refund or chargeback of one order). Google's state is read again
+    /// (`GooglePurchaseEffects.voidRevokesPeriod`): Google no longer entitles (revoked, expired, unknown) →
+    /// `refunded`, user `free`; Google still entitles (a refund without revoke, a chargeback on an older renewal) →
+    /// the period Google reports stands, its state is applied and an `order_voided` event records the order (`order`:
+    /// current or older). Only a revoke (RTDN 12, or Google's state) removes the entitlement.
     private func applyVoided(_ voided: DeveloperNotification.VoidedPurchaseNotification, packageName: String, id: String,
                              eventTime: Date, replay: [[String: Any]], context: JobContext, cancellation: HTTPCancellation,
                              logger: Logger) throws {
@@ -547,7 +548,7 @@ public struct PlayNotificationJob: Job {
         }
         let now = services.now()
         let revokes = purchase.map {
-            GooglePurchaseEffects.voidRevokesCurrentPeriod(voidedOrderID: voided.orderId, purchase: $0, productID: existing.productID, now: now)
+            GooglePurchaseEffects.voidRevokesPeriod(purchase: $0, productID: existing.productID, now: now)
         } ?? true
         let current = purchase.flatMap {
             GoogleStateDerivation.state($0, purchaseToken: voided.purchaseToken, productID: existing.productID, now: now)
@@ -556,7 +557,8 @@ public struct PlayNotificationJob: Job {
             if revokes {
                 try SubscriptionStore.markRefunded(existing.id, at: eventTime, on: c)
                 try SubscriptionStore.applyEntitlement(subscriptionID: existing.id, userID: existing.userID, entitled: false, on: c)
-                try SubscriptionStore.event(existing.id, type: "refunded", data: ["source": "play_notification", "kind": "voided"],
+                try SubscriptionStore.event(existing.id, type: "refunded",
+                                            data: ["source": "play_notification", "kind": "voided", "order_id": voided.orderId ?? ""],
                                             idempotencyKey: "google:notification:\(id)", on: c)
                 return ("applied", existing.id)
             }
@@ -567,8 +569,13 @@ public struct PlayNotificationJob: Job {
                                                            entitled: current.status.isEntitled, on: c)
                 }
             }
+            let order = purchase.map {
+                GooglePurchaseEffects.voidIsCurrentOrder(voidedOrderID: voided.orderId, purchase: $0, productID: existing.productID)
+                    ? "current" : "older"
+            } ?? "unknown"
             try SubscriptionStore.event(existing.id, type: "order_voided",
-                                        data: ["source": "play_notification", "kind": "voided", "current_period": "kept"],
+                                        data: ["source": "play_notification", "kind": "voided", "current_period": "kept",
+                                               "order_id": voided.orderId ?? "", "order": order],
                                         idempotencyKey: "google:notification:\(id)", on: c)
             return ("applied", existing.id)
         }

@@ -94,10 +94,10 @@ public final class ReceiptServices: Sendable {
 public enum ReceiptJobs {
     public static let classNames = [ValidateReceiptJob.className, AppStoreNotificationJob.className,
                                     PlayNotificationJob.className, SubscriptionExpirySweepJob.className,
-                                    GoogleAcknowledgementSweepJob.className]
+                                    GoogleAcknowledgementSweepJob.className, StoreReconciliationJob.className]
 
     /// Registers `ValidateReceiptJob`, `AppStoreNotificationJob`, `PlayNotificationJob`,
-    /// `SubscriptionExpirySweepJob` and `GoogleAcknowledgementSweepJob`, sharing one set of store clients (and one Google token cache).
+    /// `SubscriptionExpirySweepJob`, `GoogleAcknowledgementSweepJob` and `StoreReconciliationJob`, sharing one set of store clients (and one Google token cache).
     ///
     /// A configuration that cannot be turned into clients (an unparsable root certificate) is a start-up error:
     /// it is reported by `ReceiptServices.init`; this function then registers stand-ins (`UnusableAreaJob`) whose
@@ -113,6 +113,7 @@ public enum ReceiptJobs {
             registry.register(UnusableAreaJob<PlayNotificationArguments>(failure: broken), as: PlayNotificationJob.className)
             registry.register(UnusableAreaJob<SubscriptionExpirySweepJob.Arguments>(failure: broken), as: SubscriptionExpirySweepJob.className)
             registry.register(UnusableAreaJob<GoogleAcknowledgementSweepJob.Arguments>(failure: broken), as: GoogleAcknowledgementSweepJob.className)
+            registry.register(UnusableAreaJob<StoreReconciliationJob.Arguments>(failure: broken), as: StoreReconciliationJob.className)
         }
     }
 
@@ -123,5 +124,6 @@ public enum ReceiptJobs {
         registry.register(PlayNotificationJob(services: services))
         registry.register(SubscriptionExpirySweepJob(services: services))
         registry.register(GoogleAcknowledgementSweepJob(services: services))
+        registry.register(StoreReconciliationJob(services: services))
     }
 }

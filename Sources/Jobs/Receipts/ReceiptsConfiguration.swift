@@ -72,6 +72,9 @@ public struct ReceiptsConfiguration: Sendable {
     // MARK: Common
     /// Rows per transaction in the expiry sweep.
     public var sweepBatchSize = 500
+    /// Store requests one run of `StoreReconciliationJob` may make (history pages, voided-purchase pages, the
+    /// notifications it applies, the rows it re-checks); what is left over waits for the next run.
+    public var reconcileCallBudget = 1000
     /// Whole-transfer timeout of each store request.
     public var requestTimeout: Duration = .seconds(15)
 
@@ -183,6 +186,7 @@ public struct ReceiptsConfiguration: Sendable {
         c.googleGracePeriodDays = try reader.int("RECEIPTS_GOOGLE_GRACE_PERIOD_DAYS", default: 3, range: 0...90)
         c.googleAcknowledgementRetry = .seconds(try reader.int("RECEIPTS_GOOGLE_ACK_RETRY_SECONDS", default: 60, range: 1...3600))
         c.sweepBatchSize = try reader.int("RECEIPTS_SWEEP_BATCH_SIZE", default: 500, range: 1...100_000)
+        c.reconcileCallBudget = try reader.int("RECEIPTS_RECONCILE_CALL_BUDGET", default: 1000, range: 1...100_000)
         c.requestTimeout = .seconds(try reader.int("RECEIPTS_HTTP_TIMEOUT_SECONDS", default: 15, range: 1...300))
         return c
     }

@@ -142,11 +142,12 @@ public struct SubscriptionExpirySweepJob: Job {
         return totals
     }
 
-    /// Ends a row the store no longer knows: `expired`, one event, its user `free`. 1 when it changed.
+    /// Ends a row the store no longer knows (a live one here, one on hold or paused in `StoreReconciliationJob`):
+    /// `expired`, one event, its user `free`. 1 when it changed.
     static func expire(_ row: DueRenewal, on c: PostgresConnection) throws -> Int {
         let changed = try c.execute("""
             UPDATE subscriptions SET status = 'expired', auto_renew = false, updated_at = now()
-            WHERE id = $1 AND status IN ('trial', 'active', 'grace_period')
+            WHERE id = $1 AND status IN ('trial', 'active', 'grace_period', 'on_hold', 'paused')
             """, [row.id])
         guard changed == 1 else { return 0 }
         try SubscriptionStore.event(row.id, type: "expired", data: ["source": "expiry_sweep", "store": "gone"],

@@ -40,7 +40,9 @@ struct SubscriptionStoreCheck: Sendable {
         case cannotAsk(String)
     }
 
-    func check(_ row: DueRenewal, pool: PostgresPool, now: Date, cancellation: HTTPCancellation?) -> Outcome {
+    /// `source`: who asked, in the `store_checked` event (`expiry_sweep`, `store_reconciliation`).
+    func check(_ row: DueRenewal, pool: PostgresPool, now: Date, cancellation: HTTPCancellation?,
+               source: String = "expiry_sweep") -> Outcome {
         let state: StoreSubscriptionState
         do {
             guard let read = try read(row, pool: pool, now: now, cancellation: cancellation) else { return .ended }
@@ -60,7 +62,7 @@ struct SubscriptionStoreCheck: Sendable {
                     }
                     let end = state.endDate.map { "\(Int64($0.timeIntervalSince1970))" } ?? "none"
                     try SubscriptionStore.event(outcome.subscriptionID, type: "store_checked",
-                                                data: ["source": "expiry_sweep", "status": state.status.rawValue,
+                                                data: ["source": source, "status": state.status.rawValue,
                                                        "transaction_id": state.transactionID],
                                                 idempotencyKey: "sweep:store_check:\(row.id.uuidString.lowercased()):\(state.status.rawValue):\(end)",
                                                 on: c)

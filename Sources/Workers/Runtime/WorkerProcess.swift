@@ -59,6 +59,8 @@ public final class WorkerProcess: @unchecked Sendable {
     package let metrics = RuntimeMetrics()
 
     let pool: JobPool
+    /// The jobs' PostgreSQL, if any: `start` checks its runtime schema first (`WorkersSchema.requireCurrent`).
+    let database: JobDatabase?
     /// One per served shard, in `servedShards` order (so are `heartbeats` and `housekeepers`).
     let fetchers: [Fetcher]
     let settler: Settler
@@ -81,6 +83,7 @@ public final class WorkerProcess: @unchecked Sendable {
                 middleware: [any JobMiddleware] = []) throws {
         try configuration.validate()
         self.configuration = configuration
+        self.database = database
         self.metricsEndpoint = metricsEndpoint
         let shardMap = try configuration.shardMap ?? ShardMap(single: RedisEndpoint(url: configuration.redisURL))
         self.shardMap = shardMap
@@ -149,8 +152,13 @@ public final class WorkerProcess: @unchecked Sendable {
 
     /// Starts the metrics endpoint (if any), registers the process (first heartbeat) and starts every thread.
     /// Throws if the endpoint cannot listen (`MetricsServer.StartError`) or Redis cannot be reached at all
-    /// (the endpoint is then stopped).
+    /// (the endpoint is then stopped). With a database, first refuses a runtime schema behind this build
+    /// (`WorkersSchemaBehind`, naming the pending migrations and how to apply them) or a database it cannot read
+    /// (`PostgresError`): nothing is started, nothing registered.
     public func start() throws {
+        if let database {
+            try WorkersSchema.requireCurrent(pool: database.pool)
+        }
         if let metricsEndpoint {  // first: /healthz answers (503 until the first heartbeat) while Redis is reached
             let server = try metricsEndpoint.start(health: { [weak self] in self?.health ?? (false, "stopped") }, logger: logger)
             metricsServer.withLock { $0 = server }

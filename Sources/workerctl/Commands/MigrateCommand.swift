@@ -31,35 +31,45 @@ struct MigrateCommand: ParsableCommand {
             throw CLIError.runtime("cannot connect to PostgreSQL at \(PostgresURL.redacted(url)): \(error)")
         }
         do {
-            let migrator = try Migrator.bundled(logger: Logger(label: "workerctl.migrate"))
+            // The runtime's line (workers_migrations) first, then the app's (schema_migrations).
+            let migrators = try BundledSchema.migrators(logger: Logger(label: "workerctl.migrate"))
             if status {
-                let state = try migrator.status(on: connection)
+                let states = try migrators.map { ($0, try $0.status(on: connection)) }
+                let upToDate = states.allSatisfy { $0.1.isUpToDate }
                 if json {
-                    let applied = state.applied.map { "{\"version\":\($0.version),\"name\":\"\($0.name)\"}" }
-                    let pending = state.pending.map { "{\"version\":\($0.version),\"name\":\"\($0.name)\"}" }
-                    print("{\"applied\":[\(applied.joined(separator: ","))],\"pending\":[\(pending.joined(separator: ","))],"
-                          + "\"modified\":\(state.modified),\"unknown\":\(state.unknown),\"retired\":\(state.retired),"
-                          + "\"up_to_date\":\(state.isUpToDate)}")
-                } else {
-                    for item in state.applied { print(String(format: "applied  %04d %@", item.version, item.name)) }
-                    for item in state.pending { print(String(format: "pending  %04d %@", item.version, item.name)) }
-                    for version in state.modified { print(String(format: "MODIFIED %04d (file changed after it was applied)", version)) }
-                    for version in state.retired {
-                        print(String(format: "retired  %04d %@", version, migrator.retired[version] ?? ""))
+                    func entries(_ items: [(Int, String)]) -> String {
+                        items.map { "{\"version\":\($0.0),\"name\":\"\($0.1)\"}" }.joined(separator: ",")
                     }
-                    for version in state.unknown { print(String(format: "unknown  %04d (in the database, not in this build)", version)) }
-                    print(state.isUpToDate ? "schema is up to date" : "schema is behind: run `workerctl migrate`")
+                    let lines = states.map { migrator, state in
+                        "{\"table\":\"\(migrator.table.name)\",\"line\":\(migrator.table.line.map { "\"\($0)\"" } ?? "null"),"
+                            + "\"applied\":[\(entries(state.applied.map { ($0.version, $0.name) }))],"
+                            + "\"pending\":[\(entries(state.pending.map { ($0.version, $0.name) }))],"
+                            + "\"modified\":\(state.modified),\"unknown\":\(state.unknown),\"retired\":\(state.retired),"
+                            + "\"up_to_date\":\(state.isUpToDate)}"
+                    }
+                    print("{\"lines\":[\(lines.joined(separator: ","))],\"up_to_date\":\(upToDate)}")
+                } else {
+                    for (migrator, state) in states {
+                        print("\(migrator.table):")
+                        for item in state.applied { print(String(format: "applied  %04d %@", item.version, item.name)) }
+                        for item in state.pending { print(String(format: "pending  %04d %@", item.version, item.name)) }
+                        for version in state.modified { print(String(format: "MODIFIED %04d (file changed after it was applied)", version)) }
+                        for version in state.retired {
+                            print(String(format: "retired  %04d %@", version, migrator.retired[version] ?? ""))
+                        }
+                        for version in state.unknown { print(String(format: "unknown  %04d (in the database, not in this build)", version)) }
+                    }
+                    print(upToDate ? "schema is up to date" : "schema is behind: run `workerctl migrate`")
                 }
-                if !state.isUpToDate { throw ExitCode(1) }
+                if !upToDate { throw ExitCode(1) }
                 return
             }
-            let applied = try migrator.migrate(on: connection)
-            if applied.isEmpty { print("schema is up to date") }
-            for item in applied { print(String(format: "applied %04d %@", item.version, item.name)) }
-            if benchTables {
-                try BenchSchema.create(on: connection)
-                print("bench tables present (probe_rows)")
+            var applied: [(MigrationTable, Migration)] = []
+            for migrator in migrators {
+                applied += try migrator.migrate(on: connection).map { (migrator.table, $0) }
             }
+            if applied.isEmpty { print("schema is up to date") }
+            for (table, item) in applied { print(String(format: "applied %04d %@ (%@)", item.version, item.name, table.name)) }
         } catch let error as PostgresError {
             throw CLIError.runtime("migration failed: \(error)")
         }

@@ -228,11 +228,13 @@ struct WorkerOptions: ParsableArguments {
                                     connectionOptions: PostgresConnectionOptions(preparesStatements: preparesStatements)),
                                 logger: Logger(label: "workerctl.postgres"))
         do {
-            let status = try Migrator.bundled().status(pool: pool)
-            if !status.isUpToDate {
-                let pending = status.pending.map { String(format: "%04d_%@", $0.version, $0.name) }
+            let states = try BundledSchema.status(pool: pool)
+            let behind = states.filter { !$0.status.isUpToDate }
+            if !behind.isEmpty {
+                let pending = behind.flatMap { $0.status.pending.map(\.description) }
+                let modified = behind.flatMap(\.status.modified)
                 throw CLIError.runtime("the database schema is behind this build (pending: \(pending.joined(separator: ", "))"
-                                       + "\(status.modified.isEmpty ? "" : "; modified: \(status.modified)")); run `workerctl migrate` first")
+                                       + "\(modified.isEmpty ? "" : "; modified: \(modified)")); run `workerctl migrate` first")
             }
         } catch let error as PostgresError {
             throw CLIError.runtime("cannot use PostgreSQL at \(PostgresURL.redacted(url)): \(error)")
