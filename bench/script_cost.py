@@ -145,13 +145,17 @@ def keyed_script(name):
     fixed, derived = key_chain(chain)
     rest = match.group(3)
     parts = []
-    if rest.startswith("["):  # [A.b, C.d, \"\"\"…
+    if rest.startswith("["):  # [A.b, C.d, \"\"\"…  or  [A.b, C.d].joined(separator: "\n") + \"\"\"…
         heads, body = rest[1:].split('"""\n', 1)
+        heads = heads.replace('].joined(separator: "\\n") +', ",")
         parts = [swift_static(*h.strip().split(".")) for h in heads.split(",") if h.strip()]
     else:  # A.b + \"\"\"…  or  \"\"\"…
         heads, body = rest.split('"""\n', 1)
         parts = [swift_static(*h.strip().split(".")) for h in heads.split("+") if h.strip() and h.strip() != '"\\n"']
-    body = body.replace("\\(Keys.dailyStatRetention)", "157680000").replace("\\(Keys.minutelyRetention)", "259200")
+    def retentions(text):
+        return text.replace("\\(Keys.dailyStatRetention)", "157680000").replace("\\(Keys.minutelyRetention)", "259200")
+    body = retentions(body)
+    parts = [retentions(part) for part in parts]
     preamble = ["local %s = KEYS[#KEYS%s]" % (local, "" if i == len(fixed) - 1 else " - %d" % (len(fixed) - 1 - i))
                 for i, (local, _) in enumerate(fixed)] + derived
     return "\n".join(preamble) + "\n" + "\n".join(parts + [body]), [key for _, key in fixed]

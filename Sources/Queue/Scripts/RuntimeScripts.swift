@@ -4,6 +4,39 @@
 /// `KEYS[]`, and keys derived from queue names, jids and days by Lua functions generated from `Keys`' builders
 /// (Sidekiq's layout has no hash tags), so these scripts assume a single Redis server, as Sidekiq itself does.
 enum Scripts {
+    /// `trim_dead(now, timeout, max)`: the dead set trimmed by age and count after a death, as Sidekiq's
+    /// `DeadSet#kill` does (we keep exactly `max`). For a script that binds `DEAD` (`ScriptKeys.dead`).
+    static let trimDeadFunction = """
+        local function trim_dead(now, timeout, max)
+          redis.call('ZREMRANGEBYSCORE', DEAD, '-inf', tonumber(now) - timeout)
+          redis.call('ZREMRANGEBYRANK', DEAD, 0, -(max + 1))
+        end
+        """
+
+    /// `count_runs(processed, failed, day, now)`: the run counters a settled (or buried) job moves —
+    /// `stat:processed` / `stat:failed`, the UTC day's counters (`Keys.dailyStatRetention`) and the day's per-minute
+    /// hashes (`Keys.minutelyRetention`, minute of `now`); the same keys and expiries as
+    /// `ReliableQueue.processedCounters`. For a script that binds `statProcessed`, `statFailed` and `statDayKeys`.
+    static let countRunsFunction = """
+        local function count_runs(processed, failed, day, now)
+          local minute = math.floor(tonumber(now) / 60) % 1440
+          if processed > 0 then
+            redis.call('INCRBY', STAT_PROCESSED, processed)
+            redis.call('INCRBY', stat_processed_day_key(day), processed)
+            redis.call('EXPIRE', stat_processed_day_key(day), \(Keys.dailyStatRetention))
+            redis.call('HINCRBY', stat_minutely_processed_key(day), minute, processed)
+            redis.call('EXPIRE', stat_minutely_processed_key(day), \(Keys.minutelyRetention))
+          end
+          if failed > 0 then
+            redis.call('INCRBY', STAT_FAILED, failed)
+            redis.call('INCRBY', stat_failed_day_key(day), failed)
+            redis.call('EXPIRE', stat_failed_day_key(day), \(Keys.dailyStatRetention))
+            redis.call('HINCRBY', stat_minutely_failed_key(day), minute, failed)
+            redis.call('EXPIRE', stat_minutely_failed_key(day), \(Keys.minutelyRetention))
+          end
+        end
+        """
+
     /// Moves up to ARGV[2] jobs from the queues ARGV[8…] (in that order, paused ones skipped) into
     /// this process's in-flight lists `working:queue:Q:ARGV[1]`. Returns `[queue1, [jobs…], queue2, [jobs…], …]`,
     /// one pair per chunk moved, oldest job first (the queue named once a chunk, not once a job as before: 1.20 / 1.09 →
@@ -22,7 +55,8 @@ enum Scripts {
     /// against ARGV[2] (a queue of large payloads costs one call a bounded amount). Then the reply ends with one more
     /// element: `[queue, stub jid, bytes, …]`, a triple per payload buried, for the worker's log line.
     static let fetch = RedisScript(keys: OversizedScripts.keys.paused.workingKey.statProcessed.statFailed.statDayKeys,
-                                   [BatchScripts.functions, UniqueScripts.releaseFunction, OversizedScripts.functions, """
+                                   [BatchScripts.functions, UniqueScripts.releaseFunction, OversizedScripts.functions, Scripts.trimDeadFunction,
+                                    Scripts.countRunsFunction, """
         local identity = ARGV[1]
         local limit = tonumber(ARGV[2])
         local maxBytes = tonumber(ARGV[3])
@@ -69,20 +103,8 @@ enum Scripts {
         end
         if seq > 0 then
           -- Counted and trimmed as the settle script (`complete`) does for a death.
-          local day = ARGV[5]
-          local minute = math.floor(tonumber(now) / 60) % 1440
-          redis.call('ZREMRANGEBYSCORE', DEAD, '-inf', tonumber(now) - tonumber(ARGV[7]))
-          redis.call('ZREMRANGEBYRANK', DEAD, 0, -(tonumber(ARGV[6]) + 1))
-          redis.call('INCRBY', STAT_PROCESSED, seq)
-          redis.call('INCRBY', stat_processed_day_key(day), seq)
-          redis.call('EXPIRE', stat_processed_day_key(day), \(Keys.dailyStatRetention))
-          redis.call('HINCRBY', stat_minutely_processed_key(day), minute, seq)
-          redis.call('EXPIRE', stat_minutely_processed_key(day), \(Keys.minutelyRetention))
-          redis.call('INCRBY', STAT_FAILED, seq)
-          redis.call('INCRBY', stat_failed_day_key(day), seq)
-          redis.call('EXPIRE', stat_failed_day_key(day), \(Keys.dailyStatRetention))
-          redis.call('HINCRBY', stat_minutely_failed_key(day), minute, seq)
-          redis.call('EXPIRE', stat_minutely_failed_key(day), \(Keys.minutelyRetention))
+          trim_dead(now, tonumber(ARGV[7]), tonumber(ARGV[6]))
+          count_runs(seq, seq, ARGV[5], now)
           out[#out + 1] = buried
         end
         return out
@@ -109,7 +131,8 @@ enum Scripts {
     /// its `for`, `requeue` keeps it.
     /// Returns the number of jobs settled.
     static let complete = RedisScript(keys: BatchScripts.keys.retry.dead.schedule.statProcessed.statFailed.uniqueOwnerKey
-                                        .queueKey.statDayKeys, BatchScripts.functions + """
+                                        .queueKey.statDayKeys,
+                                      [BatchScripts.functions, Scripts.trimDeadFunction, Scripts.countRunsFunction].joined(separator: "\n") + """
 
         local now = ARGV[1]
         local day = ARGV[2]
@@ -163,25 +186,8 @@ enum Scripts {
             elseif op == 'dead' or op == 'drop' then batch_outcome(raw, 'dead', now) end
           end
         end
-        if killed then
-          redis.call('ZREMRANGEBYSCORE', DEAD, '-inf', tonumber(now) - deadTimeout)
-          redis.call('ZREMRANGEBYRANK', DEAD, 0, -(deadMax + 1))
-        end
-        local minute = math.floor(tonumber(now) / 60) % 1440
-        if processed > 0 then
-          redis.call('INCRBY', STAT_PROCESSED, processed)
-          redis.call('INCRBY', stat_processed_day_key(day), processed)
-          redis.call('EXPIRE', stat_processed_day_key(day), \(Keys.dailyStatRetention))
-          redis.call('HINCRBY', stat_minutely_processed_key(day), minute, processed)
-          redis.call('EXPIRE', stat_minutely_processed_key(day), \(Keys.minutelyRetention))
-        end
-        if failed > 0 then
-          redis.call('INCRBY', STAT_FAILED, failed)
-          redis.call('INCRBY', stat_failed_day_key(day), failed)
-          redis.call('EXPIRE', stat_failed_day_key(day), \(Keys.dailyStatRetention))
-          redis.call('HINCRBY', stat_minutely_failed_key(day), minute, failed)
-          redis.call('EXPIRE', stat_minutely_failed_key(day), \(Keys.minutelyRetention))
-        end
+        if killed then trim_dead(now, deadTimeout, deadMax) end
+        count_runs(processed, failed, day, now)
         return settled
         """)
 
@@ -235,7 +241,8 @@ enum Scripts {
     /// number of jobs moved. A requeued job keeps its unique lock (it is still live); a job sent to
     /// `dead` releases the lock its jid owns, if any (docs/unique-jobs.md), and is counted for its
     /// batch (`BatchScripts`).
-    static let recover = RedisScript(keys: BatchScripts.keys.dead.uniqueOwnerKey.queueKey, BatchScripts.functions + """
+    static let recover = RedisScript(keys: BatchScripts.keys.dead.uniqueOwnerKey.queueKey,
+                                     [BatchScripts.functions, Scripts.trimDeadFunction].joined(separator: "\n") + """
 
         local working, heartbeat, now = KEYS[1], KEYS[2], ARGV[1]
         local deadMax, deadTimeout, queue = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -261,10 +268,7 @@ enum Scripts {
             end
           end
         end
-        if killed then
-          redis.call('ZREMRANGEBYSCORE', DEAD, '-inf', tonumber(now) - deadTimeout)
-          redis.call('ZREMRANGEBYRANK', DEAD, 0, -(deadMax + 1))
-        end
+        if killed then trim_dead(now, deadTimeout, deadMax) end
         return moved
         """)
 }
