@@ -105,6 +105,9 @@ package enum ProcessRegistry {
     /// Sends a Sidekiq signal (`TSTP` quiet, `TERM` stop, `TTIN` dump) through the process's
     /// signal list; the process acts on it at its next heartbeat. Works for Ruby processes too.
     public static func signal(_ connection: RedisConnection, identity: String, _ signal: String) throws(RedisError) {
-        _ = try connection.transaction([["LPUSH", Keys.signals(identity), signal], ["EXPIRE", Keys.signals(identity), 60]])
+        // EXEC runs every command and reports a refusal (a signals key of another type) in its reply: checked, so a
+        // signal Redis refused is an error, never a silent success (scripts/check-sources' transaction rule).
+        for reply in try connection.transaction([["LPUSH", Keys.signals(identity), signal],
+                                                 ["EXPIRE", Keys.signals(identity), 60]]) { try reply.checked() }
     }
 }

@@ -172,7 +172,7 @@ final class Heartbeat: @unchecked Sendable {
             first.append(["HSET", Keys.work(identity)] + Array(workers.dropFirst(2)))
             first.append(["EXPIRE", Keys.work(identity), 60])
         }
-        _ = try connection.transaction(first)
+        for reply in try connection.transaction(first) { try reply.checked() }
         let pingStart = Clock.now()
         try connection.command("PING")
         let rtt = Int((Clock.now() - pingStart) * 1_000_000)
