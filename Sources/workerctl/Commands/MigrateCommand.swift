@@ -70,6 +70,10 @@ struct MigrateCommand: ParsableCommand {
             }
             if applied.isEmpty { print("schema is up to date") }
             for (table, item) in applied { print(String(format: "applied %04d %@ (%@)", item.version, item.name, table.name)) }
+            if benchTables {
+                try BenchSchema.create(on: connection)
+                print("bench tables present (probe_rows)")
+            }
         } catch let error as PostgresError {
             throw CLIError.runtime("migration failed: \(error)")
         }
