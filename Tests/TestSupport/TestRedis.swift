@@ -1,7 +1,7 @@
 import Foundation
 import Queue
 
-/// A private Redis database for one test case class: `scripts/services` starts Redis with 128
+/// A private Redis database for one test case class: `scripts/services` starts Redis with 256
 /// databases and each test class claims its own index, so test classes never see each other's keys.
 public struct TestRedis: Sendable {
     public let database: Int
