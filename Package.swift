@@ -12,32 +12,32 @@ let floors: [String: Int] = [
     "WorkerctlTests": 6, "WorkersClientTests": 6, "WebDashboardTests": 6, "FuzzTests": 6, "OutboxTests": 6,
     "MailTests": 6,
     // 5: binaries
-    "workerctl": 5,           // the operator's binary
-    "FuzzRunner": 5,          // replays fuzz corpora through FuzzTargets, or is the libFuzzer binary (bench/fuzz.sh)
+    "workerctl": 5,               // the operator's binary
+    "WorkersFuzzRunner": 5,       // replays fuzz corpora through FuzzTargets, or is the libFuzzer binary (bench/fuzz.sh)
     // 4: what is built on the runtime, the client and the scheduler
-    "Jobs": 4,                // the domain jobs + registry
-    "BenchJobs": 4,           // bench/test-only jobs and tables (ProbeInsert, probe_rows); registered only on request
-    "WebDashboard": 4,        // `workerctl web`: HTML pages over the Queue admin API and Scheduler's cron store
-    "FuzzTargets": 4,         // fuzz harnesses, one per parser of outside input (docs/fuzzing.md)
-    "WorkersTestSupport": 4,  // tests' fast in-process worker configuration
+    "WorkersAppJobs": 4,          // the domain jobs + registry
+    "WorkersBenchJobs": 4,        // bench/test-only jobs and tables (ProbeInsert, probe_rows); registered only on request
+    "WorkersWebDashboard": 4,     // `workerctl web`: HTML pages over the Queue admin API and Scheduler's cron store
+    "WorkersFuzzTargets": 4,      // fuzz harnesses, one per parser of outside input (docs/fuzzing.md)
+    "WorkersTestSupport": 4,      // tests' fast in-process worker configuration
     // 3: runtime, client, outbox, cron, mail
-    "Workers": 3,             // runtime (pool, fetch, retry, heartbeat)
-    "WorkersClient": 3,       // library product for services: async pooled enqueue + admin over Queue
-    "Outbox": 3,              // transactional enqueue through PostgreSQL (job_outbox), its relay to Redis
-    "Scheduler": 3,           // cron
-    "SubjectKeys": 3,         // per-subject data keys in PostgreSQL, encrypted personal job arguments (docs/jobs-privacy.md)
-    "Mail": 3,                // SMTP sender and RFC 5322 messages, over HTTP's curl runtime
-    "TestSupport": 3,         // tests' service URLs, fake external servers, process helpers
+    "Workers": 3,                 // runtime (pool, fetch, retry, heartbeat)
+    "WorkersClient": 3,           // library product for services: async pooled enqueue + admin over Queue
+    "WorkersOutbox": 3,           // transactional enqueue through PostgreSQL (job_outbox), its relay to Redis
+    "WorkersScheduler": 3,        // cron
+    "WorkersSubjectKeys": 3,      // per-subject data keys in PostgreSQL, encrypted personal job arguments (docs/jobs-privacy.md)
+    "WorkersMail": 3,             // SMTP sender and RFC 5322 messages, over HTTP's curl runtime
+    "WorkersTestServices": 3,     // tests' service URLs, fake external servers, process helpers
     // 2: wire protocols
-    "Queue": 2,               // Sidekiq's wire format and key layout over hiredis
-    "Storage": 2,             // PostgreSQL over libpq
-    "HTTP": 2,                // libcurl HTTP client (and the curl runtime Mail sends through)
+    "WorkersQueue": 2,            // Sidekiq's wire format and key layout over hiredis
+    "WorkersStorage": 2,          // PostgreSQL over libpq
+    "WorkersHTTP": 2,             // libcurl HTTP client (and the curl runtime Mail sends through)
     // 1: no project dependencies
-    "CHiredis": 1, "CLibPQ": 1, "CCurl": 1,  // system-library shims
-    "CWorkersOpenSSL": 1,     // OpenSSL's libssl for TLS links to Redis (hiredis 0.14 has no TLS of its own)
-    "CivilDate": 1,           // calendar arithmetic
-    "Boundary": 1,            // Bounded: outside numbers clamped or refused, never a trap
-    "Telemetry": 1,           // the tracing switch, W3C context, OTLP tracer and batcher (docs/tracing.md)
+    "CWorkersHiredis": 1, "CWorkersLibPQ": 1, "CWorkersCurl": 1,  // system-library shims
+    "CWorkersOpenSSL": 1,         // OpenSSL's libssl for TLS links to Redis (hiredis 0.14 has no TLS of its own)
+    "WorkersCivilDate": 1,        // calendar arithmetic
+    "WorkersBoundary": 1,         // Bounded: outside numbers clamped or refused, never a trap
+    "WorkersTelemetry": 1,        // the tracing switch, W3C context, OTLP tracer and batcher (docs/tracing.md)
 ]
 
 let package = Package(
@@ -52,9 +52,9 @@ let package = Package(
         // under a ServiceGroup (docs/embedding.md). See Examples/AppService (AppWorker).
         .library(name: "Workers", targets: ["Workers"]),
         // For services that enqueue inside their PostgreSQL transaction (docs/outbox.md).
-        .library(name: "Outbox", targets: ["Outbox"]),
+        .library(name: "WorkersOutbox", targets: ["WorkersOutbox"]),
         // For Swift services that enqueue jobs with personal arguments: the sealer (docs/jobs-privacy.md).
-        .library(name: "SubjectKeys", targets: ["SubjectKeys"]),
+        .library(name: "WorkersSubjectKeys", targets: ["WorkersSubjectKeys"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -72,52 +72,52 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
-        .systemLibrary(name: "CHiredis", path: "Sources/CHiredis", pkgConfig: "hiredis",
+        .systemLibrary(name: "CWorkersHiredis", path: "Sources/CHiredis", pkgConfig: "hiredis",
                        providers: [.apt(["libhiredis-dev"])]),
-        .systemLibrary(name: "CLibPQ", path: "Sources/CLibPQ", pkgConfig: "libpq",
+        .systemLibrary(name: "CWorkersLibPQ", path: "Sources/CLibPQ", pkgConfig: "libpq",
                        providers: [.apt(["libpq-dev"])]),
         .systemLibrary(name: "CWorkersOpenSSL", path: "Sources/CWorkersOpenSSL", pkgConfig: "openssl",
                        providers: [.apt(["libssl-dev"])]),
-        .systemLibrary(name: "CCurl", path: "Sources/CCurl", pkgConfig: "libcurl",
+        .systemLibrary(name: "CWorkersCurl", path: "Sources/CCurl", pkgConfig: "libcurl",
                        providers: [.apt(["libcurl4-openssl-dev"])]),
 
         // Proleptic Gregorian day arithmetic shared by Storage (timestamps) and Scheduler (cron).
-        .target(name: "CivilDate"),
+        .target(name: "WorkersCivilDate"),
         // The one way a number from outside (payload, header, URL, query string, config) becomes a runtime number:
         // clamped or refused, never a trap (docs/hostile-input.md). No dependencies; re-exported by Queue.
-        .target(name: "Boundary"),
+        .target(name: "WorkersBoundary"),
 
         // Tracing (docs/tracing.md): off unless bootstrapped; the OTLP/HTTP transport lives in HTTP.
-        .target(name: "Telemetry", dependencies: [.product(name: "Tracing", package: "swift-distributed-tracing")]),
+        .target(name: "WorkersTelemetry", dependencies: [.product(name: "Tracing", package: "swift-distributed-tracing")]),
 
-        .target(name: "Queue", dependencies: ["Boundary", "CHiredis", "CWorkersOpenSSL", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"),
+        .target(name: "WorkersQueue", dependencies: ["WorkersBoundary", "CWorkersHiredis", "CWorkersOpenSSL", "WorkersTelemetry", .product(name: "Tracing", package: "swift-distributed-tracing"),
                                               .product(name: "Crypto", package: "swift-crypto")]),
-        .target(name: "Storage", dependencies: ["CLibPQ", "CivilDate", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
+        .target(name: "WorkersStorage", dependencies: ["CWorkersLibPQ", "WorkersCivilDate", "WorkersTelemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
                                                 .product(name: "Crypto", package: "swift-crypto")],
                 resources: [.copy("Migrations"), .copy("WorkersMigrations")]),
-        .target(name: "HTTP", dependencies: ["Boundary", "CCurl", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log")]),
+        .target(name: "WorkersHTTP", dependencies: ["WorkersBoundary", "CWorkersCurl", "WorkersTelemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log")]),
 
         // SMTP (the privacy export mail, docs/jobs-privacy.md): libcurl's SMTP client through HTTP's curl runtime
         // (CurlRuntime, CurlTransferState, CurlFailure: `package` in HTTP).
-        .target(name: "Mail", dependencies: ["HTTP", "CCurl", .product(name: "Logging", package: "swift-log")]),
+        .target(name: "WorkersMail", dependencies: ["WorkersHTTP", "CWorkersCurl", .product(name: "Logging", package: "swift-log")]),
 
-        .target(name: "WorkersClient", dependencies: ["Queue", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"),
+        .target(name: "WorkersClient", dependencies: ["WorkersQueue", "WorkersTelemetry", .product(name: "Tracing", package: "swift-distributed-tracing"),
                                                       .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
 
         // Transactional enqueue through PostgreSQL (job_outbox), its relay to Redis and the lost-job finder
         // (docs/outbox.md). Needs both Queue and Storage, so it is not part of the Redis-only WorkersClient.
-        .target(name: "Outbox", dependencies: ["Queue", "Storage", .product(name: "Logging", package: "swift-log")]),
+        .target(name: "WorkersOutbox", dependencies: ["WorkersQueue", "WorkersStorage", .product(name: "Logging", package: "swift-log")]),
 
-        .target(name: "Workers", dependencies: ["Queue", "Storage", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
+        .target(name: "Workers", dependencies: ["WorkersQueue", "WorkersStorage", "WorkersTelemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
                                                 .product(name: "CoreMetrics", package: "swift-metrics"),
                                                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
         // Crypto-shredding of personal job arguments (docs/jobs-privacy.md, issue 37): per-subject AES-256-GCM data
         // keys wrapped by a KEK in PostgreSQL, the enqueue middleware that seals and the opener the worker calls.
-        .target(name: "SubjectKeys", dependencies: ["Queue", "Storage", .product(name: "Crypto", package: "swift-crypto")]),
-        .target(name: "Scheduler", dependencies: ["Queue", "CivilDate", "Yams", .product(name: "Logging", package: "swift-log"),
+        .target(name: "WorkersSubjectKeys", dependencies: ["WorkersQueue", "WorkersStorage", .product(name: "Crypto", package: "swift-crypto")]),
+        .target(name: "WorkersScheduler", dependencies: ["WorkersQueue", "WorkersCivilDate", "Yams", .product(name: "Logging", package: "swift-log"),
                                                   .product(name: "CoreMetrics", package: "swift-metrics")]),
 
-        .target(name: "Jobs", dependencies: ["Workers", "Queue", "Storage", "HTTP", "Mail", "SubjectKeys",
+        .target(name: "WorkersAppJobs", dependencies: ["Workers", "WorkersQueue", "WorkersStorage", "WorkersHTTP", "WorkersMail", "WorkersSubjectKeys",
                                              .product(name: "Logging", package: "swift-log"),
                                              .product(name: "Crypto", package: "swift-crypto"),
                                              .product(name: "_CryptoExtras", package: "swift-crypto"),
@@ -126,22 +126,22 @@ let package = Package(
 
         // Bench and test fixtures (ProbeInsert, probe_rows), out of the production registry and schema:
         // `workerctl worker --bench-jobs` / `workerctl migrate --bench-tables` and the tests ask for them.
-        .target(name: "BenchJobs", dependencies: ["Workers", "Storage", "HTTP", "Queue"]),
+        .target(name: "WorkersBenchJobs", dependencies: ["Workers", "WorkersStorage", "WorkersHTTP", "WorkersQueue"]),
 
         // The operator web dashboard (`workerctl web`, docs/web.md): HTML pages over the Queue admin API, run on
         // WorkersClient's threads; HTTP, HTML escaping and the CSRF/credential checks are all it adds.
-        .target(name: "WebDashboard", dependencies: ["Queue", "Scheduler", "WorkersClient", "Outbox", "Storage",
+        .target(name: "WorkersWebDashboard", dependencies: ["WorkersQueue", "WorkersScheduler", "WorkersClient", "WorkersOutbox", "WorkersStorage",
                                                      .product(name: "Hummingbird", package: "hummingbird"),
                                                      .product(name: "Logging", package: "swift-log")]),
 
         // Fuzz harnesses (docs/fuzzing.md): one entry point per parser of outside input, none may trap. FuzzRunner
         // replays corpus files through them (Tests/FuzzTests), or, built by bench/fuzz.sh with -DFUZZING and
         // -sanitize=fuzzer, is the libFuzzer binary.
-        .target(name: "FuzzTargets", dependencies: ["Queue", "Scheduler", "HTTP", "Storage", "Workers"]),
-        .executableTarget(name: "FuzzRunner", dependencies: ["FuzzTargets"]),
+        .target(name: "WorkersFuzzTargets", dependencies: ["WorkersQueue", "WorkersScheduler", "WorkersHTTP", "WorkersStorage", "Workers"]),
+        .executableTarget(name: "WorkersFuzzRunner", dependencies: ["WorkersFuzzTargets"]),
 
         .executableTarget(name: "workerctl", dependencies: [
-            "WebDashboard", "Jobs", "BenchJobs", "Workers", "Scheduler", "Queue", "Storage", "HTTP", "Outbox", "Telemetry", "SubjectKeys", .product(name: "Tracing", package: "swift-distributed-tracing"), 
+            "WorkersWebDashboard", "WorkersAppJobs", "WorkersBenchJobs", "Workers", "WorkersScheduler", "WorkersQueue", "WorkersStorage", "WorkersHTTP", "WorkersOutbox", "WorkersTelemetry", "WorkersSubjectKeys", .product(name: "Tracing", package: "swift-distributed-tracing"), 
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Prometheus", package: "swift-prometheus"),
@@ -150,33 +150,49 @@ let package = Package(
         ]),
 
         // Shared by the test targets only: service URLs, fake external servers, process helpers.
-        .target(name: "TestSupport", dependencies: ["Queue", "Storage"], path: "Tests/TestSupport"),
+        .target(name: "WorkersTestServices", dependencies: ["WorkersQueue", "WorkersStorage"], path: "Tests/TestSupport"),
 
-        .testTarget(name: "QueueTests", dependencies: ["Queue", "TestSupport"]),
-        .testTarget(name: "StorageTests", dependencies: ["Storage", "CivilDate", "TestSupport"]),
-        .testTarget(name: "HTTPTests", dependencies: ["HTTP", "Telemetry", "TestSupport"]),
-        .testTarget(name: "MailTests", dependencies: ["Mail", "TestSupport"]),
+        .testTarget(name: "QueueTests", dependencies: ["WorkersQueue", "WorkersTestServices"]),
+        .testTarget(name: "StorageTests", dependencies: ["WorkersStorage", "WorkersCivilDate", "WorkersTestServices"]),
+        .testTarget(name: "HTTPTests", dependencies: ["WorkersHTTP", "WorkersTelemetry", "WorkersTestServices"]),
+        .testTarget(name: "MailTests", dependencies: ["WorkersMail", "WorkersTestServices"]),
         // Shared by the test targets that run in-process workers: the fast test configuration.
-        .target(name: "WorkersTestSupport", dependencies: ["Workers", "TestSupport"], path: "Tests/WorkersTestSupport"),
+        .target(name: "WorkersTestSupport", dependencies: ["Workers", "WorkersTestServices"], path: "Tests/WorkersTestSupport"),
 
-        .testTarget(name: "WorkersTests", dependencies: ["WorkersTestSupport", "Workers", "BenchJobs", "Queue", "Storage", "TestSupport",
+        .testTarget(name: "WorkersTests", dependencies: ["WorkersTestSupport", "Workers", "WorkersBenchJobs", "WorkersQueue", "WorkersStorage", "WorkersTestServices",
                                                          .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
-        .testTarget(name: "SchedulerTests", dependencies: ["Scheduler", "Queue", "TestSupport"]),
-        .testTarget(name: "JobsTests", dependencies: ["WorkersTestSupport", "Jobs", "Workers", "WorkersClient", "Queue", "Storage", "HTTP", "Mail", "TestSupport", "Outbox", "SubjectKeys", "Scheduler", "BenchJobs", "WebDashboard",
+        .testTarget(name: "SchedulerTests", dependencies: ["WorkersScheduler", "WorkersQueue", "WorkersTestServices"]),
+        .testTarget(name: "JobsTests", dependencies: ["WorkersTestSupport", "WorkersAppJobs", "Workers", "WorkersClient", "WorkersQueue", "WorkersStorage", "WorkersHTTP", "WorkersMail", "WorkersTestServices", "WorkersOutbox", "WorkersSubjectKeys", "WorkersScheduler", "WorkersBenchJobs", "WorkersWebDashboard",
                                                       .product(name: "Crypto", package: "swift-crypto"),
                                                       .product(name: "_CryptoExtras", package: "swift-crypto"),
                                                       .product(name: "X509", package: "swift-certificates"),
                                                       .product(name: "SwiftASN1", package: "swift-asn1")]),
-        .testTarget(name: "WorkerctlTests", dependencies: ["Queue", "Storage", "TestSupport"]),
-        .testTarget(name: "WorkersClientTests", dependencies: ["WorkersClient", "Queue", "TestSupport",
+        .testTarget(name: "WorkerctlTests", dependencies: ["WorkersQueue", "WorkersStorage", "WorkersTestServices"]),
+        .testTarget(name: "WorkersClientTests", dependencies: ["WorkersClient", "WorkersQueue", "WorkersTestServices",
                                                                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
         // Drives a real `workerctl web` process (and headless Chromium): it imports nothing from WebDashboard.
-        .testTarget(name: "WebDashboardTests", dependencies: ["Queue", "Scheduler", "Storage", "TestSupport"]),
+        .testTarget(name: "WebDashboardTests", dependencies: ["WorkersQueue", "WorkersScheduler", "WorkersStorage", "WorkersTestServices"]),
         // Replays Tests/FuzzCorpus/<harness>/* through the FuzzRunner binary (built by `swift build --build-tests`).
-        .testTarget(name: "FuzzTests", dependencies: ["FuzzTargets"]),
-        .testTarget(name: "OutboxTests", dependencies: ["Outbox", "BenchJobs", "Queue", "Storage", "TestSupport"]),
+        .testTarget(name: "FuzzTests", dependencies: ["WorkersFuzzTargets"]),
+        .testTarget(name: "OutboxTests", dependencies: ["WorkersOutbox", "WorkersBenchJobs", "WorkersQueue", "WorkersStorage", "WorkersTestServices"]),
     ]
 )
+
+// Target names carry our prefix (`Workers…`, `CWorkers…`, or `workerctl`) so that none joins an adopter's package graph
+// under a name another package uses (hummingbird's swift-jobs has `Jobs`; issue 53). Folders keep their short names:
+// this table maps each renamed target to its folder. scripts/check-floors fails on a non-test target without the
+// prefix. (Test targets of a dependency never enter an adopter's graph, so they keep their names.)
+let folders: [String: String] = [
+    "WorkersCivilDate": "Sources/CivilDate", "WorkersBoundary": "Sources/Boundary", "WorkersTelemetry": "Sources/Telemetry",
+    "WorkersQueue": "Sources/Queue", "WorkersStorage": "Sources/Storage", "WorkersHTTP": "Sources/HTTP",
+    "WorkersMail": "Sources/Mail", "WorkersOutbox": "Sources/Outbox", "WorkersSubjectKeys": "Sources/SubjectKeys",
+    "WorkersScheduler": "Sources/Scheduler", "WorkersAppJobs": "Sources/Jobs", "WorkersBenchJobs": "Sources/BenchJobs",
+    "WorkersWebDashboard": "Sources/WebDashboard", "WorkersFuzzTargets": "Sources/FuzzTargets",
+    "WorkersFuzzRunner": "Sources/FuzzRunner",
+]
+for target in package.targets {
+    if let folder = folders[target.name] { target.path = folder }
+}
 
 // Upcoming language features, as swift-jobs builds (issue 35): existential types spelled `any P`, and a member
 // visible only where its module is imported by the file that uses it.

@@ -6,7 +6,7 @@
 #   SECONDS_PER_HARNESS=600 HARNESS=payload bench/fuzz.sh
 #   bench/fuzz.sh --list               the harnesses
 #   bench/fuzz.sh --triage [harness]   groups the findings in .dev/fuzz/<h>/artifacts by trap (message and first
-#                                      two frames in the project), replayed by the debug FuzzRunner; no fuzzing
+#                                      two frames in the project), replayed by the debug WorkersFuzzRunner; no fuzzing
 #   bench/fuzz.sh state                the state fuzzer (Tests/JobsTests/StateFuzzTests.swift: hostile values at every
 #                                      Redis key, then every command, route and loop) for STATE_SECONDS (default 600)
 #                                      or ITERATIONS iterations, in runs of 5 with fresh seeds; prints each failing seed
@@ -14,7 +14,7 @@
 #                                      --filter StateFuzzTests). Needs scripts/services (PostgreSQL); its redis-server
 #                                      runs on STATE_FUZZ_REDIS_PORT (default 6561).
 #
-# Builds FuzzRunner in release with libFuzzer and AddressSanitizer (`-DFUZZING -sanitize=fuzzer,address`) in its own
+# Builds WorkersFuzzRunner in release with libFuzzer and AddressSanitizer (`-DFUZZING -sanitize=fuzzer,address`) in its own
 # scratch folder, .build-fuzz, so the normal .build is never touched; the first build takes many minutes (every
 # dependency is compiled again, instrumented). Each harness starts from the committed corpus Tests/FuzzCorpus/<h>
 # (read-only) plus a working corpus .dev/fuzz/<h>/corpus that keeps what libFuzzer found across runs; crashes,
@@ -28,18 +28,18 @@ cd "$ROOT"
 # --triage: each artifact through the plain debug build (readable Swift trap messages), grouped; the smallest
 # input of each group is the one to commit.
 if [ "${1:-}" = "--triage" ]; then
-    swift build --product FuzzRunner >/dev/null 2>&1 || { echo "debug build of FuzzRunner failed" >&2; exit 2; }
+    swift build --product WorkersFuzzRunner >/dev/null 2>&1 || { echo "debug build of WorkersFuzzRunner failed" >&2; exit 2; }
     for h in ${2:-$(ls Tests/FuzzCorpus)}; do
         [ -d ".dev/fuzz/$h/artifacts" ] || continue
         echo "== $h: $(ls ".dev/fuzz/$h/artifacts" | wc -l) artifacts"
         for f in ".dev/fuzz/$h/artifacts"/*; do
             [ -f "$f" ] || continue
-            out=$(timeout 60 .build/debug/FuzzRunner "$h" "$f" 2>&1 >/dev/null)
+            out=$(timeout 60 .build/debug/WorkersFuzzRunner "$h" "$f" 2>&1 >/dev/null)
             status=$?
             msg=$(echo "$out" | grep -m1 -E "Fatal error|Swift runtime failure" | sed 's/^\*\*\* //; s/ \*\*\*$//' | cut -c1-160)
             [ -z "$msg" ] && msg=$([ "$status" = 124 ] && echo "hang (over 60 s)" || echo "no trap in the debug replay (status $status)")
             frames=$(echo "$out" | grep "/Sources/" | grep ".swift:" | grep -v "\[system\]" | grep -v "FuzzHarness.violated" | head -2 \
-                | sed -E 's/.* 0x[0-9a-f]+ //; s/ \+ [0-9]+ in FuzzRunner at .*\/Sources\// @ /' | paste -sd ';')
+                | sed -E 's/.* 0x[0-9a-f]+ //; s/ \+ [0-9]+ in WorkersFuzzRunner at .*\/Sources\// @ /' | paste -sd ';')
             printf '%s | %s\t%s\t%s\n' "$msg" "$frames" "$(wc -c <"$f")" "$f"
         done | sort -t$'\t' -k1,1 -k2,2n | awk -F'\t' '$1 != k {if (k != "") print "   " n "x  " k "\n        smallest: " f; k = $1; n = 0; f = $3 " (" $2 " bytes)"} {n++} END {if (k != "") print "   " n "x  " k "\n        smallest: " f}'
     done
@@ -82,16 +82,16 @@ MAX_LEN="${MAX_LEN:-4096}"
 SCRATCH=.build-fuzz
 WORK=.dev/fuzz
 
-echo "== building FuzzRunner with libFuzzer + ASan in $SCRATCH (log: $WORK/build.log)"
+echo "== building WorkersFuzzRunner with libFuzzer + ASan in $SCRATCH (log: $WORK/build.log)"
 mkdir -p "$WORK"
 started=$SECONDS
-if ! nice -n 10 swift build -c release --product FuzzRunner --scratch-path "$SCRATCH" \
+if ! nice -n 10 swift build -c release --product WorkersFuzzRunner --scratch-path "$SCRATCH" \
         -Xswiftc -DFUZZING -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library >"$WORK/build.log" 2>&1; then
     grep -E "error" "$WORK/build.log" | head -30
     echo "fuzz build failed (log: $WORK/build.log)" >&2
     exit 2
 fi
-BIN="$SCRATCH/release/FuzzRunner"
+BIN="$SCRATCH/release/WorkersFuzzRunner"
 echo "== built in $((SECONDS - started)) s: $BIN"
 
 # The harness names, from the plain build's replay mode would need a second build: read them from the corpus folders.
@@ -111,7 +111,7 @@ for h in $harnesses; do
     # committed corpus (left for a fix in progress) does not stop the run; every crash is still written to
     # $artifacts. ASAN_OPTIONS: Swift's runtime does not free everything at exit. SWIFT_BACKTRACE=enable=no: a trap is
     # a plain SIGILL for libFuzzer (Swift's backtracer, walking the stack of an instrumented process, makes ASan
-    # report a bogus stack-buffer-underflow); replay the artifact with the debug FuzzRunner to see the trap.
+    # report a bogus stack-buffer-underflow); replay the artifact with the debug WorkersFuzzRunner to see the trap.
     FUZZ_HARNESS="$h" ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1" SWIFT_BACKTRACE=enable=no \
         nice -n 10 "$BIN" \
         -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
@@ -136,8 +136,8 @@ done
 if [ "$found" = 1 ]; then
     cat <<'TXT'
 == to keep a finding (docs/fuzzing.md, "Adding a finding"):
-   1. see it:      FUZZ_HARNESS=<h> .build-fuzz/release/FuzzRunner <artifact>     (or: swift run FuzzRunner <h> <artifact>)
-   2. shrink it:   FUZZ_HARNESS=<h> .build-fuzz/release/FuzzRunner -minimize_crash=1 -runs=10000 <artifact>
+   1. see it:      FUZZ_HARNESS=<h> .build-fuzz/release/WorkersFuzzRunner <artifact>     (or: swift run WorkersFuzzRunner <h> <artifact>)
+   2. shrink it:   FUZZ_HARNESS=<h> .build-fuzz/release/WorkersFuzzRunner -minimize_crash=1 -runs=10000 <artifact>
    3. commit it:   cp <artifact> Tests/FuzzCorpus/<h>/<what-it-is>.txt   (a name saying what it is, < 4 KB)
    4. replay:      swift build --build-tests && swift test --skip-build --filter FuzzTests   (fails until fixed)
 TXT

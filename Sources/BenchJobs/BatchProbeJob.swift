@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import Workers
 
 /// A test job for batches: `args = [outcome, milliseconds]`. It sleeps `milliseconds` (0...10000,

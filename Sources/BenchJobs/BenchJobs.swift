@@ -1,4 +1,4 @@
-import Storage
+import WorkersStorage
 import Workers
 
 /// The jobs and tables of the benchmarks, the chaos run and the exactly-once tests — kept out of

@@ -1,4 +1,4 @@
-import Queue
+import WorkersQueue
 
 /// The Redis keys the bench probe jobs write (bench/test-only: registered only with `--bench-jobs`). Immutable.
 package enum BenchKeys {

@@ -1,6 +1,6 @@
 import Foundation
-import HTTP
-import Queue
+import WorkersHTTP
+import WorkersQueue
 import Workers
 
 /// An HTTP-bound bench job (bench/http-bound.sh, issue 38 goal 2): records its pickup latency as `PickupProbe` does,

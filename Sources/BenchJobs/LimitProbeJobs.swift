@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import Workers
 
 /// Test-only jobs that declare limits and measure, in Redis, what the limiters let through

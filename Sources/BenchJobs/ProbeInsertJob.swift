@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 import Workers
 
 /// Inserts one row (`probe_rows`: its jid and `args[0]` as a note) through the ledger: the job

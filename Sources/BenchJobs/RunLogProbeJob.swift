@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import Workers
 
 /// Records every run outside the ledger and outside Redis: at the start of `perform` it appends its jid as one line

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import Workers
 
 /// The bench job of encrypted personal arguments (bench/subject_keys.sh, issue 37 point 4): `[{"user_id": "<uuid>",

@@ -1,7 +1,7 @@
 import Foundation
-import HTTP
-import Queue
-import Storage
+import WorkersHTTP
+import WorkersQueue
+import WorkersStorage
 import Workers
 
 /// Test-only job for progress and cancellation (SteerTests; `workerctl worker --bench-jobs`): counts its runs in

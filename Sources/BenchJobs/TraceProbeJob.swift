@@ -1,8 +1,8 @@
 import Foundation
-import HTTP
-import Queue
+import WorkersHTTP
+import WorkersQueue
 import Workers
-import Storage
+import WorkersStorage
 
 /// Test-only job for the tracing tests (TracingTests; `workerctl worker --bench-jobs`): one HTTP GET of
 /// `args[0]`, then its ledger transaction (`probe_rows` row with the HTTP status as note), then, when

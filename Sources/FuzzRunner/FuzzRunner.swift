@@ -1,5 +1,5 @@
 import Foundation
-import FuzzTargets
+import WorkersFuzzTargets
 
 // The fuzz harnesses as a program (docs/fuzzing.md).
 //

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// A member of `retry`, `schedule`, `dead` or a queue list as the admin API reads it (`JobRecord`), read-only:
 /// every accessor, the filters, and the `error_backtrace` decoder (base64 + the project's own zlib inflater).

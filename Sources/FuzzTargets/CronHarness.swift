@@ -1,5 +1,5 @@
 import Foundation
-import Scheduler
+import WorkersScheduler
 
 /// A cron expression from a schedule file or an operator (`workerctl cron`, the dashboard): parse, then the
 /// next and previous fire times and a few ticks, in UTC and in two zones with daylight saving (Europe/Berlin,

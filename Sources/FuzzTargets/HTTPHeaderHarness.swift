@@ -1,5 +1,5 @@
 import Foundation
-import HTTP
+import WorkersHTTP
 
 /// A response header value from a provider or a proxy (Apple, Google, Nominatim, the subscription service):
 /// `RetryAfter(headerValue:)` (delay-seconds or an HTTP-date in its three forms), `delay(from:)`,

@@ -1,4 +1,4 @@
-import Queue
+import WorkersQueue
 
 /// A job payload as a producer may push it (`LPUSH queue:NAME <bytes>`, an outbox row, a Ruby or Python client):
 /// parse, every typed field accessor, the unique policy the payload asks for, and re-serialization.

@@ -1,5 +1,5 @@
 import Foundation
-import Scheduler
+import WorkersScheduler
 
 /// A schedule file (`config/schedule.yaml`): `ScheduleFile.parse(yaml:)`, then for every entry its next and
 /// previous tick, its arguments for a tick (`pass_tick`) and its catch-up policy's description.

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import Workers
 
 /// The runner's settlement of a failed run (`RetryDecision.decide`, what `RetryPolicy.settlement(after:…)` settles

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 
 /// The passwords a URL carries, for the "never in a message" checks: the userinfo's password (between the first
 /// `:` after `scheme://` and the last `@`), every `password=` query value, and, in a text that is not a URL (a

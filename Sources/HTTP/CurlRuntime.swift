@@ -1,4 +1,4 @@
-import CCurl
+import CWorkersCurl
 
 /// Process-wide libcurl set-up.
 ///

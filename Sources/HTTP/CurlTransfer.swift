@@ -1,4 +1,4 @@
-import CCurl
+import CWorkersCurl
 import Foundation
 #if canImport(Glibc)
 import Glibc

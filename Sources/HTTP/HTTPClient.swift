@@ -1,8 +1,8 @@
-import CCurl
+import CWorkersCurl
 import Foundation
 import Synchronization
 import Logging
-import Telemetry
+import WorkersTelemetry
 import Tracing
 
 /// Settings shared by every request an `HTTPClient` sends.

@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import Telemetry
+import WorkersTelemetry
 
 /// Turns tracing on from the `OTEL_*` variables (docs/tracing.md): an `OTLPTracer` whose batches are POSTed as
 /// OTLP/HTTP JSON (https://opentelemetry.io/docs/specs/otlp/#otlphttp) to the traces endpoint over this module's

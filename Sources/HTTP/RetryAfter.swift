@@ -1,5 +1,5 @@
 import Foundation
-import Boundary
+import WorkersBoundary
 
 /// A parsed `Retry-After` header (RFC 9110 §10.2.3): either delay-seconds or an HTTP-date.
 ///

@@ -1,7 +1,7 @@
 import Foundation
-import HTTP
-import Queue
-import SubjectKeys
+import WorkersHTTP
+import WorkersQueue
+import WorkersSubjectKeys
 import Workers
 
 /// Registers every domain job from the process environment (`docs/jobs-*.md` list the variables).

@@ -1,5 +1,5 @@
 import Foundation
-import Storage
+import WorkersStorage
 import Workers
 import Logging
 

@@ -1,4 +1,4 @@
-import Queue
+import WorkersQueue
 
 // The Lua of the Jobs module, all of it: one file per module (docs/architecture.md, "Who owns which Redis key").
 // The Swift that runs each script stays with its type.

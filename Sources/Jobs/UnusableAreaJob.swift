@@ -1,4 +1,4 @@
-import Queue
+import WorkersQueue
 import Workers
 
 /// The one stand-in for the jobs of an area that cannot run on this worker, registered under each of the area's

@@ -1,5 +1,5 @@
 import Foundation
-import HTTP
+import WorkersHTTP
 
 /// A mailbox: `address` plus an optional display name.
 public struct EmailAddress: Sendable, Equatable, CustomStringConvertible {

@@ -1,6 +1,6 @@
-import CCurl
+import CWorkersCurl
 import Foundation
-import HTTP
+import WorkersHTTP
 import Logging
 
 /// How the SMTP connection is protected.

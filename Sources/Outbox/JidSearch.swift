@@ -1,4 +1,4 @@
-import Queue
+import WorkersQueue
 
 /// Which of some jids appear in no job container of Redis: any `queue:*` or `working:queue:*` list, `schedule`,
 /// `retry` or `dead` (docs/outbox.md, "Cost of looking for a jid in Redis").

@@ -1,7 +1,7 @@
 import Foundation
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 
 /// Settings of the lost-job finder (docs/outbox.md, "Jobs Redis lost").
 public struct LostJobSettings: Sendable {

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 
 /// Transactional enqueue (docs/outbox.md): a job enqueued through PostgreSQL, in the caller's own
 /// transaction, reaches Redis only if that transaction commits.

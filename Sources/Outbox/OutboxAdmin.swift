@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 
 /// The state of `job_outbox` at a glance (`workerctl outbox status`, the dashboard's outbox page).
 public struct OutboxSummary: Sendable, Equatable {

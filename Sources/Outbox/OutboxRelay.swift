@@ -1,7 +1,7 @@
 import Foundation
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 import Synchronization
 
 /// How a relay runs (`workerctl relay`, or `--outbox-relay` on `worker` / `run`).

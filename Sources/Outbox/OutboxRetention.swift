@@ -1,7 +1,7 @@
 import Foundation
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 
 /// Settings of the retention loop (docs/outbox.md, "Retention").
 public struct OutboxRetentionSettings: Sendable {

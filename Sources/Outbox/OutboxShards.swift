@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import Queue
+import WorkersQueue
 
 /// The relay's Redis connections, one per shard (docs/sharding.md), and the routing of outbox rows
 /// to the shard holding their queue. With one Redis it is one connection and one pipeline.

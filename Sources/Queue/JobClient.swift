@@ -1,6 +1,6 @@
-import Boundary
+import WorkersBoundary
 import Foundation
-import Telemetry
+import WorkersTelemetry
 import Tracing
 
 /// A job to enqueue. `retry` is always written (`true`, `false` or an integer), as the issue and

@@ -1,4 +1,4 @@
-import Telemetry
+import WorkersTelemetry
 import Tracing
 
 /// W3C Trace Context in a job payload (docs/tracing.md): `traceparent` and, when the trace has one,

@@ -1,4 +1,4 @@
-import Boundary
+import WorkersBoundary
 import Foundation
 
 /// A job fetched into this process's in-flight list. `raw` is the exact bytes taken from the

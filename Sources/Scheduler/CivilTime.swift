@@ -1,4 +1,4 @@
-import CivilDate
+import WorkersCivilDate
 import Foundation
 
 // Wall-clock times for the cron engine, independent of any time zone. The calendar arithmetic itself

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// What became of `CronStore.backfill` (`workerctl cron run NAME --tick T`).
 public enum BackfillOutcome: Sendable, Equatable {

@@ -1,4 +1,4 @@
-import CivilDate
+import WorkersCivilDate
 import Foundation
 
 /// One field of a cron expression, in the order it is written.

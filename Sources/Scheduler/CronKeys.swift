@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// sidekiq-cron 1.8.0's key layout (`shared/docs/sidekiq-wire-format.md` §12.1), which this
 /// scheduler writes so that sidekiq-cron's tools (web UI, `Sidekiq::Cron::Job.all`) see the entries.

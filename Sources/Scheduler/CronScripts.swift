@@ -1,4 +1,4 @@
-import Queue
+import WorkersQueue
 
 /// The Lua scripts that make a cron fire atomic.
 ///

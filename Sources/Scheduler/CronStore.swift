@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// What became of one attempt to fire a tick (see `CronScripts.fire`).
 public enum FireOutcome: Sendable, Equatable, CustomStringConvertible {

@@ -1,6 +1,6 @@
-import CivilDate
+import WorkersCivilDate
 import Foundation
-import Queue
+import WorkersQueue
 
 /// What to do about ticks that passed while no scheduler was running (deploy, outage).
 ///

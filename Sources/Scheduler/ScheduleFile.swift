@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import Yams
 
 /// One thing wrong with one entry of a schedule file.

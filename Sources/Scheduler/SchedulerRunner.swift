@@ -2,7 +2,7 @@ import CoreMetrics
 import Foundation
 import Synchronization
 import Logging
-import Queue
+import WorkersQueue
 
 /// The outcome of one tick considered in one round.
 public struct TickResult: Sendable, Equatable {

@@ -1,4 +1,4 @@
-import CLibPQ
+import CWorkersLibPQ
 
 /// How a `PostgresConnection`'s statements reach the server: `send` puts the pending RELEASEs, then the deferred
 /// writes, then the caller's statements into one round trip (libpq's pipeline mode), each through the session's

@@ -1,4 +1,4 @@
-import Telemetry
+import WorkersTelemetry
 import Tracing
 
 /// Transactions on a `PostgresConnection`: BEGIN/COMMIT/ROLLBACK, savepoints for nested ones (their RELEASE sent

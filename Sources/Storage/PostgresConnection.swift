@@ -1,4 +1,4 @@
-import CLibPQ
+import CWorkersLibPQ
 import Foundation
 
 /// How a `PostgresConnection` connects and sets up its session.

@@ -1,4 +1,4 @@
-import CLibPQ
+import CWorkersLibPQ
 import Foundation
 
 /// LISTEN/NOTIFY on a `PostgresConnection` (libpq's `PQnotifies`, waiting with `poll` on `PQsocket`).

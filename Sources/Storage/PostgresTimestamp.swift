@@ -1,4 +1,4 @@
-import CivilDate
+import WorkersCivilDate
 import Foundation
 
 /// Conversions between `Date` and PostgreSQL's ISO text forms of `timestamptz`, `timestamp` and `date`.

@@ -18,7 +18,7 @@ import Logging
 /// others find nothing to do) and none for `status`/`pending`/`current`. Stateless; any thread.
 public enum WorkersSchema {
     /// One migration file of the runtime's line (`version`, `name`, `description` = `NNNN_name`).
-    public typealias Migration = Storage.Migration
+    public typealias Migration = WorkersStorage.Migration
     /// What a database has applied of the runtime's line: `applied`, `pending`, `modified`, `isUpToDate`.
     public typealias Status = MigrationStatus
 

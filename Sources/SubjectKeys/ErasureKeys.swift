@@ -1,4 +1,4 @@
-import Queue
+import WorkersQueue
 
 /// The Redis keys of SubjectKeys (docs/jobs-privacy.md), on every shard. Immutable; any thread.
 package enum ErasureKeys {

@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-import Queue
+import WorkersQueue
 
 /// One personal argument value on the wire: `{"enc":"v2","kid":"<key id>","ct":"<base64 nonce‖ciphertext‖tag>"}`.
 /// `ct` is AES-256-GCM, under the subject's data key, of the value's JSON text.

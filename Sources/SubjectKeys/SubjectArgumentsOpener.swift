@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-import Queue
+import WorkersQueue
 
 /// The worker's `PersonalArgumentsOpener` over a `SubjectKeyStore` (docs/jobs-privacy.md): opens the envelopes of a
 /// job's declared personal fields with the subject's data key, kept unwrapped in a `SubjectKeyCache` (at most

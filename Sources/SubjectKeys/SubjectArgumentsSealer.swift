@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 
 /// The producer's side (docs/jobs-privacy.md): an `EnqueueMiddleware` that replaces the declared personal fields
 /// (`JobArguments.personalFields`) of the classes it was given by `PersonalEnvelope`s under the subject's data key

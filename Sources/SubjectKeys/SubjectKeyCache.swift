@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-import Queue
+import WorkersQueue
 import Synchronization
 
 /// Unwrapped data keys, kept for a while by the opener (by key id) and the sealer (by subject digest) so that a

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// Erasures, written where a PostgreSQL backup does not reach (issue 50 point 4, docs/jobs-privacy.md "Restoring a
 /// backup"): every Redis shard keeps a sorted set `subject-keys:erasures` of the **person digests**

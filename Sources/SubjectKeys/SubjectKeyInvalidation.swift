@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// The fleet-wide "a subject key was erased" signal: an integer in Redis (`subject-keys:erased`) that every
 /// erasure increments after its commit. Each worker's `SubjectArgumentsOpener` reads it at most once per

@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 
 /// The per-subject data keys (docs/jobs-privacy.md, "Encrypted arguments"), in PostgreSQL
 /// (`0018_subject_keys.sql`): one random AES-256 key per subject, stored wrapped (AES-256-GCM) under the KEK of

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// The key store of a worker that could not open it at start (a wrong or unknown KEK — e.g. PostgreSQL restored from
 /// before the last rotation —, or its tables unreadable): the worker starts anyway and serves every class without

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// The batch pages (`/batches`, `/batch/BID`) of one shard, over `BatchAdmin` — what `workerctl batches ls|show`
 /// reads. Read-only: batches have no operator actions. A batch lives on the one shard of its queues

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import Scheduler
+import WorkersQueue
+import WorkersScheduler
 
 /// An operator action on a cron entry, as `workerctl cron enable|disable|run` (without `--tick`).
 enum CronAction: String, Sendable, CaseIterable {

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// Building server-rendered pages. Invariant: every value that did not come from this file's own literals
 /// (a job's args, an error message, a class or queue name, a jid, a hostname) goes through `escape` — the

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// What the dashboard's live view shows (`/api/stats.json`, polled by `/assets/app.js`): the totals and the last
 /// `minutes` minutes processed / failed, summed over the shards.

@@ -1,6 +1,6 @@
 import Foundation
-import Outbox
-import Storage
+import WorkersOutbox
+import WorkersStorage
 import WorkersClient
 
 /// The outbox page's source: `job_outbox` in PostgreSQL (docs/outbox.md), read through `OutboxAdmin` — the

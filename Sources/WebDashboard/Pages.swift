@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// What one page shows of one shard: its title and body (the server wraps it, one section per shard).
 struct Fragment: Sendable {

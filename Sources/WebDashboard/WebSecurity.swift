@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import Synchronization
 
 /// The dashboard's two checks, fixed for the life of the process (immutable, so any request task may read it).

@@ -1,8 +1,8 @@
 import Foundation
 import Hummingbird
 import Logging
-import Queue
-import Scheduler
+import WorkersQueue
+import WorkersScheduler
 import WorkersClient
 
 /// What `workerctl web` serves and where.

@@ -1,5 +1,5 @@
 import Foundation
-import Telemetry
+import WorkersTelemetry
 import Tracing
 
 /// A fixed set of dedicated threads that run blocking calls (hiredis' blocking API, the pool's

@@ -1,4 +1,4 @@
-import Queue
+import WorkersQueue
 
 extension WorkersClient {
     /// Creates a batch and pushes its jobs in one atomic step (`Batches.create`, docs/batches.md), on

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 extension WorkersClient {
     /// Why job `jid` is not running, or what became of it (`JobExplain`, docs/workerctl.md "Why isn't my job

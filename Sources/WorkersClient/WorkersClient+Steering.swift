@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 extension WorkersClient {
     /// The progress job `jid` last reported while it runs (`JobContext.progress(_:note:)`), or nil: it never reported,

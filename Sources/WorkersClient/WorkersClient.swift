@@ -1,6 +1,6 @@
-@_exported import Queue
+@_exported import WorkersQueue
 // The tracing switch (docs/tracing.md): enqueue spans and `traceparent` once the service turns it on.
-@_exported import enum Telemetry.JobTracing
+@_exported import enum WorkersTelemetry.JobTracing
 import Foundation
 
 /// What the async client itself refuses (Redis and input errors come through as `RedisError`

@@ -2,8 +2,8 @@ import CoreMetrics
 import Foundation
 import Logging
 import Prometheus
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 import Workers
 
 /// The Prometheus side of `--metrics-port`: bootstraps swift-metrics with a Prometheus registry and builds the

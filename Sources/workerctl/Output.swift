@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 // The one way `workerctl` writes to its terminal (issue 51 point 5). Text read from Redis — payloads, error messages,
 // progress notes, class, queue and host names — can hold control and format characters that would drive the

@@ -1,11 +1,11 @@
 import ArgumentParser
 import Foundation
 import Synchronization
-import HTTP
+import WorkersHTTP
 import Logging
-import Queue
+import WorkersQueue
 import Workers
-import Telemetry
+import WorkersTelemetry
 
 struct WorkerCtl: ParsableCommand {
     static let configuration = CommandConfiguration(

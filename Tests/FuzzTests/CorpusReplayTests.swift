@@ -1,12 +1,12 @@
 import Foundation
-import FuzzTargets
+import WorkersFuzzTargets
 import XCTest
 
 /// Replays every committed corpus file `Tests/FuzzCorpus/<harness>/*` through its harness, in a plain debug build
 /// (no sanitizer, no libFuzzer), deterministically: the fuzzers' findings stay fixed, and every review
 /// reproduction stays a test (docs/fuzzing.md).
 ///
-/// Each harness's files run in one `FuzzRunner` child process, so a file that traps fails this test with its name
+/// Each harness's files run in one `WorkersFuzzRunner` child process, so a file that traps fails this test with its name
 /// and the trap's message instead of killing the test process; the replay then goes on with the next file.
 final class CorpusReplayTests: XCTestCase {
     static let corpus = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
@@ -42,7 +42,7 @@ final class CorpusReplayTests: XCTestCase {
             .map { folder.appendingPathComponent($0).path }
     }
 
-    /// Runs the harness's files in `FuzzRunner` processes, starting a new one after each file that killed one.
+    /// Runs the harness's files in `WorkersFuzzRunner` processes, starting a new one after each file that killed one.
     func replay(_ harness: String, file: StaticString = #filePath, line: UInt = #line) throws {
         var pending = try files(harness)
         XCTAssertFalse(pending.isEmpty, "no corpus for \(harness)", file: file, line: line)
@@ -55,7 +55,7 @@ final class CorpusReplayTests: XCTestCase {
             let survived = Set(run.stdout.split(separator: "\n").compactMap { $0.hasPrefix("ok ") ? String($0.dropFirst(3)) : nil })
             if run.status == 0 && survived.count == pending.count { return }
             guard let culprit = pending.first(where: { !survived.contains($0) }) else {
-                return XCTFail("FuzzRunner \(harness) exited \(run.status) after every file: \(run.stderr)", file: file, line: line)
+                return XCTFail("WorkersFuzzRunner \(harness) exited \(run.status) after every file: \(run.stderr)", file: file, line: line)
             }
             let reason = Self.trapReason(run.stderr)
             XCTFail("\(harness): \(Self.relative(culprit)) \(run.timedOut ? "hung (no result in \(Self.timeout) s)" : "trapped (status \(run.status))"): \(reason)",
@@ -86,15 +86,15 @@ final class CorpusReplayTests: XCTestCase {
         path.hasPrefix(corpus.path) ? "FuzzCorpus" + path.dropFirst(corpus.path.count) : path
     }
 
-    /// The `FuzzRunner` binary built next to this test bundle.
+    /// The `WorkersFuzzRunner` binary built next to this test bundle.
     static var runnerBinary: URL {
         var directory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
         while directory.path != "/" {
-            let candidate = directory.appendingPathComponent("FuzzRunner")
+            let candidate = directory.appendingPathComponent("WorkersFuzzRunner")
             if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
             directory = directory.deletingLastPathComponent()
         }
-        return corpus.deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent(".build/debug/FuzzRunner")
+        return corpus.deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent(".build/debug/WorkersFuzzRunner")
     }
 
     static func runner(_ harness: String, _ paths: [String]) throws -> (status: Int32, timedOut: Bool, stdout: String, stderr: String) {

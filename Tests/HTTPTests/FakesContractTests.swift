@@ -1,7 +1,7 @@
 import Foundation
-import TestSupport
+import WorkersTestServices
 import XCTest
-import HTTP
+import WorkersHTTP
 import Synchronization
 
 /// The default behaviours of the fakes that the job tests rely on (shapes of the real APIs, admin API).

@@ -1,7 +1,7 @@
 import Foundation
-import TestSupport
+import WorkersTestServices
 import XCTest
-@testable import HTTP
+@testable import WorkersHTTP
 #if canImport(Glibc)
 import Glibc
 #endif

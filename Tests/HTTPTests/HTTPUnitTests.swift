@@ -1,6 +1,6 @@
 import Foundation
 import XCTest
-@testable import HTTP
+@testable import WorkersHTTP
 
 /// Pure value tests: no network.
 final class HTTPUnitTests: XCTestCase {

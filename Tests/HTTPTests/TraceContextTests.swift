@@ -1,5 +1,5 @@
 import Foundation
-import Telemetry
+import WorkersTelemetry
 import XCTest
 
 /// The W3C `traceparent` parser (https://www.w3.org/TR/trace-context/ §3.2) and what the `OTEL_*` variables

@@ -1,9 +1,9 @@
 import Foundation
-import Jobs
+import WorkersAppJobs
 import Logging
-import Queue
-import Storage
-import TestSupport
+import WorkersQueue
+import WorkersStorage
+import WorkersTestServices
 import Workers
 import XCTest
 

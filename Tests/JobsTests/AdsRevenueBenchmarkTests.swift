@@ -1,6 +1,6 @@
 import Foundation
-import Jobs
-import Storage
+import WorkersAppJobs
+import WorkersStorage
 import XCTest
 
 /// Times `RevenueAggregator.aggregate` on a database seeded by `bench/ads_revenue_seed.sh`.

@@ -1,11 +1,11 @@
 import Foundation
-import Jobs
-import Queue
-import Storage
-import TestSupport
+import WorkersAppJobs
+import WorkersQueue
+import WorkersStorage
+import WorkersTestServices
 import Workers
 import XCTest
-import HTTP
+import WorkersHTTP
 
 /// AdRevenueAggregationJob, the purge and RevenueReport against a real PostgreSQL.
 final class AdsRevenueTests: JobsTestCase {
@@ -18,7 +18,7 @@ final class AdsRevenueTests: JobsTestCase {
     /// The aggregation job as a worker runs it (JobRunner: validation, retries, dead).
     var driver: JobRunnerDriver {
         var registry = JobRegistry()
-        let redis = try! RedisPool(url: TestServices.redisURL(db: 27), maxConnections: 1)
+        let redis = try! RedisPool(url: TestServices.redisURL(db: 160), maxConnections: 1)
         AdsJobs.register(into: &registry, configuration: AdsConfiguration(purgeBatchSize: 2), http: .init(), redis: redis)
         return fixture.driver(registry)
     }

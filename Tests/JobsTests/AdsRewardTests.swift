@@ -1,10 +1,10 @@
 import Foundation
-import HTTP
-import Jobs
-import Queue
-import Storage
+import WorkersHTTP
+import WorkersAppJobs
+import WorkersQueue
+import WorkersStorage
 import Synchronization
-import TestSupport
+import WorkersTestServices
 import Workers
 import XCTest
 import Logging
@@ -23,7 +23,7 @@ final class RewardClock: Sendable {
 /// fake Subscription Service.
 final class AdsRewardTests: JobsTestCase {
     override func makeFixture() throws -> JobsFixture {
-        try JobsFixture(prefix: "ads_reward_test", connections: 4, redis: 35, fakes: .shared(reset: [.subscription]))
+        try JobsFixture(prefix: "ads_reward_test", connections: 4, redis: 188, fakes: .shared(reset: [.subscription]))
     }
 
     /// The worker's credential and the Ads Service's: the fake accepts both (the key's scope is the user, not the

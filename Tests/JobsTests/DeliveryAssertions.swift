@@ -1,6 +1,6 @@
 import Foundation
-import Jobs
-import Queue
+import WorkersAppJobs
+import WorkersQueue
 import Workers
 import XCTest
 

@@ -1,12 +1,12 @@
 import Foundation
-@testable import Jobs
+@testable import WorkersAppJobs
 import Logging
-import Mail
-@testable import Outbox
-import Queue
-import Storage
+import WorkersMail
+@testable import WorkersOutbox
+import WorkersQueue
+import WorkersStorage
 import Synchronization
-import TestSupport
+import WorkersTestServices
 import Workers
 import XCTest
 
@@ -17,7 +17,7 @@ import XCTest
 /// relay's batch and the finder's round in process (`@testable Outbox`), time moved by the test (`pushed_at`).
 final class ErasureStaysErasedTests: ReceiptsTestCase {
     override func makeFixture() throws -> JobsFixture {
-        try JobsFixture(prefix: "erasure_test", redis: 38, fakes: .own([.apple]))
+        try JobsFixture(prefix: "erasure_test", redis: 189, fakes: .own([.apple]))
     }
 
     let logger = Logger(label: "erasure-test")
@@ -309,7 +309,7 @@ final class ErasureStaysErasedTests: ReceiptsTestCase {
 /// wrote it after the erasure). Real PostgreSQL, Redis database 39, the shared Subscription and Nominatim fakes.
 final class ErasedUserDomainJobsTests: JobsTestCase {
     override func makeFixture() throws -> JobsFixture {
-        try JobsFixture(prefix: "erased_domain_test", connections: 4, redis: 39, fakes: .shared(reset: [.subscription, .nominatim]))
+        try JobsFixture(prefix: "erased_domain_test", connections: 4, redis: 190, fakes: .shared(reset: [.subscription, .nominatim]))
     }
 
     func driver() throws -> JobRunnerDriver {

@@ -1,9 +1,9 @@
 import Foundation
-@testable import Jobs
+@testable import WorkersAppJobs
 import Logging
-import Mail
-import Storage
-import TestSupport
+import WorkersMail
+import WorkersStorage
+import WorkersTestServices
 import Workers
 import XCTest
 

@@ -1,10 +1,10 @@
 import Foundation
-import HTTP
-import Jobs
+import WorkersHTTP
+import WorkersAppJobs
 import Logging
-import Queue
-import Storage
-import TestSupport
+import WorkersQueue
+import WorkersStorage
+import WorkersTestServices
 import Workers
 import XCTest
 

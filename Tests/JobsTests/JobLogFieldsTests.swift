@@ -1,7 +1,7 @@
 import Foundation
 import Logging
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import Workers
 import XCTest
 
@@ -26,7 +26,7 @@ final class JobLogFieldsTests: JobsTestCase {
     func testEveryLineAboutARunCarriesItsFields() throws {
         var registry = JobRegistry()
         registry.register(LogProbeJob())
-        let worker = try SettlingWorker(redisDatabase: 124, registry: registry, database: fixture.jobDatabase)
+        let worker = try SettlingWorker(redisDatabase: 195, registry: registry, database: fixture.jobDatabase)
         defer { worker.shutdown() }
 
         let first = "b00000000000000000000001"

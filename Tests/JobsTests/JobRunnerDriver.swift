@@ -1,7 +1,7 @@
 import Foundation
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 @testable import Workers
 import XCTest
 

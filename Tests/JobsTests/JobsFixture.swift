@@ -1,8 +1,8 @@
 import Foundation
-import HTTP
-import Queue
-import Storage
-import TestSupport
+import WorkersHTTP
+import WorkersQueue
+import WorkersStorage
+import WorkersTestServices
 import Workers
 import XCTest
 
@@ -33,10 +33,10 @@ final class JobsFixture {
 
     /// `prefix`: the test database's name prefix; `connections`: the pool's size; `redis`: the Redis database index
     /// the test class claims (emptied now), if it uses Redis.
-    init(prefix: String, connections: Int = 8, redis: Int? = nil, fakes: Fakes = .none) throws {
+    init(prefix: String, connections: Int = 8, redis: Int? = nil, fakes: Fakes = .none, claimedBy file: String = #fileID) throws {
         CurlRuntime.initialize()
         if let redis {
-            let test = try TestRedis(database: redis)
+            let test = try TestRedis(database: redis, claimedBy: file)
             try test.flush()
             redisDatabase = test
         } else {

@@ -1,5 +1,5 @@
 import Foundation
-import SubjectKeys
+import WorkersSubjectKeys
 import XCTest
 
 /// The KEK opens every person's data key: a `WORKERS_KEK_FILE` that group or others may read or write is refused at

@@ -1,8 +1,8 @@
-import BenchJobs
-import Jobs
-import Queue
-import Scheduler
-import SubjectKeys
+import WorkersBenchJobs
+import WorkersAppJobs
+import WorkersQueue
+import WorkersScheduler
+import WorkersSubjectKeys
 
 /// Every key pattern the project's key types can build: the union of each module's catalogue (Queue's
 /// `QueueKeyCatalogue.all`, Scheduler's `CronKeys.catalogue`, `ErasureKeys.catalogue`, Jobs' `GeoKeys.catalogue`,

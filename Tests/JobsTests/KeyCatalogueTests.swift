@@ -1,11 +1,11 @@
-import BenchJobs
+import WorkersBenchJobs
 import Foundation
-import Jobs
+import WorkersAppJobs
 import Logging
-import Queue
-import Scheduler
-import SubjectKeys
-import TestSupport
+import WorkersQueue
+import WorkersScheduler
+import WorkersSubjectKeys
+import WorkersTestServices
 import Workers
 import WorkersTestSupport
 import XCTest
@@ -39,7 +39,7 @@ final class KeyCatalogueTests: XCTestCase {
     /// through a real in-process worker; every key in the database, read mid-run and at the end, matches a
     /// catalogue pattern whose types include the key's `TYPE`.
     func testEveryKeyARealRunCreatesIsInTheCatalogue() throws {
-        let fixture = try JobsFixture(prefix: "keycatalogue", connections: 4, redis: 63)
+        let fixture = try JobsFixture(prefix: "keycatalogue", connections: 4, redis: 192)
         defer { fixture.tearDown() }
         let redis = fixture.redis
         var registry = JobRegistry.builtins()

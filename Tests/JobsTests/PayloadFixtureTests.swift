@@ -1,8 +1,8 @@
 import Foundation
-import Jobs
-import Queue
-import Storage
-import TestSupport
+import WorkersAppJobs
+import WorkersQueue
+import WorkersStorage
+import WorkersTestServices
 import Workers
 import XCTest
 

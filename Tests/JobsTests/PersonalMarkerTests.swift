@@ -1,12 +1,12 @@
 import Crypto
 import _CryptoExtras
 import Foundation
-@testable import Jobs
+@testable import WorkersAppJobs
 import Logging
-import Queue
-import Storage
-import SubjectKeys
-import TestSupport
+import WorkersQueue
+import WorkersStorage
+import WorkersSubjectKeys
+import WorkersTestServices
 import Workers
 import XCTest
 

@@ -1,7 +1,7 @@
 import Foundation
-import Jobs
-import Queue
-import TestSupport
+import WorkersAppJobs
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// `Personal` (issue 50 point 1): an opened personal value prints, mirrors and encodes as its field's name. For every

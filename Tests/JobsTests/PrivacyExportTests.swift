@@ -1,10 +1,10 @@
 import Foundation
-@testable import Jobs
+@testable import WorkersAppJobs
 import Logging
-import Mail
-import Queue
-import Storage
-import TestSupport
+import WorkersMail
+import WorkersQueue
+import WorkersStorage
+import WorkersTestServices
 import Workers
 import XCTest
 

@@ -1,10 +1,10 @@
 import Foundation
-import Jobs
+import WorkersAppJobs
 import Logging
-import Mail
-import Queue
-import Storage
-import TestSupport
+import WorkersMail
+import WorkersQueue
+import WorkersStorage
+import WorkersTestServices
 import Workers
 import XCTest
 
@@ -26,8 +26,8 @@ final class PrivacyFixture {
     static let secret = Data("test-signing-secret-0123456789-abcdefghijklmnop".utf8)
     static let urlBase = "https://downloads.example.test/privacy/exports"
 
-    init(prefix: String, redisDatabase: Int, security: SMTPSecurity = .none) throws {
-        base = try JobsFixture(prefix: prefix, redis: redisDatabase, fakes: .own([.smtp]))
+    init(prefix: String, redisDatabase: Int, security: SMTPSecurity = .none, claimedBy file: String = #fileID) throws {
+        base = try JobsFixture(prefix: prefix, redis: redisDatabase, fakes: .own([.smtp]), claimedBy: file)
         let fakes = base.fakes
         directory = FileManager.default.temporaryDirectory
             .appendingPathComponent("privacy-test-\(UUID().uuidString.lowercased())").appendingPathComponent("exports")

@@ -1,7 +1,7 @@
 import Foundation
-@testable import Jobs
-import Mail
-import Queue
+@testable import WorkersAppJobs
+import WorkersMail
+import WorkersQueue
 import XCTest
 
 /// ExportURLSigner (HMAC-SHA256 over path and expiry) and PrivacyConfiguration.fromEnvironment.

@@ -1,10 +1,10 @@
 import Crypto
 import Foundation
-import Queue
-import HTTP
-@testable import Jobs
-import Storage
-import TestSupport
+import WorkersQueue
+import WorkersHTTP
+@testable import WorkersAppJobs
+import WorkersStorage
+import WorkersTestServices
 import Workers
 import XCTest
 
@@ -53,7 +53,7 @@ final class ReceiptsAppReceiptTests: ReceiptsTestCase {
     func runner(_ c: ReceiptsConfiguration) throws -> SettlingWorker {
         var registry = JobRegistry()
         ReceiptJobs.register(into: &registry, services: try ReceiptServices(configuration: c, http: http))
-        let r = try SettlingWorker(redisDatabase: 29, registry: registry, database: fixture.jobDatabase)
+        let r = try SettlingWorker(redisDatabase: 182, registry: registry, database: fixture.jobDatabase)
         runners.append(r)
         return r
     }

@@ -1,10 +1,10 @@
 import Crypto
 import Foundation
-import Queue
-import HTTP
-@testable import Jobs
-import Storage
-import TestSupport
+import WorkersQueue
+import WorkersHTTP
+@testable import WorkersAppJobs
+import WorkersStorage
+import WorkersTestServices
 import Workers
 import XCTest
 

@@ -1,7 +1,7 @@
 import Foundation
-@testable import Jobs
-import Storage
-import TestSupport
+@testable import WorkersAppJobs
+import WorkersStorage
+import WorkersTestServices
 import Workers
 import XCTest
 

@@ -1,10 +1,10 @@
 import Crypto
 import _CryptoExtras
 import Foundation
-import Jobs
-import Queue
-import Storage
-import TestSupport
+import WorkersAppJobs
+import WorkersQueue
+import WorkersStorage
+import WorkersTestServices
 import XCTest
 
 /// The producer of bench/receipts-cpu.sh (issue 38 goal 2: the CPU of a receipts job on its real code path; not what

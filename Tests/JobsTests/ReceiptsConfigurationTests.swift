@@ -1,7 +1,7 @@
 import _CryptoExtras
 import Foundation
-@testable import Jobs
-import TestSupport
+@testable import WorkersAppJobs
+import WorkersTestServices
 import XCTest
 
 /// `ReceiptsConfiguration.fromEnvironment`, secrets, and the pure status mappings.

@@ -1,9 +1,9 @@
 import _CryptoExtras
 import Foundation
-import HTTP
-@testable import Jobs
-import Storage
-import TestSupport
+import WorkersHTTP
+@testable import WorkersAppJobs
+import WorkersStorage
+import WorkersTestServices
 import Workers
 import XCTest
 

@@ -1,8 +1,8 @@
 import Foundation
-import HTTP
-@testable import Jobs
-import Storage
-import TestSupport
+import WorkersHTTP
+@testable import WorkersAppJobs
+import WorkersStorage
+import WorkersTestServices
 import Workers
 import XCTest
 
@@ -168,7 +168,7 @@ extension ReceiptsGoogleTests {
         let clock = ReceiptsTestClock()
         var registry = JobRegistry()
         ReceiptJobs.register(into: &registry, services: try services(try configuration(), clock: clock))
-        let worker = try SettlingWorker(redisDatabase: 32, registry: registry, database: fixture.jobDatabase)
+        let worker = try SettlingWorker(redisDatabase: 186, registry: registry, database: fixture.jobDatabase)
         defer { worker.shutdown() }
         let token = "lost-purchase-token-1"
         let rtdn = try outOfApp(token, extra: ["obfuscatedExternalAccountId": String(repeating: "0", count: 64)])

@@ -1,9 +1,9 @@
 import _CryptoExtras
 import Foundation
-import Jobs
-import Queue
-import SubjectKeys
-import TestSupport
+import WorkersAppJobs
+import WorkersQueue
+import WorkersSubjectKeys
+import WorkersTestServices
 import Workers
 import XCTest
 

@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
-@testable import Jobs
-import TestSupport
+@testable import WorkersAppJobs
+import WorkersTestServices
 import XCTest
 
 /// Signed App Store data: Apple's fixture JWS against its test CA, our own chains, and the rejections.

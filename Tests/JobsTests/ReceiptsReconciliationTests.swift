@@ -1,8 +1,8 @@
 import Foundation
-@testable import Jobs
+@testable import WorkersAppJobs
 import Logging
-import Storage
-import TestSupport
+import WorkersStorage
+import WorkersTestServices
 import Workers
 import XCTest
 

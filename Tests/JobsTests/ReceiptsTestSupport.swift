@@ -1,13 +1,13 @@
 import Crypto
 import _CryptoExtras
 import Foundation
-import HTTP
-import Jobs
+import WorkersHTTP
+import WorkersAppJobs
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 import SwiftASN1
-import TestSupport
+import WorkersTestServices
 @testable import Workers
 import X509
 import XCTest

@@ -1,10 +1,10 @@
 import Foundation
-import HTTP
-@testable import Jobs
+import WorkersHTTP
+@testable import WorkersAppJobs
 import Logging
-import Queue
-import Storage
-import TestSupport
+import WorkersQueue
+import WorkersStorage
+import WorkersTestServices
 import Workers
 import XCTest
 

@@ -1,16 +1,16 @@
 import Foundation
-import Jobs
-import Queue
-import TestSupport
+import WorkersAppJobs
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// The privacy purge with several Redis shards (docs/sharding.md): a user's jobs are removed from every shard,
-/// each unique lock released on its own shard. Shards are databases 99 (default) and 100 (`b`) of the test
+/// each unique lock released on its own shard. Shards are databases 176 (default) and 177 (`b`) of the test
 /// Redis, shared with ShardRoutingTests (test classes run one after the other; each flushes them first).
 final class ShardPurgeTests: XCTestCase {
     func testThePurgeReachesEveryShard() throws {
-        let home = try TestRedis(database: 99)
-        let other = try TestRedis(database: 100)
+        let home = try TestRedis(database: 176)
+        let other = try TestRedis(database: 177)
         let map = try ShardMap.from(environment: ["REDIS_SHARDS": "b=\(other.url)", "QUEUE_SHARDS": "beta=b"],
                                     defaultURL: home.url)
         let shards = ShardPools(map: map)

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// The state fuzzer's readers: an argument generator for every leaf command of `workerctl` (the command tree from
 /// `workerctl --experimental-dump-help`) and a URL generator for every GET route of the dashboard

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import Scheduler
+import WorkersQueue
+import WorkersScheduler
 
 /// The names one state fuzzer iteration is built around — the parts the readers will actually look at: queue names
 /// that are in `queues`, jids that are in the sets, identities in `processes`, limiter names in the declared hash, …

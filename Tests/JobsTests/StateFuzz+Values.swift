@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// SplitMix64 (Steele, Lea, Flood 2014): a seeded generator of our own, so that one printed seed replays a state
 /// fuzzer iteration exactly (`STATE_FUZZ_SEED`). Not for secrets.

@@ -1,18 +1,18 @@
 import Foundation
-import Queue
-import Scheduler
-import TestSupport
+import WorkersQueue
+import WorkersScheduler
+import WorkersTestServices
 import XCTest
 
 /// What the state fuzzer (StateFuzzTests) found, one regression test each, with the seed that found it (with the
 /// generators of commit 6df7303; replay:
-/// `STATE_FUZZ_SEED=<seed> STATE_FUZZ_ITERATIONS=1 swift test --filter StateFuzzTests/testAnyState`). Database 115.
+/// `STATE_FUZZ_SEED=<seed> STATE_FUZZ_ITERATIONS=1 swift test --filter StateFuzzTests/testAnyState`). Database 178.
 final class StateFuzzFindingsTests: XCTestCase {
     /// Seed 4839782808629744545: `cancels` held a string; `workerctl jobs cancel` printed "cancelled" and exited 0,
     /// but EXEC had refused the `ZADD` (WRONGTYPE) — no worker ever saw the mark and the job ran on. The cancel now
     /// fails with Redis's message.
     func testACancelWhoseMarkRedisRefusesFailsInsteadOfReportingACancel() throws {
-        let redis = try TestRedis(database: 115)
+        let redis = try TestRedis(database: 178)
         try redis.command("SET", CancelKeys.set, "1e300")
         let admin = JobAdmin(connection: try redis.connection())
         XCTAssertThrowsError(try admin.cancel(jid: "0123456789abcdef01234567")) { error in
@@ -29,7 +29,7 @@ extension StateFuzzFindingsTests {
     /// and `workerctl run` — its workers with it — exited 1 at start on WRONGTYPE, naming no key. The scheduler now
     /// runs on and logs the refused command with its key, as after a reload it could not write.
     func testASchedulerStartedOnACronKeyOfAnotherTypeRunsOnAndNamesTheKey() throws {
-        let redis = try TestRedis(database: 115)
+        let redis = try TestRedis(database: 178)
         try redis.command("SET", CronKeys.jobs, "\u{1B}[2J")
         let schedule = FileManager.default.temporaryDirectory.appendingPathComponent("fuzz-finding-\(UUID().uuidString).yaml")
         defer { try? FileManager.default.removeItem(at: schedule) }

@@ -1,8 +1,8 @@
-import BenchJobs
+import WorkersBenchJobs
 import Foundation
-import Queue
-import TestSupport
-import WebDashboard
+import WorkersQueue
+import WorkersTestServices
+import WorkersWebDashboard
 import XCTest
 
 /// Issue 51 point 2: any value at any key the key types can build leaves every reader alive. Each iteration empties

@@ -1,14 +1,14 @@
 import Crypto
 import Foundation
-import Queue
-import SubjectKeys
+import WorkersQueue
+import WorkersSubjectKeys
 import Synchronization
-import TestSupport
+import WorkersTestServices
 import XCTest
 
 /// The opener's and the sealer's cache of unwrapped keys (`SubjectKeyCache`, issue 50 point 5): bounded in count,
 /// least recently used dropped first, expired entries swept as it fills, dropped whole when the fleet's erasure epoch
-/// moves. Redis database 59 for the epoch.
+/// moves. Redis database 169 for the epoch.
 final class SubjectKeyCacheTests: XCTestCase {
     final class Clock: Sendable {
         private let time = Mutex(Date(timeIntervalSince1970: 2_000_000_000))
@@ -52,7 +52,7 @@ final class SubjectKeyCacheTests: XCTestCase {
     }
 
     func testAMovedErasureEpochDropsEveryEntryWithinTheCheckInterval() throws {
-        let redis = try TestRedis(database: 59)
+        let redis = try TestRedis(database: 169)
         try redis.flush()
         let clock = Clock()
         let cache = SubjectKeyCache(capacity: 100, ttl: .seconds(60), redis: redis.pool, epochCheckInterval: .seconds(1),

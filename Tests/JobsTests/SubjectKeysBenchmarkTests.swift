@@ -1,9 +1,9 @@
 import Foundation
-@testable import Jobs
-import Queue
-import Storage
-import SubjectKeys
-import TestSupport
+@testable import WorkersAppJobs
+import WorkersQueue
+import WorkersStorage
+import WorkersSubjectKeys
+import WorkersTestServices
 import Workers
 import XCTest
 
@@ -14,7 +14,7 @@ import XCTest
 /// the figures; asserts no duration. Redis database 63.
 final class SubjectKeysBenchmarkTests: ReceiptsTestCase {
     override func makeFixture() throws -> JobsFixture {
-        try JobsFixture(prefix: "subject_keys_bench", redis: 63, fakes: .own([.apple]))
+        try JobsFixture(prefix: "subject_keys_bench", redis: 193, fakes: .own([.apple]))
     }
 
     func testOpeningCostPerJobColdAndWarmAndOnTheReceiptPath() throws {

@@ -1,8 +1,8 @@
 import Crypto
 import Foundation
-import Queue
-import Storage
-@testable import SubjectKeys
+import WorkersQueue
+import WorkersStorage
+@testable import WorkersSubjectKeys
 import XCTest
 
 /// The fillers of bench/subject_keys_scale.sh (issue 50: a KEK rotation over 1,000,000 subject keys, and a worker's

@@ -1,15 +1,15 @@
 import _CryptoExtras
 import Crypto
 import Foundation
-@testable import Jobs
+@testable import WorkersAppJobs
 import Logging
-import Mail
-import Outbox
-import Queue
-import Storage
-import SubjectKeys
+import WorkersMail
+import WorkersOutbox
+import WorkersQueue
+import WorkersStorage
+import WorkersSubjectKeys
 import Synchronization
-import TestSupport
+import WorkersTestServices
 import Workers
 import XCTest
 

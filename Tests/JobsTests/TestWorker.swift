@@ -1,8 +1,8 @@
 import Foundation
 import Logging
-import Queue
+import WorkersQueue
 import Synchronization
-import TestSupport
+import WorkersTestServices
 import Workers
 import WorkersTestSupport
 import XCTest
@@ -36,8 +36,8 @@ final class SettlingWorker {
     private let process: WorkerProcess
 
     /// Starts a worker with one thread on Redis database `redisDatabase` and `database`.
-    init(redisDatabase: Int, registry: JobRegistry, database: JobDatabase) throws {
-        redis = try TestRedis(database: redisDatabase)
+    init(redisDatabase: Int, registry: JobRegistry, database: JobDatabase, claimedBy file: String = #fileID) throws {
+        redis = try TestRedis(database: redisDatabase, claimedBy: file)
         process = try TestWorker.start(redis: redis, registry: registry, database: database, concurrency: 1,
                                        logger: logs.logger(label: "settling-worker"))
     }

@@ -1,10 +1,10 @@
 import Crypto
 import Foundation
-@testable import Jobs
-import Queue
-import Storage
-import SubjectKeys
-import TestSupport
+@testable import WorkersAppJobs
+import WorkersQueue
+import WorkersStorage
+import WorkersSubjectKeys
+import WorkersTestServices
 import Workers
 import XCTest
 

@@ -1,9 +1,9 @@
 import Foundation
-import HTTP
-import Jobs
-import Queue
+import WorkersHTTP
+import WorkersAppJobs
+import WorkersQueue
 import Synchronization
-import TestSupport
+import WorkersTestServices
 import Workers
 import WorkersClient
 import XCTest

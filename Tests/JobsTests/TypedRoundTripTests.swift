@@ -1,8 +1,8 @@
 import Foundation
-import HTTP
-import Jobs
-import Queue
-import TestSupport
+import WorkersHTTP
+import WorkersAppJobs
+import WorkersQueue
+import WorkersTestServices
 import Workers
 import WorkersClient
 import XCTest
@@ -13,7 +13,7 @@ import XCTest
 /// (`ArgumentsProbe`): the job receives exactly the value enqueued.
 final class TypedRoundTripTests: JobsTestCase {
     override func makeFixture() throws -> JobsFixture {
-        try JobsFixture(prefix: "typed_round_trip_test", connections: 2, redis: 29)
+        try JobsFixture(prefix: "typed_round_trip_test", connections: 2, redis: 183)
     }
 
     func testEveryDomainClassHasATypedCase() throws {

@@ -1,5 +1,5 @@
 import Foundation
-import Mail
+import WorkersMail
 import XCTest
 
 /// `EmailMessage` rendering and refusals: pure value tests, no network.

@@ -1,6 +1,6 @@
 import Foundation
-import Mail
-import TestSupport
+import WorkersMail
+import WorkersTestServices
 import XCTest
 
 /// `SMTPSender` against the fake SMTP server in `Tests/Fakes/fakes.py`.

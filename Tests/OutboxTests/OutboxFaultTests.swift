@@ -1,9 +1,9 @@
 import Foundation
 import Logging
-@testable import Outbox
-import Queue
-import Storage
-import TestSupport
+@testable import WorkersOutbox
+import WorkersQueue
+import WorkersStorage
+import WorkersTestServices
 import XCTest
 
 /// The outbox under faults (issue 32; docs/outbox.md): a shard that refuses or is down, retention with the finder
@@ -180,7 +180,7 @@ final class OutboxFaultTests: XCTestCase {
     /// Rows inserted without `workers_enqueue`: one too large is marked `error` (a reason with sizes only) in the
     /// same batch that pushes the others; a byte budget smaller than the rows splits them over several batches.
     func testTheRelayMarksAnOversizedRowAndKeepsBatchesWithinTheirByteBudget() throws {
-        let redis = try TestRedis(database: 21)
+        let redis = try TestRedis(database: 180)
         try redis.flush()
         try connection.execute("""
             INSERT INTO job_outbox (jid, class, args, queue, retry)
@@ -325,7 +325,7 @@ final class OutboxFaultTests: XCTestCase {
     /// Rows wait and no relay runs: the summary (and so `workerctl outbox status` and /outbox) says so. A running
     /// relay's heartbeat makes it live; a stopped relay removes its row.
     func testWaitingRowsWithoutALiveRelayAreReported() throws {
-        let redis = try TestRedis(database: 25)
+        let redis = try TestRedis(database: 181)
         try redis.flush()
         try connection.execute("SELECT workers_enqueue('Noop')")
         let before = try OutboxAdmin.summary(connection)

@@ -1,9 +1,9 @@
-import BenchJobs
+import WorkersBenchJobs
 import Foundation
-import Outbox
-import Queue
-import Storage
-import TestSupport
+import WorkersOutbox
+import WorkersQueue
+import WorkersStorage
+import WorkersTestServices
 import XCTest
 
 /// Transactional enqueue end to end (docs/outbox.md): real PostgreSQL, real Redis, the real `workerctl relay`

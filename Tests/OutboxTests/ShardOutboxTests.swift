@@ -1,8 +1,8 @@
 import Foundation
-import Outbox
-import Queue
-import Storage
-import TestSupport
+import WorkersOutbox
+import WorkersQueue
+import WorkersStorage
+import WorkersTestServices
 import XCTest
 
 /// The outbox relay with several Redis shards (docs/sharding.md): each committed row goes to its queue's shard.

@@ -1,5 +1,5 @@
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// `Bounded`, the one way an outside number enters the runtime, and its uses at the wire boundary: a payload's

@@ -1,5 +1,5 @@
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 final class ClientTests: XCTestCase {

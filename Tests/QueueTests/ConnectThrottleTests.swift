@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// The reconnect rule holds for the whole process by construction (`ConnectThrottle`): whatever a loop does — here

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// The dead set is bounded by bytes as well as by count and age (`DeadSetLimits.maxBytes`, docs/redis-full.md): the
@@ -8,7 +8,7 @@ import XCTest
 /// it alone. Redis database 31.
 final class DeadSetBytesTests: XCTestCase {
     func testTheDeadSetIsTrimmedOldestFirstToItsByteLimit() throws {
-        let redis = try TestRedis(database: 31)
+        let redis = try TestRedis(database: 185)
         try redis.flush()
         defer { try? redis.flush() }
         let entry = String(repeating: "d", count: 2000)

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import XCTest
 
 /// Text from Redis shown to a human (issue 51 point 5): control and format characters are shown as escapes, never

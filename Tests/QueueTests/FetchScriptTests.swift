@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// The fetch script moves jobs in chunks (LRANGE/LTRIM/LPUSH) instead of one LMOVE each; these tests hold it to

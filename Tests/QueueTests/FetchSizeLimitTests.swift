@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// The fetch script measures each payload (issue 51, review L7): one over the limit goes to dead as a stub — jid,
@@ -28,7 +28,7 @@ final class FetchSizeLimitTests: XCTestCase {
     }
 
     func testAPayloadOverTheLimitGoesToDeadAsAStubAndTheJobsAroundItAreFetched() throws {
-        let redis = try TestRedis(database: 58)
+        let redis = try TestRedis(database: 166)
         try redis.flush()
         let small1 = #"{"class":"Record","args":["first"],"jid":"aaaaaaaaaaaaaaaaaaaaaaa1"}"#
         let big = Self.payload(bytes: Self.twoMiB, jid: "bbbbbbbbbbbbbbbbbbbbbbb2", className: "Interop::BigJob")
@@ -79,7 +79,7 @@ final class FetchSizeLimitTests: XCTestCase {
     }
 
     func testAPayloadOfExactlyTheLimitIsFetchedAndOneByteMoreIsNot() throws {
-        let redis = try TestRedis(database: 58)
+        let redis = try TestRedis(database: 166)
         try redis.flush()
         let limit = JobClient.maxPayloadBytes
         let exact = Self.payload(bytes: limit, jid: "cccccccccccccccccccccccc")
@@ -101,7 +101,7 @@ final class FetchSizeLimitTests: XCTestCase {
     /// The admin behind `workerctl jobs dead` / `jobs show` and the dashboard reads the stub; its retry is refused
     /// (no args: not a job), so the stub never runs.
     func testTheStubIsReadableByTheAdminAndNotRetried() throws {
-        let redis = try TestRedis(database: 58)
+        let redis = try TestRedis(database: 166)
         try redis.flush()
         let jid = "eeeeeeeeeeeeeeeeeeeeeeee"
         try redis.command("LPUSH", Keys.queue("critical"), Self.payload(bytes: Self.twoMiB, jid: jid))
@@ -122,7 +122,7 @@ final class FetchSizeLimitTests: XCTestCase {
     /// The stub a blocking wait's job gets (built in Swift) has the fields the script's has, for named, unnamed,
     /// hostile and cut-UTF-8 payloads; only `failed_at`'s form and a made-up jid differ.
     func testTheSwiftStubMatchesTheScriptStub() throws {
-        let redis = try TestRedis(database: 58)
+        let redis = try TestRedis(database: 166)
         try redis.flush()
         let limit = 1024
         var generator = SystemRandomNumberGenerator()
@@ -158,7 +158,7 @@ final class FetchSizeLimitTests: XCTestCase {
 
     /// A batch job buried at fetch is counted dead for its batch (its `complete` callback fires), as any death is.
     func testABuriedBatchJobCountsDeadForItsBatch() throws {
-        let redis = try TestRedis(database: 58)
+        let redis = try TestRedis(database: 166)
         try redis.flush()
         let connection = try redis.connection()
         let batch = try Batches.create(connection, NewBatch(jobs: [NewJob("Noop", args: [.string(String(repeating: "q", count: 2000))])],

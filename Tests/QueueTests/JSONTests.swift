@@ -1,4 +1,4 @@
-import Queue
+import WorkersQueue
 import XCTest
 
 final class JSONTests: XCTestCase {

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// Commands are written in RESP by us (`RESP.appendCommand`) and only queued by hiredis: every kind of argument must

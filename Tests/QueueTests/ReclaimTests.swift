@@ -1,5 +1,5 @@
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// `ReliableQueue.unknownInFlight`: the jobs a lost fetch reply left in our in-flight list, which the fetcher puts back

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// A server that drops a link while we write to it (`CLIENT KILL`, an idle `timeout`, a proxy's reset, a restart):

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// `rediss://` against Debian's redis-server started with `--tls-port` and a test CA (`TLSRedisServer`): what a

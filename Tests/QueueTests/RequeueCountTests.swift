@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import XCTest
 
 /// Issue 51 point 5: an operator's retry decrements `retry_count` (Ruby's `SortedEntry#retry`) but never below −1,

@@ -1,5 +1,5 @@
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// A Lua script names a key only through `ScriptKeys`: its fixed keys arrive in `KEYS[]` after the caller's, bound to

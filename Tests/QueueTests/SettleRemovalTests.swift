@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// Which settlements of one settle call take effect: exactly those whose job one `LREM working -1 raw` per job, in

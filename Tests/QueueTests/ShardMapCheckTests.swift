@@ -1,12 +1,12 @@
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// `ShardMapCheck` (review M12): a process using another shard map, and jobs waiting on a shard where the map sends
 /// no worker, are found on the shard itself (database 20 stands for shard `default`).
 final class ShardMapCheckTests: XCTestCase {
     func testAnotherMapInUseAndStrandedJobsAreFoundAndAgreeingMapsAreNot() throws {
-        let redis = try TestRedis(database: 20)
+        let redis = try TestRedis(database: 179)
         let url = redis.url
         let current = try ShardMap(defaultURL: url, shards: [("b", url)], queues: [("bq", "b")])
         // The same map reached through another URL (passwords and host names differ between processes) agrees.

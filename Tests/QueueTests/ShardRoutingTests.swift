@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// The shard map (docs/sharding.md) and producers' routing by queue. Two shards are two databases

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// The per-minute run counters the settle script keeps (`stat:minutely:*`) and `Throughput`, which reads

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import XCTest
 
 /// A typed enqueue writes its arguments' version (`JobArguments.argumentsVersion`) as `args_version`, which a worker

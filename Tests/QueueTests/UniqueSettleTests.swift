@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// The settle script (`Scripts.complete`) and a unique job's lock, op by op, where features meet: a unique job

@@ -1,7 +1,7 @@
 import Foundation
-import Queue
+import WorkersQueue
 import XCTest
-@testable import Scheduler
+@testable import WorkersScheduler
 
 final class CatchUpPlannerTests: XCTestCase {
     let planner = CatchUpPlanner()  // grace 60 s, at most 1000 ticks

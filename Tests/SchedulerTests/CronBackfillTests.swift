@@ -1,7 +1,7 @@
 import Foundation
-import Queue
-@testable import Scheduler
-import TestSupport
+import WorkersQueue
+@testable import WorkersScheduler
+import WorkersTestServices
 import XCTest
 
 /// `workerctl cron run NAME --tick T` and `CronStore.backfill`: a past tick fired by hand exactly

@@ -1,7 +1,7 @@
 import Foundation
-import Queue
-@testable import Scheduler
-import TestSupport
+import WorkersQueue
+@testable import WorkersScheduler
+import WorkersTestServices
 import XCTest
 
 /// The real `workerctl` binary: `cron ls/history/enable/disable/run`, `scheduler` and `run`

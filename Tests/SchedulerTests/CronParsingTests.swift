@@ -1,6 +1,6 @@
 import Foundation
 import XCTest
-@testable import Scheduler
+@testable import WorkersScheduler
 
 final class CronParsingTests: XCTestCase {
     func testFieldsStepsRangesLists() throws {

@@ -1,6 +1,6 @@
 import Foundation
 import XCTest
-@testable import Scheduler
+@testable import WorkersScheduler
 
 final class CronScheduleTests: XCTestCase {
     func cron(_ text: String) -> CronExpression { try! CronExpression(text) }

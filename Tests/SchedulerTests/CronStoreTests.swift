@@ -1,7 +1,7 @@
 import Foundation
-import Queue
-@testable import Scheduler
-import TestSupport
+import WorkersQueue
+@testable import WorkersScheduler
+import WorkersTestServices
 import XCTest
 
 /// The Redis layer: sidekiq-cron's layout, the atomic fire script, operator actions. Database 10.

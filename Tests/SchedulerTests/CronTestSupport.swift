@@ -1,7 +1,7 @@
 import Foundation
-import Queue
-@testable import Scheduler
-import TestSupport
+import WorkersQueue
+@testable import WorkersScheduler
+import WorkersTestServices
 import XCTest
 
 /// An entry for the Redis-backed tests (queue `cron`, class `CronProbe`).

@@ -1,7 +1,7 @@
 import Foundation
-import Queue
+import WorkersQueue
 import XCTest
-@testable import Scheduler
+@testable import WorkersScheduler
 
 final class ScheduleFileTests: XCTestCase {
     func assertProblems(_ yaml: String, _ expected: [String], file: StaticString = #filePath, line: UInt = #line) {

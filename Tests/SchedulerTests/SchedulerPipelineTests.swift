@@ -1,7 +1,7 @@
 import Foundation
-import Queue
-@testable import Scheduler
-import TestSupport
+import WorkersQueue
+@testable import WorkersScheduler
+import WorkersTestServices
 import XCTest
 
 /// A round sends all its fires in one pipeline (`CronStore.fire(_:now:)`): round trips counted by the connection,

@@ -1,7 +1,7 @@
 import Foundation
-import Queue
-@testable import Scheduler
-import TestSupport
+import WorkersQueue
+@testable import WorkersScheduler
+import WorkersTestServices
 import XCTest
 
 /// Single fire: several schedulers (threads, each with its own connection and clock) walk the same

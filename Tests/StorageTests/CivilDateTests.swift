@@ -1,4 +1,4 @@
-import CivilDate
+import WorkersCivilDate
 import Foundation
 import XCTest
 

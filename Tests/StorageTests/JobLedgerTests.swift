@@ -1,9 +1,9 @@
 import Foundation
 import Synchronization
-import TestSupport
+import WorkersTestServices
 import XCTest
 
-@testable import Storage
+@testable import WorkersStorage
 
 /// The ledger: a job's effects and its jid row commit together, once.
 final class JobLedgerTests: XCTestCase {

@@ -1,8 +1,8 @@
 import Foundation
-import TestSupport
+import WorkersTestServices
 import XCTest
 
-@testable import Storage
+@testable import WorkersStorage
 
 /// Migrations: file naming, ordering, exactly-once under concurrency, status, checksums, rollback.
 /// Every test uses a database of its own (a migration test needs an empty schema).

@@ -1,8 +1,8 @@
 import Foundation
-import TestSupport
+import WorkersTestServices
 import XCTest
 
-@testable import Storage
+@testable import WorkersStorage
 
 /// The libpq wrapper against the real server: binding, decoding, errors, transactions, lost sessions.
 final class PostgresConnectionTests: XCTestCase {

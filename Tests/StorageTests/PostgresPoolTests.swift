@@ -1,9 +1,9 @@
 import Foundation
 import Synchronization
-import TestSupport
+import WorkersTestServices
 import XCTest
 
-@testable import Storage
+@testable import WorkersStorage
 
 /// The pool: concurrency, checkout timeout, recovery after the server drops every session.
 final class PostgresPoolTests: XCTestCase {

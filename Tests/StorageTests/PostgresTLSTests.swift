@@ -1,6 +1,6 @@
 import Foundation
-import Storage
-import TestSupport
+import WorkersStorage
+import WorkersTestServices
 import XCTest
 
 /// `sslmode` against a PostgreSQL server that speaks TLS: a private server on port 5442 started by

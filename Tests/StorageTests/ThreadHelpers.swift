@@ -1,5 +1,5 @@
 import Foundation
-import Storage
+import WorkersStorage
 import Synchronization
 
 /// Runs `count` closures on `count` dedicated threads (not `concurrentPerform`, which would use only as

@@ -1,8 +1,8 @@
 import Foundation
-import TestSupport
+import WorkersTestServices
 import XCTest
 
-@testable import Storage
+@testable import WorkersStorage
 
 /// The runtime's own schema as an API (`WorkersSchema`, issue 53 point 2): its line in `workers_migrations`, apart
 /// from any app's tables and from `schema_migrations`; an upgrade from a database migrated before the split; repeated

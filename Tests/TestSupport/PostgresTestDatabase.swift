@@ -1,5 +1,5 @@
 import Foundation
-import Storage
+import WorkersStorage
 
 /// A throwaway database on the shared test server, so test classes (and test targets running in other
 /// processes) never see each other's tables.

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import XCTest
 
 /// What one request cost Redis, counted by Redis itself (`INFO stats`, `INFO commandstats`): no clock is read, so

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import XCTest
 
 /// Private `redis-server` children on loopback, one per shard, for the sharding tests

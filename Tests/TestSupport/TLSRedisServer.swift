@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// A test certificate authority and the certificates the TLS tests need, made by the `openssl` command in a
 /// temporary directory (P-256 keys, valid two days):

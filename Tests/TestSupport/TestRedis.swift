@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// A private Redis database for one test case class: `scripts/services` starts Redis with 256
 /// databases and each test class claims its own index, so test classes never see each other's keys.
@@ -8,10 +8,10 @@ public struct TestRedis: Sendable {
     public let url: String
     public let pool: RedisPool
 
-    /// Claims database `database` and empties it.
-    public init(database: Int) throws {
+    /// Claims database `database` for the calling file (`TestServices.redisURL(db:claimedBy:)`) and empties it.
+    public init(database: Int, claimedBy file: String = #fileID) throws {
         self.database = database
-        self.url = TestServices.redisURL(db: database)
+        self.url = TestServices.redisURL(db: database, claimedBy: file)
         self.pool = try RedisPool(url: url, maxConnections: 4)
         try flush()
     }

@@ -1,4 +1,6 @@
 import Foundation
+import Synchronization
+import XCTest
 
 /// Where the tests find the real Redis and PostgreSQL that `scripts/services start` runs.
 ///
@@ -6,12 +8,28 @@ import Foundation
 /// Tests that need a clean Redis use their own database index (`redisURL(db:)`) so that
 /// test targets running in parallel processes do not see each other's keys.
 public enum TestServices {
+    /// database index → the test file that claimed it first in this process (`redisURL(db:claimedBy:)`).
+    private static let databaseClaims = Mutex<[Int: String]>([:])
+
     public static var redisBaseURL: String {
         ProcessInfo.processInfo.environment["REDIS_URL"] ?? "redis://127.0.0.1:6390/0"
     }
 
-    /// The test Redis URL with the database index replaced by `db` (0...15).
-    public static func redisURL(db: Int) -> String {
+    /// The test Redis URL with the database index replaced by `db` (0...255: `scripts/services` runs 256).
+    ///
+    /// Invariant: one test file per database. The first file that asks for `db` claims it for the run; another file
+    /// asking for it fails the asking test (two files on one database met each other's keys and connections: a
+    /// `CLIENT LIST` count broke when a new file took 58, which four others held). `file` is the caller's, passed on
+    /// by `TestRedis`; helpers that choose a database for their callers take the caller's `#fileID` too.
+    public static func redisURL(db: Int, claimedBy file: String = #fileID) -> String {
+        let owner = databaseClaims.withLock { claims in
+            if let owner = claims[db] { return owner }
+            claims[db] = file
+            return file
+        }
+        if owner != file {
+            XCTFail("Redis database \(db) is claimed by \(owner); \(file) needs a database of its own (free: 128 and up, below 256)")
+        }
         var base = redisBaseURL
         if let slash = base.range(of: "/", options: .backwards), base[..<slash.lowerBound].contains(":"),
            base.distance(from: base.startIndex, to: slash.lowerBound) > "redis://".count {

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// Runs the built `workerctl` binary against a test Redis database and parses its output.
 public struct WorkerctlRunner: Sendable {

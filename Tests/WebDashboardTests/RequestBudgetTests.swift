@@ -1,7 +1,7 @@
 import Foundation
-import Queue
-import Scheduler
-import TestSupport
+import WorkersQueue
+import WorkersScheduler
+import WorkersTestServices
 import XCTest
 
 /// Issue 51 point 3: no dashboard GET, scrape or `workerctl` read sends a command whose cost grows with what a

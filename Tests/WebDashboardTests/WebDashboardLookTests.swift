@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// Issue 36 point 5: the dashboard's look and its new parts — the job page, bulk actions on ticked rows, the live
@@ -154,7 +154,7 @@ extension WebDashboardTests {
     /// (no reload). Every answer's CSP allows scripts and styles from this origin only; no page holds an inline
     /// script, handler, style or `<meta refresh>`.
     func testTheLiveEndpointIsBoundedAndTheCSPHasNoInlineScript() throws {
-        let redis = try TestRedis(database: 49)
+        let redis = try TestRedis(database: 163)
         try redis.command("SET", Keys.statProcessed, 41)
         for index in 0..<200 {
             try redis.command("SADD", Keys.queues, "queue-\(index)-" + String(repeating: "x", count: 500))
@@ -223,7 +223,7 @@ extension WebDashboardTests {
     /// Chromium at 1440×900 and at 390×844 (a phone): no page scrolls sideways (wide tables scroll inside their own
     /// box); with `prefers-color-scheme: dark` the page background is dark, with light it is light.
     func testTheLayoutFitsALaptopAndAPhoneAndFollowsDarkMode() throws {
-        let redis = try TestRedis(database: 50)
+        let redis = try TestRedis(database: 164)
         let wide = String(repeating: "long-argument-without-spaces-", count: 12)
         let jid = try failedJob(redis, args: [.string(wide), .int(1)])
         try redis.client.enqueue(NewJob("Noop", args: [.string(wide)], queue: "mail"))

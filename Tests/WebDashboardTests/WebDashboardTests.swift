@@ -1,7 +1,7 @@
 import Foundation
-import Queue
-import Scheduler
-import TestSupport
+import WorkersQueue
+import WorkersScheduler
+import WorkersTestServices
 import XCTest
 
 /// `workerctl web` (docs/web.md) as an operator runs it: a real `workerctl web` process on a free port over a real

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// The dashboard against hostile or broken input (review 2026-11-27, issue 32): numbers from the URL and from

@@ -1,7 +1,7 @@
 import Foundation
-import Queue
-import Storage
-import TestSupport
+import WorkersQueue
+import WorkersStorage
+import WorkersTestServices
 import XCTest
 
 /// The dashboard's per-minute graphs (from the settle script's `stat:minutely:*` counters) and the outbox page

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// The admin API (`Sources/Queue/Admin`) called directly against Redis database 40.

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// The `workerctl` binary's operator surface: exit codes, JSON shapes and messages (database 41).

@@ -1,5 +1,5 @@
 import Foundation
-import TestSupport
+import WorkersTestServices
 import XCTest
 
 /// `workerctl worker`'s duration flags stay seconds (`--poll-interval 0.2`); each becomes a `Duration` of

@@ -1,14 +1,14 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// `--fetch-max-payload` and `fetch_max_payload_bytes` reach a real `workerctl worker`'s fetch (the flag wins over the
 /// file; out of range: exit 2); the stub is shown by `workerctl jobs ls --state dead` and `jobs show`, its retry is
-/// refused, and the worker's log names the jid and size, never the payload (database 58).
+/// refused, and the worker's log names the jid and size, never the payload (database 165).
 final class FetchLimitCommandTests: XCTestCase {
     func testTheFetchLimitComesFromTheFlagOrTheFileAndItsStubIsShownNotRetried() throws {
-        let redis = try TestRedis(database: 58)
+        let redis = try TestRedis(database: 165)
         try redis.flush()
         let ctl = WorkerctlRunner(redisURL: redis.url)
         let config = FileManager.default.temporaryDirectory.appendingPathComponent("fetch-limit-\(UUID().uuidString).yaml")

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// Issue 51 / review 3's M2: any value in a limiter's keys (the layout `LimitKeys` and `LimitSpec.encoded` give the

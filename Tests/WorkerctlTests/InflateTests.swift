@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import XCTest
 
 /// The inflater and backtrace decoder against bytes produced by Ruby's Zlib and Base64

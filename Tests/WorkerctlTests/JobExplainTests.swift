@@ -1,7 +1,7 @@
 import Foundation
-import Queue
-import Storage
-import TestSupport
+import WorkersQueue
+import WorkersStorage
+import WorkersTestServices
 import XCTest
 
 /// "Why isn't my job running?" (issue 36 point 1; `Sources/Queue/Admin/JobExplain.swift`, `workerctl jobs explain`):
@@ -210,7 +210,7 @@ final class JobExplainTests: XCTestCase {
     /// found with one LRANGE of the head and one bounded LPOS from the tail (counted in `INFO commandstats`), never
     /// a walk of the list; with a larger bound the exact count, equal to the job's place in the list.
     func testBehindNJobsIsABoundedSearch() throws {
-        let redis = try TestRedis(database: 30)
+        let redis = try TestRedis(database: 184)
         try redis.flush()
         defer { try? redis.flush() }
         let client = redis.client
@@ -266,7 +266,7 @@ final class JobExplainTests: XCTestCase {
     func testDoneComesFromTheLedger() throws {
         let database = try PostgresTestDatabase.create(prefix: "explain_test")
         defer { database.drop() }
-        let redis = try TestRedis(database: 32)
+        let redis = try TestRedis(database: 187)
         try redis.flush()
         defer { try? redis.flush() }
         let migrate = try WorkerctlRunner(redisURL: redis.url).run(["migrate", "--bench-tables"], environment: ["DATABASE_URL": database.url])

@@ -1,7 +1,7 @@
 import Foundation
-import Queue
-import Storage
-import TestSupport
+import WorkersQueue
+import WorkersStorage
+import WorkersTestServices
 import XCTest
 
 /// `workerctl worker --metrics-port`: Prometheus text on /metrics and a health check on /healthz.

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// Hostile payloads among ordinary jobs, through real processes (issue 32): two `workerctl worker` processes with a

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// Rolling deploys lose no job (docs/deploy.md, "Rolling deploys"): a worker that fetches a class it does not
@@ -8,7 +8,7 @@ import XCTest
 /// class, or announces no classes at all (Ruby Sidekiq, an older release); only when none has known it for the
 /// unknown-class grace does it go to dead. Real `workerctl worker` processes; `RunLogProbe` (registered with
 /// `--bench-jobs`) is the class the old release lacks, and each run appends its jid to a file of its process.
-/// Redis databases 78 and 79.
+/// Redis databases 170 and 171.
 final class RollingDeployTests: XCTestCase {
     /// `newRelease`: registers RunLogProbe (`--bench-jobs`); `argsVersion`: announces it as decoding only that
     /// `args_version` (an older release of a versioned class).
@@ -54,7 +54,7 @@ final class RollingDeployTests: XCTestCase {
     }
 
     func testJobsOfAClassOnlyTheNewReleaseKnowsAllRunThereOnceAndNoneGoesToDead() throws {
-        let redis = try TestRedis(database: 78)
+        let redis = try TestRedis(database: 170)
         try redis.flush()
         let folder = try folder()
         let old = try worker(redis, newRelease: false, grace: 3600)
@@ -83,7 +83,7 @@ final class RollingDeployTests: XCTestCase {
     /// A newer arguments version than the old release decodes (`args_version` 2, which typed enqueues write now),
     /// while the new release announces it: given back, and run on the new release, once each.
     func testArgumentsOfANewerVersionAreGivenBackAndRunOnTheReleaseThatDecodesThem() throws {
-        let redis = try TestRedis(database: 78)
+        let redis = try TestRedis(database: 170)
         try redis.flush()
         let folder = try folder()
         let old = try worker(redis, newRelease: true, grace: 3600, argsVersion: 1)
@@ -110,7 +110,7 @@ final class RollingDeployTests: XCTestCase {
     }
 
     func testARubyProcessServingTheQueueKeepsAClassNobodyAnnouncesOutOfDead() throws {
-        let redis = try TestRedis(database: 79)
+        let redis = try TestRedis(database: 171)
         try redis.flush()
         try registerRubyProcess(redis, identity: "ruby-host:4242:0123456789ab")
         let folder = try folder()
@@ -130,7 +130,7 @@ final class RollingDeployTests: XCTestCase {
     }
 
     func testAClassNoLiveProcessKnowsGoesToDeadOnceTheGraceHasPassed() throws {
-        let redis = try TestRedis(database: 79)
+        let redis = try TestRedis(database: 171)
         try redis.flush()
         let old = try worker(redis, newRelease: false, grace: 1)
         defer { if old.isRunning { old.signal(SIGKILL) } }

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// workerctl against state written and read by Ruby's Sidekiq 6.4.1 (database 42).

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// Issue 51 point 5: text from Redis cannot drive the operator's terminal or make a page or a log line show other

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// `workerctl top` (database 44): one frame when stdout is not a terminal, and the live mode

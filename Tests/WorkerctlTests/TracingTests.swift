@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// Tracing end to end (docs/tracing.md): `workerctl enqueue` and `workerctl worker` with the `OTEL_*`
@@ -61,7 +61,7 @@ final class TracingTests: XCTestCase {
         let port = 4364
         let receiver = try startReceiver(port: port)
         defer { receiver.signal(SIGTERM); receiver.wait() }
-        let redis = try TestRedis(database: 96)
+        let redis = try TestRedis(database: 173)
         let database = try PostgresTestDatabase.create(prefix: "tracing")
         defer { database.drop() }
         let environment = ["REDIS_URL": redis.url, "DATABASE_URL": database.url,
@@ -144,7 +144,7 @@ final class TracingTests: XCTestCase {
         let port = 4365
         let receiver = try startReceiver(port: port)
         defer { receiver.signal(SIGTERM); receiver.wait() }
-        let redis = try TestRedis(database: 97)
+        let redis = try TestRedis(database: 174)
         let database = try PostgresTestDatabase.create(prefix: "tracing_off")
         defer { database.drop() }
         let base = ["REDIS_URL": redis.url, "DATABASE_URL": database.url, "TRACEPARENT": "00-\(upstreamTrace)-\(upstreamSpan)-01",
@@ -173,7 +173,7 @@ final class TracingTests: XCTestCase {
         let port = 4366
         let receiver = try startReceiver(port: port)
         defer { receiver.signal(SIGTERM); receiver.wait() }
-        let redis = try TestRedis(database: 98)
+        let redis = try TestRedis(database: 175)
         let environment = ["REDIS_URL": redis.url, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:\(port)/v1/traces",
                            "OTEL_SERVICE_NAME": "tracing-unique"]
         // Two enqueues of the same job under two different parents: the second is a duplicate all the same.
@@ -201,7 +201,7 @@ final class TracingTests: XCTestCase {
         let port = 4367
         let receiver = try startReceiver(port: port)
         defer { receiver.signal(SIGTERM); receiver.wait() }
-        let redis = try TestRedis(database: 96)
+        let redis = try TestRedis(database: 173)
         let database = try PostgresTestDatabase.create(prefix: "tracing_retry")
         defer { database.drop() }
         let environment = ["REDIS_URL": redis.url, "DATABASE_URL": database.url,

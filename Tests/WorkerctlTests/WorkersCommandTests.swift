@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// `workers ls|quiet|stop|prune` and busy jobs against a real `workerctl worker` child process

@@ -1,11 +1,11 @@
 import Foundation
-import TestSupport
+import WorkersTestServices
 import WorkersClient
 import XCTest
 
 /// `WorkersClient.explain(jid:)` and `status(jid:)` (issue 36 points 1 and 2): the reason, the attempts, the
 /// progress a job reported (`progress:<jid>`, the agreed layout) and a requested cancel (`cancelled-<jid>`), and the
-/// ledger through `JobLedgerLookup`. Redis database 31.
+/// ledger through `JobLedgerLookup`. Redis database 161.
 final class WorkersClientExplainTests: XCTestCase {
     struct FixedLedger: JobLedgerLookup {
         let rows: [String: LedgerRow]
@@ -13,7 +13,7 @@ final class WorkersClientExplainTests: XCTestCase {
     }
 
     func testStatusCarriesTheReasonProgressAndCancel() async throws {
-        let client = try WorkersClient(url: TestServices.redisURL(db: 31), maxConnections: 2)
+        let client = try WorkersClient(url: TestServices.redisURL(db: 161), maxConnections: 2)
         defer { client.shutdown() }
         _ = try await client.withConnection { try $0.command("FLUSHDB") }
         let at = Date().addingTimeInterval(600)

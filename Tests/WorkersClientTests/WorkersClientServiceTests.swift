@@ -1,7 +1,7 @@
 import Foundation
 import Logging
 import ServiceLifecycle
-import TestSupport
+import WorkersTestServices
 import WorkersClient
 import XCTest
 

@@ -1,5 +1,5 @@
 import Foundation
-import TestSupport
+import WorkersTestServices
 import WorkersClient
 import XCTest
 
@@ -7,7 +7,7 @@ import XCTest
 /// SteerTests).
 final class WorkersClientSteeringTests: XCTestCase {
     func testProgressIsReadByJidBoundedAndCancelMovesAScheduledJobToDeadAndMarksIt() async throws {
-        let client = try WorkersClient(url: TestServices.redisURL(db: 37), maxConnections: 2)
+        let client = try WorkersClient(url: TestServices.redisURL(db: 162), maxConnections: 2)
         defer { client.shutdown() }
         _ = try await client.withConnection { try $0.command("FLUSHDB") }
 

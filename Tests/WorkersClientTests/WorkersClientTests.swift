@@ -1,5 +1,5 @@
 import Foundation
-import TestSupport
+import WorkersTestServices
 import WorkersClient
 import XCTest
 
@@ -8,7 +8,7 @@ import XCTest
 /// exactly which connections the client holds.
 final class WorkersClientTests: XCTestCase {
     /// A connection for `CLIENT LIST` / `CLIENT KILL`, on a database no test writes to.
-    func observer() throws -> RedisConnection { try RedisConnection(url: TestServices.redisURL(db: 60)) }
+    func observer() throws -> RedisConnection { try RedisConnection(url: TestServices.redisURL(db: 191)) }
 
     /// Ids of the connections open on `database` (from `CLIENT LIST`).
     func connectionIDs(onDatabase database: Int) throws -> [Int64] {
@@ -218,7 +218,7 @@ final class WorkersClientBatchTests: XCTestCase {
 final class WorkersClientShardTests: XCTestCase {
     func testShardedClientAdminCallsReadEveryShard() async throws {
         let map = try ShardMap.from(environment: ["REDIS_SHARDS": "b=\(TestServices.redisURL(db: 80))", "QUEUE_SHARDS": "beta=b"],
-                                    defaultURL: TestServices.redisURL(db: 79))
+                                    defaultURL: TestServices.redisURL(db: 194))
         let client = WorkersClient(shards: map, maxConnections: 2)
         defer { client.shutdown() }
         XCTAssertEqual(client.shardNames, ["default", "b"])

@@ -1,4 +1,4 @@
-import TestSupport
+import WorkersTestServices
 import Workers
 
 extension WorkerConfiguration {

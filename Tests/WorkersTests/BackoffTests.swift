@@ -1,4 +1,4 @@
-import Queue
+import WorkersQueue
 import Workers
 import XCTest
 

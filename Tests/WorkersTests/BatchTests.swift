@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// Batches through real worker processes (docs/batches.md): each callback is pushed exactly once,

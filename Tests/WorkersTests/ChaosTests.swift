@@ -1,5 +1,5 @@
 import Foundation
-import TestSupport
+import WorkersTestServices
 import XCTest
 
 /// The shortened chaos run of `bench/chaos.sh`: 4 worker processes SIGKILLed at random while they

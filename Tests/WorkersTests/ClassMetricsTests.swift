@@ -1,8 +1,8 @@
-import BenchJobs
+import WorkersBenchJobs
 import Foundation
 import Logging
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 @testable import Workers
 import WorkersTestSupport
 import XCTest

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import XCTest
 
 @testable import Workers

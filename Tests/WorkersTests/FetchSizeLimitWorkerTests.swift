@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 @testable import Workers
 import WorkersTestSupport
 import XCTest
@@ -29,7 +29,7 @@ final class FetchSizeLimitWorkerTests: XCTestCase {
     /// ones. (`FetchSizeLimitTests` hold the script alone; the fetcher's own check stands behind it, so this fails
     /// only with both broken.)
     func testAWorkerNeverRunsAnOversizedPayloadButRunsOneOfExactlyTheLimitAndTheJobAfter() throws {
-        let redis = try TestRedis(database: 58)
+        let redis = try TestRedis(database: 167)
         try redis.flush()
         let harness = WorkerHarness(redis: redis)
         try redis.command("LPUSH", Keys.queue("default"), Self.record("big", bytes: Self.twoMiB, jid: "aaaaaaaaaaaaaaaaaaaaaab1"))
@@ -52,7 +52,7 @@ final class FetchSizeLimitWorkerTests: XCTestCase {
     /// One queue served and drained: the fetcher waits in `BLMOVE`, which hands the next push over whole. The
     /// fetcher settles it as dead with the same stub; the job after it runs.
     func testAnOversizedPayloadABlockingWaitBroughtGoesToDeadAndTheJobAfterItRuns() throws {
-        let redis = try TestRedis(database: 58)
+        let redis = try TestRedis(database: 167)
         try redis.flush()
         let harness = WorkerHarness(redis: redis)
         var configuration = harness.configuration(concurrency: 2)

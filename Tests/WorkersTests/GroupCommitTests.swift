@@ -1,9 +1,9 @@
 import Foundation
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 import Synchronization
-import TestSupport
+import WorkersTestServices
 import Workers
 import XCTest
 

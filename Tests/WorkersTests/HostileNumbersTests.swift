@@ -1,7 +1,7 @@
 import Foundation
 import Logging
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import Workers
 import XCTest
 

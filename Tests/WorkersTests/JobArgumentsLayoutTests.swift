@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 @testable import Workers
 import XCTest
 

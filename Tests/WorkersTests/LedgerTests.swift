@@ -1,9 +1,9 @@
-import BenchJobs
+import WorkersBenchJobs
 import Foundation
 import Logging
-import Queue
-import Storage
-import TestSupport
+import WorkersQueue
+import WorkersStorage
+import WorkersTestServices
 import Workers
 import XCTest
 

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// Fleet-wide limiters (docs/limiters.md) through real `workerctl worker` processes and real Redis. The probe

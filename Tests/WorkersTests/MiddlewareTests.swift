@@ -1,10 +1,10 @@
-import BenchJobs
+import WorkersBenchJobs
 import Foundation
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 import Synchronization
-import TestSupport
+import WorkersTestServices
 import Workers
 import WorkersTestSupport
 import XCTest

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// A Redis at `maxmemory` with `noeviction` drains instead of wedging (docs/redis-full.md): two workers started on a

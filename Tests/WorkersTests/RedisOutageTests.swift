@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// Redis unreachable for 30 s: a worker and a scheduler keep running, log the outage once (not

@@ -1,17 +1,17 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 @testable import Workers
 
 /// With several shards, each heartbeat counts its own shard's `cancels`: a beat of a shard without cancels does not
 /// hide another shard's (mutation sample 2026-12-07, survivor E5: the process-wide flag must follow every shard's
-/// set, not the one that beat last). Two test Redis databases stand for shards 0 and 1 (80 and 83).
+/// set, not the one that beat last). Two test Redis databases stand for shards 0 and 1 (172 and 83).
 /// And (issue 51 point 4, database 127) a beat reads only the jids it runs, whatever the size of `cancels`.
 final class RunSteeringShardTests: XCTestCase {
     func testACancelOnOneShardOutlivesABeatOfAnotherShardWithoutCancels() throws {
-        let shard0 = try TestRedis(database: 80)
+        let shard0 = try TestRedis(database: 172)
         let shard1 = try TestRedis(database: 83)
         try shard0.flush()
         try shard1.flush()

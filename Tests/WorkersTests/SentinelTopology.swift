@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// A private Redis Sentinel deployment on loopback for the failover tests: one master, one replica

@@ -1,8 +1,8 @@
-import BenchJobs
+import WorkersBenchJobs
 import Foundation
-import Queue
-import Storage
-import TestSupport
+import WorkersQueue
+import WorkersStorage
+import WorkersTestServices
 import XCTest
 
 /// Several Redis shards (docs/sharding.md) on private `redis-server` children (`ShardServers`,

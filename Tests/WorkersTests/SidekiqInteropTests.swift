@@ -1,8 +1,8 @@
 import Foundation
 import Logging
-import Queue
+import WorkersQueue
 import Synchronization
-import TestSupport
+import WorkersTestServices
 import Workers
 import XCTest
 

@@ -3,9 +3,9 @@ import Foundation
 import Glibc
 #endif
 import Logging
-import Queue
-import Storage
-import TestSupport
+import WorkersQueue
+import WorkersStorage
+import WorkersTestServices
 import Workers
 import WorkersTestSupport
 import XCTest

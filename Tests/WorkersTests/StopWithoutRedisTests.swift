@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import TestSupport
+import WorkersQueue
+import WorkersTestServices
 import XCTest
 
 /// SIGTERM while Redis is down (issue 18, "Stopping while Redis is away"): `worker`, `run` and

@@ -1,9 +1,9 @@
 import Foundation
 import Logging
-import Queue
+import WorkersQueue
 import ServiceLifecycle
 import Synchronization
-import TestSupport
+import WorkersTestServices
 import Workers
 import WorkersTestSupport
 import XCTest

@@ -1,7 +1,7 @@
 import Foundation
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 import Workers
 
 /// `AdRevenueAggregationJob` `[{"date": "YYYY-MM-DD", "app_id": "<uuid>", "days": N}]` — every key

@@ -1,8 +1,8 @@
 import CoreMetrics
 import Foundation
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 import Workers
 
 /// The nightly ad revenue run as a batch (docs/batches.md, "Nightly ad revenue"):

@@ -1,6 +1,6 @@
 import Foundation
-import HTTP
-import Queue
+import WorkersHTTP
+import WorkersQueue
 import Workers
 
 /// Registers the Ads jobs: `PendingRewardJob`, `PendingRewardSweepJob`, `AdRevenueAggregationJob`, and the nightly

@@ -1,8 +1,8 @@
 import Foundation
-import HTTP
+import WorkersHTTP
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 import Workers
 
 /// `PendingRewardJob` `[{"pending_reward_id": "<uuid>"}]`: credits a reward the Ads Service

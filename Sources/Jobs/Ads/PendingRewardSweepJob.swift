@@ -1,7 +1,7 @@
 import Foundation
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 import Workers
 
 /// `PendingRewardSweepJob` `[]` (periodic): enqueues a `PendingRewardJob` for every pending reward

@@ -1,5 +1,5 @@
 import Foundation
-import Storage
+import WorkersStorage
 
 /// Daily ad revenue aggregates, computed in PostgreSQL (one grouped scan of the day's `ad_views`
 /// and `ad_requests` through their `created_at` indexes; no row reaches Swift).

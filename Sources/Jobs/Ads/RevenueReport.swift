@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 
 /// The ad revenue report behind `workerctl revenue --from D --to D [--csv | --json]`: the rows of
 /// `ad_revenue_daily` for a range of UTC days (inclusive), ordered by day, app, ad type, provider

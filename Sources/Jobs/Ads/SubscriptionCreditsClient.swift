@@ -1,5 +1,5 @@
 import Foundation
-import HTTP
+import WorkersHTTP
 
 /// What `/credits/earn` answered, sorted by what it says about *this* request (docs/jobs-geo-ads.md, "The reward
 /// contract"): only `rejected` is an answer about the request and counts as an attempt.

@@ -1,6 +1,6 @@
-import HTTP
+import WorkersHTTP
 import Logging
-import Queue
+import WorkersQueue
 import Workers
 
 /// Registers the Offline/Geolocation jobs: `ReverseGeocodeJob` and `LocationAnonymizationJob`.

@@ -1,4 +1,4 @@
-import Queue
+import WorkersQueue
 
 /// The Redis keys of the Geo jobs: the provider block of `ProviderBlock` and the answers of `GeocodeCache`.
 /// Immutable; any thread.

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// Reverse-geocoding answers cached in Redis per provider, language, zoom and cell, with a TTL (24 h by
 /// default): an answer in one language (or at one level of detail) is never served for another.

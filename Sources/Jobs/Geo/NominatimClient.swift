@@ -1,6 +1,6 @@
 import Foundation
-import HTTP
-import Queue
+import WorkersHTTP
+import WorkersQueue
 import Workers
 
 /// Why a reverse lookup did not produce an answer, and how the job must treat it.

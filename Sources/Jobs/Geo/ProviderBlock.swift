@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// The fleet-wide block switch for one provider that refuses us (Nominatim's 403 under its usage policy,
 /// https://operations.osmfoundation.org/policies/nominatim/), kept in Redis so that it holds across every

@@ -1,7 +1,7 @@
 import Foundation
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 import Workers
 
 /// `ReverseGeocodeJob` `[{"location_id": "<uuid>"}]`: fills `country_code`, `country` and `city`

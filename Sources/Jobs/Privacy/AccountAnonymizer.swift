@@ -1,6 +1,6 @@
 import Foundation
-import Storage
-import SubjectKeys
+import WorkersStorage
+import WorkersSubjectKeys
 import Workers
 
 /// The deletion policy: what happens to every table that references `users`, as SQL run inside the

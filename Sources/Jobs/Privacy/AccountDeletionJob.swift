@@ -1,8 +1,8 @@
 import Foundation
 import Logging
-import Queue
-import Storage
-import SubjectKeys
+import WorkersQueue
+import WorkersStorage
+import WorkersSubjectKeys
 import Workers
 
 /// GDPR Art. 17 erasure: `AccountDeletionJob` with args `[{"user_id": UUID, "request_id": UUID}]`, enqueued by

@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import Storage
+import WorkersStorage
 import Workers
 
 /// The deletion was requested: `DeletionRequestedJob` with args `[{"user_id": UUID, "request_id": UUID}]`, enqueued by

@@ -1,7 +1,7 @@
 import Foundation
-import Queue
-import Storage
-import SubjectKeys
+import WorkersQueue
+import WorkersStorage
+import WorkersSubjectKeys
 
 /// After PostgreSQL is restored from a backup taken at time T (docs/jobs-privacy.md, "Restoring a backup"): every
 /// erasure since T is undone in PostgreSQL — the persons' data keys and accounts are back. `run(since:)` replays them

@@ -1,5 +1,5 @@
 import Foundation
-import Storage
+import WorkersStorage
 
 /// One kind of data in the export: a name in the document and the query that selects it.
 ///

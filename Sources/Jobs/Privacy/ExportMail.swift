@@ -1,7 +1,7 @@
 import Foundation
 import Logging
-import Mail
-import Storage
+import WorkersMail
+import WorkersStorage
 import Workers
 
 /// The export-ready email: built from the export row only, so every attempt for one export renders the

@@ -1,6 +1,6 @@
 import Foundation
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 
 /// Removes the `job_outbox` rows (docs/outbox.md) whose `args` name one person, inside the erasure's transaction.
 ///

@@ -1,5 +1,5 @@
 import Foundation
-import Mail
+import WorkersMail
 
 /// Why the privacy configuration could not be built from the environment. Never carries a secret.
 public enum PrivacyConfigurationError: Error, Sendable, CustomStringConvertible, Equatable {

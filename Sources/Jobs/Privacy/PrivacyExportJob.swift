@@ -1,8 +1,8 @@
 import Foundation
 import Logging
-import Mail
-import Queue
-import Storage
+import WorkersMail
+import WorkersQueue
+import WorkersStorage
 import Workers
 
 /// GDPR Art. 15/20 export: `PrivacyExportJob` with args `[{"user_id": UUID, "export_id": UUID}]`.

@@ -1,7 +1,7 @@
 import Foundation
-import Mail
-import Queue
-import SubjectKeys
+import WorkersMail
+import WorkersQueue
+import WorkersSubjectKeys
 import Workers
 
 /// The GDPR jobs (contract with the Auth Service; see docs/jobs-privacy.md):

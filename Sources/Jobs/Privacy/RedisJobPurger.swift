@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import Workers
 
 /// Finds and removes the job payloads that name one person, wherever a job can sit in our Redis job state: the

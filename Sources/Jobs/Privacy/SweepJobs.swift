@@ -1,7 +1,7 @@
 import Foundation
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 import Workers
 
 /// Daily safety net: enqueues `AccountDeletionJob` for every due, uncancelled, uncompleted request whose user

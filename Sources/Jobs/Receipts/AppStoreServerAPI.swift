@@ -1,6 +1,6 @@
 import Foundation
-import HTTP
-import Queue
+import WorkersHTTP
+import WorkersQueue
 import Workers
 
 /// `GET /inApps/v1/subscriptions/{transactionId}` (Get All Subscription Statuses).

@@ -1,5 +1,5 @@
 import Foundation
-import HTTP
+import WorkersHTTP
 import Workers
 
 /// One entry of `latest_receipt_info[]` / `receipt.in_app[]` (Apple sends numbers and flags as strings).

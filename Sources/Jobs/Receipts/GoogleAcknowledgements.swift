@@ -1,8 +1,8 @@
 import Foundation
-import HTTP
+import WorkersHTTP
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 import Workers
 
 /// The acknowledgements we owe Google (`google_acknowledgements`), as SQL.

@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-import Storage
+import WorkersStorage
 import Workers
 
 /// The value the Android app sets as the purchase's obfuscated account id (`BillingFlowParams.Builder

@@ -1,6 +1,6 @@
 import _CryptoExtras
 import Foundation
-import HTTP
+import WorkersHTTP
 import Synchronization
 import Workers
 

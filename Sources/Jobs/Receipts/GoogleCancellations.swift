@@ -1,7 +1,7 @@
 import Foundation
-import HTTP
+import WorkersHTTP
 import Logging
-import Storage
+import WorkersStorage
 import Workers
 
 /// Why we cancel a Google subscription, and the `CancellationType` of `purchases.subscriptionsv2.cancel` that says so

@@ -1,6 +1,6 @@
 import Foundation
-import HTTP
-import Queue
+import WorkersHTTP
+import WorkersQueue
 import Workers
 
 /// `SubscriptionPurchaseV2` (fields we use).

@@ -1,5 +1,5 @@
 import Foundation
-import Storage
+import WorkersStorage
 
 /// Effects of Google's purchase facts on subscriptions other than the one being applied, and on voided orders.
 /// Every function runs on the connection it is given, inside the caller's transaction.

@@ -1,8 +1,8 @@
 import Foundation
-import HTTP
+import WorkersHTTP
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 import Workers
 
 /// `AppStoreNotificationJob` arguments: `[{"signedPayload": JWS}]`, the App Store Server Notifications V2 POST body

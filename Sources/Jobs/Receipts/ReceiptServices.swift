@@ -1,7 +1,7 @@
 import Foundation
-import HTTP
+import WorkersHTTP
 import Logging
-import Storage
+import WorkersStorage
 import Workers
 
 /// The store clients built once from a `ReceiptsConfiguration`, shared by every receipt job and pool thread.

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import Workers
 
 /// The fleet-wide cap on concurrent store calls (docs/limiters.md, docs/jobs-receipts.md): at most

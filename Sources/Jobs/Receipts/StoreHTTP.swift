@@ -1,6 +1,6 @@
 import Foundation
-import HTTP
-import Queue
+import WorkersHTTP
+import WorkersQueue
 import Workers
 
 /// A store could not answer now (timeout, connection, 5xx, malformed body, billing server down): retried with

@@ -1,7 +1,7 @@
 import Foundation
-import HTTP
+import WorkersHTTP
 import Logging
-import Storage
+import WorkersStorage
 import Workers
 
 /// Store requests one reconciliation run may still make.

@@ -1,8 +1,8 @@
 import Foundation
-import HTTP
+import WorkersHTTP
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 import Workers
 
 /// Ends subscriptions past their `end_date`, in batches of `sweepBatchSize` rows (one transaction each).

@@ -1,5 +1,5 @@
 import Foundation
-import Storage
+import WorkersStorage
 
 /// `subscription_plans` row a validation is for.
 struct PlanRecord: Sendable {

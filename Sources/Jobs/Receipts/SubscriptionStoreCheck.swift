@@ -1,7 +1,7 @@
 import Foundation
-import HTTP
+import WorkersHTTP
 import Logging
-import Storage
+import WorkersStorage
 import Workers
 
 /// A renewing subscription whose period (and grace window) has ended in our table: before the expiry sweep turns

@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import Storage
+import WorkersStorage
 
 /// The notification kinds the receipt jobs know, and the alert a kind outside them raises (review 2026-12-07 L-e:
 /// "A new notification kind is silently recorded `ignored` and nobody learns that it exists").

@@ -1,8 +1,8 @@
 import Foundation
-import HTTP
+import WorkersHTTP
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 import Workers
 
 /// `ValidateReceiptJob` arguments: `[{"user_id", "app_id", "plan_id", "store": "apple", "receipt_data"?,

@@ -1,4 +1,4 @@
-import Boundary
+import WorkersBoundary
 import Foundation
 
 /// A callback job of a batch: `className` runs with `args = [status, options]`, where `status` is

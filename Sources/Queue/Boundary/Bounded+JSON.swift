@@ -1,4 +1,4 @@
-@_exported import Boundary
+@_exported import WorkersBoundary
 
 // Every module that speaks the wire format reads outside numbers through `Bounded` (Sources/Boundary): re-exported
 // here so `import Queue` brings it.

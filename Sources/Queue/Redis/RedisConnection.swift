@@ -1,4 +1,4 @@
-import CHiredis
+import CWorkersHiredis
 import Foundation
 
 /// One connection to Redis: plain TCP over hiredis' blocking API, or TLS (`rediss://`) through `RedisTLSLink`

@@ -1,4 +1,4 @@
-import CHiredis
+import CWorkersHiredis
 import CWorkersOpenSSL
 import Foundation
 import Synchronization

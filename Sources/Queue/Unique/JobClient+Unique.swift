@@ -1,5 +1,5 @@
 import Foundation
-import Telemetry
+import WorkersTelemetry
 import Tracing
 
 extension JobClient {

@@ -1,5 +1,5 @@
 import Crypto
-import Boundary
+import WorkersBoundary
 import Foundation
 
 /// When a unique job's lock is released (Sidekiq Enterprise's `unique_until`).

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// Does nothing. For smoke tests and benchmarks.
 public struct NoopJob: Job {

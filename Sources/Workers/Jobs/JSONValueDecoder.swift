@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// Decodes a `Decodable` straight from a parsed `JSONValue` — a job's `args`, already parsed with its payload — instead
 /// of serializing them again for Foundation's `JSONDecoder` (about 10 % of a worker's CPU on small PostgreSQL jobs).

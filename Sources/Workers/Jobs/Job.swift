@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import Queue
+import WorkersQueue
 
 /// A kind of job: a Sidekiq class name, the arguments it decodes, and what it does.
 ///

@@ -1,7 +1,7 @@
 import Foundation
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 import Synchronization
 
 /// A flag set from another thread to ask a running job to stop (its timeout passed, the process is

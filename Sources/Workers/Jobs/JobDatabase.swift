@@ -1,5 +1,5 @@
 import Logging
-import Storage
+import WorkersStorage
 
 /// PostgreSQL for jobs: the exactly-once ledger and the pool it draws from. Shared by every pool
 /// thread (the pool hands each connection to one thread at a time).

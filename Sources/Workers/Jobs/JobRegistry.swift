@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// Why a payload could not be turned into a runnable job: always bad input (dead at once).
 public enum DispatchError: Error, Sendable, CustomStringConvertible {

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import Synchronization
 
 // What a job author uses to be steered while it runs (docs/writing-jobs.md "Progress and cancellation"): report

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// The one-off scrub of error texts written before opened personal values were kept out of them (issue 50 point 1,
 /// docs/jobs-privacy.md "Opened values"): `workerctl keys scrub-errors`. For every job in `retry` and `dead` whose

@@ -1,4 +1,4 @@
-import Storage
+import WorkersStorage
 import Synchronization
 
 /// A group-commit job's view of its pool thread's open transaction (`JobOptions.groupCommit`,

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import Synchronization
 
 /// A fleet-wide limit applied to each call a job makes inside `perform` (an HTTP request to a provider

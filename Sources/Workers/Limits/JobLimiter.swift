@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import Queue
+import WorkersQueue
 import Synchronization
 
 /// Admits jobs through their class's limits (`JobOptions.limits`) and keeps the concurrency leases of this

@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import Queue
+import WorkersQueue
 
 extension JobRunner {
     /// What the limits decided for one delivery.

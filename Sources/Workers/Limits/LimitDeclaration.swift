@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// A fleet-wide limit a job class declares (docs/limiters.md), on a key derived from the job's arguments.
 ///

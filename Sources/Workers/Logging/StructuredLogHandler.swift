@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import Queue
+import WorkersQueue
 import Synchronization
 
 /// Writes log records to stderr: one JSON object per line (for log shippers) or one readable

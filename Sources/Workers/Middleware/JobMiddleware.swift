@@ -1,4 +1,4 @@
-import Queue
+import WorkersQueue
 
 // The job-run middleware seam (docs/writing-jobs.md, "Middleware"): what a service adds around each run of its jobs
 // (an error tracker, a tenant tag, its own metrics), as Sidekiq's server middleware, River's worker middleware and

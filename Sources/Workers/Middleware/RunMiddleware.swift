@@ -1,4 +1,4 @@
-import Queue
+import WorkersQueue
 
 // The runtime's own middleware: what the worker process wraps around a whole run of a job — the ledger's redelivery
 // check, the limits' admission, the service's `JobMiddleware` chain and the job — and that sees how the run came out

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import Synchronization
 
 /// This process's per-class execution figures since the last flush (runs, failed runs, milliseconds and the

@@ -1,5 +1,5 @@
-import Queue
-import Telemetry
+import WorkersQueue
+import WorkersTelemetry
 import Tracing
 
 /// The run's consumer span (docs/tracing.md), written as the runtime's outermost `RunMiddleware`: while tracing is

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import Synchronization
 
 /// One run of one job on one pool thread.

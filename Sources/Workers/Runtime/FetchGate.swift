@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// What one fetcher shares with its waiters (`Fetcher`, one queue served): the buffer slots their Redis calls in
 /// flight may still fill, whether the queue was last seen caught up or paused, and the exclusion between those calls

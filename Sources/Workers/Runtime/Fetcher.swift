@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import Queue
+import WorkersQueue
 
 /// The fetcher: moves jobs from the queues into this process's in-flight lists
 /// (`ReliableQueue.fetch`, one script call per batch) and hands them to the pool through `buffer`. Each pass of its

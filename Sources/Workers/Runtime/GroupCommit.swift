@@ -1,7 +1,7 @@
 import Foundation
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 
 /// Group commit: how a pool thread runs the group-commit jobs (`JobOptions.groupCommit`) it takes — in one
 /// PostgreSQL transaction and one COMMIT per group, on the fast path (ledger rows claimed in rounds, jobs run

@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import Queue
+import WorkersQueue
 import CoreMetrics
 
 /// The housekeeper: moves due jobs from `retry` and `schedule` to their queues (about every

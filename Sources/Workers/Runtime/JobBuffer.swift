@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 // The hand-offs between the runtime's threads. Besides the running set (`RunningJobs`,
 // Execution.swift) these are the only state the threads share:

@@ -1,7 +1,7 @@
 import Foundation
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 
 /// Turns one fetched job into a settlement (`RunResult`): parse, look up, decode, run, and on failure apply
 /// Sidekiq's retry rules (`RetryPolicy`, §6 of the wire doc). Stateless apart from its configuration; any pool

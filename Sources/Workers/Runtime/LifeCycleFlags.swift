@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import Synchronization
 
 /// Where the process is in its life: serving, quiet (no longer fetching), stopping, and by when

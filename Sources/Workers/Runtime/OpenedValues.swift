@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import Queue
+import WorkersQueue
 
 /// The personal values one run opened (the declared personal fields of its arguments, docs/jobs-privacy.md), and the
 /// one way text leaves the run: every error text written to the job's entry (`error_message`, `error_backtrace`) and

@@ -1,4 +1,4 @@
-import Queue
+import WorkersQueue
 
 /// The fetch size limit for jobs a blocking wait (`BLMOVE`) brought: the fetch script buries its own oversized
 /// payloads in Redis (`OversizedScripts`), but a wait hands its job over whole. `split` sorts such jobs out before

@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import Queue
+import WorkersQueue
 import Synchronization
 
 /// Whether each Redis this process writes to has room for writes that grow it, as last seen (docs/redis-full.md).

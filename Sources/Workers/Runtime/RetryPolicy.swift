@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import Queue
+import WorkersQueue
 
 // The retry policy: what a failed run comes to under Sidekiq's retry rules (§6 of the wire doc). The kinds of
 // failure (`JobError`'s cases → dead, or retried after a given delay; any other error → retried with backoff), the

@@ -1,4 +1,4 @@
-import Queue
+import WorkersQueue
 
 // What one run of a job came to, from the runner to the settler: its settlement and the `stat:*` counters it moves,
 // or group commit's redo. The one spelling of a run's result (`JobRunner.run`, `JobPool`, `GroupCommit`); the

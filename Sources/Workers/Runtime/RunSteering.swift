@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import Queue
+import WorkersQueue
 import Synchronization
 
 /// The runtime's side of progress and cancellation (docs/workerctl.md "Cancel a job"; the job's side is

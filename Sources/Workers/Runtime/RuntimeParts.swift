@@ -1,5 +1,5 @@
 import Logging
-import Queue
+import WorkersQueue
 
 /// What the runtime's parts (`Fetcher`, `JobPool`, `Settler`, `Heartbeat`, `Housekeeper`, `Watchdog`) share: the
 /// process's identity and configuration, the shard map, the hand-offs between their threads, the outage log, the

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import Synchronization
 
 /// One named runtime thread (fetcher, settler, heartbeat, housekeeper, watchdog) and the means to

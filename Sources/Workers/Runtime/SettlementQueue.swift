@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import Queue
+import WorkersQueue
 
 // The hand-off from the pool threads (and the watchdog, the fetcher, shutdown) to the settler thread; the map of
 // all hand-offs is in JobBuffer.swift.

@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import Queue
+import WorkersQueue
 import Synchronization
 
 /// The settler: writes settlements (ack, retry, dead, requeue) and the `stat:*` counters to Redis

@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// The `info` JSON of our entry in Sidekiq's process registry, readable by the APIs and Web UIs of
 /// Sidekiq 6.4.1, 7.x and 8.x (docs/sidekiq-compat.md, "Process registry").

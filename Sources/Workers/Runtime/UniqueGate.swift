@@ -1,7 +1,7 @@
 import CoreMetrics
 import Foundation
 import Logging
-import Queue
+import WorkersQueue
 
 /// The fetch-time check of unique jobs (docs/unique-jobs.md): jobs pushed by clients that do not
 /// check (Ruby's Sidekiq OSS client) are caught here, before they reach the buffer.

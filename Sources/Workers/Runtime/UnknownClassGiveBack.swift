@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import Queue
+import WorkersQueue
 import Synchronization
 
 /// A job whose class this process does not register — or whose arguments version (`args_version`) it does not

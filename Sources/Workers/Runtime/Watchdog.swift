@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 import CoreMetrics
 
 /// The watchdog: ten times a second, fails every run that passed its deadline (a timeout

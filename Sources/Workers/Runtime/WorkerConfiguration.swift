@@ -1,5 +1,5 @@
 import Foundation
-import Queue
+import WorkersQueue
 
 /// A queue a worker serves and its weight (`--queue NAME[:WEIGHT]`).
 public struct QueueWeight: Sendable, Equatable {

@@ -1,7 +1,7 @@
 import Foundation
 import Logging
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 import Synchronization
 
 /// A worker process: N pool threads running jobs fetched reliably from Redis. This type is the

@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
-import Queue
-import Scheduler
+import WorkersQueue
+import WorkersScheduler
 
 struct CronCommand: ParsableCommand {
     static let configuration = CommandConfiguration(

@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
-import Jobs
-import Storage
+import WorkersAppJobs
+import WorkersStorage
 
 /// `workerctl revenue --from D --to D [--app UUID] [--csv | --json]`: the ad revenue report from
 /// `ad_revenue_daily` (what AdRevenueAggregationJob wrote).

@@ -1,8 +1,8 @@
 import ArgumentParser
 import Foundation
-import Queue
-import SubjectKeys
-import Telemetry
+import WorkersQueue
+import WorkersSubjectKeys
+import WorkersTelemetry
 import Tracing
 
 struct EnqueueCommand: ParsableCommand {

@@ -1,9 +1,9 @@
 import ArgumentParser
 import Foundation
-import Jobs
-import Queue
-import Storage
-import SubjectKeys
+import WorkersAppJobs
+import WorkersQueue
+import WorkersStorage
+import WorkersSubjectKeys
 import Workers
 
 /// `workerctl keys …`: the key-encryption key of personal job arguments (docs/jobs-privacy.md, "Rotation").

@@ -1,8 +1,8 @@
 import ArgumentParser
-import BenchJobs
+import WorkersBenchJobs
 import Foundation
 import Logging
-import Storage
+import WorkersStorage
 
 struct MigrateCommand: ParsableCommand {
     static let configuration = CommandConfiguration(

@@ -1,11 +1,11 @@
 import ArgumentParser
-import BenchJobs
+import WorkersBenchJobs
 import Foundation
 import Logging
-import Outbox
-import Queue
-import Storage
-import SubjectKeys
+import WorkersOutbox
+import WorkersQueue
+import WorkersStorage
+import WorkersSubjectKeys
 import Workers
 
 /// The outbox flags shared by `worker`, `run` (`--outbox-relay`) and `relay` (docs/outbox.md).

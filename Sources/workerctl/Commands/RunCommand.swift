@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
 import Workers
-import Scheduler
+import WorkersScheduler
 
 struct RunCommand: ParsableCommand {
     static let configuration = CommandConfiguration(

@@ -1,13 +1,13 @@
 import ArgumentParser
-import BenchJobs
+import WorkersBenchJobs
 import Foundation
-import HTTP
-import Jobs
+import WorkersHTTP
+import WorkersAppJobs
 import Logging
-import Outbox
-import Queue
-import Storage
-import SubjectKeys
+import WorkersOutbox
+import WorkersQueue
+import WorkersStorage
+import WorkersSubjectKeys
 import Workers
 
 /// The worker's flags and how they become a `WorkerProcess`: shared by `workerctl worker` and

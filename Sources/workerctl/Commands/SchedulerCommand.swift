@@ -1,8 +1,8 @@
 import ArgumentParser
 import Foundation
 import Logging
-import Queue
-import Scheduler
+import WorkersQueue
+import WorkersScheduler
 import Workers
 
 /// The schedule file and scheduler settings: shared by `workerctl scheduler` and `workerctl run`.

@@ -1,10 +1,10 @@
 import Foundation
 import Logging
 import Synchronization
-import Jobs
-import Queue
-import Storage
-import SubjectKeys
+import WorkersAppJobs
+import WorkersQueue
+import WorkersStorage
+import WorkersSubjectKeys
 import Workers
 
 /// The key store of encrypted personal arguments (docs/jobs-privacy.md) as `workerctl` configures it from the

@@ -1,5 +1,5 @@
 import Foundation
-import Outbox
+import WorkersOutbox
 
 /// docs/outbox.md's "From Swift" example, compiled against the `Outbox` product alone (built, never run, by
 /// scripts/test): an order row and its job committed in one PostgreSQL transaction, and a job an hour later.

@@ -1,6 +1,6 @@
 import Foundation
-import Jobs
-import Queue
+import WorkersAppJobs
+import WorkersQueue
 
 /// The `--json` shapes, in one place so they stay stable (documented in docs/workerctl.md).
 /// Every key is always present; values that do not apply are `null`.

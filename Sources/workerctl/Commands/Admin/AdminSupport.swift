@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
-import Queue
-import Scheduler
+import WorkersQueue
+import WorkersScheduler
 
 /// Where the operator commands connect: `--redis-url`, else `$REDIS_URL`, else the `redis_url`
 /// of `--config FILE`, else the local default (the same order as `workerctl worker`).

@@ -1,6 +1,6 @@
 import ArgumentParser
 import Foundation
-import Queue
+import WorkersQueue
 
 /// `workerctl batches ls|show`: parses and prints; the reading is `BatchAdmin` (Queue/Admin).
 struct BatchesCommand: ParsableCommand {

@@ -1,6 +1,6 @@
 import ArgumentParser
 import Foundation
-import Queue
+import WorkersQueue
 
 extension JobsCommand {
     /// `workerctl jobs cancel JID`: parses and prints; the logic is `JobAdmin.cancel(jid:)`, run on every shard.

@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
-import Jobs
-import Queue
+import WorkersAppJobs
+import WorkersQueue
 
 struct JobsCommand: ParsableCommand {
     static let configuration = CommandConfiguration(

@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
-import Queue
-import Storage
+import WorkersQueue
+import WorkersStorage
 
 /// `job_ledger` read by jid for explain's "done" (Queue's `JobLedgerLookup`; Queue does not import Storage).
 /// Connects only when asked (a job found in Redis never needs the database), one connection per call.

@@ -1,6 +1,6 @@
 import ArgumentParser
 import Foundation
-import Queue
+import WorkersQueue
 
 /// `workerctl limits ls [--json]`: the declared limits and their live state (logic in Queue/Admin/LimitAdmin.swift).
 struct LimitsCommand: ParsableCommand {

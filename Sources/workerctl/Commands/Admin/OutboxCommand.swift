@@ -1,8 +1,8 @@
 import ArgumentParser
 import Foundation
-import Outbox
-import Queue
-import Storage
+import WorkersOutbox
+import WorkersQueue
+import WorkersStorage
 
 /// `workerctl outbox status`: the transactional outbox at a glance (docs/outbox.md). The reading is
 /// `OutboxAdmin` (Outbox); this only parses and prints. The relay itself is `workerctl relay`.

@@ -1,6 +1,6 @@
 import ArgumentParser
 import Foundation
-import Queue
+import WorkersQueue
 
 struct QueuesCommand: ParsableCommand {
     static let configuration = CommandConfiguration(

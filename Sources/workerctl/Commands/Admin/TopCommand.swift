@@ -1,7 +1,7 @@
 import ArgumentParser
 import Dispatch
 import Foundation
-import Queue
+import WorkersQueue
 
 struct TopCommand: ParsableCommand {
     static let configuration = CommandConfiguration(

@@ -1,6 +1,6 @@
 import ArgumentParser
 import Foundation
-import Queue
+import WorkersQueue
 
 /// `workerctl unique ls|show|release`: the unique locks (docs/unique-jobs.md). Logic in
 /// `Queue/Admin/UniqueAdmin.swift`; this only parses and prints.

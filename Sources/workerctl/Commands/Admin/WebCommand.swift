@@ -1,9 +1,9 @@
 import ArgumentParser
 import Foundation
-import Jobs
+import WorkersAppJobs
 import Logging
 import Synchronization
-import WebDashboard
+import WorkersWebDashboard
 
 /// `workerctl web`: serves the operator dashboard (docs/web.md). Parsing and the credential's source only; the
 /// server and its pages are in WebDashboard.

@@ -1,6 +1,6 @@
 import ArgumentParser
 import Foundation
-import Queue
+import WorkersQueue
 
 struct WorkersCommand: ParsableCommand {
     static let configuration = CommandConfiguration(

@@ -1,0 +1,2 @@
+/* A stand-in C module named CCurl: declares one constant, links nothing. */
+static const int CCurl_stand_in = 1;
