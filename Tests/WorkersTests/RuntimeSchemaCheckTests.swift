@@ -15,7 +15,7 @@ final class RuntimeSchemaCheckTests: XCTestCase {
     var processes: [WorkerProcess] = []
 
     override func setUpWithError() throws {
-        redis = try TestRedis(database: 58)
+        redis = try TestRedis(database: 168)
         database = try PostgresTestDatabase.create(prefix: "runtime_schema_check")
         pool = PostgresPool(url: database.url, maxConnections: 2)
     }
