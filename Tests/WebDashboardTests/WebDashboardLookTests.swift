@@ -206,14 +206,11 @@ extension WebDashboardTests {
             ["eval": "fetch('/api/stats.json').then(r => r.json()).then(j => j.minutes.length)", "expect": "10"],
         ])
         // The counter changes while the page is open: the number shown follows without a reload (a mark set on the
-        // page's window survives).
-        let url = redis.url
-        DispatchQueue.global().asyncAfter(deadline: .now() + 3) {
-            _ = try? RedisConnection(url: url).send(["SET", Keys.statProcessed, "123456"])
-        }
+        // page's window survives). The write runs between two steps of the browser (no timer racing its start).
         try runBrowser([
             ["goto": base],
             ["eval": "window.loadedOnce = true; document.querySelector('[data-stat=processed]').textContent", "expect": "41"],
+            ["exec": ["/usr/bin/redis-cli", "-u", redis.url, "SET", Keys.statProcessed, "123456"]],
             ["wait": "document.querySelector('[data-stat=processed]').textContent === '123456' && window.loadedOnce === true"],
             ["eval": "document.getElementById('live-status').textContent.startsWith('Updated')", "expect": "true",
              "shot": "dashboard-live-updated"],

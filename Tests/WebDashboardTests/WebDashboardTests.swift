@@ -82,7 +82,7 @@ final class WebDashboardTests: XCTestCase {
     }
 
     /// Runs browser.py over `steps` in headless Chromium; skips when Chromium is not installed.
-    func runBrowser(_ steps: [[String: String]]) throws {
+    func runBrowser(_ steps: [[String: Any]]) throws {
         guard let chromium = TestServices.which("chromium") ?? TestServices.which("chromium-browser") else {
             // scripts/services installs Debian's chromium (APT_PACKAGES); only a machine without it gets here.
             print("WebDashboardTests: SKIPPED the browser test — chromium is not installed")

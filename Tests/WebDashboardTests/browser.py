@@ -7,7 +7,7 @@ does (the browser posts the form with its hidden CSRF field), checks the text sh
 usage: browser.py CHROMIUM SCREENSHOT_DIR STEPS_JSON
 STEPS_JSON: [{"goto": URL} | {"submit": CSS_SELECTOR_OF_FORM} | {"click": CSS_SELECTOR_OF_BUTTON}
              | {"viewport": "WIDTHxHEIGHT"} | {"media": "dark"|"light"} | {"eval": JS_EXPRESSION}
-             | {"wait": JS_EXPRESSION},
+             | {"wait": JS_EXPRESSION} | {"exec": [PROGRAM, ARG...]},
              with optional "expect": TEXT, "shot": NAME]
 "click" clicks the button as an operator does (its form's submit handlers run, then the browser posts the form; a
 confirm() dialog is accepted). "viewport" emulates a screen of that size (Emulation.setDeviceMetricsOverride, mobile
@@ -116,6 +116,15 @@ def main():
             elif "media" in step:
                 browser.call("Emulation.setEmulatedMedia",
                              {"features": [{"name": "prefers-color-scheme", "value": step["media"]}]}, session=True)
+            elif "exec" in step:
+                # A change outside the page at this exact point of the steps (a Redis write the live view must
+                # follow): run to completion before the next step, so no timer races the browser's start.
+                done = subprocess.run(step["exec"], capture_output=True, text=True, timeout=60)
+                if done.returncode != 0:
+                    print(f"step {number}: {step['exec'][0]} exited {done.returncode}: {done.stderr.strip()}")
+                    return 1
+                print(f"step {number}: ok, ran {step['exec'][0]}")
+                continue
             elif "eval" in step or "wait" in step:
                 if "wait" in step:
                     deadline = time.time() + 15
