@@ -7,3 +7,7 @@
 @_exported import class Storage.PostgresPool
 // The runtime's schema (job_outbox, workers_enqueue, …): `WorkersSchema.migrate(url:)` (docs/embedding.md).
 @_exported import enum Storage.WorkersSchema
+// What `PostgresLedgerLookup` answers (`WorkersClient.status(jid:ledger:)` takes it, docs/writing-jobs.md "What became
+// of my job").
+@_exported import protocol Queue.JobLedgerLookup
+@_exported import struct Queue.LedgerRow
