@@ -200,6 +200,29 @@ final class CompletionRecordTests: JobsTestCase {
         XCTAssertEqual(JobCompletion.ttlSeconds(.seconds(86_400)), 86_400)
     }
 
+    /// `workerctl jobs explain` and `jobs show` answer from the record too; an unreadable one exits 1 with its problem.
+    func testWorkerctlExplainsAFinishedJobFromItsRecord() throws {
+        let jid = "d00000000000000000000001"
+        let record = JobCompletion(state: .cancelled, className: "RecordedProbe", queue: "default",
+                                   finishedAt: Date(timeIntervalSince1970: 1_800_000_000), attempts: 2)
+        try redis.command("SET", JobCompletion.key(jid: jid), record.json, "EX", 600)
+        let workerctl = WorkerctlRunner(redisURL: redis.url)
+        let noLedger = ["DATABASE_URL": ""]
+        let explain = try workerctl.run(["jobs", "explain", jid, "--json"], environment: noLedger)
+        XCTAssertEqual(explain.status, 0, explain.stderr)
+        XCTAssertEqual(explain.object?["reason"]?.stringValue, "cancelled", explain.stdout)
+        XCTAssertEqual(explain.object?["details"]?.objectValue?["attempts"]?.intValue, 2, explain.stdout)
+        let show = try workerctl.run(["jobs", "show", jid], environment: noLedger)
+        XCTAssertEqual(show.status, 0, show.stderr)
+        XCTAssertTrue(show.stdout.contains("cancelled: RecordedProbe on queue default settled at 2027-01-15T08:00:00Z after 2 runs"), show.stdout)
+
+        try redis.command("DEL", JobCompletion.key(jid: jid))
+        try redis.command("RPUSH", JobCompletion.key(jid: jid), "x")
+        let hostile = try workerctl.run(["jobs", "explain", jid], environment: noLedger)
+        XCTAssertEqual(hostile.status, 1, hostile.stderr)
+        XCTAssertTrue(hostile.stdout.contains("the completion record is not a string"), hostile.stdout + hostile.stderr)
+    }
+
     func testThePublicLedgerLookupAnswersDoneForALedgerJob() async throws {
         let worker = try startWorker()
         defer { worker.shutdown() }
