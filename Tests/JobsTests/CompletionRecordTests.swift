@@ -57,9 +57,23 @@ final class CompletionRecordTests: JobsTestCase {
         }
     }
 
+    /// Group commit (`JobOptions.groupCommit`): its records are written once its group's COMMIT succeeded.
+    struct GroupedJob: Job {
+        struct Arguments: SingleJobArgument { static let className = "GroupedRecordProbe"; let value: String }
+        static var options: JobOptions {
+            var options = JobOptions(groupCommit: true)
+            options.completionRecord = .keep(ttl: CompletionRecordTests.ttl)
+            return options
+        }
+        func perform(_ arguments: Arguments, context: JobContext) throws {
+            _ = try context.transaction { _ in }
+        }
+    }
+
     func startWorker() throws -> WorkerProcess {
         var registry = JobRegistry()
         registry.register(RecordedJob())
+        registry.register(GroupedJob())
         registry.register(UnrecordedJob())
         registry.register(LedgerProbeJob())
         return try TestWorker.start(redis: redis, registry: registry, database: fixture.jobDatabase, concurrency: 2)
@@ -198,6 +212,23 @@ final class CompletionRecordTests: JobsTestCase {
         XCTAssertEqual(JobCompletion.ttlSeconds(.seconds(-5)), 60)
         XCTAssertEqual(JobCompletion.ttlSeconds(.seconds(Int64.max)), 30 * 86_400)
         XCTAssertEqual(JobCompletion.ttlSeconds(.seconds(86_400)), 86_400)
+    }
+
+    func testGroupCommittedJobsLeaveTheirRecords() async throws {
+        let client = try client()
+        defer { client.shutdown() }
+        // Waiting before the worker starts, so that its pool threads run them in groups.
+        var jids: [String] = []
+        for index in 0..<40 { jids.append(try await client.enqueue(NewJob("GroupedRecordProbe", args: [.string("\(index)")]))) }
+        let worker = try startWorker()
+        defer { worker.shutdown() }
+        XCTAssertTrue(eventually { worker.processedCount >= 40 }, "the grouped probes did not run")
+        let recorded = try eventually { try jids.allSatisfy { try recordExists($0) } }
+        let missing = try jids.filter { try !recordExists($0) }.count
+        XCTAssertTrue(recorded, "records missing: \(missing) of 40")
+        let status = try await notRunning(client, jids[17])
+        XCTAssertEqual(completed(status)?.state, .done)
+        XCTAssertEqual(completed(status)?.className, "GroupedRecordProbe")
     }
 
     /// `workerctl jobs explain` and `jobs show` answer from the record too; an unreadable one exits 1 with its problem.
