@@ -94,6 +94,7 @@ FIXED = {"queues": ("QUEUES", "queues"), "paused": ("PAUSED", "paused"), "schedu
 DERIVED = {"queueKey": [("queue_key(p1)", "'queue:' .. p1")],
            "workingKey": [("working_key(p1, p2)", "'working:queue:' .. p1 .. ':' .. p2")],
            "uniqueOwnerKey": [("unique_owner_key(p1)", "'unique-jid:' .. p1")],
+           "completionKey": [("completion_key(p1)", "'completion:' .. p1")],
            "statDayKeys": [("stat_processed_day_key(p1)", "'stat:processed:' .. p1"),
                            ("stat_failed_day_key(p1)", "'stat:failed:' .. p1"),
                            ("stat_minutely_processed_key(p1)", "'stat:minutely:processed:' .. p1"),

@@ -32,3 +32,7 @@
 @_exported import struct WorkersStorage.PostgresDay
 @_exported import protocol WorkersStorage.PostgresDecodable
 @_exported import struct WorkersQueue.RedisTLSSettings
+// What `PostgresLedgerLookup` answers (`WorkersClient.status(jid:ledger:)` takes it, docs/writing-jobs.md "What became
+// of my job").
+@_exported import protocol WorkersQueue.JobLedgerLookup
+@_exported import struct WorkersQueue.LedgerRow

@@ -1,5 +1,5 @@
 /// Every key pattern Queue's key types can build (`Keys`, `LimitKeys`, `CancelKeys`, `ProgressKeys`,
-/// `ClassMetricsLayout`), each through its builder. A key added to a key type is added here in the
+/// `CompletionKeys`, `ClassMetricsLayout`), each through its builder. A key added to a key type is added here in the
 /// same change: `KeyCatalogueTests` fails on a key a real run creates that no pattern matches. The other modules'
 /// catalogues: `CronKeys.catalogue` (Scheduler), `ErasureKeys.catalogue` (SubjectKeys), `GeoKeys.catalogue`
 /// (Jobs), `BenchKeys.catalogue` (BenchJobs); their union: `Tests/JobsTests/KeyCatalogue+All.swift`.
@@ -87,6 +87,9 @@ package enum QueueKeyCatalogue {
         KeyPattern("cancels", .zset, owner: "cancel", key: CancelKeys.set),
         KeyPattern("cancel-mark", [.string], owner: "cancel", parts: [P("jid", sample: "0123456789abcdef01234567")]) {
             CancelKeys.mark(jid: $0[0])
+        },
+        KeyPattern("completion", [.string], owner: "completion records", parts: [P("jid", sample: "0123456789abcdef01234567")]) {
+            CompletionKeys.record(jid: $0[0])
         },
     ]
 

@@ -17,6 +17,10 @@ package struct FetchedJob: Sendable {
     /// set is not empty): the epoch seconds of the cancel request. The runner's pre-run check settles such a job
     /// without running it (unless it is a copy retried after that cancel). Nil for other jobs.
     public var cancelRequestedAt: Double?
+    /// The completion record its settlement writes (`JobCompletion`, set by the runner when the job settles for good
+    /// and its class keeps one): written by `Scripts.complete` in the call that takes the job off its in-flight list,
+    /// never while Redis is full. Nil for other jobs (a settlement without it writes no record).
+    package var completion: CompletionWrite?
 
     public init(queue: String, raw: [UInt8], workingKey: String, uniqueJid: String? = nil, shard: Int = 0) {
         self.queue = queue
@@ -251,7 +255,7 @@ package enum ReliableQueue {
     /// `redisHasRoom` false (a Redis at `maxmemory`, docs/redis-full.md): no tail cut — its transaction holds
     /// `RPUSH` and `INCRBY`, which a full Redis refuses — so every settlement goes through the script, whose first
     /// write (`LREM`) Redis accepts. The caller then sends only settlements that free memory (`freesMemory`), with
-    /// no counts.
+    /// no counts, and no completion record (`FetchedJob.completion`) is written.
     @discardableResult
     public static func settle(_ connection: RedisConnection,
                               _ items: [(job: FetchedJob, settlement: Settlement, counts: RunCounts)],
@@ -276,7 +280,8 @@ package enum ReliableQueue {
         // refuses and that changes nothing otherwise (`SADD` of a queue already listed), so a full Redis refuses the
         // batch before anything of it is written (`-OOM`; the scripts below would not refuse it after their first
         // write, docs/redis-full.md). Between this and the script, memory can still fill: one batch at most overshoots.
-        if redisHasRoom, let growing = others.first(where: { !freesMemory($0.job, $0.settlement) }) {
+        // A completion record grows Redis too (a full Redis then gets the batch again without records).
+        if redisHasRoom, let growing = others.first(where: { !freesMemory($0.job, $0.settlement) || $0.job.completion != nil }) {
             try connection.command("SADD", Keys.queues, growing.job.queue)
         }
         var settled = 0
@@ -291,7 +296,7 @@ package enum ReliableQueue {
         if ops.isEmpty && others.isEmpty { return settled }
         ops += others
         var arguments: [any RedisArgument] = [now, Clock.utcDay(now), deadLimits.maxJobs, deadLimits.maxAgeSeconds]
-        arguments.reserveCapacity(4 + ops.count * 7)
+        arguments.reserveCapacity(4 + ops.count * 10)
         // Appended one by one: an array literal per job (`+= [...]`) allocated a temporary array each time.
         for (job, settlement, counts) in ops {
             let op: String, payload: String
@@ -311,6 +316,15 @@ package enum ReliableQueue {
             arguments.append(target)
             arguments.append(counts.rawValue)
             arguments.append(job.uniqueJid ?? "")
+            if redisHasRoom, let completion = job.completion {
+                arguments.append(completion.jid)
+                arguments.append(completion.json)
+                arguments.append(completion.ttlSeconds)
+            } else {
+                arguments.append("")
+                arguments.append("")
+                arguments.append(0)
+            }
         }
         let reply = try connection.evaluate(Scripts.complete, arguments: arguments)
         return settled + Int(reply.integer ?? 0)
@@ -438,11 +452,12 @@ package enum ReliableQueue {
         for reply in try connection.pipeline(commands) { try reply.checked() }
     }
 
-    /// An `ack` of a run counted as processed only (not failed), of a job without a unique lock and not of a batch:
+    /// An `ack` of a run counted as processed only (not failed), of a job without a unique lock or a completion
+    /// record and not of a batch:
     /// what a successful run settles as, taken off its list's tail by `acknowledge`.
     private static func isPlainAck(_ job: FetchedJob, _ settlement: Settlement, _ counts: RunCounts) -> Bool {
         guard case .ack = settlement else { return false }
-        return counts == .processed && job.uniqueJid == nil && !mayBelongToBatch(job.raw)
+        return counts == .processed && job.uniqueJid == nil && job.completion == nil && !mayBelongToBatch(job.raw)
     }
 
     /// Whether `raw` holds the bytes `"bid"` anywhere — the settle script's own test before it looks for a batch

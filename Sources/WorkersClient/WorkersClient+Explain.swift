@@ -5,7 +5,10 @@ extension WorkersClient {
     /// Why job `jid` is not running, or what became of it (`JobExplain`, docs/workerctl.md "Why isn't my job
     /// running?"): the first reason found, looked for on every shard (a job lives on the shard of its queue).
     ///
-    /// `ledger`: reads `job_ledger` for a jid found nowhere in Redis (`.done`); without it such a jid is `.unknown`.
+    /// A jid found nowhere in Redis is answered by its completion record (`.completed`: done, dead or cancelled, for
+    /// classes that keep one, `JobOptions.completionRecord`), else by `ledger` (`.done`; `PostgresLedgerLookup` of the
+    /// `Outbox` product reads `job_ledger`), else `.unknown` — or `.unreadableRecord` when `completion:<jid>` holds
+    /// something else (docs/writing-jobs.md, "What became of my job", says what each unknown means).
     /// Every read is bounded (`JobExplain`'s budgets). Runs on the client's threads; safe from any task.
     /// Throws `AdminError.invalidArgument` for a jid that cannot be searched, `RedisError` on I/O, and what
     /// `ledger` throws.
@@ -23,7 +26,8 @@ extension WorkersClient {
             try JobExplain(connection: connection).status(jid: jid, now: now, shard: shard)
         }
         if let known = perShard.first(where: { !$0.explanation.isUnknown }) { return known }
-        let first = perShard[0]
+        // An unreadable completion record says more than a plain "unknown".
+        let first = perShard.first(where: { if case .unreadableRecord = $0.explanation { true } else { false } }) ?? perShard[0]
         guard let ledger else { return first }
         // Found in no shard's Redis: the ledger (once, not per shard).
         let row = try await withConnection { _ in try ledger.row(jid: jid) }

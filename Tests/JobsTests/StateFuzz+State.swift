@@ -221,6 +221,10 @@ enum StateGenerators {
             return .zset(items)
         },
         "cancel-mark": scalar,
+        "completion": { r, s, type in
+            type == .string && r.chance(0.7)
+                ? .string(Array(object(&r, ["state", "class", "queue", "finished_at", "attempts"]).utf8)) : generic(&r, s, type)
+        },
         "class-metrics-counters": fields { s in s.classes.flatMap { [ClassMetricsLayout.runsField($0), ClassMetricsLayout.failedField($0),
                                                                       ClassMetricsLayout.millisecondsField($0)] } },
         "class-metrics-sidekiq-histogram": scalar,

@@ -43,10 +43,19 @@ public enum JobExplanation: Sendable, Equatable, CustomStringConvertible {
     case running(RunningJob)
     /// Finished: a `job_ledger` row (only jobs that write the ledger have one).
     case done(finishedAt: Date?, className: String, queue: String)
+    /// Settled for good — done, dead or cancelled — as the job's completion record says (`completion:<jid>`, kept
+    /// for classes that opt in with `JobOptions.completionRecord`, until its TTL).
+    case completed(JobCompletion)
+    /// Found nowhere, and `completion:<jid>` holds something that is not a completion record: `problem` says what
+    /// (never the value). Read as unknown (`isUnknown`).
+    case unreadableRecord(jid: String, problem: String)
     /// In the dead set since `at`, with the error the runtime stored (already redacted when it was written).
     case dead(at: Date, errorClass: String?, errorMessage: String?)
-    /// Found nowhere: not in Redis (every state searched, within the budget), not in the ledger.
-    /// `searchIncomplete`: the scan budget ran out, so it may still be in a long queue.
+    /// Found nowhere: not in Redis (every state searched, within the budget), no completion record, not in the
+    /// ledger. `searchIncomplete`: the scan budget ran out, so it may still be in a long queue. What it means
+    /// (docs/writing-jobs.md, "What became of my job"): never enqueued here, or finished with no trace kept — its class
+    /// keeps no completion record and writes no ledger row, or the record's TTL (the ledger's retention) has passed.
+
     case unknown(jid: String, searchIncomplete: Bool)
 
     /// A short stable name of the reason (`--json`'s `reason`).
@@ -65,7 +74,8 @@ public enum JobExplanation: Sendable, Equatable, CustomStringConvertible {
         case .running: return "running"
         case .done: return "done"
         case .dead: return "dead"
-        case .unknown: return "unknown"
+        case .completed(let record): return record.state.rawValue
+        case .unknown, .unreadableRecord: return "unknown"
         }
     }
 
@@ -131,17 +141,24 @@ public enum JobExplanation: Sendable, Equatable, CustomStringConvertible {
             return "done: \(className) on queue \(queue) finished at \(finishedAt.map(ExplainFormat.time) ?? "unknown") (job_ledger)"
         case .dead(let at, let errorClass, let errorMessage):
             return "dead since \(ExplainFormat.time(at)): \(errorClass ?? "unknown error")\(errorMessage.map { ": \($0)" } ?? "")"
+        case .completed(let record):
+            let runs = "\(record.attempts) run\(record.attempts == 1 ? "" : "s")"
+            return "\(record.state.rawValue): \(record.className) on queue \(record.queue) settled at \(ExplainFormat.time(record.finishedAt)) after \(runs) (completion record)"
+        case .unreadableRecord(let jid, let problem):
+            return "unknown jid \(jid): not in Redis, and \(problem)"
         case .unknown(let jid, let incomplete):
-            return "unknown jid \(jid): not in Redis\(incomplete ? " (search stopped at its budget)" : ""), nor in the ledger when one is read"
+            return "unknown jid \(jid): not in Redis\(incomplete ? " (search stopped at its budget)" : ""), no completion record, nor in the ledger when one is read"
         }
     }
 }
 
 extension JobExplanation {
-    /// True for `.unknown`.
+    /// True for `.unknown` and `.unreadableRecord`: nothing says what became of the job.
     public var isUnknown: Bool {
-        if case .unknown = self { return true }
-        return false
+        switch self {
+        case .unknown, .unreadableRecord: return true
+        default: return false
+        }
     }
 }
 
@@ -269,10 +286,22 @@ public struct JobExplain: Sendable {
             explanation = try explain(record, now: now)
         } else if let waiting = try batchCallback(jid: jid) {
             explanation = waiting
-        } else if let row = try ledger?.row(jid: jid) {
-            explanation = .done(finishedAt: row.finishedAt, className: row.className, queue: row.queue)
         } else {
-            explanation = .unknown(jid: jid, searchIncomplete: budget.exhausted)
+            switch try completion(jid: jid) {
+            case .record(let completion): explanation = .completed(completion)
+            case .unreadable(let problem):
+                if let row = try ledger?.row(jid: jid) {
+                    explanation = .done(finishedAt: row.finishedAt, className: row.className, queue: row.queue)
+                } else {
+                    explanation = .unreadableRecord(jid: jid, problem: problem)
+                }
+            case .none:
+                if let row = try ledger?.row(jid: jid) {
+                    explanation = .done(finishedAt: row.finishedAt, className: row.className, queue: row.queue)
+                } else {
+                    explanation = .unknown(jid: jid, searchIncomplete: budget.exhausted)
+                }
+            }
         }
         return try status(jid: jid, record: record, explanation: explanation, shard: shard)
     }
@@ -285,12 +314,19 @@ public struct JobExplain: Sendable {
         return try status(jid: jid, record: record, explanation: try explain(record, now: now), shard: shard)
     }
 
+    /// The job's completion record (`completion:<jid>`), read by one `GET` whose reply, whatever the key holds, ends
+    /// in a reading (`JobCompletion.read`).
+    func completion(jid: String) throws -> JobCompletion.Reading {
+        JobCompletion.read(try connection.send(["GET", JobCompletion.key(jid: jid)]))
+    }
+
     private func status(jid: String, record: JobRecord?, explanation: JobExplanation, shard: String) throws -> JobStatus {
         let extras = try connection.pipeline([["GET", JobProgress.key(jid: jid)], ["GET", JobCancels.markKey(jid: jid)]])
         let progress = extras[0].string.flatMap(JobProgress.init(json:))
         let cancel = extras[1].string.flatMap { Bounded.epochSeconds(Double($0)) }.map { Date(timeIntervalSince1970: $0) }
         let retryCount = record?.retryCount.map { Bounded.int($0, in: -1...Bounded.maxCount) }
-        let attempts = retryCount.map { $0 + 1 } ?? (record?.state == .busy ? 1 : 0)
+        var attempts = retryCount.map { $0 + 1 } ?? (record?.state == .busy ? 1 : 0)
+        if case .completed(let completion) = explanation { attempts = completion.attempts }
         var status = JobStatus(state: record?.state, attempts: max(0, attempts), progress: progress,
                                cancelRequestedAt: cancel, explanation: explanation, shard: shard)
         if let memory = try RedisMemoryReading.read(connection), memory.isFull {

@@ -111,7 +111,8 @@ enum Scripts {
         """].joined(separator: "\n"))
 
     /// Settles in-flight jobs and moves the counters, atomically. ARGV: now, utc day, dead max jobs, dead timeout
-    /// seconds, then groups of seven: op, working key, raw job, new payload, target, counts, unique jid. (The plain
+    /// seconds, then groups of ten: op, working key, raw job, new payload, target, counts, unique jid, completion jid,
+    /// completion record, its TTL in seconds. (The plain
     /// acks of a drain do not come here: `ReliableQueue.acknowledge` cuts them off their lists' tails without sending
     /// each payload through Lua, whose string hash reads every byte; this script takes the ones it leaves as `ack`.)
     /// An op only takes effect if the raw job was still
@@ -128,10 +129,11 @@ enum Scripts {
     /// failure, dead / drop = finished without success). `unique jid` ('' if none) is the jid of a job
     /// that owns a unique lock (docs/unique-jobs.md): `ack`, `dead` and `drop` release it (only if the
     /// lock still names that jid), `retry` and `schedule` (over a limit) extend it to the job's next time +
-    /// its `for`, `requeue` keeps it.
+    /// its `for`, `requeue` keeps it. `completion jid` ('' if none) names the job's completion record
+    /// (`JobCompletion`, `completion:<jid>`): `SET … EX ttl` in the same call, only when this call's LREM removed the job.
     /// Returns the number of jobs settled.
     static let complete = RedisScript(keys: BatchScripts.keys.retry.dead.schedule.statProcessed.statFailed.uniqueOwnerKey
-                                        .queueKey.statDayKeys,
+                                        .queueKey.statDayKeys.completionKey,
                                       [BatchScripts.functions, Scripts.trimDeadFunction, Scripts.countRunsFunction].joined(separator: "\n") + """
 
         local now = ARGV[1]
@@ -149,12 +151,16 @@ enum Scripts {
           local left = redis.call('PTTL', key)
           if left >= 0 and tonumber(now) * 1000 + left < ms then redis.call('PEXPIREAT', key, ms) end
         end
-        for i = first, #ARGV, 7 do
+        for i = first, #ARGV, 10 do
           local op, working, raw, payload, target = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
           local counts = tonumber(ARGV[i + 5])
           local unique = ARGV[i + 6]
+          local completion = ARGV[i + 7]
           if redis.call('LREM', working, -1, raw) == 1 then
             settled = settled + 1
+            if completion ~= '' then
+              redis.call('SET', completion_key(completion), ARGV[i + 8], 'EX', ARGV[i + 9])
+            end
             if unique ~= '' and op ~= 'requeue' then
               local owner = unique_owner_key(unique)
               local lock = redis.call('HGET', owner, 'lock')

@@ -17,6 +17,7 @@ extension ScriptKeys {
     package var queueKey: ScriptKeys { derived("queue_key", Keys.queue) }
     package var workingKey: ScriptKeys { derived("working_key") { Keys.working(queue: $0, identity: $1) } }
     package var uniqueOwnerKey: ScriptKeys { derived("unique_owner_key", Keys.uniqueOwner) }
+    package var completionKey: ScriptKeys { derived("completion_key") { CompletionKeys.record(jid: $0) } }
     package var statDayKeys: ScriptKeys {
         derived("stat_processed_day_key") { Keys.statProcessed(day: $0) }
             .derived("stat_failed_day_key") { Keys.statFailed(day: $0) }

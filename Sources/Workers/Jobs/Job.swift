@@ -70,6 +70,16 @@ public enum JobError: Error, Sendable, CustomStringConvertible {
     }
 }
 
+/// Whether a class's jobs leave a completion record (`JobCompletion`: state, class, queue, finish time, runs; no
+/// arguments, no error text) in Redis at `completion:<jid>` when they settle for good. Pure value; any thread.
+public enum CompletionRecordPolicy: Sendable, Equatable {
+    /// No record (the default).
+    case off
+    /// A record that expires `ttl` after the job settled; a TTL outside `JobCompletion.ttlRange` (a minute to 30 days)
+    /// is clamped into it.
+    case keep(ttl: Duration)
+}
+
 /// How a job class wants failures handled.
 public struct JobOptions: Sendable {
     /// Retries when the payload says `retry: true` or nothing (Sidekiq's default: 25).
@@ -100,6 +110,10 @@ public struct JobOptions: Sendable {
     /// Fleet-wide limits a job must pass before it runs, and what happens when it is over one
     /// (docs/limiters.md, Workers/Limits/).
     public var limits: JobLimits = []
+    /// Whether the runtime keeps a completion record of each job of the class once it settles for good — done, dead
+    /// or cancelled — so that `WorkersClient.status(jid:)` answers without a ledger (docs/writing-jobs.md, "What
+    /// became of my job"). Off by default: nothing is written.
+    public var completionRecord: CompletionRecordPolicy = .off
 
     public init(maxRetries: Int = 25, backoff: Backoff = .sidekiq, timeout: Duration = .seconds(1800), usesLedger: Bool = false,
                 groupCommit: Bool = false) {

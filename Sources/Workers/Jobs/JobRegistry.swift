@@ -55,6 +55,8 @@ package struct PreparedJob: Sendable {
 public struct JobRegistry: Sendable {
     private var entries: [String: @Sendable (JobPayload) throws -> PreparedJob] = [:]
     private var optionsByName: [String: JobOptions] = [:]
+    /// The completion record's TTL of each registered name whose class keeps one (`JobOptions.completionRecord`).
+    private var completionTTLByName: [String: Duration] = [:]
     /// The reflected Swift name of each registered job type (`Workers.FailJob`) → its Sidekiq class
     /// name (`Fail`): error classes nested in a job type are written as `Fail::Failure`.
     private(set) var classNamesByType: [String: String] = [:]
@@ -115,6 +117,7 @@ public struct JobRegistry: Sendable {
             }
         }
         optionsByName[key] = J.options
+        if case .keep(let ttl) = J.options.completionRecord { completionTTLByName[key] = ttl } else { completionTTLByName[key] = nil }
         if !J.Arguments.personalFields.isEmpty {
             personalByName[key] = (J.Arguments.personalFields, J.Arguments.subjectField)
         } else {
@@ -126,6 +129,13 @@ public struct JobRegistry: Sendable {
     public var classNames: [String] { entries.keys.sorted() }
 
     public func options(for className: String) -> JobOptions? { optionsByName[className] }
+
+    /// True when some registered class keeps a completion record: the runtime then looks each settled job's class up
+    /// (`completionTTL(for:)`); otherwise it skips that lookup.
+    var keepsCompletionRecords: Bool { !completionTTLByName.isEmpty }
+
+    /// The TTL of the completion record jobs of `className` leave, nil when the class keeps none (or is not registered).
+    func completionTTL(for className: String) -> Duration? { completionTTLByName[className] }
 
     /// Looks the payload's class up and decodes its arguments.
     package func prepare(_ payload: JobPayload) throws(DispatchError) -> PreparedJob {

@@ -182,7 +182,7 @@ struct GroupCommit {
                 continue
             }
             ran.record(failed: false)
-            jobPool.settle(.init(job: member.taken.job, settlement: .ack, counts: .processed), heldIn: slot)
+            jobPool.settle(.init(job: member.taken.job, settlement: .ack, counts: .processed), of: member.taken, heldIn: slot)
         }
         return .settled(next: next)
     }
@@ -246,7 +246,7 @@ struct GroupCommit {
                 members[index].ran = ran.metrics
             } else {
                 // Failed in its own savepoint, which was rolled back: settled now, as on the savepoint path.
-                jobPool.settle(taken.job, after: ran, heldIn: slot)
+                jobPool.settle(taken, after: ran, heldIn: slot)
                 members.remove(at: index)
                 index -= 1
             }
@@ -315,7 +315,7 @@ struct GroupCommit {
             guard let payload = taken.payload else { continue }  // only parsed jobs share commits
             let options = runner.registry.options(for: payload.className) ?? JobOptions()
             let settlement = runner.settlement(after: error, payload: payload, job: taken.job, options: options, logger: logger)
-            jobPool.settle(.init(job: taken.job, settlement: settlement, counts: [.processed, .failed]), heldIn: slot)
+            jobPool.settle(.init(job: taken.job, settlement: settlement, counts: [.processed, .failed]), of: taken, heldIn: slot)
         }
     }
 
@@ -344,7 +344,7 @@ struct GroupCommit {
                     if case .settled(.ack, _) = ran.result {
                         awaiting.append((taken, ran.metrics))
                     } else {
-                        jobPool.settle(taken.job, after: ran, heldIn: slot)
+                        jobPool.settle(taken, after: ran, heldIn: slot)
                     }
                     guard connection.isOpen, connection.isInTransaction, !connection.isTransactionFailed else {
                         throw GroupCommitBroken()
@@ -361,7 +361,7 @@ struct GroupCommit {
         }
         for (taken, ran) in awaiting {
             ran?.record(failed: false)
-            jobPool.settle(.init(job: taken.job, settlement: .ack, counts: .processed), heldIn: slot)
+            jobPool.settle(.init(job: taken.job, settlement: .ack, counts: .processed), of: taken, heldIn: slot)
         }
         if retire { jobPool.giveBack(jobs[next...].map(\.job), heldIn: slot) }
         return retire

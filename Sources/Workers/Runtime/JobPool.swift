@@ -83,7 +83,7 @@ final class JobPool: Sendable {
             guard let ran = runOne(taken, slot: slot, threadID: threadID, metricHandles: &metricHandles) else {
                 return
             }
-            settle(taken.job, after: ran, heldIn: slot)
+            settle(taken, after: ran, heldIn: slot)
         }
     }
 
@@ -91,19 +91,21 @@ final class JobPool: Sendable {
     /// (`settle(_:heldIn:)`). A `.redo` comes only from a run in a group's claimed transaction, which `GroupCommit`
     /// handles before; were one to reach here, its job goes back to its queue rather than being lost. Internal for
     /// this thread's `GroupCommit`.
-    func settle(_ job: FetchedJob, after ran: (result: RunResult, metrics: RunMetrics), heldIn slot: RunningJobs.Slot) {
+    func settle(_ taken: TakenJob, after ran: (result: RunResult, metrics: RunMetrics), heldIn slot: RunningJobs.Slot) {
         guard case .settled(let settlement, let counts) = ran.result else {
-            giveBack([job], heldIn: slot)
+            giveBack([taken.job], heldIn: slot)
             return
         }
         if counts.contains(.processed) { ran.metrics.record(failed: counts.contains(.failed)) }
-        settle(.init(job: job, settlement: settlement, counts: counts), heldIn: slot)
+        settle(.init(job: taken.job, settlement: settlement, counts: counts), of: taken, heldIn: slot)
     }
 
     /// Queues `item`, then drops its job from the slot's `held` list — in that order: a reconciliation reads `held`
     /// before the settlement queue (`Fetcher.knownInFlight`), so it sees the job in one of them. Every settlement a
-    /// pool thread makes goes through here or `giveBack(_:heldIn:)`. Internal for this thread's `GroupCommit`.
-    func settle(_ item: SettlementQueue.Item, heldIn slot: RunningJobs.Slot) {
+    /// pool thread makes goes through here or `giveBack(_:heldIn:)`, with the completion record its class keeps
+    /// (`JobRunner.withCompletionRecord`). Internal for this thread's `GroupCommit`.
+    func settle(_ item: SettlementQueue.Item, of taken: TakenJob, heldIn slot: RunningJobs.Slot) {
+        let item = runner.withCompletionRecord(item, payload: taken.payload)
         settlements.add(item)
         slot.release(item.job)
     }

@@ -41,7 +41,8 @@ final class Watchdog: Sendable {
                 metrics.jobTimeouts.increment()
                 // Queued before `remove` drops it from its thread's held list: a reconciliation reading in between
                 // sees it in one of them. Counted as a failed run.
-                settlements.add(.init(job: execution.job, settlement: settlement, counts: [.processed, .failed]))
+                settlements.add(pool.runner.withCompletionRecord(
+                    .init(job: execution.job, settlement: settlement, counts: [.processed, .failed]), payload: execution.payload))
                 running.remove(execution)
                 if !flags.isStopping { pool.spawnThread() }
             }

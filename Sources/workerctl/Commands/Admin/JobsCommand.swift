@@ -143,9 +143,13 @@ struct JobsCommand: ParsableCommand {
                         return try JobAdmin(connection: $0).findOne(jid: jid, in: states, budget: budget)
                     }
                 } catch let error as AdminError where error.isNotFound && state == nil {
-                    // Not in Redis: a finished job is in the ledger (`jobs explain`); otherwise the error as before.
+                    // Not in Redis: a finished job is in the ledger or its completion record (`jobs explain`);
+                    // otherwise the error as before.
                     let status = try JobsCommand.status(jid: jid, connection: connection, ledger: ledger, warn: false)
-                    guard case .done = status.explanation else { throw error }
+                    switch status.explanation {
+                    case .done, .completed: break
+                    default: throw error
+                    }
                     if output.json { return printJSON(JobsCommand.json(jid: jid, status)) }
                     return JobsCommand.printStatus(status, now: Date())
                 }

@@ -1,32 +1,7 @@
 import ArgumentParser
 import Foundation
+import WorkersOutbox
 import WorkersQueue
-import WorkersStorage
-
-/// `job_ledger` read by jid for explain's "done" (Queue's `JobLedgerLookup`; Queue does not import Storage).
-/// Connects only when asked (a job found in Redis never needs the database), one connection per call.
-struct PostgresLedgerLookup: JobLedgerLookup {
-    let url: String
-
-    func row(jid: String) throws -> LedgerRow? {
-        let connection: PostgresConnection
-        do { connection = try PostgresConnection(url: url) } catch {
-            throw CLIError.runtime("cannot connect to PostgreSQL at \(PostgresURL.redacted(url)): \(error)")
-        }
-        defer { connection.close() }
-        guard let row = try connection.queryFirst(
-            """
-            SELECT job_class, queue, extract(epoch FROM started_at)::float8 AS started_at,
-                   extract(epoch FROM finished_at)::float8 AS finished_at
-            FROM job_ledger WHERE jid = $1
-            """, [jid]) else { return nil }
-        func date(_ column: String) throws -> Date? {
-            try row.isNull(column) ? nil : Date(timeIntervalSince1970: try row.double(column))
-        }
-        return LedgerRow(className: try row.string("job_class"), queue: try row.string("queue"),
-                         startedAt: try date("started_at"), finishedAt: try date("finished_at"))
-    }
-}
 
 /// `--database-url` for explain: the ledger is read only when a URL is given (flag or `$DATABASE_URL`).
 struct LedgerOptions: ParsableArguments {
@@ -52,7 +27,8 @@ extension JobsCommand {
             return status
         }
         if let known = statuses.first(where: { !$0.explanation.isUnknown }) { return known }
-        var first = statuses[0]
+        // An unreadable completion record says more than a plain "unknown".
+        var first = statuses.first(where: { if case .unreadableRecord = $0.explanation { true } else { false } }) ?? statuses[0]
         guard let lookup else { return first }
         do {
             if let row = try lookup.row(jid: jid) {
@@ -98,6 +74,10 @@ extension JobsCommand {
             details = ["finished_at": iso(finishedAt), "class": .string(className), "queue": .string(queue)]
         case .dead(let at, let errorClass, let errorMessage):
             details = ["at": iso(at), "error_class": AdminJSON.string(errorClass), "error_message": AdminJSON.string(errorMessage)]
+        case .completed(let record):
+            details = ["state": .string(record.state.rawValue), "finished_at": iso(record.finishedAt), "class": .string(record.className),
+                       "queue": .string(record.queue), "attempts": .int(Int64(record.attempts)), "source": "completion_record"]
+        case .unreadableRecord(_, let problem): details = ["completion_record": .string(problem)]
         case .unknown(_, let incomplete): details = ["search_incomplete": .bool(incomplete)]
         }
         return .object([
