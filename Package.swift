@@ -36,7 +36,7 @@ let floors: [String: Int] = [
     "CHiredis": 1, "CLibPQ": 1, "CCurl": 1,  // system-library shims
     "CWorkersOpenSSL": 1,     // OpenSSL's libssl for TLS links to Redis (hiredis 0.14 has no TLS of its own)
     "CivilDate": 1,           // calendar arithmetic
-    "Boundary": 1,            // Bounded: outside numbers clamped or refused, never a trap
+    "Boundary": 1,            // Bounded: outside numbers clamped or refused, never a trap; ContentHash (SHA-1/256)
     "Telemetry": 1,           // the tracing switch, W3C context, OTLP tracer and batcher (docs/tracing.md)
 ]
 
@@ -84,16 +84,16 @@ let package = Package(
         // Proleptic Gregorian day arithmetic shared by Storage (timestamps) and Scheduler (cron).
         .target(name: "CivilDate"),
         // The one way a number from outside (payload, header, URL, query string, config) becomes a runtime number:
-        // clamped or refused, never a trap (docs/hostile-input.md). No dependencies; re-exported by Queue.
+        // clamped or refused, never a trap (docs/hostile-input.md); and ContentHash, the SHA-1/SHA-256 Queue and Storage
+        // name scripts, unique locks and migration files by (no crypto library for them). No dependencies; re-exported
+        // by Queue.
         .target(name: "Boundary"),
 
         // Tracing (docs/tracing.md): off unless bootstrapped; the OTLP/HTTP transport lives in HTTP.
         .target(name: "Telemetry", dependencies: [.product(name: "Tracing", package: "swift-distributed-tracing")]),
 
-        .target(name: "Queue", dependencies: ["Boundary", "CHiredis", "CWorkersOpenSSL", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"),
-                                              .product(name: "Crypto", package: "swift-crypto")]),
-        .target(name: "Storage", dependencies: ["CLibPQ", "CivilDate", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
-                                                .product(name: "Crypto", package: "swift-crypto")],
+        .target(name: "Queue", dependencies: ["Boundary", "CHiredis", "CWorkersOpenSSL", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing")]),
+        .target(name: "Storage", dependencies: ["Boundary", "CLibPQ", "CivilDate", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log")],
                 resources: [.copy("Migrations"), .copy("WorkersMigrations")]),
         .target(name: "HTTP", dependencies: ["Boundary", "CCurl", "Telemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log")]),
 
