@@ -40,6 +40,16 @@ let floors: [String: Int] = [
     "Telemetry": 1,           // the tracing switch, W3C context, OTLP tracer and batcher (docs/tracing.md)
 ]
 
+// Debian's hiredis.pc adds `-D_FILE_OFFSET_BITS=64`, which SwiftPM drops with a warning printed into every adopter's
+// build (scripts/check-producer-weight fails on it). On Linux the headers sit in the compiler's default path
+// (`<hiredis/hiredis.h>`, which includes its siblings by relative name), so pkg-config is asked only elsewhere
+// (macOS: Homebrew's prefix).
+#if os(Linux)
+let hiredisPkgConfig: String? = nil
+#else
+let hiredisPkgConfig: String? = "hiredis"
+#endif
+
 let package = Package(
     name: "SwiftWorkers",
     platforms: [.macOS(.v14)],
@@ -72,7 +82,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
-        .systemLibrary(name: "CHiredis", path: "Sources/CHiredis", pkgConfig: "hiredis",
+        .systemLibrary(name: "CHiredis", path: "Sources/CHiredis", pkgConfig: hiredisPkgConfig,
                        providers: [.apt(["libhiredis-dev"])]),
         .systemLibrary(name: "CLibPQ", path: "Sources/CLibPQ", pkgConfig: "libpq",
                        providers: [.apt(["libpq-dev"])]),
