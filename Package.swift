@@ -36,9 +36,29 @@ let floors: [String: Int] = [
     "CWorkersHiredis": 1, "CWorkersLibPQ": 1, "CWorkersCurl": 1,  // system-library shims
     "CWorkersOpenSSL": 1,         // OpenSSL's libssl for TLS links to Redis (hiredis 0.14 has no TLS of its own)
     "WorkersCivilDate": 1,        // calendar arithmetic
-    "WorkersBoundary": 1,         // Bounded: outside numbers clamped or refused, never a trap
+    "WorkersBoundary": 1,         // Bounded: outside numbers clamped or refused, never a trap; ContentHash (SHA-1/256)
     "WorkersTelemetry": 1,        // the tracing switch, W3C context, OTLP tracer and batcher (docs/tracing.md)
 ]
+
+// Debian's hiredis.pc adds `-D_FILE_OFFSET_BITS=64`, which SwiftPM drops with a warning printed into every adopter's
+// build (scripts/check-producer-weight fails on it). On Linux the headers sit in the compiler's default path
+// (`<hiredis/hiredis.h>`, which includes its siblings by relative name), so pkg-config is asked only elsewhere
+// (macOS: Homebrew's prefix).
+#if os(Linux)
+let hiredisPkgConfig: String? = nil
+#else
+let hiredisPkgConfig: String? = "hiredis"
+#endif
+
+// Debian's hiredis.pc adds `-D_FILE_OFFSET_BITS=64`, which SwiftPM drops with a warning printed into every adopter's
+// build (scripts/check-producer-weight fails on it). On Linux the headers sit in the compiler's default path
+// (`<hiredis/hiredis.h>`, which includes its siblings by relative name), so pkg-config is asked only elsewhere
+// (macOS: Homebrew's prefix).
+#if os(Linux)
+let hiredisPkgConfig: String? = nil
+#else
+let hiredisPkgConfig: String? = "hiredis"
+#endif
 
 let package = Package(
     name: "SwiftWorkers",
@@ -72,7 +92,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
-        .systemLibrary(name: "CWorkersHiredis", path: "Sources/CHiredis", pkgConfig: "hiredis",
+        .systemLibrary(name: "CWorkersHiredis", path: "Sources/CHiredis", pkgConfig: hiredisPkgConfig,
                        providers: [.apt(["libhiredis-dev"])]),
         .systemLibrary(name: "CWorkersLibPQ", path: "Sources/CLibPQ", pkgConfig: "libpq",
                        providers: [.apt(["libpq-dev"])]),
@@ -84,16 +104,16 @@ let package = Package(
         // Proleptic Gregorian day arithmetic shared by Storage (timestamps) and Scheduler (cron).
         .target(name: "WorkersCivilDate"),
         // The one way a number from outside (payload, header, URL, query string, config) becomes a runtime number:
-        // clamped or refused, never a trap (docs/hostile-input.md). No dependencies; re-exported by Queue.
+        // clamped or refused, never a trap (docs/hostile-input.md); and ContentHash, the SHA-1/SHA-256 Queue and Storage
+        // name scripts, unique locks and migration files by (no crypto library for them). No dependencies; re-exported
+        // by Queue.
         .target(name: "WorkersBoundary"),
 
         // Tracing (docs/tracing.md): off unless bootstrapped; the OTLP/HTTP transport lives in HTTP.
         .target(name: "WorkersTelemetry", dependencies: [.product(name: "Tracing", package: "swift-distributed-tracing")]),
 
-        .target(name: "WorkersQueue", dependencies: ["WorkersBoundary", "CWorkersHiredis", "CWorkersOpenSSL", "WorkersTelemetry", .product(name: "Tracing", package: "swift-distributed-tracing"),
-                                              .product(name: "Crypto", package: "swift-crypto")]),
-        .target(name: "WorkersStorage", dependencies: ["CWorkersLibPQ", "WorkersCivilDate", "WorkersTelemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log"),
-                                                .product(name: "Crypto", package: "swift-crypto")],
+        .target(name: "WorkersQueue", dependencies: ["WorkersBoundary", "CWorkersHiredis", "CWorkersOpenSSL", "WorkersTelemetry", .product(name: "Tracing", package: "swift-distributed-tracing")]),
+        .target(name: "WorkersStorage", dependencies: ["WorkersBoundary", "CWorkersLibPQ", "WorkersCivilDate", "WorkersTelemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log")],
                 resources: [.copy("Migrations"), .copy("WorkersMigrations")]),
         .target(name: "WorkersHTTP", dependencies: ["WorkersBoundary", "CWorkersCurl", "WorkersTelemetry", .product(name: "Tracing", package: "swift-distributed-tracing"), .product(name: "Logging", package: "swift-log")]),
 

@@ -1,4 +1,4 @@
-import Crypto
+import WorkersBoundary
 import Foundation
 
 /// One versioned SQL file, e.g. `0002_domain.sql` → version 2, name `domain`.
@@ -20,7 +20,7 @@ public struct Migration: Sendable, Equatable, CustomStringConvertible {
 
     /// SHA-256 of `sql`'s UTF-8 bytes as 64 lower-case hex digits (the form `schema_migrations` holds).
     static func checksum(of sql: String) -> String {
-        SHA256.hash(data: Array(sql.utf8)).map { String(format: "%02x", $0) }.joined()
+        ContentHash.sha256Hex(sql)
     }
 
     public var description: String { "\(Migration.pad(version))_\(name)" }

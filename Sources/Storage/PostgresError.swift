@@ -126,16 +126,16 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     }
 }
 
-extension Error {
-    /// True when `self` is a `PostgresError` for a lost or impossible connection.
-    /// (Named with the `Postgres` prefix so it cannot clash with the Redis layer's helpers.)
-    package var isPostgresConnectionFailure: Bool {
-        (self as? PostgresError)?.isConnectionFailure ?? false
+extension PostgresError {
+    /// True when `error` is a `PostgresError` after which retrying the job later can succeed (`isTransient`).
+    /// A static of Storage's own type, not a member of every `Error` (issue 53, point 6).
+    public static func isTransient(_ error: any Error) -> Bool {
+        (error as? PostgresError)?.isTransient ?? false
     }
 
-    /// True when `self` is a `PostgresError` after which retrying the job later can succeed.
-    public var isPostgresTransient: Bool {
-        (self as? PostgresError)?.isTransient ?? false
+    /// True when `error` is a `PostgresError` for a lost or impossible connection (`isConnectionFailure`).
+    package static func isConnectionFailure(_ error: any Error) -> Bool {
+        (error as? PostgresError)?.isConnectionFailure ?? false
     }
 }
 

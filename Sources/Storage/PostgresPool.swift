@@ -207,13 +207,13 @@ public final class PostgresPool: @unchecked Sendable {
     // MARK: - Checkin
 
     private func checkin(_ connection: PostgresConnection, failure: (any Error)?) {
-        var reusable = connection.isOpen && !(failure?.isPostgresConnectionFailure ?? false)
+        var reusable = connection.isOpen && !(failure.map { PostgresError.isConnectionFailure($0) } ?? false)
         if reusable, connection.isInTransaction {
             // A body that left a transaction open (e.g. it issued BEGIN itself): never leak it to the next job.
             _ = try? connection.execute("ROLLBACK")
             reusable = connection.isOpen && !connection.isInTransaction
         }
-        let connectionLost = !reusable && ((failure?.isPostgresConnectionFailure ?? false) || !connection.isOpen)
+        let connectionLost = !reusable && ((failure.map { PostgresError.isConnectionFailure($0) } ?? false) || !connection.isOpen)
 
         condition.lock()
         var toClose: [PostgresConnection] = []

@@ -110,7 +110,7 @@ final class JobLedgerTests: XCTestCase {
             try conn.execute("INSERT INTO effects (jid, note) VALUES ($1, $2)", [nil, "violates NOT NULL"])
         }) { error in
             XCTAssertEqual((error as? PostgresError)?.sqlState, "23502")
-            XCTAssertFalse(error.isPostgresTransient, "bad data is a permanent failure")
+            XCTAssertFalse(PostgresError.isTransient(error), "bad data is a permanent failure")
         }
         XCTAssertFalse(try ledger.isApplied(jid: jid))
         XCTAssertEqual(try effectCount(jid), 0)
@@ -122,8 +122,8 @@ final class JobLedgerTests: XCTestCase {
             try conn.execute("INSERT INTO effects (jid, note) VALUES ($1, $2)", [jid, "x"])
             try conn.query("SELECT pg_terminate_backend(pg_backend_pid())")   // the server goes away mid-job
         }) { error in
-            XCTAssertTrue(error.isPostgresConnectionFailure, "\(error)")
-            XCTAssertTrue(error.isPostgresTransient)
+            XCTAssertTrue(PostgresError.isConnectionFailure(error), "\(error)")
+            XCTAssertTrue(PostgresError.isTransient(error))
         }
         XCTAssertFalse(try ledger.isApplied(jid: jid))
         XCTAssertEqual(try effectCount(jid), 0)

@@ -94,7 +94,7 @@ final class PostgresConnectionTests: XCTestCase {
         XCTAssertEqual(try plain.queryFirst("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")?.bool("ssl"), false)
         plain.close()
         XCTAssertThrowsError(try PostgresConnection(url: database.url + "?sslmode=require")) { error in
-            XCTAssertTrue(error.isPostgresConnectionFailure)
+            XCTAssertTrue(PostgresError.isConnectionFailure(error))
             XCTAssertTrue("\(error)".lowercased().contains("ssl"), "\(error)")
         }
     }
@@ -268,8 +268,8 @@ final class PostgresConnectionTests: XCTestCase {
 
     func testConnectFailureIsAConnectionError() {
         XCTAssertThrowsError(try PostgresConnection(url: "postgres://postgres@127.0.0.1:1/none?connect_timeout=2")) { error in
-            XCTAssertTrue(error.isPostgresConnectionFailure)
-            XCTAssertTrue(error.isPostgresTransient)
+            XCTAssertTrue(PostgresError.isConnectionFailure(error))
+            XCTAssertTrue(PostgresError.isTransient(error))
         }
         XCTAssertThrowsError(try PostgresConnection(url: "mysql://localhost/db")) { error in
             XCTAssertEqual((error as? PostgresError)?.category, .usage)
@@ -279,7 +279,7 @@ final class PostgresConnectionTests: XCTestCase {
     func testUnknownDatabaseIsAConnectionErrorWithoutPassword() {
         let url = try! PostgresTestDatabase.replacingDatabase(in: TestServices.databaseURL, with: "no_such_db_for_storage_tests")
         XCTAssertThrowsError(try PostgresConnection(url: url)) { error in
-            XCTAssertTrue(error.isPostgresConnectionFailure)
+            XCTAssertTrue(PostgresError.isConnectionFailure(error))
             XCTAssertTrue("\(error)".contains("no_such_db_for_storage_tests"))
         }
     }
@@ -290,11 +290,11 @@ final class PostgresConnectionTests: XCTestCase {
         XCTAssertTrue(victim.checkAlive())
         try connection.query("SELECT pg_terminate_backend($1, 5000)", [victim.backendPID])
         XCTAssertThrowsError(try victim.query("SELECT 1")) { error in
-            XCTAssertTrue(error.isPostgresConnectionFailure, "\(error)")
-            XCTAssertTrue(error.isPostgresTransient)
+            XCTAssertTrue(PostgresError.isConnectionFailure(error), "\(error)")
+            XCTAssertTrue(PostgresError.isTransient(error))
         }
         XCTAssertFalse(victim.isOpen)
-        XCTAssertThrowsError(try victim.query("SELECT 1")) { XCTAssertTrue($0.isPostgresConnectionFailure) }
+        XCTAssertThrowsError(try victim.query("SELECT 1")) { XCTAssertTrue(PostgresError.isConnectionFailure($0)) }
     }
 
     func testCheckAliveNoticesATerminatedIdleSession() throws {
@@ -308,7 +308,7 @@ final class PostgresConnectionTests: XCTestCase {
         let other = try XCTUnwrap(Self.database).connect()
         other.close()
         other.close()
-        XCTAssertThrowsError(try other.query("SELECT 1")) { XCTAssertTrue($0.isPostgresConnectionFailure) }
+        XCTAssertThrowsError(try other.query("SELECT 1")) { XCTAssertTrue(PostgresError.isConnectionFailure($0)) }
     }
 
     // MARK: - Transactions
@@ -403,7 +403,7 @@ final class PostgresConnectionTests: XCTestCase {
         defer { victim.close() }
         try connection.query("SELECT pg_terminate_backend($1, 5000)", [victim.backendPID])
         XCTAssertThrowsError(try victim.pipeline([.init("SELECT 1"), .init("SELECT 2")])) {
-            XCTAssertTrue($0.isPostgresConnectionFailure, "\($0)")
+            XCTAssertTrue(PostgresError.isConnectionFailure($0), "\($0)")
         }
         XCTAssertFalse(victim.isOpen)
     }

@@ -80,7 +80,7 @@ final class PostgresPoolTests: XCTestCase {
         holding.wait()
         XCTAssertThrowsError(try pool.withConnection { _ in }) { error in
             XCTAssertEqual((error as? PostgresError)?.category, .poolTimeout)
-            XCTAssertTrue(error.isPostgresTransient)
+            XCTAssertTrue(PostgresError.isTransient(error))
         }
         release.signal()
         // Once released, the single connection is handed to the next caller.
@@ -140,8 +140,8 @@ final class PostgresPoolTests: XCTestCase {
                 try tx.query("SELECT 2")
             }
         }) { error in
-            XCTAssertTrue(error.isPostgresConnectionFailure, "\(error)")
-            XCTAssertTrue(error.isPostgresTransient)
+            XCTAssertTrue(PostgresError.isConnectionFailure(error), "\(error)")
+            XCTAssertTrue(PostgresError.isTransient(error))
         }
         XCTAssertEqual(pool.statistics.open, 0, "the broken connection was closed, not returned")
         let newPID = try pool.withConnection { conn -> Int32 in
@@ -169,11 +169,11 @@ final class PostgresPoolTests: XCTestCase {
             url: "postgres://postgres@127.0.0.1:1/nothing?connect_timeout=1", maxConnections: 2,
             checkoutTimeout: .milliseconds(100), initialReconnectDelay: .seconds(30), maxReconnectDelay: .seconds(60)))
         defer { pool.shutdown() }
-        XCTAssertThrowsError(try pool.withConnection { _ in }) { XCTAssertTrue($0.isPostgresConnectionFailure) }
+        XCTAssertThrowsError(try pool.withConnection { _ in }) { XCTAssertTrue(PostgresError.isConnectionFailure($0)) }
         XCTAssertEqual(pool.statistics.connectAttempts, 1)
         // Within the backoff window (30 s; the checkout waits 100 ms) a checkout fails with the last connection
         // error without trying to connect again.
-        XCTAssertThrowsError(try pool.withConnection { _ in }) { XCTAssertTrue($0.isPostgresConnectionFailure) }
+        XCTAssertThrowsError(try pool.withConnection { _ in }) { XCTAssertTrue(PostgresError.isConnectionFailure($0)) }
         XCTAssertEqual(pool.statistics.connectAttempts, 1, "a checkout inside the backoff window tried to connect")
         XCTAssertEqual(pool.statistics.open, 0)
     }
@@ -185,7 +185,7 @@ final class PostgresPoolTests: XCTestCase {
         XCTAssertEqual(pool.statistics.open, 0)
         XCTAssertThrowsError(try pool.withConnection { _ in }) { error in
             XCTAssertEqual((error as? PostgresError)?.category, .poolClosed)
-            XCTAssertFalse(error.isPostgresTransient)
+            XCTAssertFalse(PostgresError.isTransient(error))
         }
     }
 }

@@ -37,7 +37,7 @@ final class PostgresTLSTests: XCTestCase {
             "-keyout", directory.appendingPathComponent("other.key").path, "-out", otherRoot.path])
         XCTAssertEqual(made.status, 0, made.stderr)
         XCTAssertThrowsError(try usesTLS(base + "?sslmode=verify-full&sslrootcert=\(otherRoot.path)")) { error in
-            XCTAssertTrue(error.isPostgresConnectionFailure, "\(error)")
+            XCTAssertTrue(PostgresError.isConnectionFailure(error), "\(error)")
             XCTAssertTrue("\(error)".contains("certificate"), "\(error)")
         }
     }

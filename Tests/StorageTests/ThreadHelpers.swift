@@ -39,7 +39,7 @@ enum ThreadOutcome<T: Sendable>: Sendable {
     case failure(String, isConnectionFailure: Bool)
 
     init(_ body: () throws -> T) {
-        do { self = .success(try body()) } catch { self = .failure("\(error)", isConnectionFailure: error.isPostgresConnectionFailure) }
+        do { self = .success(try body()) } catch { self = .failure("\(error)", isConnectionFailure: PostgresError.isConnectionFailure(error)) }
     }
 
     var value: T? {

@@ -1,4 +1,4 @@
-import Crypto
+import WorkersBoundary
 import Foundation
 
 /// A Lua script with its SHA-1, for `EVALSHA`, and the keys it names itself (`ScriptKeys`).
@@ -20,7 +20,7 @@ package struct RedisScript: Sendable {
         self.source = keys.preamble + body
         self.fixedKeys = keys.fixed.map(\.key)
         // SHA-1 because Redis names scripts by it (not used for anything secret).
-        self.sha1 = Insecure.SHA1.hash(data: Array(source.utf8)).map { String(format: "%02x", $0) }.joined()
+        self.sha1 = ContentHash.sha1Hex(source)
     }
 
     /// `numkeys key… ` of an `EVAL`/`EVALSHA`: the caller's keys, then the script's fixed keys.

@@ -1,4 +1,4 @@
-import Crypto
+import WorkersBoundary
 import Foundation
 
 /// Catches a mismatched shard map (review M12): docs/sharding.md says every process must be given the same map,
@@ -88,6 +88,6 @@ extension ShardMap {
     public var digest: String {
         var text = shards.map(\.name).joined(separator: ",")
         for (queue, shard) in mappedQueues { text += "\n\(queue)=\(shard)" }
-        return SHA256.hash(data: Array(text.utf8)).prefix(8).map { String(format: "%02x", $0) }.joined()
+        return ContentHash.hex(ContentHash.sha256(Array(text.utf8)).prefix(8))
     }
 }

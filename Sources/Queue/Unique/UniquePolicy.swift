@@ -1,4 +1,3 @@
-import Crypto
 import WorkersBoundary
 import Foundation
 
@@ -69,7 +68,7 @@ package struct UniqueLockKey: Sendable, Equatable, CustomStringConvertible {
 
     public init(className: String, queue: String, key: String) {
         let material = JSONValue.array([.string(className), .string(queue), .string(key)]).serialized()
-        digest = SHA256.hash(data: Array(material.utf8)).map { String(format: "%02x", $0) }.joined()
+        digest = ContentHash.sha256Hex(material)
     }
 
     /// The lock for `payload` under `policy` (its own `unique_key` first).

@@ -208,7 +208,7 @@ struct GroupCommit {
                 let results = try connection.pipeline(statements)
                 if !claims.isEmpty, let rows = results.last { unused = try JobLedger.claimedJids(rows) }
             } catch {
-                guard connection.isOpen, !error.isPostgresConnectionFailure else { throw error }
+                guard connection.isOpen, !PostgresError.isConnectionFailure(error) else { throw error }
                 rollBack(connection)
                 throw FastPathUndone(reason: "the claim of the group's ledger rows failed: \(error)")
             }
@@ -268,7 +268,7 @@ struct GroupCommit {
         let claimed = rest.compactMap(\.claim?.jid).filter(unused.contains)
         if !claimed.isEmpty {
             do { _ = try connection.pipeline([JobLedger.unclaimStatement(jids: claimed)]) } catch {
-                guard connection.isOpen, !error.isPostgresConnectionFailure else { throw error }
+                guard connection.isOpen, !PostgresError.isConnectionFailure(error) else { throw error }
                 rollBack(connection)
                 throw FastPathUndone(reason: "the unclaim of the rows of jobs left for the next transaction failed: \(error)")
             }
@@ -282,7 +282,7 @@ struct GroupCommit {
     /// A failed write makes the group run again through savepoints (`FastPathUndone`, after ROLLBACK).
     private func sendDeferredWritesBefore(_ taken: TakenJob, connection: PostgresConnection) throws {
         do { try connection.sendDeferredWrites() } catch {
-            guard connection.isOpen, !error.isPostgresConnectionFailure else { throw error }
+            guard connection.isOpen, !PostgresError.isConnectionFailure(error) else { throw error }
             rollBack(connection)
             throw FastPathUndone(reason: "a deferred write failed before job \(taken.payload?.jid ?? "-"): \(error)")
         }

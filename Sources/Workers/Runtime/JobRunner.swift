@@ -209,7 +209,7 @@ struct JobRunner: Sendable {
     func settlement(after error: any Error, payload: JobPayload, job: FetchedJob, options: JobOptions,
                     logger: Logger) -> Settlement {
         let errorClass = errorClassName(error)
-        if error.isPostgresConnectionFailure { RuntimeMetrics.dependencyError("PostgreSQL") }
+        if PostgresError.isConnectionFailure(error) { RuntimeMetrics.dependencyError("PostgreSQL") }
         return RetryPolicy.settlement(after: error, errorClass: errorClass, payload: payload, queue: job.queue,
                                       options: options, logger: logger)
     }
