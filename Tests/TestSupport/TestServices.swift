@@ -8,6 +8,10 @@ import XCTest
 /// Tests that need a clean Redis use their own database index (`redisURL(db:)`) so that
 /// test targets running in parallel processes do not see each other's keys.
 public enum TestServices {
+    /// How many databases the test Redis has: `--databases` of scripts/services. A server restored from its files (a
+    /// copied AOF, an RDB) needs as many, or it refuses to load a file that selects a higher index.
+    public static let redisDatabases = 256
+
     /// database index → the test file that claimed it first in this process (`redisURL(db:claimedBy:)`).
     private static let databaseClaims = Mutex<[Int: String]>([:])
 
@@ -28,7 +32,7 @@ public enum TestServices {
             return file
         }
         if owner != file {
-            XCTFail("Redis database \(db) is claimed by \(owner); \(file) needs a database of its own (free: 128 and up, below 256)")
+            XCTFail("Redis database \(db) is claimed by \(owner); \(file) needs a database of its own (free: 128 and up, below \(redisDatabases))")
         }
         var base = redisBaseURL
         if let slash = base.range(of: "/", options: .backwards), base[..<slash.lowerBound].contains(":"),
