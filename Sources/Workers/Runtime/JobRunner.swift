@@ -5,7 +5,7 @@ import Storage
 
 /// Turns one fetched job into a settlement (`RunResult`): parse, look up, decode, run, and on failure apply
 /// Sidekiq's retry rules (`RetryPolicy`, §6 of the wire doc). Stateless apart from its configuration; any pool
-/// thread may call it.
+/// thread may call `run`, any async job's task `runAsync` (both through the same pre-run and post-run steps).
 struct JobRunner: Sendable {
     let registry: JobRegistry
     let configuration: WorkerConfiguration
