@@ -141,6 +141,21 @@ final class AsyncJobTests: XCTestCase {
         XCTAssertEqual(process.pool.asyncRuns.peakInFlight, 3)
     }
 
+    /// A graceful stop waits for running async tasks as for pool threads (up to `shutdownTimeout`), then puts a run
+    /// still going back at the front of its queue (`interrupted_count` 1) and cancels its task: nothing is left in the
+    /// in-flight list. The gate never opens during the stop, so the outcome does not depend on timing.
+    func testShutdownWaitsForARunningTaskThenPutsItBack() async throws {
+        let jid = try redis.client.enqueue(NewJob("AsyncGated"))
+        let process = try start()
+        try await until { await counter.current == 1 }
+        process.shutdown()
+        let queued = try redis.payloads(list: "queue:default")
+        XCTAssertEqual(queued.map(\.jid), [jid], "put back")
+        XCTAssertEqual(queued.first?.interruptedCount, 1)
+        XCTAssertEqual(try redis.workingKeys().reduce(0) { $0 + (try redis.int("LLEN", $1)) }, 0, "nothing left in flight")
+        XCTAssertEqual(try redis.processed(), 1, "counted as an interrupted run")
+    }
+
     /// `workerctl jobs cancel`'s API (`JobAdmin.cancel`) reaches a running async job: its `context.isCancelled` and
     /// its task's cancellation; it ends in dead as `Cancelled`.
     func testCancelThroughTheCancelAPIReachesIsCancelledAndTheTask() throws {
