@@ -4,6 +4,11 @@
 #   bench/throughput.sh                                 N=100000 no-op jobs, concurrency 10, RUNS=3, AOF always
 #   PERSISTENCE=no N=50000 bench/throughput.sh          the same without AOF
 #   N=20000 RUNS=3 SKIP_SIDEKIQ=1 PICKUP_RATES=500 bench/throughput.sh
+#   ASYNC=1 N=20000 RUNS=1 SKIP_SIDEKIQ=1 bench/throughput.sh   adds the async side (issue 53 point 3)
+#
+# ASYNC=1 adds side `async`: the drain of N `AsyncNoop` jobs (an `AsyncJob`: a task per run, Sources/BenchJobs/
+# AsyncProbeJobs.swift) and the pickup of `AsyncPickupProbe`, by the same worker set-up (`--bench-jobs`), and the
+# worker's CPU per job (user + system ticks of the worker process over the drain, start-up included) of both drains.
 #
 # PERSISTENCE sets the Redis persistence for the whole run, for both sides alike (CONFIG SET, restored on exit):
 #   always    appendonly yes, appendfsync always (scripts/services' setting: every write a disk sync; this costs
@@ -32,6 +37,7 @@ CONCURRENCY="${CONCURRENCY:-10}"
 PICKUP_RATES="${PICKUP_RATES:-500 5000}"
 STEADY_SECONDS="${STEADY_SECONDS:-10}"
 PERSISTENCE="${PERSISTENCE:-always}"
+ASYNC="${ASYNC:-0}"
 DB="${DB:-60}"
 scripts/services install >/dev/null
 scripts/services start 2>/dev/null
@@ -63,14 +69,14 @@ echo "== N=$N, RUNS=$RUNS, concurrency $CONCURRENCY, pickup rates $PICKUP_RATES 
 # at least 1) each enqueuing its share one job per round trip; records p50/p99 of the exact samples and the rate
 # the producers reached. The workers must be running and registered.
 pickup() {
-  local side=$1 rate=$2 producers pids=() samples line
+  local side=$1 rate=$2 class=${3:-PickupProbe} producers pids=() samples line
   producers=$(( (rate + 999) / 1000 ))
   samples="$FIGURES/samples-$side-$rate-$run"   # a new folder each time: a worker keeps its sample file open
   mkdir -m 777 "$samples"
   local started ended
   started=$(date +%s.%N)
   for producer in $(seq 1 "$producers"); do
-    "$BIN" enqueue PickupProbe --args "[\"$samples\"]" --count $((rate * STEADY_SECONDS / producers)) \
+    "$BIN" enqueue "$class" --args "[\"$samples\"]" --count $((rate * STEADY_SECONDS / producers)) \
       --rate "$(echo "$rate / $producers" | bc -l)" --round-trips "$samples/push.$producer" >/dev/null &
     pids+=($!)
   done
@@ -92,6 +98,8 @@ pickup() {
   # Issue 38 goal 3: the pickup's p99 above its floor's p99, in the same run.
   record "${side}_gap_p99_$rate" "$(echo "$(tail -1 "$FIGURES/${side}_p99_$rate") - $(tail -1 "$FIGURES/${side}_push_p99_$rate")" | bc -l)"
 }
+# The CPU time of process PID so far, in µs (user + system, from /proc/PID/stat; clock ticks of 1/CLK_TCK s).
+cpu_us() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) * 1000000 / hz}' /proc/"$1"/stat; }
 # Waits until COUNT worker processes have registered (`processes`: ours and Sidekiq's heartbeat).
 registered() { for _ in $(seq 1 300); do [ "$(R scard processes)" -ge "$1" ] && { sleep 0.5; return 0; }; sleep 0.05; done; echo "workers did not register" >&2; exit 1; }
 
@@ -112,7 +120,9 @@ for run in $(seq 1 "$RUNS"); do
   "$BIN" worker --no-database --concurrency "$CONCURRENCY" 2>/tmp/bench-worker.log &
   WPID=$!; STARTED+=($WPID)
   clock_read
+  CPU=$(cpu_us $WPID)
   kill -TERM $WPID; wait $WPID || true
+  record ours_cpu_us "$(echo "$CPU / $N" | bc -l)"
   OURS=$(echo "$N / $ELAPSED" | bc -l)
   record ours_drain "$OURS"
   record ours_rss_drain "$(grep stopped /tmp/bench-worker.log | tail -1 | field peak_rss_kb)"
@@ -129,6 +139,28 @@ for run in $(seq 1 "$RUNS"); do
   registered 1
   for rate in $PICKUP_RATES; do pickup ours "$rate"; done
   kill -TERM $WPID; wait $WPID || true
+
+  if [ "$ASYNC" = 1 ]; then
+    R flushdb >/dev/null
+    "$BIN" enqueue AsyncNoop --count "$N" --batch 1000 >/dev/null
+    aof_settled
+    clock_start "$N" async
+    "$BIN" worker --no-database --bench-jobs --concurrency "$CONCURRENCY" 2>/tmp/bench-worker.log &
+    WPID=$!; STARTED+=($WPID)
+    clock_read
+    CPU=$(cpu_us $WPID)
+    kill -TERM $WPID; wait $WPID || true
+    record async_cpu_us "$(echo "$CPU / $N" | bc -l)"
+    record async_drain "$(echo "$N / $ELAPSED" | bc -l)"
+    echo "   async: drain $(printf %.0f "$(echo "$N / $ELAPSED" | bc -l)") jobs/s"
+    R flushdb >/dev/null
+    aof_settled
+    "$BIN" worker --no-database --bench-jobs --concurrency "$CONCURRENCY" 2>/tmp/bench-worker.log &
+    WPID=$!; STARTED+=($WPID)
+    registered 1
+    for rate in $PICKUP_RATES; do pickup async "$rate" AsyncPickupProbe; done
+    kill -TERM $WPID; wait $WPID || true
+  fi
 
   # The same producers against bench/floor_consumer.c (LMPOP / BLMPOP and one sample a job: no runtime at all), so
   # what any consumer's pickup costs on this machine at this rate is measured, not assumed (goal 3's physical floor).
@@ -184,13 +216,19 @@ report load "" "load average (1 min) at the start of each run"
 report enqueue1 jobs/s "enqueue one round trip each (20000 jobs)"
 report enqueue1000 jobs/s "enqueue in batches of 1000 ($N jobs)"
 report ours_drain jobs/s "ours: drain $N no-op jobs, one process, concurrency $CONCURRENCY"
+report ours_cpu_us "µs" "ours: worker CPU per job over that drain (start-up included)"
+if [ "$ASYNC" = 1 ]; then
+  report async_drain jobs/s "async: drain $N AsyncNoop jobs (a task each), one process, concurrency $CONCURRENCY"
+  report async_cpu_us "µs" "async: worker CPU per job over that drain (start-up included)"
+fi
 if [ $SIDEKIQ = 1 ]; then
   report sidekiq_drain jobs/s "sidekiq: drain $N no-op jobs, 2 processes x 5 threads"
   report ratio "" "ratio ours/sidekiq (per run)"
 fi
 for rate in $PICKUP_RATES; do
-  for side in ours consumer sidekiq; do
+  for side in ours async consumer sidekiq; do
     [ $side = sidekiq ] && [ $SIDEKIQ = 0 ] && continue
+    [ $side = async ] && [ "$ASYNC" != 1 ] && continue
     report "${side}_rate_$rate" jobs/s "$side: pickup run, rate the producers reached (asked $rate)"
     report "${side}_p50_$rate" ms "$side: pickup p50 at $rate jobs/s (exact samples)"
     report "${side}_p99_$rate" ms "$side: pickup p99 at $rate jobs/s (exact samples)"

@@ -14,6 +14,13 @@ public enum BenchJobs {
         registry.register(RunLogProbeJob())
     }
 
+    /// Registers the async bench jobs, `AsyncNoop` and `AsyncPickupProbe` (`workerctl worker|run --bench-jobs`): apart
+    /// from `register(into:)`, since a process with async jobs refuses a sync-only `JobMiddleware`.
+    public static func registerAsync(into registry: inout JobRegistry) {
+        registry.register(AsyncNoopJob())
+        registry.register(AsyncPickupProbeJob())
+    }
+
     /// Registers `SealedProbe`, whose arguments are personal: only on a worker that has the key store (a KEK
     /// configured), never by `register(into:)` — a registry declaring personal arguments refuses to start without it.
     public static func registerSealedProbe(into registry: inout JobRegistry) {

@@ -14,9 +14,26 @@ public final class CancellationFlag: Sendable {
     let reason = Atomic<Int>(0)
     /// The run's last reported progress and whether the heartbeat wrote it (`ReportedProgress`).
     let reported = Mutex<ReportedProgress>(ReportedProgress())
+    /// Called once the flag is set (any reason): an async job's run cancels its task here (`AsyncRuns`). Set once,
+    /// by the task's starter; called on the thread that set the flag (watchdog, heartbeat, shutdown) or, if the flag
+    /// was already set, on the one that sets the hook.
+    private let onCancel = Mutex<(@Sendable () -> Void)?>(nil)
     public init() {}
     public var isCancelled: Bool { reason.load(ordering: .acquiring) != 0 }
-    public func cancel() { _ = reason.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing) }
+    public func cancel() {
+        if reason.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing).exchanged { cancelled() }
+    }
+
+    /// Runs `hook` when the flag is set, or at once if it already is (at least once; a task's cancel is idempotent).
+    func whenCancelled(_ hook: @escaping @Sendable () -> Void) {
+        onCancel.withLock { $0 = hook }
+        if isCancelled { hook() }
+    }
+
+    /// The flag was just set: tells the hook, if any.
+    func cancelled() {
+        onCancel.withLock { $0 }?()
+    }
 }
 
 /// What a running job knows about its run. Created by the runtime for one run on one pool
@@ -77,7 +94,9 @@ public struct JobContext: Sendable {
         return runLogger
     }
 
-    public var isCancelled: Bool { cancellation.isCancelled }
+    /// True once the run was asked to stop: its timeout, a hard shutdown, an operator's cancel — or, for an
+    /// async job, the cancellation of the task it runs in (every one of those cancels that task).
+    public var isCancelled: Bool { cancellation.isCancelled || withUnsafeCurrentTask { $0?.isCancelled ?? false } }
 
     /// Metadata that every line logged through `logger` in this run carries besides jid, class, queue and attempt,
     /// e.g. a tenant tag set by a `JobMiddleware` on the copy it passes to `next`. The runtime's own lines about the

@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 import WorkersStorage
 
@@ -67,5 +68,33 @@ extension JobContext {
         guard let database else { throw JobError.permanent(DatabaseUnavailable().description) }
         if let shared = sharedTransaction { return try body(shared.connection) }
         return try database.pool.withConnection(body)
+    }
+}
+
+extension JobContext {
+    /// `transaction(_:)` for an `AsyncJob`: the same ledger transaction (exactly once per jid, `.alreadyApplied`
+    /// without running `body` after an earlier delivery committed), run on a Dispatch thread and awaited, so that
+    /// libpq's blocking calls never hold a thread of Swift's cooperative pool. Cancelling the task does not
+    /// interrupt a transaction under way: it commits or rolls back as it would have.
+    @discardableResult
+    public func transaction(_ body: @escaping @Sendable (PostgresConnection) throws -> Void) async throws -> LedgerOutcome {
+        try await BlockingWork.run { try self.transaction(body) }
+    }
+
+    /// `withConnection(_:)` for an `AsyncJob`, on a Dispatch thread as `transaction` (async).
+    public func withConnection<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) throws -> T) async throws -> T {
+        try await BlockingWork.run { try self.withConnection(body) }
+    }
+}
+
+/// Blocking work (libpq) an async job awaits: run on a concurrent Dispatch queue, whose threads may block, never
+/// on the cooperative pool (a handful of threads, one per core). Any task may call it.
+enum BlockingWork {
+    private static let queue = DispatchQueue(label: "workers.blocking-work", attributes: .concurrent)
+
+    static func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async { continuation.resume(with: Result { try work() }) }
+        }
     }
 }

@@ -41,13 +41,37 @@ public struct PersonalArgumentsSetupError: Error, Sendable, CustomStringConverti
 
 /// A job with its arguments decoded, ready to run.
 package struct PreparedJob: Sendable {
+    /// What runs: a `Job`'s `perform` (on a pool thread) or an `AsyncJob`'s (in a task of `AsyncRuns`).
+    enum Body: Sendable {
+        case sync(@Sendable (JobContext) throws -> Void)
+        case async(@Sendable (JobContext) async throws -> Void)
+    }
+
     public let className: String
     public let options: JobOptions
-    let body: @Sendable (JobContext) throws -> Void
+    let body: Body
     /// The personal values the registry opened for this run: what the runner scrubs from its error texts and logs.
     var opened = OpenedValues.none
 
-    public func run(_ context: JobContext) throws { try body(context) }
+    /// True for an `AsyncJob`: it runs only through `runAsync`, in a task.
+    var isAsync: Bool { if case .async = body { true } else { false } }
+
+    /// Runs a `Job`'s body on the calling thread. An `AsyncJob` is never run here (the pool hands it to `AsyncRuns`,
+    /// `JobRegistry.isAsync`): were one to reach here, the run fails permanently rather than block a pool thread.
+    public func run(_ context: JobContext) throws {
+        switch body {
+        case .sync(let body): try body(context)
+        case .async: throw JobError.permanent("async job \(className) reached a pool thread's synchronous path")
+        }
+    }
+
+    /// Runs the body in the calling task (a `Job`'s body too, which then blocks the task's thread).
+    func runAsync(_ context: JobContext) async throws {
+        switch body {
+        case .sync(let body): try body(context)
+        case .async(let body): try await body(context)
+        }
+    }
 }
 
 /// From Sidekiq class name to job. Filled once at start-up, then read by every pool thread
@@ -66,6 +90,8 @@ public struct JobRegistry: Sendable {
     /// Registered names whose `Arguments` are versioned → the `args_version`s this registry decodes
     /// (`JobArguments.decodableArgumentsVersions`, or what `register(_:as:argumentVersions:)` was given).
     public private(set) var argumentVersions: [String: ClosedRange<Int>] = [:]
+    /// Registered names whose job is an `AsyncJob` (run as tasks, `AsyncRuns`).
+    private var asyncNames: Set<String> = []
 
     /// Opens the envelopes of declared personal fields before decoding (docs/jobs-privacy.md). Nil: arguments are
     /// decoded as sent (clear text decodes; an envelope does not fit and the job goes dead as bad input). Set it
@@ -89,41 +115,60 @@ public struct JobRegistry: Sendable {
     /// that another service enqueues). `argumentVersions`: the `args_version`s announced as decoded here, when not
     /// the arguments' own `decodableArgumentsVersions` (a test or bench standing in for another release).
     public mutating func register<J: Job>(_ job: J, as name: String? = nil, argumentVersions: ClosedRange<Int>? = nil) {
-        let key = name ?? J.className
-        self.argumentVersions[key] = argumentVersions ?? J.Arguments.decodableArgumentsVersions
+        add(J.Arguments.self, className: J.className, options: J.options, type: J.self, as: name,
+            argumentVersions: argumentVersions) { arguments in .sync { try job.perform(arguments, context: $0) } }
+    }
+
+    /// Registers an `AsyncJob` as `register(_:as:argumentVersions:)` registers a `Job`: the same names, typed
+    /// arguments and options; its runs are tasks (`WorkerConfiguration.asyncConcurrency`), not pool threads.
+    public mutating func register<J: AsyncJob>(_ job: J, as name: String? = nil, argumentVersions: ClosedRange<Int>? = nil) {
+        add(J.Arguments.self, className: J.className, options: J.options, type: J.self, as: name,
+            argumentVersions: argumentVersions) { arguments in .async { try await job.perform(arguments, context: $0) } }
+        asyncNames.insert(name ?? J.className)
+    }
+
+    /// True when `className` is registered as an `AsyncJob`: the pool hands its runs to `AsyncRuns`.
+    func isAsync(_ className: String) -> Bool { !asyncNames.isEmpty && asyncNames.contains(className) }
+
+    /// The registered names of async jobs.
+    public var asyncClassNames: [String] { asyncNames.sorted() }
+
+    /// The one registration path of both kinds of job: `body` makes a run's body from its decoded arguments.
+    private mutating func add<A: JobArguments>(_: A.Type, className: String, options: JobOptions, type: Any.Type,
+                                               as name: String?, argumentVersions: ClosedRange<Int>?,
+                                               body: @escaping @Sendable (A) -> PreparedJob.Body) {
+        let key = name ?? className
+        asyncNames.remove(key)
+        self.argumentVersions[key] = argumentVersions ?? A.decodableArgumentsVersions
         // Arguments the job never reads (`IgnoredJobArguments`, Noop): one value made here and handed to every run —
         // no decoding and no protocol cast per job (a cast per run cost ~2 % of a no-op drain's worker CPU in a
         // `perf` profile).
-        if let ignored = J.Arguments.self as? any IgnoredJobArguments.Type, let arguments = ignored.init() as? J.Arguments {
-            let prepared = PreparedJob(className: J.className, options: J.options) { context in
-                try job.perform(arguments, context: context)
-            }
+        if let ignored = A.self as? any IgnoredJobArguments.Type, let arguments = ignored.init() as? A {
+            let prepared = PreparedJob(className: className, options: options, body: body(arguments))
             entries[key] = { _ in prepared }
         } else {
-            let layout = J.Arguments.layout
+            let layout = A.layout
             entries[key] = { payload in
-                let arguments: J.Arguments
+                let arguments: A
                 do {
-                    arguments = try ArgumentsDecoding.decode(J.Arguments.self, from: payload.args, layout: layout)
+                    arguments = try ArgumentsDecoding.decode(A.self, from: payload.args, layout: layout)
                 } catch JobError.badInput(let why) {
                     // A check in `init(from:)`: the value has the right type but is out of range or malformed.
-                    throw DispatchError.invalidArguments(className: J.className, reason: why)
+                    throw DispatchError.invalidArguments(className: className, reason: why)
                 } catch {
-                    throw DispatchError.undecodableArguments(className: J.className, reason: ArgumentsDecoding.describe(error))
+                    throw DispatchError.undecodableArguments(className: className, reason: ArgumentsDecoding.describe(error))
                 }
-                return PreparedJob(className: J.className, options: J.options) { context in
-                    try job.perform(arguments, context: context)
-                }
+                return PreparedJob(className: className, options: options, body: body(arguments))
             }
         }
-        optionsByName[key] = J.options
-        if case .keep(let ttl) = J.options.completionRecord { completionTTLByName[key] = ttl } else { completionTTLByName[key] = nil }
-        if !J.Arguments.personalFields.isEmpty {
-            personalByName[key] = (J.Arguments.personalFields, J.Arguments.subjectField)
+        optionsByName[key] = options
+        if case .keep(let ttl) = options.completionRecord { completionTTLByName[key] = ttl } else { completionTTLByName[key] = nil }
+        if !A.personalFields.isEmpty {
+            personalByName[key] = (A.personalFields, A.subjectField)
         } else {
             personalByName[key] = nil
         }
-        classNamesByType[String(reflecting: J.self)] = J.className
+        classNamesByType[String(reflecting: type)] = className
     }
 
     public var classNames: [String] { entries.keys.sorted() }

@@ -35,7 +35,7 @@ extension JobContext {
     /// interval; the timeout; a hard shutdown): call it between steps of long work, inside or outside a
     /// `transaction` (thrown inside, the transaction rolls back). Any thread of this run.
     public func checkCancellation() throws(JobCancelled) {
-        if cancellation.isCancelled { throw JobCancelled(jid: jid) }
+        if isCancelled { throw JobCancelled(jid: jid) }
     }
 }
 
@@ -74,7 +74,7 @@ extension CancellationFlag {
     /// An operator cancelled the run (`workerctl jobs cancel`, seen by the heartbeat). Has no effect on a run
     /// already cancelled for another reason (timeout, shutdown): that one is settled by whoever cancelled it.
     func cancelByOperator() {
-        _ = reason.compareExchange(expected: 0, desired: 2, ordering: .acquiringAndReleasing)
+        if reason.compareExchange(expected: 0, desired: 2, ordering: .acquiringAndReleasing).exchanged { cancelled() }
     }
 
     /// True when the run was cancelled by an operator (and by nothing else first).

@@ -33,6 +33,20 @@ public protocol JobMiddleware: Sendable {
     func run(_ context: JobContext, next: (JobContext) throws -> Void) throws
 }
 
+/// A `JobMiddleware` that also wraps the runs of `AsyncJob`s: `run(async:next:)` is called, in the run's task, with
+/// the same rules as `run(_:next:)` (at most one `next`; throw to fail the run; return without `next` to acknowledge
+/// it unrun). Sync jobs still go through `run(_:next:)`, so one middleware wraps every job of the process.
+///
+/// Why not the sync seam around async jobs: a synchronous `next` cannot await the job without blocking the task's
+/// thread. A process whose registry holds async jobs refuses (`WorkerProcess.init` throws
+/// `ConfigurationError`) a middleware that is not an `AsyncJobMiddleware`: it would silently skip those jobs.
+///
+/// Thread rules: called in the run's task, concurrently for every async run (`Sendable`), inside the run's timeout.
+public protocol AsyncJobMiddleware: JobMiddleware {
+    /// Runs around one run of an async job; `next` runs the rest of the chain, then the job.
+    func run(async context: JobContext, next: (JobContext) async throws -> Void) async throws
+}
+
 /// A misuse of the chain by a middleware.
 public enum JobMiddlewareError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The middleware (named by its Swift type) called `next` a second time in one run; the job was not run again.
@@ -59,6 +73,12 @@ struct JobMiddlewareChain: Sendable {
 
     var isEmpty: Bool { middlewares.isEmpty }
 
+    /// The middlewares that do not wrap async jobs (not `AsyncJobMiddleware`), by Swift type name: a process with
+    /// async jobs refuses them (`WorkerProcess.init`).
+    var syncOnly: [String] {
+        middlewares.filter { !($0 is any AsyncJobMiddleware) }.map { String(reflecting: type(of: $0)) }
+    }
+
     /// Runs `job` with `context` through every middleware, outermost first.
     func run(_ context: JobContext, _ job: PreparedJob) throws {
         try run(from: 0, context, runtime: context, job)
@@ -80,6 +100,33 @@ struct JobMiddlewareChain: Sendable {
             }
             called = true
             try run(from: index + 1, passed, runtime: runtime, job)
+        }
+    }
+
+    /// Runs an async job with `context` through every middleware's `run(async:next:)`, outermost first. A middleware
+    /// that is not an `AsyncJobMiddleware` is passed through (`WorkerProcess.init` refuses such a chain when the
+    /// registry holds async jobs).
+    func runAsync(_ context: JobContext, _ job: PreparedJob) async throws {
+        try await runAsync(from: 0, context, runtime: context, job)
+    }
+
+    private func runAsync(from index: Int, _ context: JobContext, runtime: JobContext, _ job: PreparedJob) async throws {
+        guard index < middlewares.count else {
+            var context = context
+            context.sharedTransaction = runtime.sharedTransaction
+            context.limitsAdmittedAt = runtime.limitsAdmittedAt
+            return try await job.runAsync(context)
+        }
+        guard let middleware = middlewares[index] as? any AsyncJobMiddleware else {
+            return try await runAsync(from: index + 1, context, runtime: runtime, job)
+        }
+        var called = false
+        try await middleware.run(async: context) { passed in
+            guard !called else {
+                throw JobMiddlewareError.nextCalledTwice(middleware: String(reflecting: type(of: middleware)))
+            }
+            called = true
+            try await runAsync(from: index + 1, passed, runtime: runtime, job)
         }
     }
 }

@@ -23,8 +23,10 @@ struct RunRequest {
 /// middleware calls it exactly once and returns its result (it observes, it does not decide the settlement).
 ///
 /// Thread rules: called on the pool thread that runs the job, concurrently from every pool thread (`Sendable`).
+/// `run(async:next:)` is the same around an async job's run, in its task (`AsyncRuns`).
 protocol RunMiddleware: Sendable {
     func run(_ request: RunRequest, next: (RunRequest) -> RunResult) -> RunResult
+    func run(async request: RunRequest, next: (RunRequest) async -> RunResult) async -> RunResult
 }
 
 /// The runtime's middleware, outermost first, built once by `WorkerProcess.init` (or the test driver) and read by
@@ -48,5 +50,15 @@ struct RunMiddlewareChain: Sendable {
     private func run(from index: Int, _ request: RunRequest, _ body: (RunRequest) -> RunResult) -> RunResult {
         guard index < middlewares.count else { return body(request) }
         return middlewares[index].run(request) { run(from: index + 1, $0, body) }
+    }
+
+    /// `run(_:_:)` for an async job's run, in its task.
+    func runAsync(_ request: RunRequest, _ body: (RunRequest) async -> RunResult) async -> RunResult {
+        await runAsync(from: 0, request, body)
+    }
+
+    private func runAsync(from index: Int, _ request: RunRequest, _ body: (RunRequest) async -> RunResult) async -> RunResult {
+        guard index < middlewares.count else { return await body(request) }
+        return await middlewares[index].run(async: request) { await runAsync(from: index + 1, $0, body) }
     }
 }

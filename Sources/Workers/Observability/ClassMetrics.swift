@@ -149,7 +149,14 @@ struct ClassMetricsMiddleware: RunMiddleware {
     let recorder: ClassMetricsRecorder
 
     func run(_ request: RunRequest, next: (RunRequest) -> RunResult) -> RunResult {
-        let result = next(request)
+        record(request, next(request))
+    }
+
+    func run(async request: RunRequest, next: (RunRequest) async -> RunResult) async -> RunResult {
+        record(request, await next(request))
+    }
+
+    private func record(_ request: RunRequest, _ result: RunResult) -> RunResult {
         if case .settled(_, let counts) = result, counts.contains(.processed) {
             recorder.record(className: request.payload.className, failed: counts.contains(.failed),
                             milliseconds: (Clock.now() - request.execution.startedAt) * 1_000)

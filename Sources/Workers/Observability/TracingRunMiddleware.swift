@@ -11,6 +11,22 @@ import Tracing
 struct TracingRunMiddleware: RunMiddleware {
     func run(_ request: RunRequest, next: (RunRequest) -> RunResult) -> RunResult {
         guard JobTracing.isEnabled else { return next(request) }
+        let span = Self.start(request)
+        let result = ServiceContext.withValue(span.context) { next(request) }
+        Self.end(span, result)
+        return result
+    }
+
+    /// The same span around an async job's run, bound as the task's `ServiceContext`.
+    func run(async request: RunRequest, next: (RunRequest) async -> RunResult) async -> RunResult {
+        guard JobTracing.isEnabled else { return await next(request) }
+        let span = Self.start(request)
+        let result = await ServiceContext.withValue(span.context) { await next(request) }
+        Self.end(span, result)
+        return result
+    }
+
+    private static func start(_ request: RunRequest) -> any Span {
         let payload = request.payload
         let span = JobTracing.tracer.startAnySpan("perform \(payload.className)",
                                                   context: JobTraceContext.extract(from: payload), ofKind: .consumer)
@@ -19,11 +35,13 @@ struct TracingRunMiddleware: RunMiddleware {
         span.attributes["job.jid"] = payload.jid ?? "-"
         span.attributes["job.attempt"] = Int64((payload.retryCount ?? -1) + 2)
         span.attributes["messaging.system"] = "sidekiq"
-        let result = ServiceContext.withValue(span.context) { next(request) }
+        return span
+    }
+
+    private static func end(_ span: any Span, _ result: RunResult) {
         span.attributes["job.outcome"] = Self.outcomeName(result)
         if result.isFailure { span.setStatus(SpanStatus(code: .error)) }
         span.end()
-        return result
     }
 
     /// The `job.outcome` span attribute: how the run was settled.

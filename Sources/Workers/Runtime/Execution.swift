@@ -2,14 +2,17 @@ import Foundation
 import WorkersQueue
 import Synchronization
 
-/// One run of one job on one pool thread.
+/// One run of one job on one pool thread, or in one task of `AsyncRuns` (`isTask`).
 ///
 /// `state` decides, exactly once, who settles the job: the pool thread when the run returns
 /// (`finish`), or the watchdog / shutdown when the run took too long (`abandon`). Whoever loses
 /// the race does nothing, so a job is never settled twice.
 final class Execution: Sendable {
     let job: FetchedJob
+    /// The pool thread's id, or the task's (`AsyncRuns`: "task-…"): its `RunningJobs` slot.
     let threadID: String
+    /// True for an async job's run (a task of `AsyncRuns`): the watchdog does not replace a thread for it.
+    let isTask: Bool
     let startedAt: Double
     let deadline: Double
     let cancellation = CancellationFlag()
@@ -26,13 +29,17 @@ final class Execution: Sendable {
         case abandoned = 2
     }
 
-    init(job: FetchedJob, payload: JobPayload?, threadID: String, startedAt: Double, timeout: Double) {
+    init(job: FetchedJob, payload: JobPayload?, threadID: String, startedAt: Double, timeout: Double, isTask: Bool = false) {
         self.job = job
         self.payload = payload
         self.threadID = threadID
+        self.isTask = isTask
         self.startedAt = startedAt
         self.deadline = startedAt + timeout
     }
+
+    /// True once the watchdog or shutdown won `abandon()`.
+    var isAbandoned: Bool { state.load(ordering: .acquiring) == .abandoned }
 
     /// The pool thread's claim when the run returns. False if the run was abandoned meanwhile.
     func finish() -> Bool {

@@ -7,7 +7,8 @@ import CoreMetrics
 
 /// The pool: `concurrency` threads that take jobs from `buffer`, run them through the `JobRunner`
 /// and queue their settlements; group-commit jobs share one PostgreSQL transaction per thread
-/// (`GroupCommit`, in GroupCommit.swift: each thread hands such a job to its own `GroupCommit`).
+/// (`GroupCommit`, in GroupCommit.swift: each thread hands such a job to its own `GroupCommit`); async jobs
+/// (`AsyncJob`) run as tasks, at most `asyncConcurrency` at once (`AsyncRuns`, `startTask`), settled the same way.
 ///
 /// Thread rules: each pool thread owns its `RunningJobs.Slot` (sets and clears its execution)
 /// and, during a group, its pooled PostgreSQL connection; pool threads hold no Redis connection.
@@ -21,10 +22,12 @@ final class JobPool: Sendable {
     let runner: JobRunner
     private let configuration: WorkerConfiguration
     private let buffer: JobBuffer
-    private let running: RunningJobs
+    let running: RunningJobs
     private let settlements: SettlementQueue
     private let runTime: RunTimeEstimate
-    private let metrics: RuntimeMetrics
+    let metrics: RuntimeMetrics
+    /// The async jobs' tasks in flight and their limit (`startTask`).
+    let asyncRuns: AsyncRuns
     /// Time from `enqueued_at` to the start of the run, for every job this process ran.
     let pickupLatency: LatencyHistogram
     /// Run time of every job this process ran.
@@ -42,6 +45,7 @@ final class JobPool: Sendable {
         settlements = parts.settlements
         runTime = parts.runTime
         metrics = parts.metrics
+        asyncRuns = AsyncRuns(limit: parts.configuration.asyncConcurrency)
         self.pickupLatency = pickupLatency
         self.runTimes = runTimes
         logger = parts.logger
@@ -55,7 +59,12 @@ final class JobPool: Sendable {
         RuntimeThread.spawn("pool-\(threadID)", group: threadsDone) { [self] in loop(threadID: threadID) }
     }
 
-    /// Waits until every pool thread has exited, or `timeout` passes. True if they all exited.
+    /// An async job's task started (`startTask`): `waitForThreads` waits for it too.
+    func tasksEnter() { threadsDone.enter() }
+    /// That task ended.
+    func tasksLeave() { threadsDone.leave() }
+
+    /// Waits until every pool thread and async job's task has exited, or `timeout` passes. True if they all exited.
     func waitForThreads(timeout: Double) -> Bool {
         threadsDone.wait(timeout: .now() + timeout) == .success
     }
@@ -71,6 +80,10 @@ final class JobPool: Sendable {
         var carried: TakenJob?
         while let taken = carried ?? buffer.take(holdingIn: slot).map(TakenJob.init) {
             carried = nil
+            if let payload = taken.payload, runner.registry.isAsync(payload.className) {
+                startTask(taken, payload: payload, heldIn: slot, metricHandles: &metricHandles)
+                continue
+            }
             if runner.sharesCommits(taken.payload), let groupCommit {
                 let group = groupCommit.runGroup(first: taken, metricHandles: &metricHandles)
                 if group.retire {
@@ -136,6 +149,14 @@ final class JobPool: Sendable {
         func record(failed: Bool) { RuntimeMetrics.finished(handles, failed: failed, runSeconds: seconds) }
     }
 
+    /// Records the time from the payload's `enqueued_at` to the start of its run (pool threads and tasks).
+    func recordPickup(_ payload: JobPayload?, startedAt: Double, handles: RuntimeMetrics.JobHandles) {
+        guard let enqueuedAt = payload?.enqueuedAt else { return }
+        let waited = startedAt - enqueuedAt
+        pickupLatency.record(seconds: waited)
+        handles.pickup.recordNanoseconds(Int64(max(0, waited) * 1e9))
+    }
+
     /// Runs one job on this pool thread; the caller records `metrics`. Nil when the watchdog abandoned
     /// (and settled) the run meanwhile (its metrics are recorded here): the thread must retire, a
     /// replacement is already running. Internal for `GroupCommit`, which runs a group's jobs in `sharedTransaction`.
@@ -150,11 +171,7 @@ final class JobPool: Sendable {
         let metricClass = payload.map { runner.registry.options(for: $0.className) == nil ? "_unregistered" : $0.className }
             ?? "_unreadable"
         let handles = metrics.job(className: metricClass, queue: job.queue, cache: &metricHandles)
-        if let enqueuedAt = payload?.enqueuedAt {
-            let waited = execution.startedAt - enqueuedAt
-            pickupLatency.record(seconds: waited)
-            handles.pickup.recordNanoseconds(Int64(max(0, waited) * 1e9))
-        }
+        recordPickup(payload, startedAt: execution.startedAt, handles: handles)
         let result = runner.run(job, payload: taken.parsed, execution: execution, sharedTransaction: sharedTransaction)
         let seconds = Clock.now() - execution.startedAt
         runTimes.record(seconds: seconds)

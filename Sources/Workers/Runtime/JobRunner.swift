@@ -5,7 +5,7 @@ import WorkersStorage
 
 /// Turns one fetched job into a settlement (`RunResult`): parse, look up, decode, run, and on failure apply
 /// Sidekiq's retry rules (`RetryPolicy`, §6 of the wire doc). Stateless apart from its configuration; any pool
-/// thread may call it.
+/// thread may call `run`, any async job's task `runAsync` (both through the same pre-run and post-run steps).
 struct JobRunner: Sendable {
     let registry: JobRegistry
     let configuration: WorkerConfiguration
@@ -41,7 +41,9 @@ struct JobRunner: Sendable {
     /// True when jobs of this payload's class may share a commit with their neighbours
     /// (`JobOptions.groupCommit`) and this process has a database and group commits enabled.
     func sharesCommits(_ payload: JobPayload?) -> Bool {
-        guard database != nil, configuration.commitBatch > 1, let payload else { return false }
+        guard database != nil, configuration.commitBatch > 1, let payload, !registry.isAsync(payload.className) else {
+            return false
+        }
         return registry.options(for: payload.className)?.groupCommit ?? false
     }
 
@@ -63,13 +65,85 @@ struct JobRunner: Sendable {
         }
     }
 
+    /// A run that passed every pre-run step (parse, look-up and decode, the ledger's redelivery check, the cancel
+    /// check, the limits): its job, context and limit leases. The pre-run and post-run steps are shared by the
+    /// pool threads' runs (`execute`) and the async jobs' tasks (`executeAsync`): one settle path for both.
+    struct ReadyRun {
+        let job: FetchedJob
+        let payload: JobPayload
+        let prepared: PreparedJob
+        let context: JobContext
+        let leases: [LimitLease]
+        let opened: OpenedValues
+        let sharedTransaction: SharedTransaction?
+        let started: Double
+    }
+
+    /// What the pre-run steps came to: settle without running the job, or run it.
+    enum RunStart {
+        case settle(RunResult)
+        case run(ReadyRun)
+    }
+
     private func execute(_ job: FetchedJob, payload parsed: Result<JobPayload, PayloadError>, execution: Execution,
                          sharedTransaction: SharedTransaction?) -> RunResult {
+        let ready: ReadyRun
+        switch begin(job, payload: parsed, execution: execution, sharedTransaction: sharedTransaction) {
+        case .settle(let result): return result
+        case .run(let run): ready = run
+        }
+        defer { limiter?.release(ready.leases) }
+        do {
+            if middleware.isEmpty {
+                try ready.prepared.run(ready.context)
+            } else {
+                try middleware.run(ready.context, ready.prepared)
+            }
+        } catch {
+            return ended(ready, execution: execution, error: error)
+        }
+        return ended(ready, execution: execution, error: nil)
+    }
+
+    /// Runs an async job (`AsyncJob`) in the calling task: the runtime's middleware (`RunMiddleware.run(async:)`)
+    /// around the same pre-run and post-run steps as a pool thread's run, and the service's `AsyncJobMiddleware`
+    /// chain around the job. The pre-run steps that need a round trip (a redelivered ledger job's check, the
+    /// limits' admission) block the task's thread for it.
+    func runAsync(_ job: FetchedJob, payload: JobPayload, execution: Execution) async -> RunResult {
+        await runMiddleware.runAsync(RunRequest(job: job, payload: payload, execution: execution)) { request in
+            await executeAsync(request.job, payload: request.payload, execution: request.execution)
+        }
+    }
+
+    private func executeAsync(_ job: FetchedJob, payload: JobPayload, execution: Execution) async -> RunResult {
+        let ready: ReadyRun
+        switch begin(job, payload: .success(payload), execution: execution, sharedTransaction: nil) {
+        case .settle(let result): return result
+        case .run(let run): ready = run
+        }
+        defer { limiter?.release(ready.leases) }
+        do {
+            if middleware.isEmpty {
+                try await ready.prepared.runAsync(ready.context)
+            } else {
+                try await middleware.runAsync(ready.context, ready.prepared)
+            }
+        } catch {
+            return ended(ready, execution: execution, error: error)
+        }
+        return ended(ready, execution: execution, error: nil)
+    }
+
+    /// The pre-run steps: parse, look the class up and decode, the ledger's redelivery check, the cancel check and
+    /// the limits. `.settle` when the job must not run (bad input, given back, already applied, cancelled, over a
+    /// limit); `.run` with its context otherwise (the caller releases `leases` after the run).
+    private func begin(_ job: FetchedJob, payload parsed: Result<JobPayload, PayloadError>, execution: Execution,
+                       sharedTransaction: SharedTransaction?) -> RunStart {
         let payload: JobPayload
         switch parsed {
         case .failure(let error):
             logger.warning("bad payload sent to dead", metadata: ["queue": "\(job.queue)", "reason": "\(error)"])
-            return .failed(.dead(payload: Self.wrapUnreadable(job, reason: error.description)))
+            return .settle(.failed(.dead(payload: Self.wrapUnreadable(job, reason: error.description))))
         case .success(let value):
             payload = value
         }
@@ -91,9 +165,9 @@ struct JobRunner: Sendable {
            let decoded = registry.argumentVersions[className], !decoded.contains(version),
            let knowledge = classDirectory?.knowledge(of: className, queue: job.queue, shard: job.shard, argumentsVersion: version),
            case .announced = knowledge {
-            return UnknownClassGiveBack.settlement(payload: payload, queue: job.queue, knowledge: knowledge,
+            return .settle(UnknownClassGiveBack.settlement(payload: payload, queue: job.queue, knowledge: knowledge,
                                                    grace: configuration.unknownClassGrace.inSeconds, now: Clock.now(),
-                                                   logger: jobLogger(), why: "arguments version \(version) not decoded here (\(decoded.lowerBound)...\(decoded.upperBound))")
+                                                   logger: jobLogger(), why: "arguments version \(version) not decoded here (\(decoded.lowerBound)...\(decoded.upperBound))"))
         }
         let prepared: PreparedJob
         do {
@@ -102,15 +176,15 @@ struct JobRunner: Sendable {
             // A rolling deploy, or a class only Ruby knows: given back while a live process may know it.
             let knowledge = classDirectory?.knowledge(of: payload.className, queue: job.queue, shard: job.shard)
                 ?? .nobody(serving: 0)
-            return UnknownClassGiveBack.settlement(payload: payload, queue: job.queue, knowledge: knowledge,
+            return .settle(UnknownClassGiveBack.settlement(payload: payload, queue: job.queue, knowledge: knowledge,
                                                    grace: configuration.unknownClassGrace.inSeconds, now: Clock.now(),
-                                                   logger: jobLogger())
+                                                   logger: jobLogger()))
         } catch .keyStoreUnavailable(_, let reason) {
-            return KeyStoreWait.settlement(payload: payload, reason: reason, now: Clock.now(), logger: jobLogger())
+            return .settle(KeyStoreWait.settlement(payload: payload, reason: reason, now: Clock.now(), logger: jobLogger()))
         } catch {
             jobLogger().warning("bad input sent to dead", metadata: ["reason": "\(error.description)"])
-            return .failed(.dead(payload: payload.recordingFailure(queue: job.queue, errorClass: error.errorClass,
-                                                                   message: error.description)))
+            return .settle(.failed(.dead(payload: payload.recordingFailure(queue: job.queue, errorClass: error.errorClass,
+                                                                   message: error.description))))
         }
         opened = prepared.opened
 
@@ -125,15 +199,15 @@ struct JobRunner: Sendable {
                     ?? database.isApplied(jid: jidValue)
                 if applied {
                     jobLogger().info("already applied; acknowledged without running")
-                    return .acknowledged
+                    return .settle(.acknowledged)
                 }
             } catch {
-                return opened.scrub(.failed(settlement(after: error, payload: payload, job: job, options: prepared.options,
-                                                       logger: jobLogger())))
+                return .settle(opened.scrub(.failed(settlement(after: error, payload: payload, job: job,
+                                                               options: prepared.options, logger: jobLogger()))))
             }
         }
 
-        if let cancelled = cancelledBeforeRun(payload, job: job, logger: jobLogger) { return cancelled }
+        if let cancelled = cancelledBeforeRun(payload, job: job, logger: jobLogger) { return .settle(cancelled) }
 
         // Limits (docs/limiters.md): admitted through all of them or rescheduled without running.
         var leases: [LimitLease] = []
@@ -141,51 +215,59 @@ struct JobRunner: Sendable {
         if let limiter, !prepared.options.limits.isEmpty {
             switch admit(payload, job: job, limits: prepared.options.limits, limiter: limiter, logger: jobLogger()) {
             case .run(let held, let at): (leases, admittedAt) = (held, at)
-            case .settle(let result): return result
+            case .settle(let result): return .settle(result)
             }
         }
-        defer { limiter?.release(leases) }
-
         var context = JobContext(jid: jid, className: payload.className, queue: job.queue, attempt: attempt,
                                  payload: payload, deadline: Date(timeIntervalSince1970: execution.deadline),
                                  cancellation: execution.cancellation, logger: opened.logger(logger), database: database)
         context.sharedTransaction = sharedTransaction
         context.limitsAdmittedAt = admittedAt.map { Date(timeIntervalSince1970: $0) }
-        let started = Clock.now()
-        do {
-            if middleware.isEmpty {
-                try prepared.run(context)
-            } else {
-                try middleware.run(context, prepared)
-            }
+        return .run(ReadyRun(job: job, payload: payload, prepared: prepared, context: context, leases: leases,
+                             opened: opened, sharedTransaction: sharedTransaction, started: Clock.now()))
+    }
+
+    /// The post-run step: what a run that returned (`error` nil) or threw comes to — acknowledged, cancelled,
+    /// over a call limit, group commit's redo, waiting for the key store, or the retry rules' settlement.
+    private func ended(_ ready: ReadyRun, execution: Execution, error: (any Error)?) -> RunResult {
+        let payload = ready.payload, job = ready.job, options = ready.prepared.options
+        let opened = ready.opened
+        func jobLogger() -> Logger {
+            opened.logger(JobContext.runLogger(logger, jid: ready.context.jid, className: payload.className,
+                                               queue: job.queue, attempt: ready.context.attempt))
+        }
+        guard let error else {
             if logger.logLevel <= .debug {
-                jobLogger().debug("done", metadata: ["ms": "\(Int((Clock.now() - started) * 1000))"])
+                jobLogger().debug("done", metadata: ["ms": "\(Int((Clock.now() - ready.started) * 1000))"])
             }
             // Told of its cancel, it finished anyway: done, its mark moot (not on the fast path, whose COMMIT is to come).
-            if execution.cancellation.isCancelledByOperator, sharedTransaction?.claimedRow == nil {
+            if execution.cancellation.isCancelledByOperator, ready.sharedTransaction?.claimedRow == nil {
                 noteSettledMarked(payload, job: job)
             }
             return .acknowledged
-        } catch where execution.cancellation.isCancelledByOperator {
-            return cancelledRun(payload, job: job, options: prepared.options, sharedTransaction: sharedTransaction,
+        }
+        if execution.cancellation.isCancelledByOperator {
+            return cancelledRun(payload, job: job, options: options, sharedTransaction: ready.sharedTransaction,
                                 logger: jobLogger())
-        } catch CallLimitError.overLimit(let limit, let wait) {
+        }
+        if case CallLimitError.overLimit(let limit, let wait)? = error as? CallLimitError {
             // A limit on the job's calls (`CallLimiter`) refused: rescheduled like a job over its declared limits.
             return overLimit(limit, waitSeconds: wait.inSeconds, payload: payload, job: job,
-                             policy: prepared.options.limits.overLimit, options: prepared.options, logger: jobLogger())
-        } catch where sharedTransaction?.claimedRow != nil {
+                             policy: options.limits.overLimit, options: options, logger: jobLogger())
+        }
+        if ready.sharedTransaction?.claimedRow != nil {
             // Group commit's fast path: the pool thread rolls the group back and runs this job again in a
             // savepoint, where a failure is logged and settled; a redo is never settled.
             jobLogger().debug("failed on group commit's fast path; its group runs again with savepoints",
-                            metadata: ["error": "\(Self.message(error))"])
+                              metadata: ["error": "\(Self.message(error))"])
             return .redo
-        } catch let wait as any WaitsForKeyStore {
+        }
+        if let wait = error as? any WaitsForKeyStore {
             // The job needs the key store this worker lacks (an erasure finding keys by digest): it waits, no retry spent.
             return KeyStoreWait.settlement(payload: payload, reason: wait.description, now: Clock.now(), logger: jobLogger())
-        } catch {
-            return opened.scrub(.failed(settlement(after: error, payload: payload, job: job, options: prepared.options,
-                                                   logger: jobLogger())))
         }
+        return opened.scrub(.failed(settlement(after: error, payload: payload, job: job, options: options,
+                                               logger: jobLogger())))
     }
 
     /// Settlement for a run that overran its timeout (decided by the watchdog); a failed run.

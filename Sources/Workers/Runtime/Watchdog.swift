@@ -4,7 +4,7 @@ import CoreMetrics
 
 /// The watchdog: ten times a second, fails every run that passed its deadline (a timeout
 /// settlement, retried as Sidekiq would) and starts a pool thread in place of the one still stuck
-/// in it.
+/// in it (an async job's run instead has its task cancelled, by `Execution.abandon()`).
 ///
 /// Thread rules: owns the `watchdog` thread and no connection. Reads `running`; settles only runs
 /// whose `Execution.abandon()` it won (so the pool thread, on return, neither settles nor reuses
@@ -44,7 +44,9 @@ final class Watchdog: Sendable {
                 settlements.add(pool.runner.withCompletionRecord(
                     .init(job: execution.job, settlement: settlement, counts: [.processed, .failed]), payload: execution.payload))
                 running.remove(execution)
-                if !flags.isStopping { pool.spawnThread() }
+                // A pool thread stuck in its run is replaced; an async job's task was cancelled by `abandon()` and
+                // keeps its place in `AsyncRuns` until it returns (no thread to replace).
+                if !execution.isTask && !flags.isStopping { pool.spawnThread() }
             }
         }
     }

@@ -47,6 +47,9 @@ public struct WorkerConfiguration: Sendable {
     public var shardMap: ShardMap? = nil
     /// Pool threads running jobs.
     public var concurrency: Int = 10
+    /// Most async jobs' runs (`AsyncJob`) in flight at once, each a task, apart from the pool threads (`AsyncRuns`).
+    /// A pool thread that takes an async job while all are in flight waits for one to end.
+    public var asyncConcurrency: Int = 100
     public var queues: [QueueWeight] = [QueueWeight(name: "default")]
     /// Weighted random order per fetch when any weight differs from 1; else strict order.
     public var strictOrder: Bool { Set(queues.map(\.weight)).count <= 1 }
@@ -135,6 +138,9 @@ public struct WorkerConfiguration: Sendable {
 
     public func validate() throws(ConfigurationError) {
         guard (1...1000).contains(concurrency) else { throw .invalid("concurrency must be within 1...1000, got \(concurrency)") }
+        guard (1...100_000).contains(asyncConcurrency) else {
+            throw .invalid("async concurrency must be within 1...100000, got \(asyncConcurrency)")
+        }
         guard !queues.isEmpty else { throw .invalid("at least one queue is needed") }
         guard Set(queues.map(\.name)).count == queues.count else { throw .invalid("a queue is listed twice") }
         guard prefetch >= 0, fetchBatch >= 1 else { throw .invalid("prefetch must be >= 0 and fetch batch >= 1") }

@@ -82,6 +82,14 @@ public final class WorkerProcess: @unchecked Sendable {
                 logger: Logger = Logger(label: "workers"), metricsEndpoint: MetricsEndpoint? = nil,
                 middleware: [any JobMiddleware] = []) throws {
         try configuration.validate()
+        let chain = JobMiddlewareChain(middleware)
+        if !registry.asyncClassNames.isEmpty, !chain.syncOnly.isEmpty {
+            // A sync-only middleware cannot wrap an async job's run: refused rather than silently skipped.
+            throw ConfigurationError.invalid("""
+                middleware \(chain.syncOnly.joined(separator: ", ")) does not conform to AsyncJobMiddleware, and the \
+                registry holds async jobs (\(registry.asyncClassNames.joined(separator: ", "))) it would not wrap
+                """)
+        }
         self.configuration = configuration
         self.database = database
         self.metricsEndpoint = metricsEndpoint
@@ -107,7 +115,7 @@ public final class WorkerProcess: @unchecked Sendable {
                                  room: RedisRoom(logger: logger))
         var runner = JobRunner(registry: registry, configuration: configuration, database: database, logger: logger,
                                limiter: JobLimiter(endpoint: endpoint, logger: logger),
-                               middleware: JobMiddlewareChain(middleware), steering: parts.steering)
+                               middleware: chain, steering: parts.steering)
         runner.classDirectory = ClassDirectory(shardMap: shardMap, identity: identity)
         runner.runMiddleware = RunMiddlewareChain([TracingRunMiddleware(), ClassMetricsMiddleware(recorder: parts.classMetrics)])
         pool = JobPool(parts, runner: runner,
@@ -134,6 +142,9 @@ public final class WorkerProcess: @unchecked Sendable {
     public var processedCount: Int { settler.processedCount }
     public var failedCount: Int { settler.failedCount }
     public var busyCount: Int { running.count }
+    /// Async jobs' tasks (`AsyncJob`) in flight (at most `WorkerConfiguration.asyncConcurrency`); `busyCount` counts
+    /// them too.
+    public var asyncInFlight: Int { pool.asyncRuns.inFlight }
     public var isQuiet: Bool { flags.isQuiet }
     /// The port `/metrics`, `/healthz` and `/readyz` listen on while the process runs (the one picked when
     /// `MetricsEndpoint.port` was 0); nil without an endpoint, before `start` and after `shutdown`.
@@ -208,6 +219,7 @@ public final class WorkerProcess: @unchecked Sendable {
         for fetcher in fetchers { fetcher.requestStop() }  // all at once: each may be in a wait of its own
         for fetcher in fetchers { fetcher.waitUntilStopped() }
         settlements.giveBack(buffer.close(), logger: logger)
+        pool.asyncRuns.close()  // a pool thread waiting for an async job's place gives its job back
     }
 
     /// Seconds after `shutdownTimeout` that shutdown gives the settler to write what the pool's

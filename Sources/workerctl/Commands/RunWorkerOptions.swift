@@ -140,6 +140,7 @@ struct WorkerOptions: ParsableArguments {
         var registry = JobRegistry.builtins()
         if benchJobs {
             BenchJobs.register(into: &registry)
+            BenchJobs.registerAsync(into: &registry)
             if let benchArgsVersion { registry.register(RunLogProbeJob(), argumentVersions: benchArgsVersion...benchArgsVersion) }
             if try SubjectKeysSetup.configuration() != nil { BenchJobs.registerSealedProbe(into: &registry) }  // personal args
             LimitProbes.register(into: &registry, redisURL: configuration.redisURL)
