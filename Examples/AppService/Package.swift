@@ -35,6 +35,14 @@ let package = Package(
         ]),
         // docs/outbox.md's Swift example against the WorkersOutbox product alone: compiled, not run.
         .target(name: "OutboxExample", dependencies: [.product(name: "WorkersOutbox", package: "SwiftWorkers")]),
+        // Compiled, not run: README.md's snippets marked `<!-- compiled -->` (scripts/readme-snippets copies them here).
+        .target(name: "ReadmeSnippets", dependencies: [
+            .product(name: "Workers", package: "SwiftWorkers"),
+            .product(name: "WorkersClient", package: "SwiftWorkers"),
+            .product(name: "WorkersOutbox", package: "SwiftWorkers"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         // Compiled, not run: the stand-in modules and SwiftWorkers' products in one module (no name clashes).
         .target(name: "NameStandInUser", dependencies: [
             .product(name: "Workers", package: "SwiftWorkers"),
