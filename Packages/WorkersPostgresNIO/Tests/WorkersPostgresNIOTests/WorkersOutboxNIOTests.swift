@@ -8,7 +8,8 @@ import XCTest
 /// `WorkersOutboxNIO.enqueue` against the PostgreSQL of scripts/services (`DATABASE_URL`, migrated by the root's
 /// `workerctl migrate`; `WorkersSchema.migrate` here as well, which finds it up to date): the row is written inside
 /// the caller's PostgresNIO transaction, is the row `Outbox.enqueue` (libpq) writes for the same job, and a job
-/// `Outbox.enqueue` refuses is refused with the same error. Rows are told apart by jid; no Redis.
+/// `Outbox.enqueue` refuses is refused with the same error, and the root's `workerctl relay` pushes the row as it
+/// pushes `Outbox.enqueue`'s (Redis database 200). Rows are told apart by jid.
 final class WorkersOutboxNIOTests: XCTestCase {
     struct ReceiptArguments: JobArguments {
         static let className = "NIOOutboxReceiptJob"
@@ -85,6 +86,64 @@ final class WorkersOutboxNIOTests: XCTestCase {
         XCTAssertEqual(typed[0], "NIOOutboxReceiptJob")
         XCTAssertEqual(typed[2], "nio_outbox", "A.queue")
         XCTAssertNotEqual(nioJid, libpqJid)
+    }
+
+    /// The root's `workerctl` (scripts/test builds it first): `WORKERS_REPO_ROOT`, else this file's repository.
+    static var workerctl: String {
+        let root = ProcessInfo.processInfo.environment["WORKERS_REPO_ROOT"].map { URL(fileURLWithPath: $0) }
+            ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+                .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        return root.appendingPathComponent(".build/debug/workerctl").path
+    }
+
+    /// The payload in `queue:<queue>` of `redis` whose jid is `jid`, without the fields that differ per push
+    /// (jid, created_at, enqueued_at).
+    func pushedPayload(_ jid: String, queue: String, on redis: RedisConnection) throws -> JSONObject? {
+        let members = try redis.command("LRANGE", "queue:\(queue)", "0", "-1").array ?? []
+        for member in members {
+            guard let text = member.string, let object = try JSONValue.parse(text).objectValue,
+                  object["jid"] == .string(jid) else { continue }
+            return JSONObject(object.entries.filter { !["jid", "created_at", "enqueued_at"].contains($0.key) })
+        }
+        return nil
+    }
+
+    func testACommittedRowIsPushedByTheRootsRelayAsOutboxEnqueuesIs() async throws {
+        let baseURL = ProcessInfo.processInfo.environment["REDIS_URL"] ?? "redis://127.0.0.1:6390/0"
+        let redisURL = (baseURL.range(of: "/", options: .backwards).map { String(baseURL[..<$0.lowerBound]) } ?? baseURL)
+            + "/200"  // this class's Redis database
+        let redis = try RedisConnection(url: redisURL)
+        defer { redis.close() }
+        _ = try redis.command("FLUSHDB").checked()
+        let arguments = ReceiptArguments(userID: 9, receipt: "relayed")
+        let nioJid = try await withNIOConnection { connection in
+            try await connection.withTransaction(logger: WorkersOutboxNIO.silentLogger) { connection in
+                try await WorkersOutboxNIO.enqueue(arguments, on: connection)
+            }
+        }
+        let libpqJid = try Outbox.enqueue(try NewJob(arguments), on: libpq)
+
+        XCTAssertTrue(FileManager.default.isExecutableFile(atPath: Self.workerctl), "build the root package: \(Self.workerctl)")
+        let relay = Process()
+        relay.executableURL = URL(fileURLWithPath: Self.workerctl)
+        relay.arguments = ["relay"]
+        relay.environment = ProcessInfo.processInfo.environment.merging(
+            ["REDIS_URL": redisURL, "DATABASE_URL": Self.databaseURL, "LOG_LEVEL": "warning"]) { $1 }
+        try relay.run()
+        let pushed = "SELECT count(*)::int AS n FROM job_outbox WHERE jid IN ($1, $2) AND pushed_at IS NOT NULL"
+        for _ in 0..<600 {  // until both are pushed, at most 30 s
+            if try libpq.queryFirst(pushed, [nioJid, libpqJid])?.int("n") == 2 { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        relay.terminate()
+        relay.waitUntilExit()
+        XCTAssertEqual(relay.terminationStatus, 0, "the relay stops cleanly on SIGTERM")
+
+        let nioPayload = try XCTUnwrap(try pushedPayload(nioJid, queue: ReceiptArguments.queue, on: redis),
+                                       "the row enqueued on PostgresNIO reached Redis with its jid")
+        XCTAssertEqual(nioPayload, try pushedPayload(libpqJid, queue: ReceiptArguments.queue, on: redis),
+                       "the payload Outbox.enqueue's row becomes")
+        XCTAssertEqual(nioPayload["class"], .string("NIOOutboxReceiptJob"))
     }
 
     func testARolledBackTransactionLeavesNoRow() async throws {
