@@ -25,23 +25,15 @@ public enum Outbox {
         try enqueueMany([job], at: at.map { [$0] }, on: connection)[0]
     }
 
-    /// Enqueues several jobs in one round trip (one pipeline of `workers_enqueue` calls); jids in order.
+    /// Enqueues several jobs in one round trip (one pipeline of `workers_enqueue` calls); jids in order. Each job is
+    /// checked by `OutboxEnqueueCall` (the preparation WorkersPostgresNIO shares) before anything is sent.
     @discardableResult
     public static func enqueueMany(_ jobs: [NewJob], at times: [Date]? = nil,
                                    on connection: PostgresConnection) throws -> [String] {
         if jobs.isEmpty { return [] }
-        if let times, times.count != jobs.count {
-            throw EnqueueError.invalidTime("\(jobs.count) jobs but \(times.count) times")
-        }
-        var statements: [PostgresConnection.Statement] = []
-        for (index, job) in jobs.enumerated() {
-            _ = try JobClient.payload(for: job, jid: job.jid ?? "000000000000000000000000", createdAt: 0, enqueuedAt: nil)  // validates
-            let at = times?[index].timeIntervalSince1970
-            if let at, !at.isFinite || at < 0 { throw EnqueueError.invalidTime("\(at) is not an epoch time") }
-            statements.append(.init("""
-                SELECT workers_enqueue($1, $2::jsonb, $3, to_timestamp($4::float8), $5::jsonb, $6::jsonb, $7) AS jid
-                """, [job.className, JSONValue.array(job.args).serialized(), job.queue, at,
-                      job.retry.serialized(), JSONValue.object(job.extra).serialized(), job.jid]))
+        let statements = try OutboxEnqueueCall.prepare(jobs, at: times).map { call in
+            PostgresConnection.Statement(OutboxEnqueueCall.sql, [call.className, call.args, call.queue, call.runAt,
+                                                                 call.retry, call.extra, call.jid])
         }
         return try connection.pipeline(statements).map { rows in
             guard let row = rows.first else {
