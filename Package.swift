@@ -50,16 +50,6 @@ let hiredisPkgConfig: String? = nil
 let hiredisPkgConfig: String? = "hiredis"
 #endif
 
-// Debian's hiredis.pc adds `-D_FILE_OFFSET_BITS=64`, which SwiftPM drops with a warning printed into every adopter's
-// build (scripts/check-producer-weight fails on it). On Linux the headers sit in the compiler's default path
-// (`<hiredis/hiredis.h>`, which includes its siblings by relative name), so pkg-config is asked only elsewhere
-// (macOS: Homebrew's prefix).
-#if os(Linux)
-let hiredisPkgConfig: String? = nil
-#else
-let hiredisPkgConfig: String? = "hiredis"
-#endif
-
 let package = Package(
     name: "SwiftWorkers",
     platforms: [.macOS(.v14)],
