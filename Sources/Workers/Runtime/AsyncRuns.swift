@@ -117,7 +117,7 @@ extension JobPool {
                 return
             }
             taskSlot.clear(execution)
-            settle(taken.job, after: (result, runMetrics), heldIn: taskSlot)
+            settle(taken, after: (result, runMetrics), heldIn: taskSlot)
         }
         execution.cancellation.whenCancelled { task.cancel() }
     }
