@@ -1,20 +1,20 @@
 // Compiled, not run: every name SwiftWorkers used before its prefix, from another package (Examples/NameStandIn),
 // in one module beside SwiftWorkers' products. If a name of ours clashed, this package would not resolve or build.
-import WorkersBenchJobs
-import WorkersBoundary
-import WorkersCivilDate
-import WorkersFuzzTargets
-import WorkersHTTP
-import WorkersAppJobs
-import WorkersMail
-import WorkersOutbox
-import WorkersQueue
-import WorkersScheduler
-import WorkersStorage
-import WorkersSubjectKeys
-import WorkersTelemetry
-import WorkersTestServices
-import WorkersWebDashboard
+import BenchJobs
+import Boundary
+import CivilDate
+import FuzzTargets
+import HTTP
+import Jobs
+import Mail
+import Outbox
+import Queue
+import Scheduler
+import Storage
+import SubjectKeys
+import Telemetry
+import TestSupport
+import WebDashboard
 import CModules
 import Workers
 import WorkersClient
