@@ -287,7 +287,7 @@ public final class CronStore: @unchecked Sendable {
             let replies: [RedisReply]
             do {
                 replies = try connection.evaluate(CronScripts.fire, calls: built.compactMap { try? $0.get() }.map { ($0.keys, $0.arguments) })
-            } catch let error as RedisError where error.isConnectionLevel {
+            } catch let error where error.isConnectionLevel {
                 return results + Array(repeating: .failure(error), count: requests.endIndex - chunk.startIndex)
             } catch {
                 results += built.map { $0.flatMap { _ in .failure(error) } }  // e.g. SCRIPT LOAD refused

@@ -76,7 +76,7 @@ public final class CallLimiter: Sendable {
     /// (a provider's 429 with Retry-After). See `LimitScripts.hold`.
     public func hold(for duration: Duration, args: [JSONValue] = []) throws {
         let instance: LimitStore.Instance = (declaration.spec, declaration.instanceKey(args: args))
-        try redis.withConnection { connection in
+        _ = try redis.withConnection { connection in
             try LimitStore.hold(connection, instance, milliseconds: Bounded.milliseconds(duration.inSeconds, maxSeconds: Self.maxHold.inSeconds))
         }
     }

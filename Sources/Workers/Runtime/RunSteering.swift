@@ -81,7 +81,7 @@ final class RunSteering: Sendable {
     /// The job `jid`, fetched from `shard` and known marked, is settled for good (dead, dropped or done): its mark
     /// goes with the second beat from now. Pool threads.
     func noteSettled(jid: String, shard: Int) {
-        settled.withLock { $0[shard, default: ([], [])].noted.insert(jid) }
+        _ = settled.withLock { $0[shard, default: ([], [])].noted.insert(jid) }
     }
 
     /// The fetch-time check (fetcher and waiter threads): while `shard`'s `cancels` set has live marks, one `ZMSCORE`
