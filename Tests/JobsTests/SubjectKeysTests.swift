@@ -1011,7 +1011,7 @@ final class RestoredRedis {
             ?? ["--appendonly", "yes", "--appenddirname", "appendonlydir"]
         server = try ChildProcess(executable: URL(fileURLWithPath: "/usr/bin/redis-server"),
                                   arguments: ["--port", "\(port)", "--bind", "127.0.0.1", "--dir", directory.path, "--save", "",
-                                              "--databases", "128"] + persistence)
+                                              "--databases", "256"] + persistence)  // as many as scripts/services runs
         var connected: RedisConnection?
         _ = eventually(timeout: 20) {
             connected = try? RedisConnection(url: "redis://127.0.0.1:\(port)/\(database)")
